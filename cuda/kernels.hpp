@@ -1,0 +1,14 @@
+// Host-side launchers of the CUDA kernels. Declared here so that stage code compiled by
+// the host compiler can call them; all run asynchronously on the given stream.
+#pragma once
+#include "cuda/runtime.hpp"
+#include "pipeline/frame.hpp"
+
+namespace vfp::cuda {
+
+// Format conversion, bit-identical to vfp::convert_cpu.
+void convert_async(const ImageView& src, const ImageView& dst, StreamHandle s);
+// Plane-by-plane copy (cudaMemcpy2DAsync), same spec on both sides.
+void copy_image_async(const ImageView& src, const ImageView& dst, StreamHandle s);
+
+}  // namespace vfp::cuda

@@ -1,0 +1,90 @@
+// RAII wrappers over the CUDA runtime: every failure becomes a vfp::Error that names the
+// call, the file and line, and the CUDA error string. Compiled only with VFPIPE_HAVE_CUDA.
+#pragma once
+#include <cstddef>
+#include <string>
+
+struct CUstream_st;
+struct CUevent_st;
+
+namespace vfp::cuda {
+
+using StreamHandle = CUstream_st*;  // == cudaStream_t
+
+// Throws vfp::Error (Gpu, or OutOfMemory for cudaErrorMemoryAllocation).
+void check(int cuda_error, const char* what, const char* file, int line);
+#define VFP_CUDA(call) ::vfp::cuda::check(static_cast<int>(call), #call, __FILE__, __LINE__)
+
+struct DeviceInfo {
+  bool usable = false;
+  std::string reason;  // why not usable (driver missing, no device, ...)
+  std::string name;
+  int device = 0;
+  int cc_major = 0, cc_minor = 0;
+  size_t total_mem = 0;
+  int async_engines = 0;
+};
+// Queries the runtime once; never throws. Safe on machines without a driver.
+const DeviceInfo& probe();
+
+void* host_alloc_pinned(size_t bytes);
+void host_free_pinned(void* p);
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes, const char* what = "device buffer");
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  unsigned char* get() const { return static_cast<unsigned char*>(ptr_); }
+  size_t size() const { return size_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+class Stream {
+ public:
+  Stream();  // non-blocking w.r.t. the legacy default stream
+  ~Stream();
+  Stream(Stream&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  StreamHandle get() const { return s_; }
+  void synchronize() const;
+
+ private:
+  StreamHandle s_ = nullptr;
+};
+
+class Event {
+ public:
+  Event();  // with timing
+  ~Event();
+  Event(Event&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(StreamHandle s);
+  void synchronize() const;
+  bool query() const;  // true when complete
+  CUevent_st* get() const { return e_; }
+  // Milliseconds between two completed events.
+  static float elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  CUevent_st* e_ = nullptr;
+};
+
+void memcpy_h2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);
+void memcpy_d2h_async(void* dst, const void* src, size_t bytes, StreamHandle s);
+void memcpy_d2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);
+void memset_async(void* dst, int value, size_t bytes, StreamHandle s);
+// Checks for a kernel launch error (cudaGetLastError) and names the kernel.
+void check_launch(const char* kernel, const char* file, int line);
+#define VFP_CUDA_LAUNCHED(name) ::vfp::cuda::check_launch(name, __FILE__, __LINE__)
+
+}  // namespace vfp::cuda

@@ -1,0 +1,72 @@
+#include "pipeline/chain.hpp"
+
+#include <algorithm>
+
+#include "pipeline/error.hpp"
+#include "pipeline/log.hpp"
+#include "stages/builtin.hpp"
+
+namespace vfp {
+
+namespace {
+bool contains(const std::vector<PixelFormat>& v, PixelFormat f) {
+  return std::find(v.begin(), v.end(), f) != v.end();
+}
+}  // namespace
+
+Chain Chain::build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& input,
+                   const std::vector<PixelFormat>& sink_formats,
+                   std::optional<PixelFormat> forced_out, const Registry& reg) {
+  Chain c;
+  c.input_ = input;
+  FrameSpec cur = input;
+  auto add = [&](std::unique_ptr<Stage> st, bool inserted) {
+    Step s;
+    s.in = cur;
+    s.out = st->configure(cur);
+    s.out.fps = cur.fps;
+    validate_spec(s.out, ("output of " + st->label()).c_str());
+    s.stage = std::move(st);
+    s.inserted = inserted;
+    cur = s.out;
+    c.steps_.push_back(std::move(s));
+  };
+  for (auto& st : stages) {
+    const StageInfo* info = reg.find(st->name());
+    if (info && !info->formats.empty() && !contains(info->formats, cur.format)) {
+      log::debug("inserting a conversion %s -> %s before '%s'", pix_fmt_name(cur.format),
+                 pix_fmt_name(info->formats.front()), st->name().c_str());
+      add(make_format_stage(info->formats.front()), true);
+    }
+    add(std::move(st), false);
+  }
+  PixelFormat want = cur.format;
+  if (forced_out)
+    want = *forced_out;
+  else if (!sink_formats.empty() && !contains(sink_formats, cur.format))
+    want = sink_formats.front();
+  if (!sink_formats.empty() && !contains(sink_formats, want))
+    throw Error(ErrorKind::Usage, log::format("the output cannot take pixel format '%s'",
+                                              pix_fmt_name(want)));
+  if (want != cur.format) add(make_format_stage(want), true);
+  c.output_ = cur;
+  return c;
+}
+
+bool Chain::all_cuda() const {
+  for (const auto& s : steps_)
+    if (!s.stage->passthrough() && !s.stage->has_cuda()) return false;
+  return true;
+}
+
+std::string Chain::describe() const {
+  if (steps_.empty()) return "(no filters)";
+  std::string r;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    if (i) r += " -> ";
+    r += steps_[i].stage->label();
+  }
+  return r;
+}
+
+}  // namespace vfp

@@ -1,0 +1,369 @@
+#include "pipeline/engine.hpp"
+
+#include <pthread.h>
+
+#include <csignal>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "pipeline/error.hpp"
+#include "pipeline/frame_pool.hpp"
+#include "pipeline/log.hpp"
+#include "pipeline/queue.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "cuda/runtime.hpp"
+#endif
+
+namespace vfp {
+
+namespace {
+
+struct InItem {
+  FramePtr frame;
+  int64_t index = 0;
+  int64_t capture_ns = 0;
+};
+
+struct OutItem {
+  FramePtr frame;
+  FrameRecord rec;
+};
+using Emit = std::function<bool(OutItem&&)>;
+
+class Worker {
+ public:
+  virtual ~Worker() = default;
+  virtual std::vector<std::string> step_names() const = 0;
+  // Takes one frame; may first complete (and emit) the oldest frame in flight.
+  virtual void submit(FramePtr in, FrameRecord rec) = 0;
+  // Completes every frame in flight, in order.
+  virtual void flush() = 0;
+};
+
+// ---------------------------------------------------------------- CPU backend
+class CpuWorker final : public Worker {
+ public:
+  CpuWorker(Chain& chain, int out_frames, Emit emit) : chain_(chain), emit_(std::move(emit)) {
+    last_active_ = -1;
+    for (size_t i = 0; i < chain_.size(); ++i)
+      if (!chain_.step(i).stage->passthrough()) last_active_ = static_cast<int>(i);
+    bufs_.resize(chain_.size());
+    for (int i = 0; i < last_active_; ++i)
+      if (!chain_.step(i).stage->passthrough())
+        bufs_[i] = std::make_unique<HostFrame>(chain_.step(i).out, false);
+    if (last_active_ >= 0) out_pool_.emplace(chain_.output(), out_frames, false);
+    for (size_t i = 0; i < chain_.size(); ++i) chain_.step(i).stage->prepare(Backend::CPU, 1);
+  }
+  std::vector<std::string> step_names() const override {
+    std::vector<std::string> n;
+    for (size_t i = 0; i < chain_.size(); ++i) n.push_back(chain_.step(i).stage->label());
+    return n;
+  }
+  void submit(FramePtr in, FrameRecord rec) override {
+    rec.submit_ns = now_ns();
+    FramePtr out = last_active_ >= 0 ? out_pool_->acquire() : in;
+    ImageView cur = in->view();
+    StageContext ctx;
+    ctx.backend = Backend::CPU;
+    ctx.frame_index = rec.index;
+    for (size_t i = 0; i < chain_.size(); ++i) {
+      Stage& st = *chain_.step(i).stage;
+      if (st.passthrough()) {
+        rec.step_ms.push_back(0.f);
+        continue;
+      }
+      ImageView dst = static_cast<int>(i) == last_active_ ? out->view() : bufs_[i]->view();
+      int64_t t0 = now_ns();
+      st.run_cpu(cur, dst, ctx);
+      rec.step_ms.push_back(static_cast<float>((now_ns() - t0) / 1e6));
+      cur = dst;
+    }
+    if (out != in) {  // shared (cached) input frames are never written
+      out->index = rec.index;
+      out->capture_ns = rec.capture_ns;
+    }
+    rec.done_ns = now_ns();
+    emit_(OutItem{std::move(out), std::move(rec)});
+  }
+  void flush() override {}
+
+ private:
+  Chain& chain_;
+  Emit emit_;
+  int last_active_;
+  std::vector<std::unique_ptr<HostFrame>> bufs_;
+  std::optional<FramePool> out_pool_;
+};
+
+#if VFPIPE_HAVE_CUDA
+// ---------------------------------------------------------------- CUDA backend
+class CudaWorker final : public Worker {
+ public:
+  CudaWorker(Chain& chain, int depth, int out_frames, Emit emit)
+      : chain_(chain), emit_(std::move(emit)), out_pool_(chain.output(), out_frames, true) {
+    const size_t n_events = chain_.size() + 3;  // before H2D, after H2D, per stage, after D2H
+    in_bytes_ = FrameLayout::of(chain_.input()).total_bytes;
+    out_bytes_ = FrameLayout::of(chain_.output()).total_bytes;
+    for (int s = 0; s < depth; ++s) {
+      auto sl = std::make_unique<Slot>();
+      for (size_t e = 0; e < n_events; ++e) sl->ev.emplace_back();
+      sl->in = cuda::DeviceBuffer(in_bytes_, "an input frame");
+      for (size_t i = 0; i < chain_.size(); ++i) {
+        const auto& step = chain_.step(i);
+        sl->bufs.emplace_back(step.stage->passthrough()
+                                  ? cuda::DeviceBuffer()
+                                  : cuda::DeviceBuffer(FrameLayout::of(step.out).total_bytes,
+                                                       "a stage output frame"));
+      }
+      slots_.push_back(std::move(sl));
+    }
+    for (size_t i = 0; i < chain_.size(); ++i) chain_.step(i).stage->prepare(Backend::CUDA, depth);
+  }
+  ~CudaWorker() override {
+    for (auto& s : slots_) cudaStreamSynchronizeNoThrow(s->stream.get());
+  }
+  std::vector<std::string> step_names() const override {
+    std::vector<std::string> n{"upload (H2D)"};
+    for (size_t i = 0; i < chain_.size(); ++i) n.push_back(chain_.step(i).stage->label());
+    n.push_back("download (D2H)");
+    return n;
+  }
+  void submit(FramePtr in, FrameRecord rec) override {
+    Slot& s = *slots_[next_ % slots_.size()];
+    if (s.busy) complete(s);
+    FramePtr out = out_pool_.acquire();  // blocks when the sink lags: back-pressure
+    rec.submit_ns = now_ns();
+    auto st = s.stream.get();
+    s.ev[0].record(st);
+    cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, st);
+    s.ev[1].record(st);
+    ImageView cur = ImageView::over(s.in.get(), chain_.input());
+    StageContext ctx;
+    ctx.backend = Backend::CUDA;
+    ctx.stream = st;
+    ctx.slot = static_cast<int>(next_ % slots_.size());
+    ctx.frame_index = rec.index;
+    for (size_t i = 0; i < chain_.size(); ++i) {
+      Stage& stage = *chain_.step(i).stage;
+      if (!stage.passthrough()) {
+        ImageView dst = ImageView::over(s.bufs[i].get(), chain_.step(i).out);
+        stage.run_cuda(cur, dst, ctx);
+        cur = dst;
+      }
+      s.ev[2 + i].record(st);
+    }
+    cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, st);
+    s.ev.back().record(st);
+    s.frame_in = std::move(in);
+    s.frame_out = std::move(out);
+    s.rec = std::move(rec);
+    s.busy = true;
+    ++next_;
+  }
+  void flush() override {
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      Slot& s = *slots_[(next_ + k) % slots_.size()];
+      if (s.busy) complete(s);
+    }
+  }
+
+ private:
+  struct Slot {
+    cuda::Stream stream;
+    std::vector<cuda::Event> ev;
+    cuda::DeviceBuffer in;
+    std::vector<cuda::DeviceBuffer> bufs;
+    FramePtr frame_in, frame_out;
+    FrameRecord rec;
+    bool busy = false;
+  };
+  static void cudaStreamSynchronizeNoThrow(cuda::StreamHandle s) {
+    try {
+      cuda::Event e;
+      e.record(s);
+      e.synchronize();
+    } catch (...) {
+    }
+  }
+  void complete(Slot& s) {
+    s.ev.back().synchronize();
+    s.rec.done_ns = now_ns();
+    s.rec.step_ms.clear();
+    for (size_t e = 0; e + 1 < s.ev.size(); ++e)
+      s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[e], s.ev[e + 1]));
+    s.frame_out->index = s.rec.index;
+    s.frame_out->capture_ns = s.rec.capture_ns;
+    s.frame_in.reset();
+    s.busy = false;
+    emit_(OutItem{std::move(s.frame_out), std::move(s.rec)});
+  }
+
+  Chain& chain_;
+  Emit emit_;
+  FramePool out_pool_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  size_t in_bytes_ = 0, out_bytes_ = 0;
+  uint64_t next_ = 0;
+};
+#endif
+
+// Blocks SIGINT/SIGTERM in this thread (and the threads it starts) for its lifetime, so
+// that the signal reaches the source thread, interrupting a blocking read there.
+class SignalMaskGuard {
+ public:
+  SignalMaskGuard() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &s, &old_);
+  }
+  ~SignalMaskGuard() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  const sigset_t& old() const { return old_; }
+
+ private:
+  sigset_t old_;
+};
+
+}  // namespace
+
+RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig& cfg) {
+  RunResult res;
+  RunReport& rep = res.report;
+  rep.backend = backend_name(cfg.backend);
+  rep.device = "CPU";
+#if VFPIPE_HAVE_CUDA
+  if (cfg.backend == Backend::CUDA) rep.device = cuda::probe().name;
+#endif
+  rep.input = src.describe();
+  rep.output = sink.describe();
+  rep.chain = chain.describe();
+  rep.input_spec = chain.input().describe();
+  rep.output_spec = chain.output().describe();
+  rep.warmup = cfg.warmup;
+  const int depth = cfg.depth < 2 ? 2 : cfg.depth;
+  rep.depth = cfg.backend == Backend::CUDA ? depth : 1;
+  rep.bytes_up = FrameLayout::of(chain.input()).payload_bytes;
+  rep.bytes_down = FrameLayout::of(chain.output()).payload_bytes;
+
+  std::mutex err_mu;
+  std::atomic<bool> failing{false};
+  auto fail = [&](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(err_mu);
+    if (!res.error) res.error = e;
+    failing = true;
+  };
+  auto stopping = [&] { return failing.load() || (cfg.stop && cfg.stop->load() != 0); };
+
+  const int qcap = cfg.queue < 1 ? 1 : cfg.queue;
+  BoundedQueue<InItem> inq(static_cast<size_t>(qcap));
+  BoundedQueue<OutItem> outq(static_cast<size_t>(qcap));
+  const bool gpu = cfg.backend == Backend::CUDA;
+  std::atomic<int64_t> frames_in{0}, dropped{0};
+
+  std::unique_ptr<Worker> worker;
+  std::optional<FramePool> in_pool;
+  auto emit = [&](OutItem&& it) { return outq.push(std::move(it)); };
+  try {
+#if VFPIPE_HAVE_CUDA
+    if (gpu)
+      worker = std::make_unique<CudaWorker>(chain, depth, qcap + 2, emit);
+#else
+    if (gpu) throw Error(ErrorKind::Gpu, "this build of vfpipe has no CUDA support");
+#endif
+    if (!gpu) worker = std::make_unique<CpuWorker>(chain, qcap + 2, emit);
+    // Enough input frames for: the queue, the frames in flight, one being read, and
+    // (CPU pass-through chains) frames forwarded to the sink queue.
+    if (!src.provides_frames()) in_pool.emplace(chain.input(), 2 * qcap + depth + 3, gpu);
+  } catch (...) {
+    res.error = std::current_exception();
+    sink.close();
+    return res;
+  }
+  rep.steps = worker->step_names();
+
+  SignalMaskGuard mask;
+  int64_t t_first = 0, t_last = 0;
+
+  std::thread sink_thread([&] {
+    bool sink_ok = true;
+    while (auto it = outq.pop()) {
+      if (!sink_ok) continue;
+      try {
+        sink.write(*it->frame);
+        it->rec.output_ns = now_ns();
+        t_last = it->rec.output_ns;
+        rep.frames.push_back(std::move(it->rec));
+        ++rep.frames_out;
+        if (cfg.progress) cfg.progress(rep.frames_out, dropped.load());
+      } catch (...) {
+        sink_ok = false;
+        fail(std::current_exception());
+        inq.abort();
+      }
+    }
+  });
+
+  std::thread source_thread([&] {
+    pthread_sigmask(SIG_SETMASK, &mask.old(), nullptr);  // receive SIGINT here
+    try {
+      int64_t n = 0;
+      while (!stopping() && (cfg.max_frames < 0 || n < cfg.max_frames)) {
+        FramePtr f;
+        if (src.provides_frames()) {
+          f = src.next_frame();
+          if (!f) break;
+        } else {
+          f = in_pool->acquire();
+          if (!src.read(*f)) break;
+        }
+        InItem item{std::move(f), n++, now_ns()};
+        if (n == 1) t_first = item.capture_ns;
+        ++frames_in;
+        if (cfg.policy == Policy::Live) {
+          int d = inq.push_keep_newest(std::move(item));
+          if (d < 0) break;
+          dropped += d;
+        } else if (!inq.push(std::move(item))) {
+          break;
+        }
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    inq.close();
+  });
+
+  try {
+    while (auto it = inq.pop()) {
+      if (failing) break;
+      FrameRecord rec;
+      rec.index = it->index;
+      rec.capture_ns = it->capture_ns;
+      worker->submit(std::move(it->frame), std::move(rec));
+    }
+    if (!failing) worker->flush();
+  } catch (...) {
+    fail(std::current_exception());
+    inq.abort();
+  }
+  inq.abort();  // frees a source blocked on a full queue after a failure
+  source_thread.join();
+  outq.close();
+  sink_thread.join();
+  worker.reset();
+  try {
+    sink.close();
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  rep.frames_in = frames_in;
+  rep.dropped = dropped;
+  rep.input_queue_high_water = inq.high_water();
+  rep.interrupted = cfg.stop && cfg.stop->load() != 0;
+  rep.wall_s = (t_last > t_first && rep.frames_out > 0) ? (t_last - t_first) / 1e9 : 0;
+  return res;
+}
+
+}  // namespace vfp

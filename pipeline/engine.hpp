@@ -1,0 +1,48 @@
+// The streaming engine (seed 003's design, generalised):
+//
+//   source thread --[bounded queue]--> GPU/CPU worker --[bounded queue]--> sink thread
+//
+// CUDA backend: `depth` slots, each with its own stream, device buffers and events.
+// Frame N is uploaded (H2D, pinned memory, cudaMemcpyAsync), run through every stage
+// and downloaded (D2H) on slot N % depth's stream, so while frame N computes, frame N+1
+// uploads and frame N-1 downloads on the other streams. Slots complete in submission
+// order, so frames come out in order. All buffers (pinned host frames, device frames,
+// intermediate stage outputs) are allocated once before the first frame.
+//
+// Policies: Batch blocks the source when the queue is full (back-pressure, nothing
+// dropped); Live keeps the newest frame and counts the ones it replaced.
+#pragma once
+#include <atomic>
+#include <exception>
+#include <functional>
+
+#include "pipeline/chain.hpp"
+#include "pipeline/source.hpp"
+#include "pipeline/stats.hpp"
+
+namespace vfp {
+
+enum class Policy { Batch, Live };
+
+struct EngineConfig {
+  Backend backend = Backend::CPU;
+  Policy policy = Policy::Batch;
+  int depth = 3;            // frames in flight on the GPU (one stream each), >= 2
+  int queue = 4;            // capacity of each inter-thread queue
+  int64_t max_frames = -1;  // stop after this many source frames (-1: until the end)
+  int warmup = 0;           // frames left out of the summary statistics
+  const std::atomic<int>* stop = nullptr;  // non-zero: finish in-flight frames and stop
+  // Called from the sink thread after each written frame.
+  std::function<void(int64_t frames_out, int64_t dropped)> progress;
+};
+
+struct RunResult {
+  RunReport report;
+  std::exception_ptr error;  // first failure (source, stage, sink); frames before it were written
+};
+
+// Runs the whole stream. The sink must already be open for chain.output(); the engine
+// closes it at the end, also after an error, so the output stays valid.
+RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig& cfg);
+
+}  // namespace vfp

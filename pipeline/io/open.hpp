@@ -1,0 +1,43 @@
+// Turns the user's -i / -o strings into sources and sinks.
+//
+// Inputs:  "-" (Y4M on stdin), "*.y4m", "synthetic=..." , "camera=0" / "/dev/video0",
+//          image sequences ("img_%04d.png", "frames/*.png"), anything else: a video file or
+//          URL opened by OpenCV.
+// Outputs: "null" (discard), "-" (Y4M on stdout), "*.y4m", "frames/%06d.png", or a video
+//          file (.mp4/.mov/.m4v: mp4v, .avi: MJPG, .mkv: FFV1, override with --codec).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "pipeline/source.hpp"
+
+namespace vfp {
+
+struct SourceOptions {
+  bool pinned = false;  // frames cached by the source go to pinned memory (CUDA backend)
+  int width = 0, height = 0;  // camera capture size request
+  double fps = 0;             // camera request / image-sequence rate
+};
+std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);
+
+struct SinkOptions {
+  std::string codec;  // fourcc; empty: by extension
+};
+std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt);
+
+class NullSink final : public Sink {
+ public:
+  std::vector<PixelFormat> accepted_formats() const override { return {}; }
+  void open(const FrameSpec&) override {}
+  void write(const HostFrame&) override { ++frames_; }
+  void close() override {}
+  std::string describe() const override { return "null"; }
+  int64_t frames() const { return frames_; }
+
+ private:
+  int64_t frames_ = 0;
+};
+
+bool have_opencv();
+
+}  // namespace vfp

@@ -1,0 +1,66 @@
+// YUV4MPEG2 (Y4M) reader and writer: the uncompressed stream format that lets vfpipe sit
+// in an ffmpeg pipe:  ffmpeg -i in.mp4 -f yuv4mpegpipe - | vfpipe run -i - -o - | ffmpeg -i - out.mp4
+// Supported: 8-bit C420jpeg/C420paldv/C420mpeg2/C420, C444 and Cmono; others are rejected
+// with a clear error. Our own reader: malformed headers or truncated frames raise
+// vfp::Error, never crash.
+#pragma once
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/source.hpp"
+
+namespace vfp {
+
+struct Y4mHeader {
+  FrameSpec spec;
+  std::string colorspace = "420jpeg";
+  char interlace = 'p';
+};
+// Parses the header line (without the trailing '\n'). Throws vfp::Error(Input).
+Y4mHeader parse_y4m_header(const std::string& line, const std::string& name);
+
+class Y4mSource final : public Source {
+ public:
+  explicit Y4mSource(const std::string& path);  // "-" reads stdin
+  ~Y4mSource() override;
+  FrameSpec spec() const override { return hdr_.spec; }
+  std::string describe() const override;
+  bool read(HostFrame& dst) override;
+
+ private:
+  size_t fill(uint8_t* dst, size_t n);  // reads up to n bytes; fewer only at EOF/interrupt
+  bool read_line(std::string* line, size_t max_len);
+  std::string path_;
+  int fd_ = -1;
+  bool own_fd_ = false;
+  Y4mHeader hdr_;
+  std::vector<uint8_t> buf_;  // read buffer
+  size_t buf_pos_ = 0, buf_len_ = 0;
+  std::vector<uint8_t> payload_;
+  int64_t frames_ = 0;
+  uint64_t offset_ = 0;  // bytes consumed, for error messages
+};
+
+class Y4mSink final : public Sink {
+ public:
+  explicit Y4mSink(const std::string& path);  // "-" writes stdout
+  ~Y4mSink() override;
+  std::vector<PixelFormat> accepted_formats() const override {
+    return {PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::GRAY8};
+  }
+  void open(const FrameSpec& spec) override;
+  void write(const HostFrame& f) override;
+  void close() override;
+  std::string describe() const override;
+
+ private:
+  void put(const void* p, size_t n);
+  std::string path_;
+  FILE* f_ = nullptr;
+  bool own_ = false;
+  std::vector<uint8_t> payload_;
+};
+
+}  // namespace vfp

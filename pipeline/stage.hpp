@@ -1,0 +1,100 @@
+// The stage interface. A stage is one parameter set (Options, validated against its
+// OptionSpecs), one CPU reference implementation and, optionally, one CUDA implementation.
+// The engine knows stages only through this interface and the registry.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/frame.hpp"
+
+struct CUstream_st;
+
+namespace vfp {
+
+enum class Backend { CPU, CUDA };
+const char* backend_name(Backend b);
+
+struct OptionSpec {
+  enum class Type { Int, Float, String, Choice, Bool };
+  std::string name;
+  Type type = Type::String;
+  std::string default_value;  // textual; "" means "unset" for String options
+  std::string help;
+  double min = 0, max = 0;             // inclusive range for Int/Float
+  std::vector<std::string> choices;    // Choice values
+  std::vector<std::string> aliases;    // other accepted keys (ffmpeg spellings)
+};
+
+// Validated option values of one stage instance, by canonical option name.
+class Options {
+ public:
+  void set(const std::string& name, const std::string& value, bool explicit_value);
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  bool is_explicit(const std::string& name) const;  // given by the user, not a default
+  const std::string& str(const std::string& name) const;
+  long long integer(const std::string& name) const;
+  double number(const std::string& name) const;
+  bool flag(const std::string& name) const;
+  const std::map<std::string, std::string>& all() const { return values_; }
+  std::string to_string() const;  // "key=value:key=value" of explicit values
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::map<std::string, bool> explicit_;
+};
+
+// What a stage's process call gets besides the images.
+struct StageContext {
+  Backend backend = Backend::CPU;
+  CUstream_st* stream = nullptr;  // the slot's CUDA stream (CUDA backend)
+  int slot = 0;                   // in-flight slot index, for per-slot resources
+  int64_t frame_index = 0;
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  // Checks the input and returns the output spec. Throws vfp::Error (Input) if the input
+  // format or size is not supported. Called once before streaming.
+  virtual FrameSpec configure(const FrameSpec& in) = 0;
+  // Allocates backend resources for `slots` frames in flight. Called after configure.
+  virtual void prepare(Backend backend, int slots) {
+    (void)backend;
+    (void)slots;
+  }
+  // True when the output equals the input: the engine then forwards the buffer untouched.
+  virtual bool passthrough() const { return false; }
+  virtual bool has_cuda() const { return false; }
+
+  // in and out never alias. Images are in host memory (CPU) or device memory (CUDA).
+  virtual void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) = 0;
+  virtual void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx);
+
+  // Name shown in reports and summaries, e.g. "format(yuv420p)".
+  virtual std::string label() const { return name_; }
+  const std::string& name() const { return name_; }
+  void set_name(const std::string& n) { name_ = n; }
+
+ private:
+  std::string name_;
+};
+
+struct StageInfo {
+  std::string name;
+  std::vector<std::string> aliases;
+  std::string summary;      // one line for `vfpipe filters`
+  std::string description;  // a paragraph for `vfpipe filters NAME`
+  std::vector<OptionSpec> options;
+  // Accepted input formats in order of preference; the chain builder inserts a format
+  // conversion before the stage when its input is not in this list.
+  std::vector<PixelFormat> formats;
+  bool cuda = false;
+  std::vector<std::string> examples;
+  std::function<std::unique_ptr<Stage>(const Options&)> create;
+};
+
+}  // namespace vfp

@@ -1,0 +1,53 @@
+// Per-frame timing records and their summaries. The engine fills one FrameRecord per
+// frame that reaches the sink; the summary and JSON report are computed from them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vfp {
+
+struct FrameRecord {
+  int64_t index = 0;       // source frame number
+  int64_t capture_ns = 0;  // host steady clock: source produced the frame
+  int64_t submit_ns = 0;   // handed to the backend (upload enqueued)
+  int64_t done_ns = 0;     // backend finished (download complete)
+  int64_t output_ns = 0;   // sink finished writing
+  std::vector<float> step_ms;  // GPU (CUDA events) or CPU time of each step, see RunReport::steps
+};
+
+struct Summary {
+  size_t count = 0;
+  double min = 0, mean = 0, p50 = 0, p90 = 0, p95 = 0, p99 = 0, max = 0;
+};
+
+// Percentiles use linear interpolation between closest ranks (numpy's default):
+// p-th percentile of sorted x[0..n-1] = x[k] + (x[k+1]-x[k])*f with k+f = p/100*(n-1).
+Summary summarize(std::vector<double> values);
+double percentile_sorted(const std::vector<double>& sorted, double p);
+
+struct RunReport {
+  std::string backend;      // "cuda" or "cpu"
+  std::string device;       // GPU name or "CPU"
+  std::string input, output, filters, chain;
+  std::string input_spec, output_spec;
+  std::vector<std::string> steps;  // names of FrameRecord::step_ms entries
+  std::vector<FrameRecord> frames;
+  int64_t frames_in = 0;    // read from the source
+  int64_t frames_out = 0;   // written to the sink
+  int64_t dropped = 0;      // live policy: frames replaced by newer ones before processing
+  double wall_s = 0;        // first capture to last output
+  int warmup = 0;           // records skipped in the statistics
+  int depth = 0;            // frames in flight
+  bool interrupted = false;
+  size_t input_queue_high_water = 0;
+  size_t bytes_up = 0, bytes_down = 0;  // per frame
+
+  double fps() const { return wall_s > 0 ? frames_out / wall_s : 0; }
+  Summary step_summary(size_t i) const;
+  Summary latency_summary() const;  // capture -> output, ms
+  std::string text() const;         // the human summary table
+  std::string json(bool per_frame) const;
+};
+
+}  // namespace vfp
