@@ -248,13 +248,22 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
   rep.bytes_down = FrameLayout::of(chain.output()).payload_bytes;
 
   std::mutex err_mu;
-  std::atomic<bool> failing{false};
+  // A source failure ends the input but the frames already read are still processed and
+  // written ("loses nothing"); a stage or sink failure stops everything.
+  std::atomic<bool> failing{false}, source_failed{false};
   auto fail = [&](std::exception_ptr e) {
     std::lock_guard<std::mutex> lk(err_mu);
     if (!res.error) res.error = e;
     failing = true;
   };
-  auto stopping = [&] { return failing.load() || (cfg.stop && cfg.stop->load() != 0); };
+  auto fail_source = [&](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(err_mu);
+    if (!res.error) res.error = e;
+    source_failed = true;
+  };
+  auto stopping = [&] {
+    return failing.load() || source_failed.load() || (cfg.stop && cfg.stop->load() != 0);
+  };
 
   const int qcap = cfg.queue < 1 ? 1 : cfg.queue;
   BoundedQueue<InItem> inq(static_cast<size_t>(qcap));
@@ -319,6 +328,10 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
           if (!src.read(*f)) break;
         }
         InItem item{std::move(f), n++, now_ns()};
+        if (!src.provides_frames()) {  // pool frames are ours alone: stamp them
+          item.frame->index = item.index;
+          item.frame->capture_ns = item.capture_ns;
+        }
         if (n == 1) t_first = item.capture_ns;
         ++frames_in;
         if (cfg.policy == Policy::Live) {
@@ -330,7 +343,7 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
         }
       }
     } catch (...) {
-      fail(std::current_exception());
+      fail_source(std::current_exception());
     }
     inq.close();
   });

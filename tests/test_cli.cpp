@@ -1,0 +1,178 @@
+// End-to-end runs of the vfpipe binary.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <filesystem>
+#include <sstream>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "pipeline/io/open.hpp"
+#include "pipeline/io/y4m.hpp"
+#include "test_util.hpp"
+
+using namespace vfp;
+using namespace vfp::test;
+
+namespace {
+const std::string kBin = VFPIPE_BIN;
+std::string data(const std::string& n) { return std::string(VFPIPE_TEST_DATA) + "/" + n; }
+bool have_ffmpeg() { return run_cmd("ffmpeg -version").rc == 0; }
+}  // namespace
+
+TEST(Cli, HelpTeachesAndExitsZero) {
+  CmdResult r = run_cmd(kBin + " --help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("Examples:"), std::string::npos);
+  r = run_cmd(kBin + " run --help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("--filters"), std::string::npos);
+  EXPECT_NE(r.out.find("yuv4mpegpipe"), std::string::npos);
+  EXPECT_EQ(run_cmd(kBin).rc, 2);                       // no subcommand
+  EXPECT_EQ(run_cmd(kBin + " run --bogus").rc, 2);
+  EXPECT_EQ(run_cmd(kBin + " run -i x --device gpu").rc, 2);
+}
+
+TEST(Cli, FiltersListsStagesAndOptions) {
+  CmdResult r = run_cmd(kBin + " filters");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("null"), std::string::npos);
+  EXPECT_NE(r.out.find("format"), std::string::npos);
+  r = run_cmd(kBin + " filters format");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("pix_fmts"), std::string::npos);
+  EXPECT_EQ(run_cmd(kBin + " filters nosuch").rc, 2);
+  EXPECT_EQ(run_cmd(kBin + " filters synthetic").rc, 0);
+  EXPECT_EQ(run_cmd(kBin + " info").rc, 0);
+}
+
+TEST(Cli, InvalidFilterStringPointsAtTheCharacter) {
+  CmdResult r = run_cmd(kBin + " run -i synthetic -f 'null,format=pix_fmts=gray|nv13'");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("unsupported pixel format 'nv13'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  null,format=pix_fmts=gray|nv13\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n" + std::string(2 + 21, ' ') + "^^^^^^^^^"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BadInputsGiveOneClearErrorAndNonZeroExit) {
+  struct Case {
+    std::string args, expect;
+    int rc;
+  };
+  std::string trunc = tmp_path("trunc.y4m");
+  {
+    std::ifstream in(data("testsrc2_67x45_yuv420p.y4m"), std::ios::binary);
+    std::string s((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(trunc, std::ios::binary) << s.substr(0, s.size() - 1000);
+  }
+  std::string out_trunc = tmp_path("out_trunc.y4m");
+  for (const Case& c : std::vector<Case>{
+           {"-i /no/such/file.mp4", "not found", 1},
+           {"-i /no/such/file.y4m", "cannot open input", 1},
+           {"-i synthetic=size=0x0", "invalid frame size 0x0", 1},
+           {"-i synthetic -o /no/such/dir/out.y4m", "cannot open output", 1},
+           {"-i synthetic --pix-fmt nv12", "unsupported pixel format 'nv12'", 2},
+           {"-i " + data("testsrc2_67x45_yuv420p.y4m") + " -o x.y4m --pix-fmt rgb24", "cannot take pixel format", 2},
+           {"-i " + trunc + " -o " + out_trunc, "truncated Y4M: frame 4", 1},
+       }) {
+    CmdResult r = run_cmd(kBin + " run --no-progress " + c.args);
+    EXPECT_EQ(r.rc, c.rc) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  }
+  // The frames before the truncation were written and the file is complete.
+  Y4mSource partial(out_trunc);
+  HostFrame f(partial.spec(), false);
+  int n = 0;
+  while (partial.read(f)) ++n;
+  EXPECT_EQ(n, 4);
+  std::remove(trunc.c_str());
+  std::remove(out_trunc.c_str());
+}
+
+TEST(Cli, RunWritesOutputSummaryAndReport) {
+  std::string out = tmp_path("run.y4m"), rep = tmp_path("report.json");
+  CmdResult r = run_cmd(kBin + " run --device cpu -i 'synthetic=size=96x64:frames=20:noise=gauss' "
+                        "-f 'format=gray,null' -o " + out + " --report " + rep + " --report-frames");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("20 frames in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("format(yuv420p->gray)"), std::string::npos);
+  EXPECT_NE(r.out.find("end-to-end"), std::string::npos);
+  Y4mSource s(out);
+  EXPECT_EQ(s.spec().format, PixelFormat::GRAY8);
+  std::ifstream rf(rep);
+  auto j = nlohmann::json::parse(rf);
+  EXPECT_EQ(j["frames_out"], 20);
+  EXPECT_EQ(j["frames"].size(), 20u);
+  EXPECT_EQ(j["backend"], "cpu");
+  std::remove(out.c_str());
+  std::remove(rep.c_str());
+}
+
+TEST(Cli, Y4mThroughStdinAndStdout) {
+  std::string out = tmp_path("pipe.y4m");
+  CmdResult r = run_cmd("cat " + data("testsrc2_67x45_yuv444p.y4m") + " | " + kBin +
+                        " run -q -i - -f null -o - > " + out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream a(data("testsrc2_67x45_yuv444p.y4m"), std::ios::binary), b(out, std::ios::binary);
+  std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_EQ(sa.substr(sa.find('\n')), sb.substr(sb.find('\n')));  // same frames
+  std::remove(out.c_str());
+}
+
+TEST(Cli, ComposesWithFfmpegPipes) {
+  if (!have_ffmpeg()) GTEST_SKIP() << "ffmpeg not installed";
+  std::string out = tmp_path("ff.mkv");
+  // ffmpeg -> vfpipe -> ffmpeg, then compare frame checksums of input and output.
+  std::string src = "-f lavfi -i testsrc2=size=161x91:rate=25 -frames:v 15 -pix_fmt yuv420p";
+  CmdResult r = run_cmd("ffmpeg -v error " + src + " -f yuv4mpegpipe - | " + kBin +
+                        " run -q -i - -f null -o - | ffmpeg -v error -y -i - -c:v ffv1 " + out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  CmdResult a = run_cmd("ffmpeg -v error " + src + " -f framemd5 -");
+  CmdResult b = run_cmd("ffmpeg -v error -i " + out + " -f framemd5 -");
+  auto hashes = [](const std::string& s) {
+    std::vector<std::string> h;
+    std::istringstream in(s);
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty() && line[0] != '#') h.push_back(line.substr(line.rfind(',') + 1));
+    return h;
+  };
+  EXPECT_EQ(hashes(a.out).size(), 15u);
+  EXPECT_EQ(hashes(a.out), hashes(b.out));
+  std::remove(out.c_str());
+}
+
+TEST(Cli, SigintFinishesAndLeavesAPlayableFile) {
+  std::string out = have_opencv() ? tmp_path("sigint.mp4") : tmp_path("sigint.y4m");
+  std::string log = tmp_path("sigint.log");
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(kBin.c_str(), kBin.c_str(), "run", "--device", "cpu", "--no-progress", "-i",
+          "synthetic=size=160x120:frames=0:realtime=1:rate=50", "-o", out.c_str(), nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 130);
+  std::ifstream lf(log);
+  std::string text((std::istreambuf_iterator<char>(lf)), {});
+  EXPECT_NE(text.find("stopped by signal 2"), std::string::npos) << text;
+  auto src = open_source(out, {});
+  HostFrame f(src->spec(), false);
+  int n = 0;
+  while (src->read(f)) ++n;
+  EXPECT_GT(n, 10);  // ~40 frames at 50 fps in 0.8 s
+  std::remove(out.c_str());
+  std::remove(log.c_str());
+}

@@ -1,0 +1,140 @@
+#include <gtest/gtest.h>
+
+#include "stages/convert.hpp"
+#include "stages/convert_ops.hpp"
+#include "test_util.hpp"
+
+using namespace vfp;
+
+namespace {
+const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,
+                            PixelFormat::BGR24, PixelFormat::RGB24};
+
+std::unique_ptr<HostFrame> solid_bgr(int w, int h, uint8_t b, uint8_t g, uint8_t r) {
+  auto f = std::make_unique<HostFrame>(FrameSpec{PixelFormat::BGR24, w, h, {25, 1}}, false);
+  ImageView v = f->view();
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      v.row(0, y)[3 * x] = b;
+      v.row(0, y)[3 * x + 1] = g;
+      v.row(0, y)[3 * x + 2] = r;
+    }
+  return f;
+}
+}  // namespace
+
+TEST(Convert, KnownBt601Values) {
+  EXPECT_EQ(conv::rgb_to_y(0, 0, 0), 16);
+  EXPECT_EQ(conv::rgb_to_y(255, 255, 255), 235);
+  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_u_num(255, 255, 255), 1), 128);
+  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_v_num(0, 0, 0), 1), 128);
+  // Pure red: Y=82, U=90, V=240 (the classic BT.601 studio-range values).
+  EXPECT_EQ(conv::rgb_to_y(255, 0, 0), 82);
+  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_u_num(255, 0, 0), 1), 90);
+  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_v_num(255, 0, 0), 1), 240);
+  int r, g, b;
+  conv::yuv_to_rgb(235, 128, 128, r, g, b);
+  EXPECT_EQ(r, 255);
+  EXPECT_EQ(g, 255);
+  EXPECT_EQ(b, 255);
+  conv::yuv_to_rgb(16, 128, 128, r, g, b);
+  EXPECT_EQ(r + g + b, 0);
+  EXPECT_EQ(conv::floor_div(-1, 256), -1);
+  EXPECT_EQ(conv::floor_div(255, 256), 0);
+}
+
+TEST(Convert, SolidColourToYuv420OnOddSize) {
+  auto src = solid_bgr(3, 7, 0, 0, 255);
+  HostFrame dst({PixelFormat::YUV420P, 3, 7, {25, 1}}, false);
+  convert_cpu(src->view(), dst.view());
+  ImageView v = dst.view();
+  for (int y = 0; y < 7; ++y)
+    for (int x = 0; x < 3; ++x) EXPECT_EQ(v.row(0, y)[x], 82);
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 2; ++x) {
+      EXPECT_EQ(v.row(1, y)[x], 90);
+      EXPECT_EQ(v.row(2, y)[x], 240);
+    }
+}
+
+TEST(Convert, ChromaDownsampleAveragesExistingSamples) {
+  // 3x3 yuv444p with distinct chroma; the 4:2:0 edge samples average only what exists.
+  HostFrame s({PixelFormat::YUV444P, 3, 3, {25, 1}}, false);
+  ImageView v = s.view();
+  int u[3][3] = {{10, 20, 30}, {40, 50, 60}, {70, 80, 91}};
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 3; ++x) {
+      v.row(0, y)[x] = static_cast<uint8_t>(100 + x);
+      v.row(1, y)[x] = static_cast<uint8_t>(u[y][x]);
+      v.row(2, y)[x] = 128;
+    }
+  HostFrame d({PixelFormat::YUV420P, 3, 3, {25, 1}}, false);
+  convert_cpu(s.view(), d.view());
+  ImageView o = d.view();
+  EXPECT_EQ(o.row(1, 0)[0], (10 + 20 + 40 + 50 + 2) / 4);
+  EXPECT_EQ(o.row(1, 0)[1], (30 + 60 + 1) / 2);
+  EXPECT_EQ(o.row(1, 1)[0], (70 + 80 + 1) / 2);
+  EXPECT_EQ(o.row(1, 1)[1], 91);
+  EXPECT_EQ(o.row(0, 2)[2], 102);
+}
+
+TEST(Convert, LosslessRoundTrips) {
+  for (auto [w, h] : {std::pair{1, 1}, {3, 7}, {2, 2}, {17, 9}, {64, 33}}) {
+    // yuv420p -> yuv444p -> yuv420p, gray -> yuv* -> gray, bgr <-> rgb are exact.
+    FrameSpec s420{PixelFormat::YUV420P, w, h, {25, 1}};
+    HostFrame a(s420, false), b({PixelFormat::YUV444P, w, h, {25, 1}}, false), c(s420, false);
+    test::fill_random(a, 11);
+    convert_cpu(a.view(), b.view());
+    convert_cpu(b.view(), c.view());
+    EXPECT_TRUE(a.same_pixels(c)) << w << "x" << h;
+
+    FrameSpec sg{PixelFormat::GRAY8, w, h, {25, 1}};
+    HostFrame g(sg, false), g2(sg, false);
+    test::fill_random(g, 5);
+    for (PixelFormat mid : {PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::BGR24}) {
+      HostFrame m({mid, w, h, {25, 1}}, false);
+      convert_cpu(g.view(), m.view());
+      convert_cpu(m.view(), g2.view());
+      if (mid == PixelFormat::BGR24) {
+        // gray -> RGB replicates, RGB -> gray uses 77+150+29 = 256: exact.
+        EXPECT_TRUE(g.same_pixels(g2)) << "via bgr " << w << "x" << h;
+      } else {
+        EXPECT_TRUE(g.same_pixels(g2)) << "via " << pix_fmt_name(mid);
+      }
+    }
+
+    HostFrame bgr({PixelFormat::BGR24, w, h, {25, 1}}, false), rgb({PixelFormat::RGB24, w, h, {25, 1}}, false),
+        bgr2({PixelFormat::BGR24, w, h, {25, 1}}, false);
+    test::fill_random(bgr, 9);
+    convert_cpu(bgr.view(), rgb.view());
+    EXPECT_EQ(rgb.view().row(0, 0)[0], bgr.view().row(0, 0)[2]);
+    convert_cpu(rgb.view(), bgr2.view());
+    EXPECT_TRUE(bgr.same_pixels(bgr2));
+  }
+}
+
+TEST(Convert, RgbYuvRgbErrorIsSmall) {
+  // Limited-range YUV loses a little precision; the round trip stays within 3 levels
+  // for in-gamut colours (pure 4:4:4, no chroma subsampling).
+  HostFrame a({PixelFormat::RGB24, 64, 64, {25, 1}}, false), m({PixelFormat::YUV444P, 64, 64, {25, 1}}, false),
+      b({PixelFormat::RGB24, 64, 64, {25, 1}}, false);
+  test::fill_random(a, 21);
+  convert_cpu(a.view(), m.view());
+  convert_cpu(m.view(), b.view());
+  int worst = 0;
+  for (int y = 0; y < 64; ++y)
+    for (int x = 0; x < 64 * 3; ++x)
+      worst = std::max(worst, std::abs(a.view().row(0, y)[x] - b.view().row(0, y)[x]));
+  EXPECT_LE(worst, 3);
+}
+
+TEST(Convert, EveryPairRunsOnEveryOddSize) {
+  for (PixelFormat sf : kAll)
+    for (PixelFormat df : kAll)
+      for (auto [w, h] : {std::pair{1, 1}, {3, 7}, {8, 1}, {1, 5}}) {
+        HostFrame s({sf, w, h, {25, 1}}, false), d({df, w, h, {25, 1}}, false);
+        test::fill_random(s, 1);
+        EXPECT_NO_THROW(convert_cpu(s.view(), d.view()));
+        if (sf == df) EXPECT_TRUE(s.same_pixels(d)) << pix_fmt_name(sf);
+      }
+}

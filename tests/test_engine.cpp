@@ -1,0 +1,168 @@
+// The engine on the CPU backend: ordering, no loss in batch mode, back-pressure, drop
+// counting in live mode, errors and stop requests. (The CUDA backend runs the same
+// scenarios in test_gpu.cpp.)
+#include <gtest/gtest.h>
+
+#include "pipeline/engine.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/filter_parser.hpp"
+#include "stages/convert.hpp"
+#include "test_util.hpp"
+
+using namespace vfp;
+using namespace vfp::test;
+
+namespace {
+RunResult run(Source& src, Sink& sink, const std::string& filters, EngineConfig cfg,
+              std::vector<PixelFormat> sink_formats = {}) {
+  Chain chain = Chain::build(build_stages(filters), src.spec(), sink_formats);
+  sink.open(chain.output());
+  return run_pipeline(src, chain, sink, cfg);
+}
+const FrameSpec kSpec{PixelFormat::YUV420P, 33, 17, {25, 1}};
+}  // namespace
+
+TEST(Engine, BatchKeepsOrderAndLosesNothing) {
+  for (const char* filters : {"", "null", "format=yuv444p,format=yuv420p", "null,null"}) {
+    TestSource src(kSpec, 200);
+    CaptureSink sink(0, false);
+    EngineConfig cfg;
+    cfg.queue = 2;
+    RunResult r = run(src, sink, filters, cfg);
+    ASSERT_FALSE(r.error) << filters;
+    ASSERT_EQ(sink.stamps.size(), 200u) << filters;
+    for (uint32_t i = 0; i < 200; ++i) {
+      ASSERT_EQ(sink.stamps[i], i) << filters;
+      ASSERT_EQ(sink.indices[i], i);
+    }
+    EXPECT_EQ(r.report.frames_in, 200);
+    EXPECT_EQ(r.report.frames_out, 200);
+    EXPECT_EQ(r.report.dropped, 0);
+    EXPECT_EQ(sink.closes, 1);
+  }
+}
+
+TEST(Engine, StagesProduceTheReferenceResult) {
+  TestSource src(kSpec, 5);
+  CaptureSink sink;
+  RunResult r = run(src, sink, "format=rgb24", EngineConfig{});
+  ASSERT_FALSE(r.error);
+  ASSERT_EQ(sink.frames.size(), 5u);
+  TestSource again(kSpec, 5);
+  for (int i = 0; i < 5; ++i) {
+    HostFrame in(kSpec, false), want({PixelFormat::RGB24, 33, 17, {25, 1}}, false);
+    ASSERT_TRUE(again.read(in));
+    convert_cpu(in.view(), want.view());
+    EXPECT_TRUE(sink.frames[i]->same_pixels(want)) << i;
+  }
+}
+
+TEST(Engine, BackPressureBlocksTheSourceInBatchMode) {
+  // A slow sink: the source must wait, never drop; queues never exceed their capacity.
+  TestSource src(kSpec, 40);
+  CaptureSink sink(3000, false);
+  EngineConfig cfg;
+  cfg.queue = 3;
+  RunResult r = run(src, sink, "null", cfg);
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(sink.stamps.size(), 40u);
+  EXPECT_EQ(r.report.dropped, 0);
+  EXPECT_LE(r.report.input_queue_high_water, 3u);
+  EXPECT_EQ(r.report.input_queue_high_water, 3u);  // it did fill up: the source was waiting
+}
+
+TEST(Engine, LivePolicyKeepsNewestAndCountsDrops) {
+  TestSource src(kSpec, 300);       // as fast as possible
+  CaptureSink sink(2000, false);    // 2 ms per frame
+  EngineConfig cfg;
+  cfg.policy = Policy::Live;
+  cfg.queue = 2;
+  RunResult r = run(src, sink, "null", cfg);
+  ASSERT_FALSE(r.error);
+  EXPECT_GT(r.report.dropped, 0);
+  EXPECT_EQ(r.report.frames_in, 300);
+  EXPECT_EQ(r.report.frames_out + r.report.dropped, 300);
+  EXPECT_EQ(static_cast<int64_t>(sink.stamps.size()), r.report.frames_out);
+  for (size_t i = 1; i < sink.stamps.size(); ++i) ASSERT_LT(sink.stamps[i - 1], sink.stamps[i]);
+  EXPECT_EQ(sink.stamps.back(), 299u);  // the newest frame always gets through
+}
+
+TEST(Engine, SourceErrorKeepsFramesBeforeItAndClosesTheSink) {
+  TestSource src(kSpec, 50);
+  src.fail_at_ = 20;
+  CaptureSink sink(0, false);
+  RunResult r = run(src, sink, "null", EngineConfig{});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(sink.stamps.size(), 20u);
+  EXPECT_EQ(sink.closes, 1);
+  try {
+    std::rethrow_exception(r.error);
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "test source failure");
+  }
+}
+
+TEST(Engine, SinkErrorStopsTheRun) {
+  TestSource src(kSpec, 1000);
+  CaptureSink sink(0, false);
+  sink.fail_at = 10;
+  RunResult r = run(src, sink, "null", EngineConfig{});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(sink.stamps.size(), 10u);
+  EXPECT_LT(r.report.frames_in, 1000);
+  EXPECT_EQ(sink.closes, 1);
+}
+
+TEST(Engine, StopFlagFinishesCleanly) {
+  TestSource src(kSpec, 1000000, 200);
+  CaptureSink sink(0, false);
+  std::atomic<int> stop{0};
+  EngineConfig cfg;
+  cfg.stop = &stop;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop = 2;
+  });
+  RunResult r = run(src, sink, "null", cfg);
+  t.join();
+  ASSERT_FALSE(r.error);
+  EXPECT_TRUE(r.report.interrupted);
+  EXPECT_GT(sink.stamps.size(), 0u);
+  EXPECT_EQ(static_cast<int64_t>(sink.stamps.size()), r.report.frames_in);  // nothing in flight lost
+  EXPECT_EQ(sink.closes, 1);
+}
+
+TEST(Engine, MaxFramesAndTimingRecords) {
+  TestSource src(kSpec, 100);
+  CaptureSink sink(0, false);
+  EngineConfig cfg;
+  cfg.max_frames = 7;
+  RunResult r = run(src, sink, "format=gray", cfg);
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.report.frames_out, 7);
+  ASSERT_EQ(r.report.steps.size(), 1u);
+  EXPECT_EQ(r.report.steps[0], "format(yuv420p->gray)");
+  for (const auto& f : r.report.frames) {
+    EXPECT_LE(f.capture_ns, f.submit_ns);
+    EXPECT_LE(f.submit_ns, f.done_ns);
+    EXPECT_LE(f.done_ns, f.output_ns);
+    EXPECT_EQ(f.step_ms.size(), 1u);
+  }
+}
+
+TEST(Chain, InsertsConversionsForTheSink) {
+  Chain c = Chain::build(build_stages("null"), {PixelFormat::BGR24, 9, 9, {25, 1}},
+                         {PixelFormat::YUV420P, PixelFormat::GRAY8});
+  EXPECT_EQ(c.output().format, PixelFormat::YUV420P);
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_TRUE(c.step(1).inserted);
+  Chain forced = Chain::build(build_stages(""), {PixelFormat::BGR24, 9, 9, {25, 1}},
+                              {PixelFormat::YUV420P, PixelFormat::GRAY8}, PixelFormat::GRAY8);
+  EXPECT_EQ(forced.output().format, PixelFormat::GRAY8);
+  EXPECT_THROW(Chain::build(build_stages(""), {PixelFormat::BGR24, 9, 9, {25, 1}},
+                            {PixelFormat::YUV420P}, PixelFormat::RGB24),
+               Error);
+  Chain same = Chain::build(build_stages(""), {PixelFormat::GRAY8, 9, 9, {25, 1}},
+                            {PixelFormat::YUV420P, PixelFormat::GRAY8});
+  EXPECT_EQ(same.size(), 0u);
+}

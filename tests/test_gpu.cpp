@@ -1,0 +1,201 @@
+// GPU tests: the CUDA path must equal the CPU reference bit for bit. Skipped where no
+// GPU is usable (CI); on the device they must run (scripts/device-test.sh).
+#include <gtest/gtest.h>
+
+#include "pipeline/engine.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/filter_parser.hpp"
+#include "stages/convert.hpp"
+#include "test_util.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "cuda/kernels.hpp"
+#include "cuda/runtime.hpp"
+#endif
+
+using namespace vfp;
+using namespace vfp::test;
+
+#if VFPIPE_HAVE_CUDA
+#define REQUIRE_GPU()                                                              \
+  do {                                                                             \
+    if (!cuda::probe().usable) GTEST_SKIP() << "no usable GPU: " << cuda::probe().reason; \
+  } while (0)
+
+namespace {
+const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,
+                            PixelFormat::BGR24, PixelFormat::RGB24};
+
+// Uploads, runs fn on the device, downloads into `out`.
+void on_device(const HostFrame& in, HostFrame& out,
+               const std::function<void(const ImageView&, const ImageView&, cuda::StreamHandle)>& fn) {
+  cuda::Stream s;
+  cuda::DeviceBuffer din(in.layout().total_bytes), dout(out.layout().total_bytes);
+  cuda::memset_async(dout.get(), 0xAB, dout.size(), s.get());
+  cuda::memcpy_h2d_async(din.get(), in.data(), in.layout().total_bytes, s.get());
+  fn(ImageView::over(din.get(), in.spec()), ImageView::over(dout.get(), out.spec()), s.get());
+  cuda::memcpy_d2h_async(out.data(), dout.get(), out.layout().total_bytes, s.get());
+  s.synchronize();
+}
+
+RunResult run_engine(Backend b, const std::string& src_spec_filters, const FrameSpec& spec,
+                     int64_t frames, int depth, CaptureSink& sink, const std::string& filters) {
+  (void)src_spec_filters;
+  TestSource src(spec, frames);
+  Chain chain = Chain::build(build_stages(filters), spec, {});
+  sink.open(chain.output());
+  EngineConfig cfg;
+  cfg.backend = b;
+  cfg.depth = depth;
+  return run_pipeline(src, chain, sink, cfg);
+}
+}  // namespace
+
+TEST(Gpu, DeviceIsUsable) {
+  REQUIRE_GPU();
+  EXPECT_FALSE(cuda::probe().name.empty());
+  EXPECT_GE(cuda::probe().cc_major, 7);
+}
+
+TEST(Gpu, ConvertMatchesCpuForEveryPairAndSize) {
+  REQUIRE_GPU();
+  const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {2, 2}, {17, 9}, {640, 480}, {1921, 1081}};
+  for (PixelFormat sf : kAll)
+    for (PixelFormat df : kAll)
+      for (auto [w, h] : sizes) {
+        FrameSpec ss{sf, w, h, {25, 1}}, ds{df, w, h, {25, 1}};
+        HostFrame in(ss, false), want(ds, false), got(ds, false);
+        fill_random(in, static_cast<uint32_t>(w * 31 + h));
+        convert_cpu(in.view(), want.view());
+        on_device(in, got, [](const ImageView& a, const ImageView& b, cuda::StreamHandle s) {
+          cuda::convert_async(a, b, s);
+        });
+        ASSERT_TRUE(got.same_pixels(want))
+            << pix_fmt_name(sf) << " -> " << pix_fmt_name(df) << " at " << w << "x" << h;
+      }
+}
+
+TEST(Gpu, ConvertMatchesCpuOnStructuredInput) {
+  REQUIRE_GPU();
+  // Extremes and ramps: saturated colours, black, white, gradients through every value.
+  for (PixelFormat sf : kAll)
+    for (PixelFormat df : kAll) {
+      FrameSpec ss{sf, 259, 257, {25, 1}}, ds{df, 259, 257, {25, 1}};
+      HostFrame in(ss, false), want(ds, false), got(ds, false);
+      ImageView v = in.view();
+      int bpp = is_packed_rgb(sf) ? 3 : 1;
+      for (int p = 0; p < plane_count(sf); ++p)
+        for (int y = 0; y < v.ph[p]; ++y)
+          for (int x = 0; x < v.pw[p] * bpp; ++x)
+            v.row(p, y)[x] = static_cast<uint8_t>(y < 64 ? ((x / 7) & 1) * 255 : (x + y * 3 + p * 85));
+      convert_cpu(in.view(), want.view());
+      on_device(in, got, [](const ImageView& a, const ImageView& b, cuda::StreamHandle s) {
+        cuda::convert_async(a, b, s);
+      });
+      ASSERT_TRUE(got.same_pixels(want)) << pix_fmt_name(sf) << " -> " << pix_fmt_name(df);
+    }
+}
+
+TEST(Gpu, CopyIsExact) {
+  REQUIRE_GPU();
+  for (PixelFormat f : kAll) {
+    FrameSpec s{f, 1921, 1081, {25, 1}};
+    HostFrame in(s, false), got(s, false);
+    fill_random(in, 77);
+    on_device(in, got, [](const ImageView& a, const ImageView& b, cuda::StreamHandle st) {
+      cuda::copy_image_async(a, b, st);
+    });
+    EXPECT_TRUE(got.same_pixels(in)) << pix_fmt_name(f);
+  }
+}
+
+TEST(Gpu, EngineCudaEqualsCpuFrameByFrame) {
+  REQUIRE_GPU();
+  const char* chains[] = {"", "null", "format=gray", "format=yuv444p,format=rgb24,format=yuv420p",
+                          "null,format=bgr24,null"};
+  for (const char* filters : chains)
+    for (int depth : {2, 3, 8})
+      for (FrameSpec spec : {FrameSpec{PixelFormat::YUV420P, 1921, 1081, {25, 1}},
+                             FrameSpec{PixelFormat::BGR24, 3, 7, {25, 1}},
+                             FrameSpec{PixelFormat::GRAY8, 1, 1, {25, 1}}}) {
+        CaptureSink cpu, gpu;
+        RunResult rc = run_engine(Backend::CPU, "", spec, 12, depth, cpu, filters);
+        RunResult rg = run_engine(Backend::CUDA, "", spec, 12, depth, gpu, filters);
+        ASSERT_FALSE(rc.error);
+        ASSERT_FALSE(rg.error);
+        ASSERT_EQ(gpu.frames.size(), 12u);
+        ASSERT_EQ(cpu.frames.size(), 12u);
+        for (size_t i = 0; i < 12; ++i) {
+          EXPECT_EQ(gpu.indices[i], static_cast<int64_t>(i));
+          ASSERT_TRUE(gpu.frames[i]->same_pixels(*cpu.frames[i]))
+              << "'" << filters << "' depth " << depth << " frame " << i << " " << spec.describe();
+        }
+        EXPECT_EQ(rg.report.steps.front(), "upload (H2D)");
+        EXPECT_EQ(rg.report.steps.back(), "download (D2H)");
+      }
+}
+
+TEST(Gpu, EngineKeepsOrderUnderBackPressureAndLiveDrops) {
+  REQUIRE_GPU();
+  FrameSpec spec{PixelFormat::BGR24, 640, 360, {25, 1}};
+  {
+    TestSource src(spec, 300);
+    CaptureSink sink(200, false);
+    Chain chain = Chain::build(build_stages("format=yuv420p"), spec, {});
+    sink.open(chain.output());
+    EngineConfig cfg;
+    cfg.backend = Backend::CUDA;
+    cfg.queue = 2;
+    RunResult r = run_pipeline(src, chain, sink, cfg);
+    ASSERT_FALSE(r.error);
+    ASSERT_EQ(sink.stamps.size(), 300u);
+    for (size_t i = 0; i < 300; ++i) ASSERT_EQ(sink.indices[i], static_cast<int64_t>(i));
+  }
+  {
+    TestSource src(spec, 300);
+    CaptureSink sink(2000, false);
+    Chain chain = Chain::build(build_stages("null"), spec, {});
+    sink.open(chain.output());
+    EngineConfig cfg;
+    cfg.backend = Backend::CUDA;
+    cfg.policy = Policy::Live;
+    cfg.queue = 2;
+    RunResult r = run_pipeline(src, chain, sink, cfg);
+    ASSERT_FALSE(r.error);
+    EXPECT_GT(r.report.dropped, 0);
+    EXPECT_EQ(r.report.frames_out + r.report.dropped, 300);
+    for (size_t i = 1; i < sink.indices.size(); ++i) ASSERT_LT(sink.indices[i - 1], sink.indices[i]);
+  }
+}
+
+TEST(Gpu, OutOfMemoryIsAClearError) {
+  REQUIRE_GPU();
+  try {
+    cuda::DeviceBuffer huge(size_t(1) << 50, "a test buffer");
+    FAIL() << "allocating 1 PiB succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("out of GPU memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a test buffer"), std::string::npos);
+  }
+  // The context is still fine afterwards.
+  cuda::DeviceBuffer ok(1 << 20);
+  EXPECT_NE(ok.get(), nullptr);
+}
+
+TEST(Gpu, CliRunsOnCudaAndMatchesCpu) {
+  REQUIRE_GPU();
+  std::string a = tmp_path("gpu_cli_cuda.y4m"), b = tmp_path("gpu_cli_cpu.y4m");
+  std::string common = " run --no-progress -i 'synthetic=size=1921x1081:frames=10:noise=gauss:format=bgr24' -f 'format=yuv444p,null' -o ";
+  CmdResult r1 = run_cmd(std::string(VFPIPE_BIN) + common + a + " --device cuda");
+  CmdResult r2 = run_cmd(std::string(VFPIPE_BIN) + common + b + " --device cpu");
+  ASSERT_EQ(r1.rc, 0) << r1.out;
+  ASSERT_EQ(r2.rc, 0) << r2.out;
+  EXPECT_NE(r1.out.find("backend cuda"), std::string::npos) << r1.out;
+  EXPECT_NE(r1.out.find("upload (H2D)"), std::string::npos);
+  EXPECT_EQ(run_cmd("cmp " + a + " " + b).rc, 0);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+#else
+TEST(Gpu, NotBuilt) { GTEST_SKIP() << "built without CUDA"; }
+#endif

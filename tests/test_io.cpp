@@ -1,0 +1,123 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "pipeline/engine.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/filter_parser.hpp"
+#include "pipeline/io/open.hpp"
+#include "stages/convert.hpp"
+#include "test_util.hpp"
+
+using namespace vfp;
+using namespace vfp::test;
+
+namespace {
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Io, SourceDispatchAndErrors) {
+  EXPECT_NE(error_of([] { open_source("", {}); }).find("no input"), std::string::npos);
+  EXPECT_NE(error_of([] { open_source(tmp_path("missing.mp4"), {}); }).find("not found"), std::string::npos);
+  EXPECT_NE(error_of([] { open_source(tmp_path("missing.y4m"), {}); }).find("cannot open input"), std::string::npos);
+  auto s = open_source("synthetic=size=8x8:frames=2", {});
+  EXPECT_EQ(s->spec().width, 8);
+  EXPECT_EQ(s->frame_count(), 2);
+  auto y = open_source(std::string(VFPIPE_TEST_DATA) + "/testsrc2_67x45_gray.y4m", {});
+  EXPECT_EQ(y->spec().format, PixelFormat::GRAY8);
+}
+
+TEST(Io, SinkDispatchAndErrors) {
+  EXPECT_EQ(open_sink("", {})->describe(), "null");
+  EXPECT_EQ(open_sink("null", {})->describe(), "null");
+  auto bad = open_sink("/nonexistent-dir/x.y4m", {});
+  EXPECT_NE(error_of([&] { bad->open({PixelFormat::GRAY8, 4, 4, {25, 1}}); }).find("cannot open output"),
+            std::string::npos);
+  if (have_opencv()) {
+    EXPECT_NE(error_of([] { open_sink(tmp_path("x.unknownext"), {}); }).find("unknown output type"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { open_sink(tmp_path("x_%d_%d.png"), {}); }).find("bad image pattern"),
+              std::string::npos);
+  } else {
+    EXPECT_NE(error_of([] { open_sink(tmp_path("x.mp4"), {}); }).find("needs OpenCV"), std::string::npos);
+  }
+}
+
+TEST(Io, ImageSequenceRoundTripIsLossless) {
+  if (!have_opencv()) GTEST_SKIP() << "built without OpenCV";
+  std::string dir = tmp_path("seq");
+  std::filesystem::remove_all(dir);
+  FrameSpec s{PixelFormat::BGR24, 31, 17, {25, 1}};
+  std::vector<std::unique_ptr<HostFrame>> frames;
+  {
+    auto sink = open_sink(dir + "/f_%03d.png", {});
+    sink->open(s);
+    for (int i = 0; i < 4; ++i) {
+      frames.push_back(std::make_unique<HostFrame>(s, false));
+      fill_random(*frames.back(), static_cast<uint32_t>(i));
+      sink->write(*frames.back());
+    }
+    sink->close();
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir + "/f_001.png"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/f_004.png"));
+  for (const std::string& pattern : {dir + "/f_%03d.png", dir + "/*.png"}) {
+    auto src = open_source(pattern, {});
+    EXPECT_EQ(src->spec(), s);
+    EXPECT_EQ(src->frame_count(), 4);
+    HostFrame f(s, false);
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(src->read(f));
+      EXPECT_TRUE(f.same_pixels(*frames[i])) << pattern << " " << i;
+    }
+    EXPECT_FALSE(src->read(f));
+  }
+  EXPECT_NE(error_of([&] { open_source(dir + "/none_%03d.png", {}); }).find("no image matches"), std::string::npos);
+  EXPECT_NE(error_of([&] { open_source(dir, {}); }).find("is a directory"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Io, VideoFileRoundTrip) {
+  if (!have_opencv()) GTEST_SKIP() << "built without OpenCV";
+  std::string path = tmp_path("clip.avi");
+  FrameSpec s{PixelFormat::BGR24, 64, 48, {25, 1}};
+  {
+    auto sink = open_sink(path, {});  // .avi -> MJPG
+    sink->open(s);
+    auto src = open_source("synthetic=size=64x48:frames=12:format=bgr24", {});
+    HostFrame f(s, false);
+    while (src->read(f)) sink->write(f);
+    sink->close();
+  }
+  auto src = open_source(path, {});
+  EXPECT_EQ(src->spec().width, 64);
+  EXPECT_EQ(src->spec().height, 48);
+  EXPECT_EQ(src->spec().format, PixelFormat::BGR24);
+  EXPECT_EQ(src->frame_count(), 12);
+  HostFrame f(src->spec(), false);
+  int n = 0;
+  while (src->read(f)) ++n;
+  EXPECT_EQ(n, 12);
+  std::remove(path.c_str());
+}
+
+TEST(Io, CorruptVideoIsRejected) {
+  if (!have_opencv()) GTEST_SKIP() << "built without OpenCV";
+  std::string path = tmp_path("corrupt.mp4");
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << std::string(5000, '\x42');
+  }
+  std::string msg = error_of([&] { open_source(path, {}); });
+  EXPECT_FALSE(msg.empty());
+  EXPECT_NE(msg.find(path), std::string::npos);
+  std::remove(path.c_str());
+}

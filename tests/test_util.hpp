@@ -1,0 +1,128 @@
+// Helpers shared by the tests: random frames, an in-memory source and a capturing sink,
+// and running the vfpipe binary.
+#pragma once
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline/frame.hpp"
+#include "pipeline/source.hpp"
+
+namespace vfp::test {
+
+inline void fill_random(HostFrame& f, uint32_t seed) {
+  std::mt19937 rng(seed);
+  ImageView v = f.view();
+  int bpp = is_packed_rgb(v.format) ? 3 : 1;
+  for (int p = 0; p < plane_count(v.format); ++p)
+    for (int y = 0; y < v.ph[p]; ++y)
+      for (int x = 0; x < v.pw[p] * bpp; ++x) v.row(p, y)[x] = static_cast<uint8_t>(rng());
+}
+
+// Writes the frame number into the first bytes of plane 0 (for order checks).
+inline void stamp(HostFrame& f, uint32_t n) {
+  ImageView v = f.view();
+  int bytes = v.pw[0] * (is_packed_rgb(v.format) ? 3 : 1);
+  for (int i = 0; i < 4 && i < bytes; ++i) v.row(0, 0)[i] = static_cast<uint8_t>(n >> (8 * i));
+}
+inline uint32_t read_stamp(const HostFrame& f) {
+  ImageView v = f.view();
+  uint32_t n = 0;
+  int bytes = v.pw[0] * (is_packed_rgb(v.format) ? 3 : 1);
+  for (int i = 0; i < 4 && i < bytes; ++i) n |= static_cast<uint32_t>(v.row(0, 0)[i]) << (8 * i);
+  return n;
+}
+
+// A source producing `count` frames: random content stamped with the frame number.
+class TestSource : public Source {
+ public:
+  TestSource(FrameSpec spec, int64_t count, int delay_us = 0)
+      : spec_(spec), count_(count), delay_us_(delay_us) {}
+  FrameSpec spec() const override { return spec_; }
+  std::string describe() const override { return "test"; }
+  int64_t frame_count() const override { return count_; }
+  bool read(HostFrame& dst) override {
+    if (n_ >= count_) return false;
+    if (fail_at_ >= 0 && n_ == fail_at_) throw std::runtime_error("test source failure");
+    if (delay_us_) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+    fill_random(dst, static_cast<uint32_t>(n_ * 7919 + 1));
+    stamp(dst, static_cast<uint32_t>(n_));
+    ++n_;
+    return true;
+  }
+  int64_t fail_at_ = -1;
+
+ private:
+  FrameSpec spec_;
+  int64_t count_, n_ = 0;
+  int delay_us_;
+};
+
+// Keeps a copy of every frame it receives.
+class CaptureSink : public Sink {
+ public:
+  explicit CaptureSink(int delay_us = 0, bool keep = true) : delay_us_(delay_us), keep_(keep) {}
+  std::vector<PixelFormat> accepted_formats() const override { return {}; }
+  void open(const FrameSpec& s) override { spec = s; opened = true; }
+  void write(const HostFrame& f) override {
+    if (delay_us_) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+    if (fail_at >= 0 && static_cast<int64_t>(stamps.size()) == fail_at)
+      throw std::runtime_error("test sink failure");
+    stamps.push_back(read_stamp(f));
+    indices.push_back(f.index);
+    if (keep_) {
+      frames.push_back(std::make_shared<HostFrame>(f.spec(), false));
+      ImageView s = f.view(), d = frames.back()->view();
+      int bpp = is_packed_rgb(s.format) ? 3 : 1;
+      for (int p = 0; p < plane_count(s.format); ++p)
+        for (int y = 0; y < s.ph[p]; ++y)
+          std::copy(s.row(p, y), s.row(p, y) + s.pw[p] * bpp, d.row(p, y));
+    }
+  }
+  void close() override { ++closes; }
+  std::string describe() const override { return "capture"; }
+
+  FrameSpec spec;
+  bool opened = false;
+  int closes = 0;
+  int64_t fail_at = -1;
+  std::vector<uint32_t> stamps;
+  std::vector<int64_t> indices;
+  std::vector<std::shared_ptr<HostFrame>> frames;
+
+ private:
+  int delay_us_;
+  bool keep_;
+};
+
+struct CmdResult {
+  int rc = -1;
+  std::string out;  // stdout + stderr
+};
+// Runs a shell command line, capturing stdout and stderr together.
+inline CmdResult run_cmd(const std::string& cmd) {
+  CmdResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+inline std::string tmp_path(const std::string& name) {
+  std::string dir = ::testing::TempDir();
+  if (!dir.empty() && dir.back() != '/') dir += '/';
+  return dir + "vfpipe_" + std::to_string(::getpid()) + "_" + name;
+}
+
+}  // namespace vfp::test

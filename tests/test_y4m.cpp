@@ -1,0 +1,188 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "pipeline/error.hpp"
+#include "pipeline/io/y4m.hpp"
+#include "test_util.hpp"
+
+using namespace vfp;
+using namespace vfp::test;
+
+namespace {
+std::string read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void write_file(const std::string& p, const std::string& data) {
+  std::ofstream f(p, std::ios::binary);
+  f << data;
+}
+std::string error_of(const std::string& path) {
+  try {
+    Y4mSource s(path);
+    HostFrame f(s.spec(), false);
+    while (s.read(f)) {
+    }
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Y4m, RoundTripAllFormatsAndOddSizes) {
+  for (PixelFormat fmt : {PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::GRAY8})
+    for (auto [w, h] : {std::pair{1, 1}, {3, 7}, {67, 45}}) {
+      FrameSpec s{fmt, w, h, {30000, 1001}};
+      std::string path = tmp_path("rt.y4m");
+      std::vector<std::unique_ptr<HostFrame>> frames;
+      {
+        Y4mSink sink(path);
+        sink.open(s);
+        for (int i = 0; i < 3; ++i) {
+          frames.push_back(std::make_unique<HostFrame>(s, false));
+          fill_random(*frames.back(), static_cast<uint32_t>(i + w));
+          sink.write(*frames.back());
+        }
+        sink.close();
+      }
+      Y4mSource src(path);
+      EXPECT_EQ(src.spec(), s);
+      EXPECT_EQ(src.spec().fps.num, 30000);
+      EXPECT_EQ(src.spec().fps.den, 1001);
+      HostFrame f(s, false);
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(src.read(f));
+        EXPECT_TRUE(f.same_pixels(*frames[i])) << pix_fmt_name(fmt) << " " << w << "x" << h;
+      }
+      EXPECT_FALSE(src.read(f));
+      std::remove(path.c_str());
+    }
+}
+
+TEST(Y4m, ReadsFilesWrittenByFfmpeg) {
+  struct Case {
+    const char* name;
+    PixelFormat fmt;
+  };
+  for (Case c : {Case{"yuv420p", PixelFormat::YUV420P}, Case{"yuv444p", PixelFormat::YUV444P},
+                 Case{"gray", PixelFormat::GRAY8}}) {
+    std::string base = std::string(VFPIPE_TEST_DATA) + "/testsrc2_67x45_" + c.name;
+    Y4mSource src(base + ".y4m");
+    EXPECT_EQ(src.spec().width, 67);
+    EXPECT_EQ(src.spec().height, 45);
+    EXPECT_EQ(src.spec().format, c.fmt);
+    EXPECT_EQ(src.spec().fps.num, 25);
+    std::string raw = read_file(base + ".raw");
+    HostFrame f(src.spec(), false);
+    size_t frame_bytes = f.layout().payload_bytes;
+    ASSERT_EQ(raw.size(), 5 * frame_bytes);
+    std::vector<uint8_t> packed(frame_bytes);
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(src.read(f)) << c.name << " frame " << i;
+      f.store_packed(packed.data());
+      EXPECT_EQ(0, std::memcmp(packed.data(), raw.data() + i * frame_bytes, frame_bytes))
+          << c.name << " frame " << i;
+    }
+    EXPECT_FALSE(src.read(f));
+  }
+}
+
+TEST(Y4m, WritesWhatFfmpegWrites) {
+  // Our writer's frames for ffmpeg's own yuv420p file must equal that file's payload.
+  std::string in = std::string(VFPIPE_TEST_DATA) + "/testsrc2_67x45_yuv420p.y4m";
+  std::string out = tmp_path("copy.y4m");
+  {
+    Y4mSource src(in);
+    Y4mSink sink(out);
+    sink.open(src.spec());
+    HostFrame f(src.spec(), false);
+    while (src.read(f)) sink.write(f);
+    sink.close();
+  }
+  std::string a = read_file(in), b = read_file(out);
+  std::string payload_a = a.substr(a.find('\n') + 1), payload_b = b.substr(b.find('\n') + 1);
+  EXPECT_EQ(payload_a, payload_b);
+  EXPECT_EQ(b.rfind("YUV4MPEG2 W67 H45 F25:1 Ip A1:1 C420jpeg", 0), 0u);
+  std::remove(out.c_str());
+}
+
+TEST(Y4m, HeaderErrors) {
+  auto msg = [](const std::string& h) {
+    try {
+      parse_y4m_header(h, "t");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg("YUV4MPEG W2 H2").find("signature"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W2").find("no W or H"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W0 H2").find("invalid frame size"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W2 H2 C422").find("unsupported Y4M colorspace 'C422'"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W2 H2 C420p10").find("unsupported"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 Wabc H2").find("bad width"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W2 H2 F0:1").find("bad frame rate"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W2 H2 Q5").find("unknown header field"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W99999999 H2").find("exceeds"), std::string::npos);
+  Y4mHeader ok = parse_y4m_header("YUV4MPEG2 W4 H2 F30:1 Ip A1:1 Cmono XCOLORRANGE=FULL", "t");
+  EXPECT_EQ(ok.spec.format, PixelFormat::GRAY8);
+  EXPECT_EQ(parse_y4m_header("YUV4MPEG2 W4 H2", "t").spec.format, PixelFormat::YUV420P);
+}
+
+TEST(Y4m, MalformedStreamsGiveClearErrors) {
+  std::string good = read_file(std::string(VFPIPE_TEST_DATA) + "/testsrc2_67x45_gray.y4m");
+  std::string p = tmp_path("bad.y4m");
+  // Truncated in the middle of frame 2's pixels.
+  size_t header = good.find('\n') + 1;
+  size_t frame = 6 + 67 * 45;
+  write_file(p, good.substr(0, header + 2 * frame + 100));
+  EXPECT_NE(error_of(p).find("truncated Y4M: frame 2 has 94 of 3015 bytes"), std::string::npos) << error_of(p);
+  // Truncated inside a FRAME marker.
+  write_file(p, good.substr(0, header + frame + 3));
+  EXPECT_NE(error_of(p).find("incomplete frame header at frame 1"), std::string::npos) << error_of(p);
+  // Corrupt marker.
+  std::string bad = good;
+  bad[header + frame] = 'X';
+  write_file(p, bad);
+  EXPECT_NE(error_of(p).find("expected 'FRAME' at frame 1"), std::string::npos);
+  // Empty file, garbage, missing file, header without newline.
+  write_file(p, "");
+  EXPECT_NE(error_of(p).find("empty input"), std::string::npos);
+  write_file(p, std::string(10000, 'A'));
+  EXPECT_NE(error_of(p).find("not a valid Y4M"), std::string::npos);
+  write_file(p, "YUV4MPEG2 W2 H2");
+  EXPECT_NE(error_of(p).find("not a valid Y4M"), std::string::npos);
+  EXPECT_NE(error_of(tmp_path("does-not-exist.y4m")).find("cannot open input"), std::string::npos);
+  // A clean stream with zero frames is not an error.
+  write_file(p, "YUV4MPEG2 W2 H2 C420jpeg\n");
+  EXPECT_EQ(error_of(p), "");
+  std::remove(p.c_str());
+}
+
+TEST(Y4m, FuzzedHeadersNeverCrash) {
+  // Random mutations of a valid stream: each must either parse or throw vfp::Error.
+  std::string good = read_file(std::string(VFPIPE_TEST_DATA) + "/testsrc2_67x45_yuv420p.y4m");
+  std::string p = tmp_path("fuzz.y4m");
+  std::mt19937 rng(42);
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string s = good.substr(0, 200 + rng() % 9000);
+    int edits = 1 + rng() % 4;
+    for (int e = 0; e < edits; ++e) {
+      size_t at = rng() % 120;
+      if (at < s.size()) s[at] = static_cast<char>(rng() % 256);
+    }
+    write_file(p, s);
+    try {
+      Y4mSource src(p);
+      HostFrame f(src.spec(), false);
+      while (src.read(f)) {
+      }
+    } catch (const Error&) {
+    }
+  }
+  std::remove(p.c_str());
+}
