@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds vfpipe on the GPU machine (CUDA 13, cmake, g++; no OpenCV/GL/packages), runs the
+# whole test suite (the GPU tests must run there, not skip), the GPU tests again under
+# compute-sanitizer, and the engine benchmark. Results go to $OUT (or ./device-out).
+#
+# From the development machine, with the `device` tool:
+#     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
+#     device run --carry .deps -- bash scripts/device-test.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+log() { echo "== $*"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+export PATH=/usr/local/cuda/bin:$PATH
+
+log configure
+cmake --preset device > "$OUT/configure.log" 2>&1 || { tail -50 "$OUT/configure.log"; exit 1; }
+log build
+cmake --build --preset device -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
+
+log "tests (all labels; GPU tests must not skip here)"
+ctest --preset device -j 8 --output-junit "$OUT/ctest.xml" > "$OUT/ctest.log" 2>&1
+rc_tests=$?
+tail -25 "$OUT/ctest.log"
+if grep -q "Skipped" "$OUT/ctest.log" && grep -E "Gpu\..*Skipped" "$OUT/ctest.log"; then
+  echo "GPU tests were skipped on the GPU machine: failing"; rc_tests=1
+fi
+
+log "GPU tests under compute-sanitizer (memcheck)"
+compute-sanitizer --tool memcheck --error-exitcode 9 build-device/tests/vfpipe_gpu_tests \
+  --gtest_filter='-Gpu.CliRuns*' > "$OUT/sanitizer.log" 2>&1
+rc_san=$?
+tail -8 "$OUT/sanitizer.log"
+
+log "engine benchmark"
+build-device/vfpipe-bench-engine --sizes 1920x1080,3840x2160 --frames 1200 --depth 3 \
+  --json "$OUT/bench_engine.json" 2>&1 | tee "$OUT/bench_engine.txt"
+build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --depth 2 2>&1 | tail -1 | sed 's/^/depth 2: /' | tee -a "$OUT/bench_engine.txt"
+build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --depth 4 2>&1 | tail -1 | sed 's/^/depth 4: /' | tee -a "$OUT/bench_engine.txt"
+build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --format yuv420p 2>&1 | tail -1 | sed 's/^/yuv420p: /' | tee -a "$OUT/bench_engine.txt"
+
+echo "tests rc=$rc_tests sanitizer rc=$rc_san"
+[ $rc_tests -eq 0 ] && [ $rc_san -eq 0 ]
