@@ -277,7 +277,8 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
   try {
 #if VFPIPE_HAVE_CUDA
     if (gpu)
-      worker = std::make_unique<CudaWorker>(chain, depth, qcap + 2, emit);
+      // Output frames: one per slot in flight, the sink queue, and one being written.
+      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, emit);
 #else
     if (gpu) throw Error(ErrorKind::Gpu, "this build of vfpipe has no CUDA support");
 #endif

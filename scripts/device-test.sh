@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
-log() { echo "== $*"; }
+log() { echo "== $(date +%T) $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 export PATH=/usr/local/cuda/bin:$PATH
 
@@ -20,7 +20,7 @@ log build
 cmake --build --preset device -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
 
 log "tests (all labels; GPU tests must not skip here)"
-ctest --preset device -j 8 --output-junit "$OUT/ctest.xml" > "$OUT/ctest.log" 2>&1
+ctest --preset device -j 8 --timeout 240 --output-junit "$OUT/ctest.xml" > "$OUT/ctest.log" 2>&1
 rc_tests=$?
 tail -25 "$OUT/ctest.log"
 if grep -q "Skipped" "$OUT/ctest.log" && grep -E "Gpu\..*Skipped" "$OUT/ctest.log"; then
