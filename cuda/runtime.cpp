@@ -141,6 +141,8 @@ float Event::elapsed_ms(const Event& a, const Event& b) {
   return ms;
 }
 
+void stream_wait(StreamHandle s, const Event& e) { VFP_CUDA(cudaStreamWaitEvent(s, e.get(), 0)); }
+
 void memcpy_h2d_async(void* dst, const void* src, size_t n, StreamHandle s) {
   VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
 }

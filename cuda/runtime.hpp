@@ -79,6 +79,8 @@ class Event {
   CUevent_st* e_ = nullptr;
 };
 
+// Makes `s` wait (on the device, not the host) until `e` has completed.
+void stream_wait(StreamHandle s, const Event& e);
 void memcpy_h2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memcpy_d2h_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memcpy_d2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);

@@ -98,11 +98,21 @@ class CpuWorker final : public Worker {
 
 #if VFPIPE_HAVE_CUDA
 // ---------------------------------------------------------------- CUDA backend
+// Three streams by function (seed 003: "kernel on stream A while stream B copies"):
+//   upload stream:   H2D(n)                  H2D(n+1)               ...
+//   compute stream:           stages(n)              stages(n+1)
+//   download stream:                   D2H(n)                 D2H(n+1)
+// ordered per frame by events, so uploads, kernels and downloads of consecutive frames
+// overlap while each direction's copies stay in frame order (copies of the same direction
+// never interleave, which kept the copy engines at full rate in docs/perf.md). `depth`
+// slots hold the per-frame device buffers and events; a slot is reused only after its
+// frame's download completed.
 class CudaWorker final : public Worker {
  public:
   CudaWorker(Chain& chain, int depth, int out_frames, Emit emit)
       : chain_(chain), emit_(std::move(emit)), out_pool_(chain.output(), out_frames, true) {
-    const size_t n_events = chain_.size() + 3;  // before H2D, after H2D, per stage, after D2H
+    // Events: up start/end, compute start, one per stage, down start/end.
+    const size_t n_events = chain_.size() + 5;
     in_bytes_ = FrameLayout::of(chain_.input()).total_bytes;
     out_bytes_ = FrameLayout::of(chain_.output()).total_bytes;
     for (int s = 0; s < depth; ++s) {
@@ -121,7 +131,7 @@ class CudaWorker final : public Worker {
     for (size_t i = 0; i < chain_.size(); ++i) chain_.step(i).stage->prepare(Backend::CUDA, depth);
   }
   ~CudaWorker() override {
-    for (auto& s : slots_) cudaStreamSynchronizeNoThrow(s->stream.get());
+    for (auto* st : {&up_, &compute_, &down_}) sync_no_throw(st->get());
   }
   std::vector<std::string> step_names() const override {
     std::vector<std::string> n{"upload (H2D)"};
@@ -130,31 +140,38 @@ class CudaWorker final : public Worker {
     return n;
   }
   void submit(FramePtr in, FrameRecord rec) override {
-    Slot& s = *slots_[next_ % slots_.size()];
+    const int slot = static_cast<int>(next_ % slots_.size());
+    Slot& s = *slots_[static_cast<size_t>(slot)];
     if (s.busy) complete(s);
     FramePtr out = out_pool_.acquire();  // blocks when the sink lags: back-pressure
     rec.submit_ns = now_ns();
-    auto st = s.stream.get();
-    s.ev[0].record(st);
-    cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, st);
-    s.ev[1].record(st);
+    const size_t S = chain_.size();
+    s.ev[0].record(up_.get());
+    cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, up_.get());
+    s.ev[1].record(up_.get());
+
+    cuda::stream_wait(compute_.get(), s.ev[1]);
+    s.ev[2].record(compute_.get());
     ImageView cur = ImageView::over(s.in.get(), chain_.input());
     StageContext ctx;
     ctx.backend = Backend::CUDA;
-    ctx.stream = st;
-    ctx.slot = static_cast<int>(next_ % slots_.size());
+    ctx.stream = compute_.get();
+    ctx.slot = slot;
     ctx.frame_index = rec.index;
-    for (size_t i = 0; i < chain_.size(); ++i) {
+    for (size_t i = 0; i < S; ++i) {
       Stage& stage = *chain_.step(i).stage;
       if (!stage.passthrough()) {
         ImageView dst = ImageView::over(s.bufs[i].get(), chain_.step(i).out);
         stage.run_cuda(cur, dst, ctx);
         cur = dst;
       }
-      s.ev[2 + i].record(st);
+      s.ev[3 + i].record(compute_.get());
     }
-    cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, st);
-    s.ev.back().record(st);
+    const cuda::Event& computed = S > 0 ? s.ev[2 + S] : s.ev[2];
+    cuda::stream_wait(down_.get(), computed);
+    s.ev[3 + S].record(down_.get());
+    cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
+    s.ev[4 + S].record(down_.get());
     s.frame_in = std::move(in);
     s.frame_out = std::move(out);
     s.rec = std::move(rec);
@@ -170,7 +187,6 @@ class CudaWorker final : public Worker {
 
  private:
   struct Slot {
-    cuda::Stream stream;
     std::vector<cuda::Event> ev;
     cuda::DeviceBuffer in;
     std::vector<cuda::DeviceBuffer> bufs;
@@ -178,7 +194,7 @@ class CudaWorker final : public Worker {
     FrameRecord rec;
     bool busy = false;
   };
-  static void cudaStreamSynchronizeNoThrow(cuda::StreamHandle s) {
+  static void sync_no_throw(cuda::StreamHandle s) {
     try {
       cuda::Event e;
       e.record(s);
@@ -187,11 +203,14 @@ class CudaWorker final : public Worker {
     }
   }
   void complete(Slot& s) {
-    s.ev.back().synchronize();
+    const size_t S = chain_.size();
+    s.ev[4 + S].synchronize();
     s.rec.done_ns = now_ns();
     s.rec.step_ms.clear();
-    for (size_t e = 0; e + 1 < s.ev.size(); ++e)
-      s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[e], s.ev[e + 1]));
+    s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[0], s.ev[1]));
+    for (size_t i = 0; i < S; ++i)
+      s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[2 + i], s.ev[3 + i]));
+    s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[3 + S], s.ev[4 + S]));
     s.frame_out->index = s.rec.index;
     s.frame_out->capture_ns = s.rec.capture_ns;
     s.frame_in.reset();
@@ -201,6 +220,7 @@ class CudaWorker final : public Worker {
 
   Chain& chain_;
   Emit emit_;
+  cuda::Stream up_, compute_, down_;
   FramePool out_pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t in_bytes_ = 0, out_bytes_ = 0;

@@ -2,10 +2,10 @@
 //
 //   source thread --[bounded queue]--> GPU/CPU worker --[bounded queue]--> sink thread
 //
-// CUDA backend: `depth` slots, each with its own stream, device buffers and events.
-// Frame N is uploaded (H2D, pinned memory, cudaMemcpyAsync), run through every stage
-// and downloaded (D2H) on slot N % depth's stream, so while frame N computes, frame N+1
-// uploads and frame N-1 downloads on the other streams. Slots complete in submission
+// CUDA backend: an upload, a compute and a download stream, and `depth` slots of device
+// buffers and events. Frame N is uploaded (H2D, pinned memory, cudaMemcpyAsync), run
+// through every stage and downloaded (D2H), each step on its stream after an event of
+// the previous one, so while frame N computes, frame N+1 uploads and frame N-1 downloads. Slots complete in submission
 // order, so frames come out in order. All buffers (pinned host frames, device frames,
 // intermediate stage outputs) are allocated once before the first frame.
 //
@@ -27,7 +27,7 @@ enum class Policy { Batch, Live };
 struct EngineConfig {
   Backend backend = Backend::CPU;
   Policy policy = Policy::Batch;
-  int depth = 3;            // frames in flight on the GPU (one stream each), >= 2
+  int depth = 3;            // frames in flight on the GPU (buffer slots), >= 2
   int queue = 4;            // capacity of each inter-thread queue
   int64_t max_frames = -1;  // stop after this many source frames (-1: until the end)
   int warmup = 0;           // frames left out of the summary statistics
