@@ -35,7 +35,12 @@ const DeviceInfo& probe() {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
-      info.reason = cudaGetErrorString(err);
+      if (err == cudaErrorInsufficientDriver)
+        info.reason = "no NVIDIA driver found, or it is older than this CUDA runtime needs";
+      else if (err == cudaErrorNoDevice)
+        info.reason = "no CUDA device found";
+      else
+        info.reason = cudaGetErrorString(err);
       cudaGetLastError();
       return;
     }

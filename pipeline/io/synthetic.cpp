@@ -59,9 +59,11 @@ bool parse_rate(const std::string& s, Rational* r) {
   size_t slash = s.find('/');
   char* e = nullptr;
   if (slash != std::string::npos) {
-    long n = std::strtol(s.substr(0, slash).c_str(), &e, 10);
-    if (*e) return false;
-    long d = std::strtol(s.substr(slash + 1).c_str(), &e, 10);
+    const std::string num = s.substr(0, slash), den = s.substr(slash + 1);
+    long n = std::strtol(num.c_str(), &e, 10);
+    if (*e || num.empty()) return false;
+    long d = std::strtol(den.c_str(), &e, 10);
+    if (den.empty()) return false;
     if (*e || n <= 0 || d <= 0 || n > 1000000 || d > 1000000) return false;
     *r = {static_cast<int>(n), static_cast<int>(d)};
     return true;

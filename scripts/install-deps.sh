@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs vfpipe's build and test dependencies from Debian/Ubuntu packages (idempotent:
+# only what is missing). The CUDA toolkit is optional: without nvcc, vfpipe builds its
+# CPU backend only; with it (/usr/local/cuda), the CUDA backend too.
+set -euo pipefail
+PKGS=(cmake ninja-build g++ pkg-config
+      libopencv-dev          # camera, video files, image sequences
+      libcli11-dev nlohmann-json3-dev libgtest-dev
+      libglfw3-dev libglew-dev   # display (GL)
+      ffmpeg)                # tests compose vfpipe with ffmpeg pipes
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

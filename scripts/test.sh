@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README command 2 (and what CI runs): install dependencies, build, run the whole test
+# suite. GPU tests skip cleanly when no GPU is usable; on a GPU machine they run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh ci
+ctest --preset ci -j "$(nproc)"
