@@ -1,0 +1,166 @@
+// Median benchmark: vfpipe's CUDA median (both algorithms and the automatic choice) on a
+// random 8-bit gray plane, every window from 3x3 to 101x101, and NPP's
+// nppiFilterMedian_8u_C1R_Ctx in the same run when NPP is available (built with it on the
+// GPU machine). Timing: CUDA events around each call, median of --iters runs after warm-up.
+// vfpipe handles borders (replicate) over the full frame; NPP filters the interior ROI
+// only (it has no border handling), so it does slightly less work.
+//
+//   vfpipe-bench-median [--sizes 1920x1080,3840x2160] [--windows 3,5,7,...] [--iters 20]
+//                       [--npp-max 21] [--json out.json]
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <type_traits>
+
+#include "cuda/median.hpp"
+#include "cuda/runtime.hpp"
+#include "pipeline/stats.hpp"
+#if VFPIPE_HAVE_NPP
+#include <cuda_runtime.h>
+#include <nppi_filtering_functions.h>
+#endif
+
+using namespace vfp;
+
+namespace {
+
+template <typename F>
+double time_ms(int iters, cuda::Stream& s, F&& fn) {
+  cuda::Event a, b;
+  for (int i = 0; i < 3; ++i) fn();  // warm-up (module load, caches)
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    a.record(s.get());
+    fn();
+    b.record(s.get());
+    b.synchronize();
+    t.push_back(cuda::Event::elapsed_ms(a, b));
+  }
+  return summarize(t).p50;
+}
+
+#if VFPIPE_HAVE_NPP
+// The buffer-size out-parameter changed type across NPP versions; deduce it.
+template <typename T>
+struct ThirdArg;
+template <typename R, typename A, typename B, typename C, typename D>
+struct ThirdArg<R (*)(A, B, C, D)> {
+  using type = std::remove_pointer_t<C>;
+};
+
+NppStreamContext npp_context(cudaStream_t s) {
+  NppStreamContext c{};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceProp p{};
+  cudaGetDeviceProperties(&p, dev);
+  c.hStream = s;
+  c.nCudaDeviceId = dev;
+  c.nMultiProcessorCount = p.multiProcessorCount;
+  c.nMaxThreadsPerMultiProcessor = p.maxThreadsPerMultiProcessor;
+  c.nMaxThreadsPerBlock = p.maxThreadsPerBlock;
+  c.nSharedMemPerBlock = p.sharedMemPerBlock;
+  c.nCudaDevAttrComputeCapabilityMajor = p.major;
+  c.nCudaDevAttrComputeCapabilityMinor = p.minor;
+  unsigned flags = 0;
+  cudaStreamGetFlags(s, &flags);
+  c.nStreamFlags = flags;
+  return c;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"vfpipe median benchmark (CUDA, against NPP when available)"};
+  std::string sizes = "1920x1080,3840x2160", windows = "3,5,7,9,11,15,21,31,41,51,75,101", json_path;
+  int iters = 20, npp_max = 21;
+  app.add_option("--sizes", sizes, "frame sizes")->capture_default_str();
+  app.add_option("--windows", windows, "square window sizes (odd)")->capture_default_str();
+  app.add_option("--iters", iters, "timed runs per case (median reported)")->capture_default_str();
+  app.add_option("--npp-max", npp_max, "largest window to time NPP on (it is slow)")->capture_default_str();
+  app.add_option("--json", json_path, "write results as JSON");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!cuda::probe().usable) {
+      std::fprintf(stderr, "no usable GPU: %s\n", cuda::probe().reason.c_str());
+      return 1;
+    }
+    std::printf("vfpipe median benchmark on %s (8-bit gray, random content; ms = median of %d)\n",
+                cuda::probe().name.c_str(), iters);
+#if VFPIPE_HAVE_NPP
+    std::printf("NPP: nppiFilterMedian_8u_C1R_Ctx on the interior ROI\n");
+#else
+    std::printf("NPP: not available in this build\n");
+#endif
+    std::printf("%-10s %7s %10s %10s %10s %11s %10s %9s\n", "size", "window", "select ms", "hist ms",
+                "auto ms", "auto Mpix/s", "NPP ms", "vs NPP");
+    nlohmann::json out = nlohmann::json::array();
+    std::stringstream ss(sizes);
+    std::string sz;
+    cuda::Stream stream;
+    while (std::getline(ss, sz, ',')) {
+      int w = 0, h = 0;
+      if (std::sscanf(sz.c_str(), "%dx%d", &w, &h) != 2) throw std::runtime_error("bad size " + sz);
+      const int pitch = (w + 255) / 256 * 256;
+      std::vector<uint8_t> host(static_cast<size_t>(pitch) * h);
+      std::mt19937 rng(1);
+      for (auto& v : host) v = static_cast<uint8_t>(rng());
+      cuda::DeviceBuffer d_in(host.size()), d_out(host.size());
+      cuda::memcpy_h2d_async(d_in.get(), host.data(), host.size(), stream.get());
+      stream.synchronize();
+      std::stringstream ws(windows);
+      std::string wtok;
+      while (std::getline(ws, wtok, ',')) {
+        const int win = std::stoi(wtok), r = win / 2;
+        MedianParams p;
+        p.radius = r;
+        auto run = [&](cuda::MedianAlgo a) {
+          return time_ms(iters, stream, [&] {
+            cuda::median_plane_async(d_in.get(), pitch, d_out.get(), pitch, w, h, p, a, stream.get());
+          });
+        };
+        const bool sel_ok = cuda::median_select_supported(p);
+        double t_sel = sel_ok ? run(cuda::MedianAlgo::Select) : 0;
+        double t_hist = run(cuda::MedianAlgo::Histogram);
+        double t_auto = cuda::median_auto_algo(p) == cuda::MedianAlgo::Select ? t_sel : t_hist;
+        double t_npp = 0;
+#if VFPIPE_HAVE_NPP
+        if (win <= npp_max && w > win && h > win) {
+          NppStreamContext ctx = npp_context(stream.get());
+          NppiSize roi{w - 2 * r, h - 2 * r}, mask{win, win};
+          NppiPoint anchor{r, r};
+          typename ThirdArg<decltype(&nppiFilterMedianGetBufferSize_8u_C1R_Ctx)>::type nbuf = 0;
+          if (nppiFilterMedianGetBufferSize_8u_C1R_Ctx(roi, mask, &nbuf, ctx) != NPP_SUCCESS)
+            throw std::runtime_error("nppiFilterMedianGetBufferSize failed");
+          cuda::DeviceBuffer buf(static_cast<size_t>(nbuf) + 1);
+          const Npp8u* src = d_in.get() + static_cast<size_t>(r) * pitch + r;
+          Npp8u* dst = d_out.get() + static_cast<size_t>(r) * pitch + r;
+          NppStatus st = NPP_SUCCESS;
+          t_npp = time_ms(iters, stream, [&] {
+            st = nppiFilterMedian_8u_C1R_Ctx(src, pitch, dst, pitch, roi, mask, anchor, buf.get(), ctx);
+          });
+          if (st != NPP_SUCCESS) throw std::runtime_error("nppiFilterMedian failed: " + std::to_string(st));
+        }
+#endif
+        const double mpix = static_cast<double>(w) * h / (t_auto * 1e3);
+        std::printf("%-10s %4dx%-3d %10s %10.3f %10.3f %11.0f %10s %9s\n", sz.c_str(), win, win,
+                    sel_ok ? std::to_string(t_sel).substr(0, 6).c_str() : "-", t_hist, t_auto, mpix,
+                    t_npp > 0 ? std::to_string(t_npp).substr(0, 7).c_str() : "-",
+                    t_npp > 0 ? (std::to_string(t_npp / t_auto).substr(0, 5) + "x").c_str() : "-");
+        std::fflush(stdout);
+        out.push_back({{"size", sz}, {"window", win}, {"select_ms", t_sel}, {"histogram_ms", t_hist},
+                       {"auto_ms", t_auto}, {"auto_mpix_s", mpix}, {"npp_ms", t_npp},
+                       {"speedup_vs_npp", t_npp > 0 ? t_npp / t_auto : 0}, {"device", cuda::probe().name}});
+      }
+    }
+    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

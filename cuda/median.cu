@@ -1,0 +1,179 @@
+#include <cuda_runtime.h>
+
+#include "cuda/median.hpp"
+#include "pipeline/error.hpp"
+
+namespace vfp::cuda {
+
+namespace {
+
+// ------------------------------------------------------------------ selection
+// Compare-exchange on two packed 16-bit lanes: lane-wise min goes to a, max to b.
+__device__ __forceinline__ void cswap(uint32_t& a, uint32_t& b) {
+  const uint32_t lo = __vminu2(a, b);
+  b = __vmaxu2(a, b);
+  a = lo;
+}
+
+constexpr int kSelBX = 32, kSelBY = 8;  // threads; each thread: 2 rows -> 32x16 outputs
+
+template <int RX, int RY>
+__global__ void __launch_bounds__(kSelBX* kSelBY)
+    median_select_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst,
+                         int dpitch, int w, int h, Border border, int value) {
+  constexpr int WX = 2 * RX + 1, WY = 2 * RY + 1, N = WX * WY;
+  constexpr int C = (N - 1) / 2;  // median rank
+  constexpr int M = C + 2;        // forgetful working set: N - M < C, so min/max can go
+  constexpr int OY = 2 * kSelBY;
+  constexpr int TW = kSelBX + 2 * RX, TH = OY + 2 * RY;
+  __shared__ uint8_t tile[TH][TW + 4];
+
+  const int x0 = blockIdx.x * kSelBX - RX, y0 = blockIdx.y * OY - RY;
+  for (int i = threadIdx.y * kSelBX + threadIdx.x; i < TH * TW; i += kSelBX * kSelBY) {
+    const int ty = i / TW, tx = i - ty * TW;
+    const int gy = border_index(y0 + ty, h, border), gx = border_index(x0 + tx, w, border);
+    tile[ty][tx] = (gy < 0 || gx < 0) ? static_cast<uint8_t>(value)
+                                      : __ldg(src + static_cast<size_t>(gy) * spitch + gx);
+  }
+  __syncthreads();
+  const int ox = blockIdx.x * kSelBX + threadIdx.x, oy = blockIdx.y * OY + 2 * threadIdx.y;
+  if (ox >= w || oy >= h) return;
+  const int tx = threadIdx.x, ty = 2 * threadIdx.y;
+  // Element e of the window, for this pixel (low half) and the one below (high half).
+  auto load = [&](int e) -> uint32_t {
+    const int dy = e / WX, dx = e - dy * WX;
+    return static_cast<uint32_t>(tile[ty + dy][tx + dx]) |
+           (static_cast<uint32_t>(tile[ty + 1 + dy][tx + dx]) << 16);
+  };
+  uint32_t a[M];
+#pragma unroll
+  for (int e = 0; e < M; ++e) a[e] = load(e);
+  // Each round: move min to a[0] and max to a[size-1], replace the min by the next
+  // element and forget the max.
+#pragma unroll
+  for (int e = M; e < N; ++e) {
+    const int size = M - (e - M);
+#pragma unroll
+    for (int i = 1; i < size; ++i) cswap(a[0], a[i]);
+#pragma unroll
+    for (int i = 1; i < size - 1; ++i) cswap(a[i], a[size - 1]);
+    a[0] = load(e);
+  }
+  // Three left: their middle is the median.
+  cswap(a[0], a[1]);
+  cswap(a[1], a[2]);
+  cswap(a[0], a[1]);
+  dst[static_cast<size_t>(oy) * dpitch + ox] = static_cast<uint8_t>(a[1] & 0xff);
+  if (oy + 1 < h) dst[static_cast<size_t>(oy + 1) * dpitch + ox] = static_cast<uint8_t>(a[1] >> 16);
+}
+
+template <int RX, int RY>
+void launch_select(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                   const MedianParams& p, StreamHandle s) {
+  dim3 block(kSelBX, kSelBY);
+  dim3 grid((w + kSelBX - 1) / kSelBX, (h + 2 * kSelBY - 1) / (2 * kSelBY));
+  median_select_kernel<RX, RY><<<grid, block, 0, s>>>(src, spitch, dst, dpitch, w, h, p.border, p.value);
+  VFP_CUDA_LAUNCHED("median_select_kernel");
+}
+
+// ------------------------------------------------------------------ histogram
+constexpr int kHistT = 64;  // threads (columns) per block
+// Layout hist[bin * kHistT + thread] of 16-bit counters: thread t's counters sit in bank
+// (t / 2) whatever the bin, so the 64 threads never conflict (two threads share a word).
+
+__global__ void __launch_bounds__(kHistT)
+    median_hist_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst,
+                       int dpitch, int w, int h, int rx, int ry, int rank, Border border,
+                       int value, int rows_per_thread) {
+  extern __shared__ uint16_t hist[];
+  uint16_t* fine = hist;                  // 256 bins
+  uint16_t* coarse = hist + 256 * kHistT; // 16 bins (upper nibble)
+  const int t = threadIdx.x;
+  const int x = blockIdx.x * kHistT + t;
+  const int y0 = blockIdx.y * rows_per_thread;
+  if (x >= w || y0 >= h) return;  // private histograms: no block-wide synchronisation
+  for (int b = 0; b < 256; ++b) fine[b * kHistT + t] = 0;
+  for (int b = 0; b < 16; ++b) coarse[b * kHistT + t] = 0;
+
+  auto add_row = [&](int y, int delta) {
+    const int gy = border_index(y, h, border);
+    const uint8_t* row = src + static_cast<size_t>(gy < 0 ? 0 : gy) * spitch;
+    const bool interior = gy >= 0 && x - rx >= 0 && x + rx < w;
+    if (interior) {
+      for (int i = x - rx; i <= x + rx; ++i) {
+        const int v = __ldg(row + i);
+        fine[v * kHistT + t] += delta;
+        coarse[(v >> 4) * kHistT + t] += delta;
+      }
+    } else {
+      for (int i = x - rx; i <= x + rx; ++i) {
+        const int gx = border_index(i, w, border);
+        const int v = (gy < 0 || gx < 0) ? value : __ldg(row + gx);
+        fine[v * kHistT + t] += delta;
+        coarse[(v >> 4) * kHistT + t] += delta;
+      }
+    }
+  };
+  for (int y = y0 - ry; y <= y0 + ry; ++y) add_row(y, 1);
+  const int y1 = min(h, y0 + rows_per_thread);
+  for (int y = y0; y < y1; ++y) {
+    if (y > y0) {
+      add_row(y - ry - 1, -1);
+      add_row(y + ry, 1);
+    }
+    int acc = 0, c = 0;
+    while (acc + coarse[c * kHistT + t] <= rank) acc += coarse[(c++) * kHistT + t];
+    int b = c * 16;
+    while (acc + fine[b * kHistT + t] <= rank) acc += fine[(b++) * kHistT + t];
+    dst[static_cast<size_t>(y) * dpitch + x] = static_cast<uint8_t>(b);
+  }
+}
+
+void launch_hist(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                 const MedianParams& p, StreamHandle s) {
+  // Rows per thread: long enough to amortise the initial window (n adds) against the
+  // per-row cost (2 * window width), short enough to keep every SM busy.
+  const int ry = p.ry();
+  int rows = 8 * (2 * ry + 1);
+  rows = rows < 32 ? 32 : (rows > 128 ? 128 : rows);
+  const long long threads = static_cast<long long>((w + kHistT - 1) / kHistT) * kHistT * ((h + rows - 1) / rows);
+  while (rows > 16 && threads * 128 / rows < 60000) rows /= 2;  // small frames: more strips
+  dim3 grid((w + kHistT - 1) / kHistT, (h + rows - 1) / rows);
+  const size_t shmem = (256 + 16) * kHistT * sizeof(uint16_t);
+  median_hist_kernel<<<grid, kHistT, shmem, s>>>(src, spitch, dst, dpitch, w, h, p.rx(), ry, p.rank(),
+                                                 p.border, p.value, rows);
+  VFP_CUDA_LAUNCHED("median_hist_kernel");
+}
+
+}  // namespace
+
+bool median_select_supported(const MedianParams& p) {
+  return p.rx() <= 3 && p.ry() <= 3 && p.rank() == (p.count() - 1) / 2;
+}
+
+MedianAlgo median_auto_algo(const MedianParams& p) {
+  // Crossover measured on the H100 (docs/median.md): selection wins up to 5x5 and 7x7.
+  return median_select_supported(p) ? MedianAlgo::Select : MedianAlgo::Histogram;
+}
+
+void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                        const MedianParams& p, MedianAlgo algo, StreamHandle s) {
+  if (algo == MedianAlgo::Auto) algo = median_auto_algo(p);
+  if (algo == MedianAlgo::Select && !median_select_supported(p)) algo = MedianAlgo::Histogram;
+  if (algo == MedianAlgo::Histogram) return launch_hist(src, spitch, dst, dpitch, w, h, p, s);
+  const int rx = p.rx(), ry = p.ry();
+#define VFP_SEL(X, Y) \
+  if (rx == X && ry == Y) return launch_select<X, Y>(src, spitch, dst, dpitch, w, h, p, s);
+  VFP_SEL(1, 1) VFP_SEL(1, 2) VFP_SEL(1, 3) VFP_SEL(2, 1) VFP_SEL(2, 2) VFP_SEL(2, 3)
+  VFP_SEL(3, 1) VFP_SEL(3, 2) VFP_SEL(3, 3)
+#undef VFP_SEL
+  throw Error(ErrorKind::Internal, "median: no selection kernel for this window");
+}
+
+void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                      StreamHandle s) {
+  VFP_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, static_cast<size_t>(w), h,
+                             cudaMemcpyDeviceToDevice, s));
+}
+
+}  // namespace vfp::cuda

@@ -1,0 +1,29 @@
+// CUDA median/percentile filter of one 8-bit plane (see stages/median.hpp for the
+// definition). Two algorithms, chosen by window size (docs/median.md has the measured
+// crossover):
+//   Select:    forgetful selection in registers on packed 16-bit pairs (two vertically
+//              adjacent pixels per thread), shared-memory tile with the border applied;
+//              median rank only, windows up to 7x7.
+//   Histogram: one thread per column strip keeps its window's 256-bin (+16 coarse)
+//              histogram in shared memory and slides it down: O(radius) per pixel, any
+//              window and rank.
+#pragma once
+#include <cstdint>
+
+#include "cuda/runtime.hpp"
+#include "stages/median.hpp"
+
+namespace vfp::cuda {
+
+enum class MedianAlgo { Auto, Select, Histogram };
+
+// Which algorithm Auto picks for these parameters.
+MedianAlgo median_auto_algo(const MedianParams& p);
+bool median_select_supported(const MedianParams& p);
+
+void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                        const MedianParams& p, MedianAlgo algo, StreamHandle s);
+void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                      StreamHandle s);
+
+}  // namespace vfp::cuda

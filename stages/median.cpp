@@ -1,0 +1,171 @@
+// `median` stage: parameters, CPU reference, registration. CUDA kernels: cuda/median.cu.
+#include "stages/median.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "pipeline/error.hpp"
+#include "pipeline/log.hpp"
+#include "pipeline/registry.hpp"
+#include "stages/builtin.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "cuda/median.hpp"
+#endif
+
+namespace vfp {
+
+namespace {
+inline int sample(const uint8_t* src, int spitch, int w, int h, int x, int y, const MedianParams& p) {
+  const int gx = border_index(x, w, p.border), gy = border_index(y, h, p.border);
+  return (gx < 0 || gy < 0) ? p.value : src[static_cast<size_t>(gy) * spitch + gx];
+}
+}  // namespace
+
+void median_plane_naive(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                        const MedianParams& p) {
+  const int rx = p.rx(), ry = p.ry(), k = p.rank();
+  std::vector<uint8_t> win(static_cast<size_t>(p.count()));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      size_t n = 0;
+      for (int dy = -ry; dy <= ry; ++dy)
+        for (int dx = -rx; dx <= rx; ++dx)
+          win[n++] = static_cast<uint8_t>(sample(src, spitch, w, h, x + dx, y + dy, p));
+      std::nth_element(win.begin(), win.begin() + k, win.end());
+      dst[static_cast<size_t>(y) * dpitch + x] = win[static_cast<size_t>(k)];
+    }
+}
+
+void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                      const MedianParams& p) {
+  // Sliding histogram (Huang): for each column, build the window's 256-bin histogram once
+  // at the top, then per row remove the row leaving and add the row entering. A 16-bin
+  // coarse histogram makes the rank search at most 32 steps.
+  const int rx = p.rx(), ry = p.ry(), k = p.rank();
+  std::vector<int> colmap(static_cast<size_t>(w + 2 * rx));
+  for (int i = 0; i < w + 2 * rx; ++i) colmap[static_cast<size_t>(i)] = border_index(i - rx, w, p.border);
+  auto add_row = [&](uint32_t* fine, uint32_t* coarse, int y, int x, int d) {
+    const int gy = border_index(y, h, p.border);
+    const uint8_t* row = gy < 0 ? nullptr : src + static_cast<size_t>(gy) * spitch;
+    for (int i = x; i <= x + 2 * rx; ++i) {
+      const int gx = colmap[static_cast<size_t>(i)];
+      const int v = (row && gx >= 0) ? row[gx] : p.value;
+      fine[v] += static_cast<uint32_t>(d);
+      coarse[v >> 4] += static_cast<uint32_t>(d);
+    }
+  };
+  for (int x = 0; x < w; ++x) {
+    uint32_t fine[256] = {0}, coarse[16] = {0};
+    for (int y = -ry; y <= ry; ++y) add_row(fine, coarse, y, x, +1);
+    for (int y = 0; y < h; ++y) {
+      if (y > 0) {
+        add_row(fine, coarse, y - ry - 1, x, -1);
+        add_row(fine, coarse, y + ry, x, +1);
+      }
+      uint32_t acc = 0;
+      int c = 0;
+      while (acc + coarse[c] <= static_cast<uint32_t>(k)) acc += coarse[c++];
+      int b = c * 16;
+      while (acc + fine[b] <= static_cast<uint32_t>(k)) acc += fine[b++];
+      dst[static_cast<size_t>(y) * dpitch + x] = static_cast<uint8_t>(b);
+    }
+  }
+}
+
+namespace {
+
+class MedianStage final : public Stage {
+ public:
+  MedianStage(MedianParams p, std::string algo) : p_(p), algo_(std::move(algo)) {}
+
+  FrameSpec configure(const FrameSpec& in) override {
+    if (!is_planar_yuv(in.format))
+      throw Error(ErrorKind::Input, std::string("median: unsupported pixel format ") + pix_fmt_name(in.format));
+    const int np = plane_count(in.format);
+    if ((p_.planes & ((1 << np) - 1)) == 0)
+      throw OptionError("planes", log::format("median: planes=%d selects none of the %d plane%s of %s",
+                                              p_.planes, np, np == 1 ? "" : "s", pix_fmt_name(in.format)));
+    return in;
+  }
+  bool has_cuda() const override { return true; }
+
+  void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
+    for (int pl = 0; pl < plane_count(in.format); ++pl) {
+      if (p_.planes & (1 << pl)) {
+        median_plane_cpu(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], p_);
+      } else {
+        for (int y = 0; y < in.ph[pl]; ++y) std::memcpy(out.row(pl, y), in.row(pl, y), static_cast<size_t>(in.pw[pl]));
+      }
+    }
+  }
+#if VFPIPE_HAVE_CUDA
+  void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
+    cuda::MedianAlgo algo = algo_ == "select"      ? cuda::MedianAlgo::Select
+                            : algo_ == "histogram" ? cuda::MedianAlgo::Histogram
+                                                   : cuda::MedianAlgo::Auto;
+    for (int pl = 0; pl < plane_count(in.format); ++pl) {
+      if (p_.planes & (1 << pl))
+        cuda::median_plane_async(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl],
+                                 in.ph[pl], p_, algo, ctx.stream);
+      else
+        cuda::copy_plane_async(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl],
+                               in.ph[pl], ctx.stream);
+    }
+  }
+#endif
+  std::string label() const override {
+    std::string l = log::format("median(%dx%d", 2 * p_.rx() + 1, 2 * p_.ry() + 1);
+    if (p_.percentile != 0.5) l += log::format(",p=%g", p_.percentile);
+    return l + ")";
+  }
+
+ private:
+  MedianParams p_;
+  std::string algo_;
+};
+
+}  // namespace
+
+void register_median_stage(Registry& reg) {
+  using T = OptionSpec::Type;
+  StageInfo s;
+  s.name = "median";
+  s.summary = "median / percentile filter, any window up to 255x255 (FFmpeg-compatible)";
+  s.description =
+      "Replaces each sample by the value at rank floor(percentile*(n-1)+0.5) of its "
+      "(2*radius+1)x(2*radiusV+1) window (n samples; the median by default). With "
+      "border=replicate and percentile=0.5 the output equals FFmpeg's -vf median bit for bit. "
+      "GPU: forgetful selection on packed pairs for windows up to 7x7, a sliding 256-bin "
+      "histogram per column strip above (docs/median.md).";
+  s.options = {
+      {"radius", T::Int, "1", "horizontal radius (window width 2*radius+1)", 1, 127, {}, {"r"}},
+      {"radiusV", T::Int, "0", "vertical radius, 0 = same as radius", 0, 127, {}, {"rv"}},
+      {"percentile", T::Float, "0.5", "rank as a fraction: 0.5 median, 0 min, 1 max", 0, 1, {}, {"p"}},
+      {"planes", T::Int, "15", "bit mask of planes to filter (others are copied)", 0, 15, {}, {}},
+      {"border", T::Choice, "replicate", "samples outside the frame", 0, 0,
+       {"replicate", "reflect101", "reflect", "constant"}, {}},
+      {"value", T::Int, "0", "sample value outside the frame for border=constant", 0, 255, {}, {}},
+      {"algo", T::Choice, "auto", "GPU algorithm (for benchmarks): auto, select, histogram", 0, 0,
+       {"auto", "select", "histogram"}, {}},
+  };
+  s.formats = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P};
+  s.cuda = true;
+  s.examples = {"median", "median=radius=2", "median=3:2", "median=radius=5:percentile=0.25:border=reflect101",
+                "median=radius=1:planes=1"};
+  s.create = [](const Options& o) {
+    MedianParams p;
+    p.radius = static_cast<int>(o.integer("radius"));
+    p.radiusV = static_cast<int>(o.integer("radiusV"));
+    p.percentile = o.number("percentile");
+    p.planes = static_cast<int>(o.integer("planes"));
+    parse_border(o.str("border"), &p.border);
+    p.value = static_cast<int>(o.integer("value"));
+    if (p.planes == 0) throw OptionError("planes", "median: planes=0 filters nothing");
+    return std::make_unique<MedianStage>(p, o.str("algo"));
+  };
+  reg.add(std::move(s));
+}
+
+}  // namespace vfp
