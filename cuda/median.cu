@@ -1,3 +1,4 @@
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "cuda/median.hpp"
@@ -8,10 +9,12 @@ namespace vfp::cuda {
 namespace {
 
 // ------------------------------------------------------------------ selection
-// Compare-exchange on two packed 16-bit lanes: lane-wise min goes to a, max to b.
-__device__ __forceinline__ void cswap(uint32_t& a, uint32_t& b) {
-  const uint32_t lo = __vminu2(a, b);
-  b = __vmaxu2(a, b);
+// Two vertically adjacent pixels per thread, packed as the two halves of a half2. 8-bit
+// values are exact fp16 integers, and HMNMX2 runs on the FP32 pipes at twice the rate of
+// the 16x2 integer min/max (which ran at exactly the INT32 rate in docs/median.md).
+__device__ __forceinline__ void cswap(__half2& a, __half2& b) {
+  const __half2 lo = __hmin2(a, b);
+  b = __hmax2(a, b);
   a = lo;
 }
 
@@ -26,26 +29,31 @@ __global__ void __launch_bounds__(kSelBX* kSelBY)
   constexpr int M = C + 2;        // forgetful working set: N - M < C, so min/max can go
   constexpr int OY = 2 * kSelBY;
   constexpr int TW = kSelBX + 2 * RX, TH = OY + 2 * RY;
-  __shared__ uint8_t tile[TH][TW + 4];
+  __shared__ __half tile[TH][TW + 2];  // fp16 copies of the 8-bit samples
 
   const int x0 = blockIdx.x * kSelBX - RX, y0 = blockIdx.y * OY - RY;
+  const bool interior = x0 >= 0 && y0 >= 0 && x0 + TW <= w && y0 + TH <= h;
   for (int i = threadIdx.y * kSelBX + threadIdx.x; i < TH * TW; i += kSelBX * kSelBY) {
     const int ty = i / TW, tx = i - ty * TW;
-    const int gy = border_index(y0 + ty, h, border), gx = border_index(x0 + tx, w, border);
-    tile[ty][tx] = (gy < 0 || gx < 0) ? static_cast<uint8_t>(value)
-                                      : __ldg(src + static_cast<size_t>(gy) * spitch + gx);
+    int v;
+    if (interior) {
+      v = __ldg(src + static_cast<size_t>(y0 + ty) * spitch + x0 + tx);
+    } else {
+      const int gy = border_index(y0 + ty, h, border), gx = border_index(x0 + tx, w, border);
+      v = (gy < 0 || gx < 0) ? value : __ldg(src + static_cast<size_t>(gy) * spitch + gx);
+    }
+    tile[ty][tx] = __ushort2half_rn(static_cast<unsigned short>(v));
   }
   __syncthreads();
   const int ox = blockIdx.x * kSelBX + threadIdx.x, oy = blockIdx.y * OY + 2 * threadIdx.y;
   if (ox >= w || oy >= h) return;
   const int tx = threadIdx.x, ty = 2 * threadIdx.y;
-  // Element e of the window, for this pixel (low half) and the one below (high half).
-  auto load = [&](int e) -> uint32_t {
+  // Element e of the window: this pixel's sample in .x, the pixel below's in .y.
+  auto load = [&](int e) -> __half2 {
     const int dy = e / WX, dx = e - dy * WX;
-    return static_cast<uint32_t>(tile[ty + dy][tx + dx]) |
-           (static_cast<uint32_t>(tile[ty + 1 + dy][tx + dx]) << 16);
+    return __halves2half2(tile[ty + dy][tx + dx], tile[ty + 1 + dy][tx + dx]);
   };
-  uint32_t a[M];
+  __half2 a[M];
 #pragma unroll
   for (int e = 0; e < M; ++e) a[e] = load(e);
   // Each round: move min to a[0] and max to a[size-1], replace the min by the next
@@ -63,8 +71,9 @@ __global__ void __launch_bounds__(kSelBX* kSelBY)
   cswap(a[0], a[1]);
   cswap(a[1], a[2]);
   cswap(a[0], a[1]);
-  dst[static_cast<size_t>(oy) * dpitch + ox] = static_cast<uint8_t>(a[1] & 0xff);
-  if (oy + 1 < h) dst[static_cast<size_t>(oy + 1) * dpitch + ox] = static_cast<uint8_t>(a[1] >> 16);
+  dst[static_cast<size_t>(oy) * dpitch + ox] = static_cast<uint8_t>(__half2ushort_rn(__low2half(a[1])));
+  if (oy + 1 < h)
+    dst[static_cast<size_t>(oy + 1) * dpitch + ox] = static_cast<uint8_t>(__half2ushort_rn(__high2half(a[1])));
 }
 
 template <int RX, int RY>
@@ -148,7 +157,8 @@ void launch_hist(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w
 }  // namespace
 
 bool median_select_supported(const MedianParams& p) {
-  return p.rx() <= 3 && p.ry() <= 3 && p.rank() == (p.count() - 1) / 2;
+  const bool shape = (p.rx() <= 3 && p.ry() <= 3) || (p.rx() == 4 && p.ry() == 4);
+  return shape && p.rank() == (p.count() - 1) / 2;
 }
 
 MedianAlgo median_auto_algo(const MedianParams& p) {
@@ -165,7 +175,7 @@ void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch
 #define VFP_SEL(X, Y) \
   if (rx == X && ry == Y) return launch_select<X, Y>(src, spitch, dst, dpitch, w, h, p, s);
   VFP_SEL(1, 1) VFP_SEL(1, 2) VFP_SEL(1, 3) VFP_SEL(2, 1) VFP_SEL(2, 2) VFP_SEL(2, 3)
-  VFP_SEL(3, 1) VFP_SEL(3, 2) VFP_SEL(3, 3)
+  VFP_SEL(3, 1) VFP_SEL(3, 2) VFP_SEL(3, 3) VFP_SEL(4, 4)
 #undef VFP_SEL
   throw Error(ErrorKind::Internal, "median: no selection kernel for this window");
 }

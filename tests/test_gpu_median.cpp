@@ -69,9 +69,12 @@ std::vector<uint8_t> run_cpu(const Plane& in, const MedianParams& p) {
 TEST(GpuMedian, SelectionEqualsCpuForSmallWindows) {
   REQUIRE_GPU();
   const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {2, 2}, {33, 17}, {1921, 1081}};
+  std::vector<std::pair<int, int>> shapes;
+  for (int rx = 1; rx <= 3; ++rx)
+    for (int ry = 1; ry <= 3; ++ry) shapes.push_back({rx, ry});
+  shapes.push_back({4, 4});
   for (auto [w, h] : sizes)
-    for (int rx = 1; rx <= 3; ++rx)
-      for (int ry = 1; ry <= 3; ++ry)
+    for (auto [rx, ry] : shapes)
         for (Border b : {Border::Replicate, Border::Reflect101, Border::Reflect, Border::Constant})
           for (int kind = 0; kind < 4; ++kind) {
             if (w * h > 100000 && (kind != 0 || b == Border::Reflect)) continue;  // keep it quick
