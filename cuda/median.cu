@@ -18,16 +18,67 @@ __device__ __forceinline__ void cswap(__half2& a, __half2& b) {
   a = lo;
 }
 
-constexpr int kSelBX = 32, kSelBY = 8;  // threads; each thread: 2 rows -> 32x16 outputs
+// Min to a[0], max to a[size-1] (2*size-3 compare-exchanges).
+template <int SIZE>
+__device__ __forceinline__ void minmax_to_ends(__half2* a) {
+#pragma unroll
+  for (int i = 1; i < SIZE; ++i) cswap(a[0], a[i]);
+#pragma unroll
+  for (int i = 1; i < SIZE - 1; ++i) cswap(a[i], a[SIZE - 1]);
+}
 
+// Forgetful selection: discards the D smallest and D largest of the S elements load(e)
+// and leaves the K = S - 2D middle ones in out[]. The working set starts with D + K + 1
+// elements, so whenever its min (max) is dropped, fewer unseen elements remain than
+// smaller (larger) ones still to drop: the dropped element cannot be in the middle.
+template <int S, int D, typename Load>
+__device__ __forceinline__ void trim(Load load, __half2* out) {
+  constexpr int K = S - 2 * D;
+  constexpr int M = D + K + 1;
+  static_assert(D >= 1 && M <= S, "trim needs something to drop");
+  __half2 a[M];
+#pragma unroll
+  for (int e = 0; e < M; ++e) a[e] = load(e);
+#pragma unroll
+  for (int e = M; e < S; ++e) {
+    const int size = M - (e - M);
+#pragma unroll
+    for (int i = 1; i < size; ++i) cswap(a[0], a[i]);
+#pragma unroll
+    for (int i = 1; i < size - 1; ++i) cswap(a[i], a[size - 1]);
+    a[0] = load(e);  // the min's slot takes the next element; the max is forgotten
+  }
+  minmax_to_ends<K + 2>(a);  // the last min and max go
+#pragma unroll
+  for (int i = 0; i < K; ++i) out[i] = a[i + 1];
+}
+
+// Median of an odd number N of elements: trim to the middle one.
+template <int N, typename Load>
+__device__ __forceinline__ __half2 median_of(Load load) {
+  __half2 m[1];
+  trim<N, (N - 1) / 2>(load, m);
+  return m[0];
+}
+
+constexpr int kSelBX = 32, kSelBY = 8;  // threads; each thread: 4 rows -> 32x32 outputs
+constexpr int kSelRows = 4;
+
+// Each thread computes 4 vertically adjacent pixels P0..P3 of one column. Lane .x of every
+// half2 works for the pair (P0, P1), lane .y for (P2, P3). A pair's windows share WY-1
+// rows (S samples); only the ranks C-WX..C of that shared part can still be either
+// pixel's median (C = (N-1)/2), so it is trimmed once to those WX+1 values, and each
+// pixel finishes with a median of 2*WX+1 (the WX+1 values and its own extra row).
 template <int RX, int RY>
 __global__ void __launch_bounds__(kSelBX* kSelBY)
     median_select_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst,
                          int dpitch, int w, int h, Border border, int value) {
   constexpr int WX = 2 * RX + 1, WY = 2 * RY + 1, N = WX * WY;
-  constexpr int C = (N - 1) / 2;  // median rank
-  constexpr int M = C + 2;        // forgetful working set: N - M < C, so min/max can go
-  constexpr int OY = 2 * kSelBY;
+  constexpr int C = (N - 1) / 2;
+  constexpr int S = WX * (WY - 1);  // shared by the two pixels of a pair
+  constexpr int D = C - WX;         // dropped from each end of the shared part
+  constexpr int K = WX + 1;         // kept
+  constexpr int OY = kSelRows * kSelBY;
   constexpr int TW = kSelBX + 2 * RX, TH = OY + 2 * RY;
   __shared__ __half tile[TH][TW + 2];  // fp16 copies of the 8-bit samples
 
@@ -45,42 +96,41 @@ __global__ void __launch_bounds__(kSelBX* kSelBY)
     tile[ty][tx] = __ushort2half_rn(static_cast<unsigned short>(v));
   }
   __syncthreads();
-  const int ox = blockIdx.x * kSelBX + threadIdx.x, oy = blockIdx.y * OY + 2 * threadIdx.y;
+  const int ox = blockIdx.x * kSelBX + threadIdx.x, oy = blockIdx.y * OY + kSelRows * threadIdx.y;
   if (ox >= w || oy >= h) return;
-  const int tx = threadIdx.x, ty = 2 * threadIdx.y;
-  // Element e of the window: this pixel's sample in .x, the pixel below's in .y.
-  auto load = [&](int e) -> __half2 {
-    const int dy = e / WX, dx = e - dy * WX;
-    return __halves2half2(tile[ty + dy][tx + dx], tile[ty + 1 + dy][tx + dx]);
-  };
-  __half2 a[M];
-#pragma unroll
-  for (int e = 0; e < M; ++e) a[e] = load(e);
-  // Each round: move min to a[0] and max to a[size-1], replace the min by the next
-  // element and forget the max.
-#pragma unroll
-  for (int e = M; e < N; ++e) {
-    const int size = M - (e - M);
-#pragma unroll
-    for (int i = 1; i < size; ++i) cswap(a[0], a[i]);
-#pragma unroll
-    for (int i = 1; i < size - 1; ++i) cswap(a[i], a[size - 1]);
-    a[0] = load(e);
-  }
-  // Three left: their middle is the median.
-  cswap(a[0], a[1]);
-  cswap(a[1], a[2]);
-  cswap(a[0], a[1]);
-  dst[static_cast<size_t>(oy) * dpitch + ox] = static_cast<uint8_t>(__half2ushort_rn(__low2half(a[1])));
-  if (oy + 1 < h)
-    dst[static_cast<size_t>(oy + 1) * dpitch + ox] = static_cast<uint8_t>(__half2ushort_rn(__high2half(a[1])));
+  const int tx = threadIdx.x, ty = kSelRows * threadIdx.y;  // tile row of P0's top window row
+
+  // Shared element e: pair (P0,P1) uses tile rows ty+1.., pair (P2,P3) rows ty+3..
+  __half2 mid[K];
+  trim<S, D>(
+      [&](int e) {
+        const int r = e / WX, dx = e - r * WX;
+        return __halves2half2(tile[ty + 1 + r][tx + dx], tile[ty + 3 + r][tx + dx]);
+      },
+      mid);
+  // Top pixels (P0, P2): extra row above the shared part; bottom (P1, P3): row below.
+  const __half2 top = median_of<2 * WX + 1>([&](int e) {
+    return e < K ? mid[e] : __halves2half2(tile[ty][tx + e - K], tile[ty + 2][tx + e - K]);
+  });
+  const __half2 bottom = median_of<2 * WX + 1>([&](int e) {
+    return e < K ? mid[e] : __halves2half2(tile[ty + WY][tx + e - K], tile[ty + 2 + WY][tx + e - K]);
+  });
+  const uint8_t p0 = static_cast<uint8_t>(__half2ushort_rn(__low2half(top)));
+  const uint8_t p2 = static_cast<uint8_t>(__half2ushort_rn(__high2half(top)));
+  const uint8_t p1 = static_cast<uint8_t>(__half2ushort_rn(__low2half(bottom)));
+  const uint8_t p3 = static_cast<uint8_t>(__half2ushort_rn(__high2half(bottom)));
+  uint8_t* d = dst + static_cast<size_t>(oy) * dpitch + ox;
+  d[0] = p0;
+  if (oy + 1 < h) d[dpitch] = p1;
+  if (oy + 2 < h) d[2 * static_cast<size_t>(dpitch)] = p2;
+  if (oy + 3 < h) d[3 * static_cast<size_t>(dpitch)] = p3;
 }
 
 template <int RX, int RY>
 void launch_select(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
                    const MedianParams& p, StreamHandle s) {
   dim3 block(kSelBX, kSelBY);
-  dim3 grid((w + kSelBX - 1) / kSelBX, (h + 2 * kSelBY - 1) / (2 * kSelBY));
+  dim3 grid((w + kSelBX - 1) / kSelBX, (h + kSelRows * kSelBY - 1) / (kSelRows * kSelBY));
   median_select_kernel<RX, RY><<<grid, block, 0, s>>>(src, spitch, dst, dpitch, w, h, p.border, p.value);
   VFP_CUDA_LAUNCHED("median_select_kernel");
 }

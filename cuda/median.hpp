@@ -1,9 +1,10 @@
 // CUDA median/percentile filter of one 8-bit plane (see stages/median.hpp for the
 // definition). Two algorithms, chosen by window size (docs/median.md has the measured
 // crossover):
-//   Select:    forgetful selection in registers on packed 16-bit pairs (two vertically
-//              adjacent pixels per thread), shared-memory tile with the border applied;
-//              median rank only, windows up to 7x7.
+//   Select:    forgetful selection in registers on packed fp16 pairs, four vertically
+//              adjacent pixels per thread sharing the common part of their windows,
+//              shared-memory tile with the border applied; median rank only, windows up
+//              to 7x7 and 9x9.
 //   Histogram: one thread per column strip keeps its window's 256-bin (+16 coarse)
 //              histogram in shared memory and slides it down: O(radius) per pixel, any
 //              window and rank.
