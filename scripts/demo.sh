@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 1: install dependencies, build, and run vfpipe's main job on a generated
-# noisy clip: synthetic 1280x720 scene + Gaussian noise -> filter chain -> out/demo.mp4,
+# noisy clip: synthetic 1280x720 scene + salt-and-pepper noise -> 5x5 median -> out/demo.mp4,
 # with a summary (frames, fps, per-stage time) and a JSON report. Uses the GPU when one
 # is usable, else the CPU (with a warning).
 set -euo pipefail
@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh ci >/dev/null
 mkdir -p out
-FILTERS=${FILTERS:-"format=yuv444p,null"}
+FILTERS=${FILTERS:-"median=radius=2"}
 build/vfpipe run \
-  -i "synthetic=size=1280x720:rate=30:frames=300:noise=gauss:sigma=20:seed=1" \
+  -i "synthetic=size=1280x720:rate=30:frames=300:noise=saltpepper:density=0.1:seed=1" \
   -f "$FILTERS" \
   -o out/demo.mp4 --report out/demo-report.json
 echo "wrote out/demo.mp4 and out/demo-report.json"
