@@ -12,6 +12,23 @@ namespace {
 bool contains(const std::vector<PixelFormat>& v, PixelFormat f) {
   return std::find(v.begin(), v.end(), f) != v.end();
 }
+
+// The format to convert to before a stage that does not take `from`: the accepted format
+// that keeps the most of it (colour before gray, full chroma before subsampled).
+PixelFormat pick_conversion(PixelFormat from, const std::vector<PixelFormat>& accepted) {
+  using F = PixelFormat;
+  std::vector<F> pref;
+  switch (from) {
+    case F::BGR24: pref = {F::RGB24, F::YUV444P, F::YUV420P, F::GRAY8}; break;
+    case F::RGB24: pref = {F::BGR24, F::YUV444P, F::YUV420P, F::GRAY8}; break;
+    case F::YUV444P: pref = {F::BGR24, F::RGB24, F::YUV420P, F::GRAY8}; break;
+    case F::YUV420P: pref = {F::YUV444P, F::BGR24, F::RGB24, F::GRAY8}; break;
+    default: pref = {F::YUV420P, F::YUV444P, F::BGR24, F::RGB24}; break;
+  }
+  for (F f : pref)
+    if (contains(accepted, f)) return f;
+  return accepted.front();
+}
 }  // namespace
 
 Chain Chain::build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& input,
@@ -34,9 +51,10 @@ Chain Chain::build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& 
   for (auto& st : stages) {
     const StageInfo* info = reg.find(st->name());
     if (info && !info->formats.empty() && !contains(info->formats, cur.format)) {
+      const PixelFormat to = pick_conversion(cur.format, info->formats);
       log::debug("inserting a conversion %s -> %s before '%s'", pix_fmt_name(cur.format),
-                 pix_fmt_name(info->formats.front()), st->name().c_str());
-      add(make_format_stage(info->formats.front()), true);
+                 pix_fmt_name(to), st->name().c_str());
+      add(make_format_stage(to), true);
     }
     add(std::move(st), false);
   }

@@ -162,6 +162,13 @@ TEST(Chain, InsertsConversionsForTheSink) {
   EXPECT_THROW(Chain::build(build_stages(""), {PixelFormat::BGR24, 9, 9, {25, 1}},
                             {PixelFormat::YUV420P}, PixelFormat::RGB24),
                Error);
+  // Before a stage: the accepted format that keeps the most (colour -> yuv444p, not gray).
+  Chain med = Chain::build(build_stages("median"), {PixelFormat::BGR24, 9, 9, {25, 1}}, {});
+  ASSERT_EQ(med.size(), 2u);
+  EXPECT_EQ(med.step(0).out.format, PixelFormat::YUV444P);
+  EXPECT_TRUE(med.step(0).inserted);
+  Chain med420 = Chain::build(build_stages("median"), {PixelFormat::YUV420P, 9, 9, {25, 1}}, {});
+  EXPECT_EQ(med420.size(), 1u);
   Chain same = Chain::build(build_stages(""), {PixelFormat::GRAY8, 9, 9, {25, 1}},
                             {PixelFormat::YUV420P, PixelFormat::GRAY8});
   EXPECT_EQ(same.size(), 0u);
