@@ -63,4 +63,10 @@ void copy_image_async(const ImageView& s, const ImageView& d, StreamHandle st) {
                                cudaMemcpyDeviceToDevice, st));
 }
 
+void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                      StreamHandle s) {
+  VFP_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, static_cast<size_t>(w), h,
+                             cudaMemcpyDeviceToDevice, s));
+}
+
 }  // namespace vfp::cuda

@@ -11,4 +11,8 @@ void convert_async(const ImageView& src, const ImageView& dst, StreamHandle s);
 // Plane-by-plane copy (cudaMemcpy2DAsync), same spec on both sides.
 void copy_image_async(const ImageView& src, const ImageView& dst, StreamHandle s);
 
+// Copies one 8-bit plane (planes a stage leaves unfiltered).
+void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                      StreamHandle s);
+
 }  // namespace vfp::cuda

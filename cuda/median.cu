@@ -230,10 +230,4 @@ void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch
   throw Error(ErrorKind::Internal, "median: no selection kernel for this window");
 }
 
-void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      StreamHandle s) {
-  VFP_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, static_cast<size_t>(w), h,
-                             cudaMemcpyDeviceToDevice, s));
-}
-
 }  // namespace vfp::cuda

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/kernels.hpp"
 #include "cuda/runtime.hpp"
 #include "stages/median.hpp"
 
@@ -24,7 +25,5 @@ bool median_select_supported(const MedianParams& p);
 
 void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
                         const MedianParams& p, MedianAlgo algo, StreamHandle s);
-void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      StreamHandle s);
 
 }  // namespace vfp::cuda

@@ -375,6 +375,7 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
       FrameRecord rec;
       rec.index = it->index;
       rec.capture_ns = it->capture_ns;
+      if (cfg.before_frame) cfg.before_frame(it->index, chain);
       worker->submit(std::move(it->frame), std::move(rec));
     }
     if (!failing) worker->flush();

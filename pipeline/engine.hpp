@@ -34,6 +34,10 @@ struct EngineConfig {
   const std::atomic<int>* stop = nullptr;  // non-zero: finish in-flight frames and stop
   // Called from the sink thread after each written frame.
   std::function<void(int64_t frames_out, int64_t dropped)> progress;
+  // Called on the worker thread before each frame is submitted (index = source frame
+  // number): the place for live parameter changes. Frames already in flight are not
+  // affected; stages apply a change to the frames submitted after it.
+  std::function<void(int64_t index, Chain& chain)> before_frame;
 };
 
 struct RunResult {

@@ -99,6 +99,7 @@ void register_builtin_stages(Registry& reg) {
   register_null_stage(reg);
   register_format_stage(reg);
   register_median_stage(reg);
+  register_conv_stage(reg);
 }
 
 }  // namespace vfp

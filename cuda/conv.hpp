@@ -1,0 +1,45 @@
+// CUDA convolution of 8-bit planes, bit-identical to the CPU reference (stages/conv.hpp).
+//
+// Taps live in __constant__ memory: 16 banks of 1024 floats. Each conv stage reserves one
+// bank per frame in flight (slot), and uploads a slot's taps with cudaMemcpyToSymbolAsync
+// on the stage's stream only when they changed since that bank was last written. A live
+// kernel change therefore reaches exactly the frames submitted after it, while frames in
+// flight keep reading their own bank.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "cuda/kernels.hpp"
+#include "cuda/runtime.hpp"
+#include "stages/conv.hpp"
+
+namespace vfp::cuda {
+
+constexpr int kConvBanks = 16;
+
+class ConvTaps {
+ public:
+  explicit ConvTaps(int slots);  // throws vfp::Error when the banks are exhausted
+  ~ConvTaps();
+  ConvTaps(const ConvTaps&) = delete;
+  ConvTaps& operator=(const ConvTaps&) = delete;
+
+  // Makes `slot`'s bank hold these taps (stream-ordered upload if `version` is new to it).
+  void use(const ConvParams& p, bool separable, uint64_t version, int slot, StreamHandle s);
+  // Filters one plane with the taps last given to use() for this slot.
+  void run(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, int slot,
+           StreamHandle s) const;
+  int bank(int slot) const { return banks_[static_cast<size_t>(slot) % banks_.size()]; }
+
+ private:
+  std::vector<int> banks_;
+  std::vector<uint64_t> versions_;
+  std::vector<ConvParams> params_;  // per slot: what its bank holds
+  std::vector<char> separable_;
+};
+
+// Without the stage machinery (benchmarks, tests): upload to bank 0 and run.
+void conv_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                      const ConvParams& p, bool separable, StreamHandle s);
+
+}  // namespace vfp::cuda

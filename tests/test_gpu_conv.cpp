@@ -1,0 +1,181 @@
+// CUDA convolution against the CPU reference, bit for bit (2-D and separable paths), and
+// live kernel changes with frames in flight.
+#include <gtest/gtest.h>
+
+#include "pipeline/engine.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/filter_parser.hpp"
+#include "stages/conv.hpp"
+#include "test_util.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "cuda/conv.hpp"
+#include "cuda/runtime.hpp"
+#endif
+
+using namespace vfp;
+using namespace vfp::test;
+
+#if VFPIPE_HAVE_CUDA
+namespace {
+
+ConvKernel random_kernel(int w, int h, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.f, 2.f);
+  std::string taps;
+  for (int i = 0; i < w * h; ++i) taps += std::to_string(d(rng)) + " ";
+  return conv_parse_taps(taps, w, h);
+}
+
+std::vector<uint8_t> gpu_conv(const std::vector<uint8_t>& in, int w, int h, const ConvParams& p, bool sep) {
+  const int pitch = (w + 255) / 256 * 256;
+  cuda::Stream s;
+  cuda::DeviceBuffer din(static_cast<size_t>(pitch) * h), dout(static_cast<size_t>(pitch) * h);
+  for (int y = 0; y < h; ++y)
+    cuda::memcpy_h2d_async(din.get() + static_cast<size_t>(y) * pitch, in.data() + static_cast<size_t>(y) * w,
+                           static_cast<size_t>(w), s.get());
+  cuda::memset_async(dout.get(), 0xEE, dout.size(), s.get());
+  cuda::conv_plane_async(din.get(), pitch, dout.get(), pitch, w, h, p, sep, s.get());
+  std::vector<uint8_t> host(static_cast<size_t>(pitch) * h), out(in.size());
+  cuda::memcpy_d2h_async(host.data(), dout.get(), host.size(), s.get());
+  s.synchronize();
+  for (int y = 0; y < h; ++y)
+    std::copy(host.begin() + static_cast<long>(y) * pitch, host.begin() + static_cast<long>(y) * pitch + w,
+              out.begin() + static_cast<long>(y) * w);
+  return out;
+}
+
+std::vector<uint8_t> plane(int w, int h, uint32_t seed) {
+  std::vector<uint8_t> v(static_cast<size_t>(w) * h);
+  std::mt19937 rng(seed);
+  for (auto& x : v) x = static_cast<uint8_t>(rng());
+  return v;
+}
+
+}  // namespace
+
+#define REQUIRE_GPU() \
+  if (!cuda::probe().usable) GTEST_SKIP() << "no usable GPU: " << cuda::probe().reason
+
+TEST(GpuConv, TwoDimensionalEqualsCpu) {
+  REQUIRE_GPU();
+  const std::pair<int, int> shapes[] = {{1, 1}, {3, 3}, {5, 5}, {7, 7}, {9, 3}, {3, 9}, {15, 15}, {31, 31}, {31, 1}, {1, 31}, {13, 27}};
+  const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {67, 45}, {300, 131}};
+  for (auto [kw, kh] : shapes)
+    for (auto [w, h] : sizes)
+      for (Border b : {Border::Reflect101, Border::Replicate, Border::Reflect, Border::Constant, Border::Wrap}) {
+        ConvParams p;
+        p.kernel = random_kernel(kw, kh, static_cast<uint32_t>(kw * 100 + kh));
+        p.rdiv = 0.37f;
+        p.bias = 11.5f;
+        p.border = b;
+        p.value = 201;
+        auto in = plane(w, h, static_cast<uint32_t>(w * 3 + kw));
+        std::vector<uint8_t> want(in.size());
+        conv_plane_cpu(in.data(), w, want.data(), w, w, h, p);
+        ASSERT_EQ(gpu_conv(in, w, h, p, false), want)
+            << kw << "x" << kh << " on " << w << "x" << h << " " << border_name(b);
+      }
+}
+
+TEST(GpuConv, SeparableEqualsCpuSeparable) {
+  REQUIRE_GPU();
+  for (int kw : {1, 3, 7, 15, 31})
+    for (int kh : {1, 5, 31})
+      for (auto [w, h] : {std::pair{1, 1}, {3, 7}, {129, 40}, {1921, 1081}})
+        for (Border b : {Border::Reflect101, Border::Constant, Border::Wrap}) {
+          if (w > 1000 && (kw != 7 || kh != 5)) continue;  // one full-HD case is enough
+          ConvParams p;
+          p.kernel = conv_preset("gauss", kw, kh, 0, 1, "x");
+          p.rdiv = 1.f / static_cast<float>(p.kernel.sum());
+          p.border = b;
+          p.value = 17;
+          auto in = plane(w, h, static_cast<uint32_t>(kw + kh));
+          std::vector<uint8_t> want(in.size()), def(in.size());
+          conv_plane_separable_cpu(in.data(), w, want.data(), w, w, h, p);
+          ASSERT_EQ(gpu_conv(in, w, h, p, true), want) << kw << "x" << kh << " on " << w << "x" << h;
+          conv_plane_cpu(in.data(), w, def.data(), w, w, h, p);
+          for (size_t i = 0; i < def.size(); ++i) ASSERT_LE(std::abs(def[i] - want[i]), 1);
+        }
+}
+
+TEST(GpuConv, FullHdOddSizeEveryPathThroughTheStage) {
+  REQUIRE_GPU();
+  for (const char* f : {"conv=gauss:size=5", "conv=gauss:size=15", "conv=sharpen:amount=0.7", "conv=sobel:bias=128",
+                        "conv=box:size=31x9:border=replicate", "conv=unsharp:size=9:planes=1"}) {
+    FrameSpec spec{PixelFormat::YUV420P, 1921, 1081, {25, 1}};
+    CaptureSink cpu, gpu;
+    for (auto [b, sink] : {std::pair{Backend::CPU, &cpu}, {Backend::CUDA, &gpu}}) {
+      TestSource src(spec, 2);
+      Chain chain = Chain::build(build_stages(f), spec, {});
+      sink->open(chain.output());
+      EngineConfig cfg;
+      cfg.backend = b;
+      RunResult r = run_pipeline(src, chain, *sink, cfg);
+      ASSERT_FALSE(r.error) << f;
+    }
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(gpu.frames[static_cast<size_t>(i)]->same_pixels(*cpu.frames[static_cast<size_t>(i)])) << f;
+  }
+}
+
+TEST(GpuConv, LiveChangesReachExactlyTheLaterFrames) {
+  REQUIRE_GPU();
+  // A different kernel for almost every frame, with 3 and 8 frames in flight: each output
+  // must use the kernel that was current when its frame was submitted.
+  const char* kernels[] = {"conv=identity", "conv=box:size=5", "conv=gauss:size=31:sigma=8",
+                           "conv=sharpen:amount=3", "conv=sobel:bias=128", "conv=box:size=3x31"};
+  FrameSpec spec{PixelFormat::GRAY8, 640, 360, {25, 1}};
+  for (int depth : {3, 8}) {
+    TestSource src(spec, 40);
+    CaptureSink sink;
+    Chain chain = Chain::build(build_stages(kernels[0]), spec, {});
+    sink.open(chain.output());
+    EngineConfig cfg;
+    cfg.backend = Backend::CUDA;
+    cfg.depth = depth;
+    std::vector<int> used(40);
+    cfg.before_frame = [&](int64_t i, Chain& c) {
+      const int k = static_cast<int>((i * 7 / 3) % 6);
+      used[static_cast<size_t>(i)] = k;
+      auto f = parse_filter_string(kernels[k]);
+      conv_set_live(*c.step(0).stage, bind_options(conv_options(), f[0], kernels[k], "conv"));
+    };
+    RunResult r = run_pipeline(src, chain, sink, cfg);
+    ASSERT_FALSE(r.error);
+    TestSource again(spec, 40);
+    for (int i = 0; i < 40; ++i) {
+      HostFrame in(spec, false), want(spec, false);
+      ASSERT_TRUE(again.read(in));
+      auto f = parse_filter_string(kernels[used[static_cast<size_t>(i)]]);
+      Options o = bind_options(conv_options(), f[0], kernels[used[static_cast<size_t>(i)]], "conv");
+      bool sep = false;
+      ConvParams p = conv_params_from_options(o, &sep);
+      if (sep)
+        conv_plane_separable_cpu(in.data(), in.view().pitch[0], want.data(), want.view().pitch[0], 640, 360, p);
+      else
+        conv_plane_cpu(in.data(), in.view().pitch[0], want.data(), want.view().pitch[0], 640, 360, p);
+      ASSERT_TRUE(sink.frames[static_cast<size_t>(i)]->same_pixels(want)) << "depth " << depth << " frame " << i;
+    }
+  }
+}
+
+TEST(GpuConv, TooManyStagesForTheBanksIsAClearError) {
+  REQUIRE_GPU();
+  FrameSpec spec{PixelFormat::GRAY8, 64, 64, {25, 1}};
+  TestSource src(spec, 2);
+  CaptureSink sink;
+  Chain chain = Chain::build(build_stages("conv=box,conv=box,conv=box"), spec, {});
+  sink.open(chain.output());
+  EngineConfig cfg;
+  cfg.backend = Backend::CUDA;
+  cfg.depth = 8;  // 3 stages x 8 slots > 16 banks
+  RunResult r = run_pipeline(src, chain, sink, cfg);
+  ASSERT_TRUE(r.error);
+  try {
+    std::rethrow_exception(r.error);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of constant-memory banks"), std::string::npos) << e.what();
+  }
+}
+#else
+TEST(GpuConv, NotBuilt) { GTEST_SKIP() << "built without CUDA"; }
+#endif
