@@ -17,6 +17,7 @@
 
 #include "cuda/median.hpp"
 #include "cuda/runtime.hpp"
+#include "apps/bench/bench_util.hpp"
 #include "pipeline/stats.hpp"
 #if VFPIPE_HAVE_NPP
 #include <cuda_runtime.h>
@@ -24,23 +25,12 @@
 #endif
 
 using namespace vfp;
+#if VFPIPE_HAVE_NPP
+using vfp::bench::npp_context;
+#endif
+using vfp::bench::time_ms;
 
 namespace {
-
-template <typename F>
-double time_ms(int iters, cuda::Stream& s, F&& fn) {
-  cuda::Event a, b;
-  for (int i = 0; i < 3; ++i) fn();  // warm-up (module load, caches)
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    a.record(s.get());
-    fn();
-    b.record(s.get());
-    b.synchronize();
-    t.push_back(cuda::Event::elapsed_ms(a, b));
-  }
-  return summarize(t).p50;
-}
 
 #if VFPIPE_HAVE_NPP
 // The buffer-size out-parameter changed type across NPP versions; deduce it.
@@ -51,25 +41,6 @@ struct ThirdArg<R (*)(A, B, C, D)> {
   using type = std::remove_pointer_t<C>;
 };
 
-NppStreamContext npp_context(cudaStream_t s) {
-  NppStreamContext c{};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceProp p{};
-  cudaGetDeviceProperties(&p, dev);
-  c.hStream = s;
-  c.nCudaDeviceId = dev;
-  c.nMultiProcessorCount = p.multiProcessorCount;
-  c.nMaxThreadsPerMultiProcessor = p.maxThreadsPerMultiProcessor;
-  c.nMaxThreadsPerBlock = p.maxThreadsPerBlock;
-  c.nSharedMemPerBlock = p.sharedMemPerBlock;
-  c.nCudaDevAttrComputeCapabilityMajor = p.major;
-  c.nCudaDevAttrComputeCapabilityMinor = p.minor;
-  unsigned flags = 0;
-  cudaStreamGetFlags(s, &flags);
-  c.nStreamFlags = flags;
-  return c;
-}
 #endif
 
 }  // namespace

@@ -1,0 +1,52 @@
+// Shared by the GPU benchmark programs: CUDA-event timing and NPP's stream context.
+#pragma once
+#include <vector>
+
+#include "cuda/runtime.hpp"
+#include "pipeline/stats.hpp"
+#if VFPIPE_HAVE_NPP
+#include <cuda_runtime.h>
+#include <nppdefs.h>
+#endif
+
+namespace vfp::bench {
+
+// Median of `iters` timed calls (CUDA events on `s`) after 3 warm-up calls.
+template <typename F>
+double time_ms(int iters, cuda::Stream& s, F&& fn) {
+  cuda::Event a, b;
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    a.record(s.get());
+    fn();
+    b.record(s.get());
+    b.synchronize();
+    t.push_back(cuda::Event::elapsed_ms(a, b));
+  }
+  return summarize(t).p50;
+}
+
+#if VFPIPE_HAVE_NPP
+inline NppStreamContext npp_context(cudaStream_t s) {
+  NppStreamContext c{};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceProp p{};
+  cudaGetDeviceProperties(&p, dev);
+  c.hStream = s;
+  c.nCudaDeviceId = dev;
+  c.nMultiProcessorCount = p.multiProcessorCount;
+  c.nMaxThreadsPerMultiProcessor = p.maxThreadsPerMultiProcessor;
+  c.nMaxThreadsPerBlock = p.maxThreadsPerBlock;
+  c.nSharedMemPerBlock = p.sharedMemPerBlock;
+  c.nCudaDevAttrComputeCapabilityMajor = p.major;
+  c.nCudaDevAttrComputeCapabilityMinor = p.minor;
+  unsigned flags = 0;
+  cudaStreamGetFlags(s, &flags);
+  c.nStreamFlags = flags;
+  return c;
+}
+#endif
+
+}  // namespace vfp::bench
