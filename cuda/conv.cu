@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdint>
 #include <mutex>
 
 #include "cuda/conv.hpp"
@@ -33,8 +34,26 @@ template <int KW>
 __device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spitch, int w, int h,
                           int x0, int y0, int rows, Border border, int value) {
   constexpr int TW = kOW + KW - 1, TP = tile_pitch<KW>();
-  const bool interior = x0 >= 0 && y0 >= 0 && x0 + TW <= w && y0 + rows <= h;
   const int tid = threadIdx.y * kBX + threadIdx.x;
+  // Interior tiles of 4-byte aligned rows: 32-bit loads of the aligned words covering the
+  // tile, four samples each (a quarter of the load instructions of byte loads).
+  const int xa = x0 & ~3;
+  const int words = (x0 + TW - xa + 3) / 4;
+  if (x0 >= 0 && y0 >= 0 && xa + 4 * words <= w && y0 + rows <= h && (spitch & 3) == 0 &&
+      (reinterpret_cast<uintptr_t>(src) & 3) == 0) {
+    for (int i = tid; i < rows * words; i += kBX * kBY) {
+      const int r = i / words, wd = i - r * words;
+      const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(src + static_cast<size_t>(y0 + r) * spitch + xa) + wd);
+      const int c0 = xa + 4 * wd - x0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int c = c0 + b;
+        if (c >= 0 && c < TW) tile[r * TP + c] = static_cast<float>((v >> (8 * b)) & 0xff);
+      }
+    }
+    return;
+  }
+  const bool interior = x0 >= 0 && y0 >= 0 && x0 + TW <= w && y0 + rows <= h;
   for (int i = tid; i < rows * TW; i += kBX * kBY) {
     const int r = i / TW, c = i - r * TW;
     int v;
@@ -70,6 +89,12 @@ __device__ __forceinline__ void store4(uint8_t* dst, int dpitch, int w, int h, i
                                        const float* acc, float rdiv, float bias) {
   if (y >= h) return;
   uint8_t* d = dst + static_cast<size_t>(y) * dpitch;
+  if (x + kPX <= w && ((reinterpret_cast<uintptr_t>(d + x) & 3) == 0)) {  // one 32-bit store
+    const uint32_t v = finish(acc[0], rdiv, bias) | (finish(acc[1], rdiv, bias) << 8) |
+                       (finish(acc[2], rdiv, bias) << 16) | (static_cast<uint32_t>(finish(acc[3], rdiv, bias)) << 24);
+    *reinterpret_cast<uint32_t*>(d + x) = v;
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kPX; ++j)
     if (x + j < w) d[x + j] = finish(acc[j], rdiv, bias);
