@@ -19,8 +19,10 @@ __constant__ float c_taps[kConvBanks][kBankFloats];
 std::mutex g_bank_mu;
 bool g_bank_used[kConvBanks] = {};
 
-constexpr int kBX = 32, kBY = 16, kPX = 4;  // threads; each thread 4 pixels along x
-constexpr int kOW = kBX * kPX;              // 128 outputs wide, kBY tall per block
+constexpr int kBX = 32, kBY = 8, kPX = 4;  // threads; each thread 4x4 pixels
+constexpr int kPY = 4;
+constexpr int kOW = kBX * kPX;  // 128 outputs wide
+constexpr int kOH = kBY * kPY;  // 32 outputs tall per block
 
 // Row pitch (floats) of the shared tile for kernel width KW: every thread reads its
 // window [4*tx, 4*tx + KW + 3) with aligned float4 loads.
@@ -100,8 +102,9 @@ __device__ __forceinline__ void store4(uint8_t* dst, int dpitch, int w, int h, i
     if (x + j < w) d[x + j] = finish(acc[j], rdiv, bias);
 }
 
-// 2-D: the CPU reference's order exactly (ky outer, kx inner, fmaf), four outputs per
-// thread sharing one register window per kernel row.
+// 2-D: the CPU reference's order exactly (ky outer, kx inner, fmaf). Each thread computes
+// 4x4 outputs; every window row it loads from shared memory (4 + KW - 1 floats, aligned
+// float4 loads) feeds the up to four output rows that use it, each with its own ky.
 template <int KW>
 __global__ void __launch_bounds__(kBX* kBY)
     conv2d_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch,
@@ -109,23 +112,34 @@ __global__ void __launch_bounds__(kBX* kBY)
   extern __shared__ float4 smem4[];
   float* tile = reinterpret_cast<float*>(smem4);
   constexpr int TP = tile_pitch<KW>();
-  const int x0 = blockIdx.x * kOW - KW / 2, y0 = blockIdx.y * kBY - kh / 2;
-  load_tile<KW>(tile, src, spitch, w, h, x0, y0, kBY + kh - 1, border, value);
+  const int x0 = blockIdx.x * kOW - KW / 2, y0 = blockIdx.y * kOH - kh / 2;
+  load_tile<KW>(tile, src, spitch, w, h, x0, y0, kOH + kh - 1, border, value);
   __syncthreads();
   const float* taps = c_taps[bank];
-  float acc[kPX] = {0.f, 0.f, 0.f, 0.f};
-  for (int ky = 0; ky < kh; ++ky) {
-    float r[KW + 3];
-    load_window<KW>(tile + (threadIdx.y + ky) * TP + kPX * threadIdx.x, r);
+  float acc[kPY][kPX];
 #pragma unroll
-    for (int kx = 0; kx < KW; ++kx) {
-      const float t = taps[ky * KW + kx];
+  for (int j = 0; j < kPY; ++j)
 #pragma unroll
-      for (int j = 0; j < kPX; ++j) acc[j] = fmaf(t, r[j + kx], acc[j]);
+    for (int i = 0; i < kPX; ++i) acc[j][i] = 0.f;
+  const int ty = kPY * threadIdx.y;
+  for (int r = 0; r < kh + kPY - 1; ++r) {
+    float win[KW + 3];
+    load_window<KW>(tile + (ty + r) * TP + kPX * threadIdx.x, win);
+#pragma unroll
+    for (int j = 0; j < kPY; ++j) {
+      const int ky = r - j;  // output row j uses this tile row as its kernel row ky
+      if (ky < 0 || ky >= kh) continue;
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx) {
+        const float t = taps[ky * KW + kx];
+#pragma unroll
+        for (int i = 0; i < kPX; ++i) acc[j][i] = fmaf(t, win[i + kx], acc[j][i]);
+      }
     }
   }
-  store4(dst, dpitch, w, h, blockIdx.x * kOW + kPX * threadIdx.x, blockIdx.y * kBY + threadIdx.y, acc,
-         rdiv, bias);
+  const int ox = blockIdx.x * kOW + kPX * threadIdx.x, oy = blockIdx.y * kOH + ty;
+#pragma unroll
+  for (int j = 0; j < kPY; ++j) store4(dst, dpitch, w, h, ox, oy + j, acc[j], rdiv, bias);
 }
 
 // Separable, fused: horizontal pass of every tile row into shared memory, then the
@@ -137,36 +151,47 @@ __global__ void __launch_bounds__(kBX* kBY)
   extern __shared__ float4 smem4[];
   float* tile = reinterpret_cast<float*>(smem4);
   constexpr int TP = tile_pitch<KW>();
-  const int rows = kBY + kh - 1;
+  const int rows = kOH + kh - 1;
   float* hp = tile + rows * TP;  // horizontal results: rows x kOW
-  const int x0 = blockIdx.x * kOW - KW / 2, y0 = blockIdx.y * kBY - kh / 2;
+  const int x0 = blockIdx.x * kOW - KW / 2, y0 = blockIdx.y * kOH - kh / 2;
   load_tile<KW>(tile, src, spitch, w, h, x0, y0, rows, border, value);
   __syncthreads();
   const float* taps = c_taps[bank];
   for (int r0 = threadIdx.y; r0 < rows; r0 += kBY) {
-    float r[KW + 3];
-    load_window<KW>(tile + r0 * TP + kPX * threadIdx.x, r);
+    float win[KW + 3];
+    load_window<KW>(tile + r0 * TP + kPX * threadIdx.x, win);
     float acc[kPX] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int kx = 0; kx < KW; ++kx) {
       const float t = taps[kx];
 #pragma unroll
-      for (int j = 0; j < kPX; ++j) acc[j] = fmaf(t, r[j + kx], acc[j]);
+      for (int i = 0; i < kPX; ++i) acc[i] = fmaf(t, win[i + kx], acc[i]);
     }
     *reinterpret_cast<float4*>(hp + r0 * kOW + kPX * threadIdx.x) = make_float4(acc[0], acc[1], acc[2], acc[3]);
   }
   __syncthreads();
-  float acc[kPX] = {0.f, 0.f, 0.f, 0.f};
-  for (int ky = 0; ky < kh; ++ky) {
-    const float t = taps[kColOffset + ky];
-    const float4 v = *reinterpret_cast<const float4*>(hp + (threadIdx.y + ky) * kOW + kPX * threadIdx.x);
-    acc[0] = fmaf(t, v.x, acc[0]);
-    acc[1] = fmaf(t, v.y, acc[1]);
-    acc[2] = fmaf(t, v.z, acc[2]);
-    acc[3] = fmaf(t, v.w, acc[3]);
+  float acc[kPY][kPX];
+#pragma unroll
+  for (int j = 0; j < kPY; ++j)
+#pragma unroll
+    for (int i = 0; i < kPX; ++i) acc[j][i] = 0.f;
+  const int ty = kPY * threadIdx.y;
+  for (int r = 0; r < kh + kPY - 1; ++r) {
+    const float4 v = *reinterpret_cast<const float4*>(hp + (ty + r) * kOW + kPX * threadIdx.x);
+#pragma unroll
+    for (int j = 0; j < kPY; ++j) {
+      const int ky = r - j;
+      if (ky < 0 || ky >= kh) continue;
+      const float t = taps[kColOffset + ky];
+      acc[j][0] = fmaf(t, v.x, acc[j][0]);
+      acc[j][1] = fmaf(t, v.y, acc[j][1]);
+      acc[j][2] = fmaf(t, v.z, acc[j][2]);
+      acc[j][3] = fmaf(t, v.w, acc[j][3]);
+    }
   }
-  store4(dst, dpitch, w, h, blockIdx.x * kOW + kPX * threadIdx.x, blockIdx.y * kBY + threadIdx.y, acc,
-         rdiv, bias);
+  const int ox = blockIdx.x * kOW + kPX * threadIdx.x, oy = blockIdx.y * kOH + ty;
+#pragma unroll
+  for (int j = 0; j < kPY; ++j) store4(dst, dpitch, w, h, ox, oy + j, acc[j], rdiv, bias);
 }
 
 using KernelFn = void (*)(const uint8_t*, int, uint8_t*, int, int, int, int, int, float, float, Border, int);
@@ -174,7 +199,7 @@ using KernelFn = void (*)(const uint8_t*, int, uint8_t*, int, int, int, int, int
 template <int KW>
 void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
             int kh, int bank, float rdiv, float bias, Border border, int value, StreamHandle s) {
-  const int rows = kBY + kh - 1;
+  const int rows = kOH + kh - 1;
   size_t shmem = static_cast<size_t>(rows) * tile_pitch<KW>() * sizeof(float);
   if (separable) shmem += static_cast<size_t>(rows) * kOW * sizeof(float);
   KernelFn fn = separable ? conv_sep_kernel<KW> : conv2d_kernel<KW>;
@@ -183,7 +208,7 @@ void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dp
     VFP_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
   });
-  dim3 block(kBX, kBY), grid((w + kOW - 1) / kOW, (h + kBY - 1) / kBY);
+  dim3 block(kBX, kBY), grid((w + kOW - 1) / kOW, (h + kOH - 1) / kOH);
   fn<<<grid, block, shmem, s>>>(src, spitch, dst, dpitch, w, h, kh, bank, rdiv, bias, border, value);
   VFP_CUDA_LAUNCHED(separable ? "conv_sep_kernel" : "conv2d_kernel");
 }
