@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "no usable GPU: %s\n", cuda::probe().reason.c_str());
       return 1;
     }
-    std::printf("vfpipe convolution benchmark on %s (8-bit gray, ms = median of %d)\n", cuda::probe().name.c_str(), iters);
+    std::printf("vfpipe convolution benchmark on %s (8-bit gray, ms per call = median of %d batches of 10 back-to-back calls)\n", cuda::probe().name.c_str(), iters);
 #if !VFPIPE_HAVE_NPP
     std::printf("NPP: not available in this build\n");
 #endif

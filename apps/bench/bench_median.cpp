@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "no usable GPU: %s\n", cuda::probe().reason.c_str());
       return 1;
     }
-    std::printf("vfpipe median benchmark on %s (8-bit gray, random content; ms = median of %d)\n",
+    std::printf("vfpipe median benchmark on %s (8-bit gray, random content; ms per call = median of %d batches of 10 back-to-back calls)\n",
                 cuda::probe().name.c_str(), iters);
 #if VFPIPE_HAVE_NPP
     std::printf("NPP: nppiFilterMedian_8u_C1R_Ctx on the interior ROI\n");

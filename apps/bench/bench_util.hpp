@@ -11,18 +11,21 @@
 
 namespace vfp::bench {
 
-// Median of `iters` timed calls (CUDA events on `s`) after 3 warm-up calls.
+// Time per call: median over `iters` samples, each a batch of `batch` back-to-back calls
+// between two CUDA events (after 3 warm-up calls). Batching measures what a stream of
+// frames sees; a single launch between events also counts the host's launch latency
+// (~5-10 us), which dominates kernels of a few microseconds.
 template <typename F>
-double time_ms(int iters, cuda::Stream& s, F&& fn) {
+double time_ms(int iters, cuda::Stream& s, F&& fn, int batch = 10) {
   cuda::Event a, b;
   for (int i = 0; i < 3; ++i) fn();
   std::vector<double> t;
   for (int i = 0; i < iters; ++i) {
     a.record(s.get());
-    fn();
+    for (int k = 0; k < batch; ++k) fn();
     b.record(s.get());
     b.synchronize();
-    t.push_back(cuda::Event::elapsed_ms(a, b));
+    t.push_back(cuda::Event::elapsed_ms(a, b) / batch);
   }
   return summarize(t).p50;
 }
