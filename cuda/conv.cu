@@ -38,15 +38,17 @@ __device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spit
   constexpr int TW = kOW + KW - 1, TP = tile_pitch<KW>();
   const int tid = threadIdx.y * kBX + threadIdx.x;
   // Interior tiles of 4-byte aligned rows: 32-bit loads of the aligned words covering the
-  // tile, four samples each (a quarter of the load instructions of byte loads).
-  const int xa = x0 & ~3;
-  const int words = (x0 + TW - xa + 3) / 4;
-  if (x0 >= 0 && y0 >= 0 && xa + 4 * words <= w && y0 + rows <= h && (spitch & 3) == 0 &&
+  // tile, four samples each (a quarter of the load instructions of byte loads). Block
+  // origins are multiples of 128, so the misalignment of x0 depends on KW alone.
+  constexpr int kOff = ((KW / 2 + 3) & ~3) - KW / 2;
+  constexpr int words = (TW + kOff + 3) / 4;
+  const int xa = x0 - kOff;
+  if (xa >= 0 && y0 >= 0 && xa + 4 * words <= w && y0 + rows <= h && (spitch & 3) == 0 &&
       (reinterpret_cast<uintptr_t>(src) & 3) == 0) {
     for (int i = tid; i < rows * words; i += kBX * kBY) {
       const int r = i / words, wd = i - r * words;
       const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(src + static_cast<size_t>(y0 + r) * spitch + xa) + wd);
-      const int c0 = xa + 4 * wd - x0;
+      const int c0 = 4 * wd - kOff;
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         const int c = c0 + b;
@@ -105,10 +107,13 @@ __device__ __forceinline__ void store4(uint8_t* dst, int dpitch, int w, int h, i
 // 2-D: the CPU reference's order exactly (ky outer, kx inner, fmaf). Each thread computes
 // 4x4 outputs; every window row it loads from shared memory (4 + KW - 1 floats, aligned
 // float4 loads) feeds the up to four output rows that use it, each with its own ky.
-template <int KW>
+// KHC > 0: the kernel height is that compile-time constant (small square kernels, where
+// loop and index overhead, not arithmetic, set the speed); 0: runtime `kh_arg`.
+template <int KW, int KHC>
 __global__ void __launch_bounds__(kBX* kBY)
     conv2d_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch,
-                  int w, int h, int kh, int bank, float rdiv, float bias, Border border, int value) {
+                  int w, int h, int kh_arg, int bank, float rdiv, float bias, Border border, int value) {
+  const int kh = KHC > 0 ? KHC : kh_arg;
   extern __shared__ float4 smem4[];
   float* tile = reinterpret_cast<float*>(smem4);
   constexpr int TP = tile_pitch<KW>();
@@ -122,6 +127,7 @@ __global__ void __launch_bounds__(kBX* kBY)
 #pragma unroll
     for (int i = 0; i < kPX; ++i) acc[j][i] = 0.f;
   const int ty = kPY * threadIdx.y;
+#pragma unroll(KHC > 0 ? KHC + kPY - 1 : 1)
   for (int r = 0; r < kh + kPY - 1; ++r) {
     float win[KW + 3];
     load_window<KW>(tile + (ty + r) * TP + kPX * threadIdx.x, win);
@@ -202,9 +208,10 @@ void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dp
   const int rows = kOH + kh - 1;
   size_t shmem = static_cast<size_t>(rows) * tile_pitch<KW>() * sizeof(float);
   if (separable) shmem += static_cast<size_t>(rows) * kOW * sizeof(float);
-  KernelFn fn = separable ? conv_sep_kernel<KW> : conv2d_kernel<KW>;
-  static std::once_flag once[2];
-  std::call_once(once[separable ? 1 : 0], [&] {
+  const bool fixed = !separable && kh == KW && KW <= 7;
+  KernelFn fn = separable ? conv_sep_kernel<KW> : (fixed ? conv2d_kernel<KW, (KW <= 7 ? KW : 0)> : conv2d_kernel<KW, 0>);
+  static std::once_flag once[3];
+  std::call_once(once[separable ? 1 : (fixed ? 2 : 0)], [&] {
     VFP_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
   });
