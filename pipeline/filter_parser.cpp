@@ -268,6 +268,7 @@ std::vector<std::unique_ptr<Stage>> build_stages(const std::string& text, const 
       throw ParseError(std::string(e.what()), text, f.name_pos, f.name.size());
     }
     st->set_name(info->name);
+    st->set_options(opts);
     stages.push_back(std::move(st));
   }
   return stages;

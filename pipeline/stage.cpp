@@ -7,6 +7,10 @@
 
 namespace vfp {
 
+void Stage::update(const Options&) {
+  throw Error(ErrorKind::Usage, "filter '" + name_ + "' cannot change its options while running");
+}
+
 const char* backend_name(Backend b) { return b == Backend::CUDA ? "cuda" : "cpu"; }
 
 void Stage::run_cuda(const ImageView&, const ImageView&, const StageContext&) {

@@ -74,6 +74,13 @@ class Stage {
   virtual void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) = 0;
   virtual void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx);
 
+  // Live parameter change between frames: `opts` is the stage's full option set with the
+  // changed values merged in. Applies to the frames submitted after the call; frames in
+  // flight keep their parameters. Stages that cannot change while running keep the default.
+  virtual void update(const Options& opts);
+  const Options& options() const { return options_; }
+  void set_options(const Options& o) { options_ = o; }
+
   // Name shown in reports and summaries, e.g. "format(yuv420p)".
   virtual std::string label() const { return name_; }
   const std::string& name() const { return name_; }
@@ -81,6 +88,7 @@ class Stage {
 
  private:
   std::string name_;
+  Options options_;
 };
 
 struct StageInfo {

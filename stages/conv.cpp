@@ -397,6 +397,12 @@ class ConvStage final : public Stage {
     }
   }
 #endif
+  void update(const Options& o) override {
+    bool sep = false;
+    ConvParams p = conv_params_from_options(o, &sep);
+    set_params(std::move(p), sep);
+    set_options(o);
+  }
   // Live change between frames (applied to the frames submitted after the call).
   void set_params(ConvParams p, bool use_separable) {
     p_ = std::move(p);

@@ -115,6 +115,23 @@ class MedianStage final : public Stage {
     }
   }
 #endif
+  // Parameters travel by value to each launch, so a change needs no GPU state.
+  void update(const Options& o) override {
+    p_ = params_from(o);
+    algo_ = o.str("algo");
+    set_options(o);
+  }
+  static MedianParams params_from(const Options& o) {
+    MedianParams p;
+    p.radius = static_cast<int>(o.integer("radius"));
+    p.radiusV = static_cast<int>(o.integer("radiusV"));
+    p.percentile = o.number("percentile");
+    p.planes = static_cast<int>(o.integer("planes"));
+    parse_border(o.str("border"), &p.border);
+    p.value = static_cast<int>(o.integer("value"));
+    if (p.planes == 0) throw OptionError("planes", "median: planes=0 filters nothing");
+    return p;
+  }
   std::string label() const override {
     std::string l = log::format("median(%dx%d", 2 * p_.rx() + 1, 2 * p_.ry() + 1);
     if (p_.percentile != 0.5) l += log::format(",p=%g", p_.percentile);
@@ -155,15 +172,7 @@ void register_median_stage(Registry& reg) {
   s.examples = {"median", "median=radius=2", "median=3:2", "median=radius=5:percentile=0.25:border=reflect101",
                 "median=radius=1:planes=1"};
   s.create = [](const Options& o) {
-    MedianParams p;
-    p.radius = static_cast<int>(o.integer("radius"));
-    p.radiusV = static_cast<int>(o.integer("radiusV"));
-    p.percentile = o.number("percentile");
-    p.planes = static_cast<int>(o.integer("planes"));
-    parse_border(o.str("border"), &p.border);
-    p.value = static_cast<int>(o.integer("value"));
-    if (p.planes == 0) throw OptionError("planes", "median: planes=0 filters nothing");
-    return std::make_unique<MedianStage>(p, o.str("algo"));
+    return std::make_unique<MedianStage>(MedianStage::params_from(o), o.str("algo"));
   };
   reg.add(std::move(s));
 }

@@ -176,3 +176,31 @@ TEST(Cli, SigintFinishesAndLeavesAPlayableFile) {
   std::remove(out.c_str());
   std::remove(log.c_str());
 }
+
+TEST(Cli, SendcmdChangesOptionsFromTheGivenFrame) {
+  const std::string cmds = tmp_path("cmds.txt"), out = tmp_path("sendcmd.y4m"), a = tmp_path("a.y4m"),
+                    b = tmp_path("b.y4m");
+  std::ofstream(cmds) << "# frame filter options\n5 conv kernel=box:size=5\n7 #0 radius=2\n";
+  const std::string src = " run -q --device cpu -i 'synthetic=size=96x64:frames=10:noise=gauss' ";
+  ASSERT_EQ(run_cmd(kBin + src + "-f 'median,conv=identity' --sendcmd " + cmds + " -o " + out).rc, 0);
+  ASSERT_EQ(run_cmd(kBin + src + "-f 'median,conv=identity' -o " + a).rc, 0);
+  ASSERT_EQ(run_cmd(kBin + src + "-f 'median,conv=box:size=5' -o " + b).rc, 0);
+  const std::string c = tmp_path("c.y4m");
+  ASSERT_EQ(run_cmd(kBin + src + "-f 'median=radius=2,conv=box:size=5' -o " + c).rc, 0);
+  Y4mSource so(out), sa(a), sb(b), sc(c);
+  HostFrame fo(so.spec(), false), fa(so.spec(), false), fb(so.spec(), false), fc(so.spec(), false);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(so.read(fo) && sa.read(fa) && sb.read(fb) && sc.read(fc));
+    const HostFrame& want = i < 5 ? fa : (i < 7 ? fb : fc);
+    EXPECT_TRUE(fo.same_pixels(want)) << "frame " << i;
+  }
+  // Mistakes in the file are reported with file:line before anything runs.
+  std::ofstream(cmds) << "3 conv kernal=box\n";
+  CmdResult r = run_cmd(kBin + src + "-f conv --sendcmd " + cmds + " -o " + out);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find(cmds + ":1: unknown option 'kernal'"), std::string::npos) << r.out;
+  std::ofstream(cmds) << "3 blur radius=1\n";
+  r = run_cmd(kBin + src + "-f conv --sendcmd " + cmds + " -o " + out);
+  EXPECT_NE(r.out.find("no filter 'blur' in the chain"), std::string::npos) << r.out;
+  for (const auto& f : {cmds, out, a, b, c}) std::remove(f.c_str());
+}

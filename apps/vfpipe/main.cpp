@@ -8,6 +8,7 @@
 
 #include "apps/vfpipe/progress.hpp"
 #include "pipeline/chain.hpp"
+#include "pipeline/commands.hpp"
 #include "pipeline/engine.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
@@ -34,6 +35,10 @@ Examples:
   # Video file to an image sequence, on the CPU, with a JSON timing report:
   vfpipe run -i clip.mp4 -o frames/%06d.png --device cpu --report timing.json
 
+  # Change options while running (FFmpeg sendcmd style): lines 'FRAME FILTER key=value:...'
+  printf '100 conv kernel=sharpen:amount=2\n200 median radius=3\n' > cmds.txt
+  vfpipe run -i clip.mp4 -f "median,conv=gauss" --sendcmd cmds.txt -o out.mp4
+
   # Live webcam processing (newest frame wins, dropped frames are counted):
   vfpipe live -i camera=0 -f "format=gray" -o recording.mp4
 
@@ -46,7 +51,7 @@ Exit status:  0 ok, 1 error, 2 bad usage, 130/143 stopped by SIGINT/SIGTERM (out
 )";
 
 struct RunArgs {
-  std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy;
+  std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy, sendcmd;
   std::string size;
   double fps = 0;
   int64_t frames = -1;
@@ -80,6 +85,9 @@ void add_run_options(CLI::App* c, RunArgs& a, bool live) {
   c->add_option("--codec", a.codec, "video output FOURCC (mp4v, MJPG, FFV1, avc1, ...)");
   c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera");
   c->add_option("--size", a.size, "capture size to request from a camera, WxH");
+  c->add_option("--sendcmd", a.sendcmd,
+                 "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
+                 "(FILTER: a name or #N), e.g. '30 conv kernel=sharpen'");
   c->add_flag("--no-progress", a.no_progress, "no progress line");
   c->add_flag("-q,--quiet", a.quiet, "errors only, no summary");
   c->add_flag("-v,--verbose", a.verbose, "debug messages (chain negotiation, buffers)");
@@ -144,6 +152,11 @@ int run_command(RunArgs& a, bool live) {
 
   Chain chain = Chain::build(std::move(stages), src->spec(), sink->accepted_formats(), forced);
   log::debug("chain: %s", chain.describe().c_str());
+  std::vector<Command> commands;
+  if (!a.sendcmd.empty()) {
+    commands = load_commands(a.sendcmd);
+    validate_commands(commands, chain);
+  }
   sink->open(chain.output());
 
   EngineConfig cfg;
@@ -159,6 +172,8 @@ int run_command(RunArgs& a, bool live) {
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
   Progress progress(!a.no_progress && !a.quiet, total);
   cfg.progress = [&](int64_t done, int64_t dropped) { progress.update(done, dropped); };
+  if (!commands.empty())
+    cfg.before_frame = [&](int64_t index, Chain& c) { apply_commands(commands, index, c); };
 
   log::info("%s -> [%s] -> %s on %s", src->describe().c_str(), chain.describe().c_str(),
             sink->describe().c_str(), backend_name(backend));
