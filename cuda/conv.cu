@@ -121,11 +121,7 @@ __global__ void __launch_bounds__(kBX* kBY)
   load_tile<KW>(tile, src, spitch, w, h, x0, y0, kOH + kh - 1, border, value);
   __syncthreads();
   const float* taps = c_taps[bank];
-  float acc[kPY][kPX];
-#pragma unroll
-  for (int j = 0; j < kPY; ++j)
-#pragma unroll
-    for (int i = 0; i < kPX; ++i) acc[j][i] = 0.f;
+  float acc[kPY][kPX] = {};
   const int ty = kPY * threadIdx.y;
 #pragma unroll(KHC > 0 ? KHC + kPY - 1 : 1)
   for (int r = 0; r < kh + kPY - 1; ++r) {
@@ -176,11 +172,7 @@ __global__ void __launch_bounds__(kBX* kBY)
     *reinterpret_cast<float4*>(hp + r0 * kOW + kPX * threadIdx.x) = make_float4(acc[0], acc[1], acc[2], acc[3]);
   }
   __syncthreads();
-  float acc[kPY][kPX];
-#pragma unroll
-  for (int j = 0; j < kPY; ++j)
-#pragma unroll
-    for (int i = 0; i < kPX; ++i) acc[j][i] = 0.f;
+  float acc[kPY][kPX] = {};
   const int ty = kPY * threadIdx.y;
   for (int r = 0; r < kh + kPY - 1; ++r) {
     const float4 v = *reinterpret_cast<const float4*>(hp + (ty + r) * kOW + kPX * threadIdx.x);

@@ -33,10 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (!cuda::probe().usable) {
-      std::fprintf(stderr, "no usable GPU: %s\n", cuda::probe().reason.c_str());
-      return 1;
-    }
+    if (!bench::require_gpu()) return 1;
     std::printf("vfpipe convolution benchmark on %s (8-bit gray, ms per call = median of %d batches of 10 back-to-back calls)\n", cuda::probe().name.c_str(), iters);
 #if !VFPIPE_HAVE_NPP
     std::printf("NPP: not available in this build\n");

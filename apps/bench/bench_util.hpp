@@ -1,5 +1,6 @@
 // Shared by the GPU benchmark programs: CUDA-event timing and NPP's stream context.
 #pragma once
+#include <cstdio>
 #include <vector>
 
 #include "cuda/runtime.hpp"
@@ -10,6 +11,13 @@
 #endif
 
 namespace vfp::bench {
+
+// False (with a message) where no GPU is usable.
+inline bool require_gpu() {
+  if (cuda::probe().usable) return true;
+  std::fprintf(stderr, "no usable GPU: %s\n", cuda::probe().reason.c_str());
+  return false;
+}
 
 // Time per call: median over `iters` samples, each a batch of `batch` back-to-back calls
 // between two CUDA events (after 3 warm-up calls). Batching measures what a stream of
