@@ -371,6 +371,7 @@ class ConvStage final : public Stage {
   bool has_cuda() const override { return true; }
 #if VFPIPE_HAVE_CUDA
   void prepare(Backend b, int slots) override {
+    gpu_.reset();  // release this stage's banks before reserving again (re-prepared chain)
     if (b == Backend::CUDA) gpu_ = std::make_unique<cuda::ConvTaps>(slots);
   }
 #endif
