@@ -15,6 +15,7 @@
 #include "pipeline/log.hpp"
 #include "pipeline/registry.hpp"
 #include "stages/builtin.hpp"
+#include "stages/planar.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/conv.hpp"
 #endif
@@ -359,15 +360,7 @@ class ConvStage final : public Stage {
  public:
   ConvStage(ConvParams p, bool use_separable) : p_(std::move(p)), separable_(use_separable) {}
 
-  FrameSpec configure(const FrameSpec& in) override {
-    if (!is_planar_yuv(in.format))
-      throw Error(ErrorKind::Input, std::string("conv: unsupported pixel format ") + pix_fmt_name(in.format));
-    const int np = plane_count(in.format);
-    if ((p_.planes & ((1 << np) - 1)) == 0)
-      throw OptionError("planes", log::format("conv: planes=%d selects none of the %d plane%s of %s",
-                                              p_.planes, np, np == 1 ? "" : "s", pix_fmt_name(in.format)));
-    return in;
-  }
+  FrameSpec configure(const FrameSpec& in) override { return check_planar_input("conv", in, p_.planes); }
   bool has_cuda() const override { return true; }
 #if VFPIPE_HAVE_CUDA
   void prepare(Backend b, int slots) override {
@@ -377,25 +370,20 @@ class ConvStage final : public Stage {
 #endif
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
-    for (int pl = 0; pl < plane_count(in.format); ++pl) {
-      if (!(p_.planes & (1 << pl))) {
-        for (int y = 0; y < in.ph[pl]; ++y) std::memcpy(out.row(pl, y), in.row(pl, y), static_cast<size_t>(in.pw[pl]));
-      } else if (separable_) {
-        conv_plane_separable_cpu(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], p_);
-      } else {
-        conv_plane_cpu(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], p_);
-      }
-    }
+    for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
+      if (separable_)
+        conv_plane_separable_cpu(s, sp, d, dp, w, h, p_);
+      else
+        conv_plane_cpu(s, sp, d, dp, w, h, p_);
+    });
   }
 #if VFPIPE_HAVE_CUDA
   void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     gpu_->use(p_, separable_, version_, ctx.slot, ctx.stream);  // stream-ordered, per slot
-    for (int pl = 0; pl < plane_count(in.format); ++pl) {
-      if (p_.planes & (1 << pl))
-        gpu_->run(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], ctx.slot, ctx.stream);
-      else
-        cuda::copy_plane_async(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], ctx.stream);
-    }
+    for_each_plane_cuda(in, out, p_.planes, ctx.stream,
+                        [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
+                          gpu_->run(s, sp, d, dp, w, h, ctx.slot, ctx.stream);
+                        });
   }
 #endif
   void update(const Options& o) override {
@@ -478,14 +466,6 @@ ConvParams conv_params_from_options(const Options& o, bool* use_separable) {
   *use_separable = p.kernel.separable && sep != "off" && (sep == "on" || p.kernel.w * p.kernel.h >= 49);
   if (p.planes == 0) throw OptionError("planes", "conv: planes=0 filters nothing");
   return p;
-}
-
-void conv_set_live(Stage& st, const Options& o) {
-  auto* c = dynamic_cast<ConvStage*>(&st);
-  if (!c) throw Error(ErrorKind::Internal, "conv_set_live: not a conv stage");
-  bool sep = false;
-  ConvParams p = conv_params_from_options(o, &sep);
-  c->set_params(std::move(p), sep);
 }
 
 const std::vector<OptionSpec>& conv_options() {

@@ -54,13 +54,9 @@ void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int 
                               int h, const ConvParams& p);
 
 class Options;
-class Stage;
 struct OptionSpec;
 const std::vector<OptionSpec>& conv_options();
 // Parameters from validated options; *use_separable tells whether to run two passes.
 ConvParams conv_params_from_options(const Options& o, bool* use_separable);
-// Live parameter change of a conv stage between frames (frames in flight keep the taps
-// they were submitted with: one constant-memory bank per slot, stream-ordered uploads).
-void conv_set_live(Stage& st, const Options& o);
 
 }  // namespace vfp

@@ -10,6 +10,7 @@
 #include "pipeline/log.hpp"
 #include "pipeline/registry.hpp"
 #include "stages/builtin.hpp"
+#include "stages/planar.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/median.hpp"
 #endif
@@ -80,39 +81,23 @@ class MedianStage final : public Stage {
  public:
   MedianStage(MedianParams p, std::string algo) : p_(p), algo_(std::move(algo)) {}
 
-  FrameSpec configure(const FrameSpec& in) override {
-    if (!is_planar_yuv(in.format))
-      throw Error(ErrorKind::Input, std::string("median: unsupported pixel format ") + pix_fmt_name(in.format));
-    const int np = plane_count(in.format);
-    if ((p_.planes & ((1 << np) - 1)) == 0)
-      throw OptionError("planes", log::format("median: planes=%d selects none of the %d plane%s of %s",
-                                              p_.planes, np, np == 1 ? "" : "s", pix_fmt_name(in.format)));
-    return in;
-  }
+  FrameSpec configure(const FrameSpec& in) override { return check_planar_input("median", in, p_.planes); }
   bool has_cuda() const override { return true; }
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
-    for (int pl = 0; pl < plane_count(in.format); ++pl) {
-      if (p_.planes & (1 << pl)) {
-        median_plane_cpu(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], p_);
-      } else {
-        for (int y = 0; y < in.ph[pl]; ++y) std::memcpy(out.row(pl, y), in.row(pl, y), static_cast<size_t>(in.pw[pl]));
-      }
-    }
+    for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
+      median_plane_cpu(s, sp, d, dp, w, h, p_);
+    });
   }
 #if VFPIPE_HAVE_CUDA
   void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     cuda::MedianAlgo algo = algo_ == "select"      ? cuda::MedianAlgo::Select
                             : algo_ == "histogram" ? cuda::MedianAlgo::Histogram
                                                    : cuda::MedianAlgo::Auto;
-    for (int pl = 0; pl < plane_count(in.format); ++pl) {
-      if (p_.planes & (1 << pl))
-        cuda::median_plane_async(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl],
-                                 in.ph[pl], p_, algo, ctx.stream);
-      else
-        cuda::copy_plane_async(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl],
-                               in.ph[pl], ctx.stream);
-    }
+    for_each_plane_cuda(in, out, p_.planes, ctx.stream,
+                        [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
+                          cuda::median_plane_async(s, sp, d, dp, w, h, p_, algo, ctx.stream);
+                        });
   }
 #endif
   // Parameters travel by value to each launch, so a change needs no GPU state.

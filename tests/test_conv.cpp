@@ -211,7 +211,7 @@ TEST(Conv, LiveKernelChangeAppliesFromTheNextFrame) {
   cfg.before_frame = [&](int64_t i, Chain& c) {
     if (i == 6) {
       auto f = parse_filter_string(later);
-      conv_set_live(*c.step(0).stage, bind_options(conv_options(), f[0], later, "conv"));
+      c.step(0).stage->update(bind_options(conv_options(), f[0], later, "conv"));
     }
   };
   RunResult r = run_pipeline(src, chain, sink, cfg);

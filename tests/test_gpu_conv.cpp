@@ -137,7 +137,7 @@ TEST(GpuConv, LiveChangesReachExactlyTheLaterFrames) {
       const int k = static_cast<int>((i * 7 / 3) % 6);
       used[static_cast<size_t>(i)] = k;
       auto f = parse_filter_string(kernels[k]);
-      conv_set_live(*c.step(0).stage, bind_options(conv_options(), f[0], kernels[k], "conv"));
+      c.step(0).stage->update(bind_options(conv_options(), f[0], kernels[k], "conv"));
     };
     RunResult r = run_pipeline(src, chain, sink, cfg);
     ASSERT_FALSE(r.error);

@@ -1,0 +1,55 @@
+// Shared by the stages that filter the planes of gray / yuv420p / yuv444p frames one by one
+// (median, conv): the input check and the per-plane loop that filters the planes selected
+// by the `planes` mask and copies the others.
+#pragma once
+#include <cstring>
+
+#include "pipeline/error.hpp"
+#include "pipeline/frame.hpp"
+#include "pipeline/log.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "cuda/kernels.hpp"
+#endif
+
+namespace vfp {
+
+// Throws for packed formats, and an OptionError("planes") when the mask selects none of
+// the input's planes. Returns `in` (these stages keep the spec).
+inline FrameSpec check_planar_input(const char* stage, const FrameSpec& in, int planes) {
+  if (!is_planar_yuv(in.format))
+    throw Error(ErrorKind::Input, std::string(stage) + ": unsupported pixel format " + pix_fmt_name(in.format));
+  const int np = plane_count(in.format);
+  if ((planes & ((1 << np) - 1)) == 0)
+    throw OptionError("planes", log::format("%s: planes=%d selects none of the %d plane%s of %s", stage, planes,
+                                            np, np == 1 ? "" : "s", pix_fmt_name(in.format)));
+  return in;
+}
+
+// filter(src, spitch, dst, dpitch, w, h) for each selected plane; unselected planes are
+// copied on the host.
+template <typename F>
+void for_each_plane_cpu(const ImageView& in, const ImageView& out, int planes, F&& filter) {
+  for (int pl = 0; pl < plane_count(in.format); ++pl) {
+    if (planes & (1 << pl)) {
+      filter(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl]);
+    } else {
+      for (int y = 0; y < in.ph[pl]; ++y) std::memcpy(out.row(pl, y), in.row(pl, y), static_cast<size_t>(in.pw[pl]));
+    }
+  }
+}
+
+#if VFPIPE_HAVE_CUDA
+// The same on the device: unselected planes are copied on `stream`.
+template <typename F>
+void for_each_plane_cuda(const ImageView& in, const ImageView& out, int planes, cuda::StreamHandle stream,
+                         F&& filter) {
+  for (int pl = 0; pl < plane_count(in.format); ++pl) {
+    if (planes & (1 << pl))
+      filter(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl]);
+    else
+      cuda::copy_plane_async(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], stream);
+  }
+}
+#endif
+
+}  // namespace vfp
