@@ -100,6 +100,7 @@ void register_builtin_stages(Registry& reg) {
   register_format_stage(reg);
   register_median_stage(reg);
   register_conv_stage(reg);
+  register_wavelet_stage(reg);
 }
 
 }  // namespace vfp
