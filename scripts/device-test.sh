@@ -6,6 +6,7 @@
 # From the development machine, with the `device` tool:
 #     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
 #     device run --carry .deps -- bash scripts/device-test.sh
+# BENCHES="engine median conv wavelet" (the default) selects the benchmarks to run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -37,6 +38,15 @@ compute-sanitizer --tool memcheck --error-exitcode 9 build-device/tests/vfpipe_g
 rc_san=$?
 tail -8 "$OUT/sanitizer.log"
 
+log "wavelet kernels under compute-sanitizer (racecheck: shared-memory tiles and histograms)"
+compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/vfpipe_gpu_tests \
+  --gtest_filter='GpuWavelet.ForwardAndInverse*:GpuWavelet.NoiseEstimate*' > "$OUT/racecheck.log" 2>&1
+rc_race=$?
+tail -4 "$OUT/racecheck.log"
+
+BENCHES=${BENCHES:-engine median conv wavelet}
+want() { [[ " $BENCHES " == *" $1 "* ]]; }
+if want engine; then
 log "engine benchmark"
 build-device/vfpipe-bench-engine --sizes 1920x1080,3840x2160 --frames 1200 --depth 3 \
   --json "$OUT/bench_engine.json" 2>&1 | tee "$OUT/bench_engine.txt"
@@ -44,10 +54,21 @@ build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --depth 2 2>&1 |
 build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --depth 4 2>&1 | tail -1 | sed 's/^/depth 4: /' | tee -a "$OUT/bench_engine.txt"
 build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --format yuv420p 2>&1 | tail -1 | sed 's/^/yuv420p: /' | tee -a "$OUT/bench_engine.txt"
 
-log "median benchmark (vs NPP)"
-build-device/vfpipe-bench-median --json "$OUT/bench_median.json" 2>&1 | tee "$OUT/bench_median.txt"
-log "convolution benchmark (vs NPP)"
-build-device/vfpipe-bench-conv --json "$OUT/bench_conv.json" 2>&1 | tee "$OUT/bench_conv.txt"
+fi
+if want median; then
+  log "median benchmark (vs NPP)"
+  build-device/vfpipe-bench-median --json "$OUT/bench_median.json" 2>&1 | tee "$OUT/bench_median.txt"
+fi
+if want conv; then
+  log "convolution benchmark (vs NPP)"
+  build-device/vfpipe-bench-conv --json "$OUT/bench_conv.json" 2>&1 | tee "$OUT/bench_conv.txt"
+fi
+if want wavelet; then
+  log "wavelet benchmark"
+  build-device/vfpipe-bench-wavelet --json "$OUT/bench_wavelet.json" 2>&1 | tee "$OUT/bench_wavelet.txt"
+  build-device/vfpipe-bench-wavelet --sizes 3840x2160 --wavelets db4 --method visushrink --cpu-iters 0 2>&1 | tail -1 |
+    sed 's/^/visushrink: /' | tee -a "$OUT/bench_wavelet.txt"
+fi
 
-echo "tests rc=$rc_tests sanitizer rc=$rc_san"
-[ $rc_tests -eq 0 ] && [ $rc_san -eq 0 ]
+echo "tests rc=$rc_tests sanitizer rc=$rc_san racecheck rc=$rc_race"
+[ $rc_tests -eq 0 ] && [ $rc_san -eq 0 ] && [ $rc_race -eq 0 ]
