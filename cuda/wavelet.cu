@@ -31,7 +31,7 @@ struct Stats {
   unsigned int hist[2][kHistBins];     // radix-select histograms of the two middle ranks
   unsigned int count;                  // non-zero |dd1| values
   unsigned int prefix[2], rank[2];     // selection state of the two ranks
-  float sigma;
+  double sigma;  // double: BayesShrink's sigma^2 - mean square cancels digits
   float thr[3 * kMaxLevels];
 };
 
@@ -47,7 +47,7 @@ __device__ __forceinline__ void store_sample(uint8_t* p, float v) { *p = wavelet
 __device__ __forceinline__ void store_sample(float* p, float v) { *p = v; }
 
 // Sums three values over the block and adds them to dst[0..2].
-__device__ void block_add3(float a, float b, float c, double* dst) {
+__device__ void block_add3(double a, double b, double c, double* dst) {
   __shared__ double part[3][32];
   double v[3] = {a, b, c};
   for (int i = 0; i < 3; ++i)
@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kBlockX* kBlockY)
   }
   __syncthreads();
   const int c = threadIdx.x, ox = ox0 + c;
-  float s_da = 0.f, s_ad = 0.f, s_dd = 0.f;
+  // Double: BayesShrink subtracts sigma^2 from the mean square, which amplifies its error.
+  double s_da = 0, s_ad = 0, s_dd = 0;
 #pragma unroll
   for (int k = 0; k < kFwdTY / kBlockY; ++k) {
     const int r = threadIdx.y + k * kBlockY, oy = oy0 + r;
@@ -121,9 +122,9 @@ __global__ void __launch_bounds__(kBlockX* kBlockY)
       da[o] = d0;
       ad[o] = a1;
       dd[o] = d1;
-      s_da += d0 * d0;
-      s_ad += a1 * a1;
-      s_dd += d1 * d1;
+      s_da += static_cast<double>(d0) * d0;
+      s_ad += static_cast<double>(a1) * a1;
+      s_dd += static_cast<double>(d1) * d1;
     }
   }
   if (sums) block_add3(s_da, s_ad, s_dd, sums);
@@ -141,7 +142,14 @@ __global__ void __launch_bounds__(kBlockX* kBlockY)
   constexpr int C = kInvTX / 2 + F / 2 + 1;  // coefficients per tile side
   __shared__ float A[4][C][C + 1];
   __shared__ float L[kInvTY][C + 1], H[kInvTY][C + 1];
+  // The tap index depends on each output's parity, a run-time value: indexing the kernel
+  // parameter with it would copy the taps to local memory in every thread.
+  __shared__ float lo[F], hi[F];
   const int tid = threadIdx.y * kBlockX + threadIdx.x;
+  if (tid < F) {
+    lo[tid] = t.lo[tid];
+    hi[tid] = t.hi[tid];
+  }
   const int x0 = blockIdx.x * kInvTX, y0 = blockIdx.y * kInvTY;
   const int s2 = dwt_synthesis_shift(F, b);
   const int kx0 = floor_div2(x0 + s2 - (F - 1)), ky0 = floor_div2(y0 + s2 - (F - 1));
@@ -182,10 +190,10 @@ __global__ void __launch_bounds__(kBlockX* kBlockY)
     for (int mm = 0; mm < F / 2; ++mm) {
       const int m = m0 + 2 * mm;
       const int kr = (gy + s2 - m) / 2 - ky0;
-      l = mul_add(A[0][kr][c], t.lo[m], l);
-      l = mul_add(A[1][kr][c], t.hi[m], l);
-      hh = mul_add(A[2][kr][c], t.lo[m], hh);
-      hh = mul_add(A[3][kr][c], t.hi[m], hh);
+      l = mul_add(A[0][kr][c], lo[m], l);
+      l = mul_add(A[1][kr][c], hi[m], l);
+      hh = mul_add(A[2][kr][c], lo[m], hh);
+      hh = mul_add(A[3][kr][c], hi[m], hh);
     }
     L[y][c] = l;
     H[y][c] = hh;
@@ -201,8 +209,8 @@ __global__ void __launch_bounds__(kBlockX* kBlockY)
     for (int mm = 0; mm < F / 2; ++mm) {
       const int m = m0 + 2 * mm;
       const int kc = (gx + s2 - m) / 2 - kx0;
-      v = mul_add(L[y][kc], t.lo[m], v);
-      v = mul_add(H[y][kc], t.hi[m], v);
+      v = mul_add(L[y][kc], lo[m], v);
+      v = mul_add(H[y][kc], hi[m], v);
     }
     if (gx < w && gy < h) store_sample(out + static_cast<size_t>(gy) * opitch + gx, v);
   }
@@ -291,7 +299,7 @@ __global__ void __launch_bounds__(kScanThreads) select_scan_kernel(int pass, Sta
     const double med = st->count ? (static_cast<double>(__uint_as_float(st->prefix[0])) +
                                     static_cast<double>(__uint_as_float(st->prefix[1]))) / 2.0
                                  : 0.0;
-    st->sigma = static_cast<float>(med / kMadToSigma);
+    st->sigma = med / kMadToSigma;
   }
 }
 
@@ -299,9 +307,9 @@ __global__ void thresholds_kernel(Stats* st, int levels, ShrinkMethod method, do
                                   double plane_samples, BandCounts counts) {
   const int i = threadIdx.x;
   const bool estimated = sigma_given <= 0 && method != ShrinkMethod::Fixed;
-  const double sigma = sigma_given > 0 ? sigma_given : (estimated ? static_cast<double>(st->sigma) : 0.0);
+  const double sigma = sigma_given > 0 ? sigma_given : (estimated ? st->sigma : 0.0);
   __syncthreads();  // every thread has read the estimate before it is replaced
-  if (i == 0) st->sigma = static_cast<float>(sigma);
+  if (i == 0) st->sigma = sigma;
   if (i >= 3 * levels) return;
   double t = fixed;
   if (method == ShrinkMethod::VisuShrink) {
