@@ -29,7 +29,7 @@ struct Taps {
 struct Stats {
   double sums[3 * kMaxLevels];         // sum of squares of da, ad, dd per level
   unsigned int hist[2][kHistBins];     // radix-select histograms of the two middle ranks
-  unsigned int count;                  // non-zero |dd1| values
+  unsigned int count;                  // |dd1| values seen by pass 0
   unsigned int prefix[2], rank[2];     // selection state of the two ranks
   double sigma;  // double: BayesShrink's sigma^2 - mean square cancels digits
   float thr[3 * kMaxLevels];
@@ -227,20 +227,19 @@ __global__ void select_hist_kernel(const float* __restrict__ d, size_t n, int pa
   const unsigned int mask = pass == 2 ? 0xFFu : 0xFFFu;
   const unsigned int p0 = st->prefix[0], p1 = st->prefix[1];
   const bool same = p0 == p1;
-  unsigned int nonzero = 0;
+  unsigned int counted = 0;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const unsigned int u = __float_as_uint(d[i]) & 0x7FFFFFFFu;  // |x|
-    if (u == 0) continue;
-    ++nonzero;
+    ++counted;
     const unsigned int hi = pass == 0 ? 0u : (u >> (shift + (pass == 1 ? 12 : 8)));
     const unsigned int dig = (u >> shift) & mask;
     if (hi == p0) atomicAdd(&hist[0][dig], 1u);
     if (!same && hi == p1) atomicAdd(&hist[1][dig], 1u);
   }
   if (pass == 0) {
-    for (int o = 16; o > 0; o >>= 1) nonzero += __shfl_down_sync(0xffffffffu, nonzero, o);
-    if ((threadIdx.x & 31) == 0 && nonzero) atomicAdd(&st->count, nonzero);
+    for (int o = 16; o > 0; o >>= 1) counted += __shfl_down_sync(0xffffffffu, counted, o);
+    if ((threadIdx.x & 31) == 0 && counted) atomicAdd(&st->count, counted);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < kHistBins; i += blockDim.x) {

@@ -4,7 +4,7 @@
 //   forward    one fused kernel per level: a shared-memory tile with its filter apron,
 //              horizontal low/high pass then vertical, writing the four subbands; for
 //              BayesShrink it also sums the squares of the three detail bands.
-//   estimate   sigma = median(|dd1| != 0) / 0.6745 by radix selection: three histogram
+//   estimate   sigma = median(|dd1|) / 0.6745 by radix selection: three histogram
 //              passes over the finest diagonal subband (12, 12 and 8 bits of the float's
 //              bit pattern), each followed by a one-block scan that narrows the prefix of the
 //              two middle ranks. Then one small kernel turns sigma and the sums into the

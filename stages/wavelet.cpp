@@ -183,18 +183,13 @@ void waverec2_cpu(const WaveletCoeffs& c, const WaveletFilter& f, WaveletBoundar
 }
 
 double estimate_sigma_mad(const float* d, size_t n) {
-  std::vector<float> v;
-  v.reserve(n);
-  for (size_t i = 0; i < n; ++i)
-    if (d[i] != 0.f) v.push_back(std::fabs(d[i]));
-  if (v.empty()) return 0.0;
-  const size_t m = v.size();
-  std::nth_element(v.begin(), v.begin() + static_cast<long>((m - 1) / 2), v.end());
-  double med = v[(m - 1) / 2];
-  if (m % 2 == 0) {
-    const float upper = *std::min_element(v.begin() + static_cast<long>((m - 1) / 2) + 1, v.end());
-    med = (med + upper) / 2.0;
-  }
+  if (n == 0) return 0.0;
+  std::vector<float> v(d, d + n);
+  for (float& x : v) x = std::fabs(x);
+  const size_t lo = (n - 1) / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(lo), v.end());
+  double med = v[lo];
+  if (n % 2 == 0) med = (med + *std::min_element(v.begin() + static_cast<long>(lo) + 1, v.end())) / 2.0;
   return med / kMadToSigma;
 }
 

@@ -27,9 +27,10 @@
 //   hard:    |x| <  T: x*(1-p);   else x
 //   garrote: |x| <= T: x*(1-p);   else x*(1 - p*T^2/x^2)
 // Thresholds, per plane:
-//   sigma  = given, or median(|dd| of level 1, zeros excluded) / 0.6744897501960817
-//            (MAD estimator as scikit-image's estimate_sigma; numpy's median: mean of the
-//            two middle values for an even count)
+//   sigma  = given, or median(|dd| of level 1) / 0.6744897501960817 (Donoho's MAD
+//            estimator; numpy's median: mean of the two middle values for an even count).
+//            Zeros count: scikit-image skips exact zeros (meant for masked images), which
+//            on 8-bit frames biases haar's estimate upwards (docs/wavelet.md).
 //   visushrink:  T = sigma * sqrt(2 ln N), N = samples in the plane (one T for all bands)
 //   bayesshrink: T_band = sigma^2 / sqrt(max(mean(band^2) - sigma^2, FLT_EPSILON))
 //   fixed:       T = threshold
@@ -181,7 +182,7 @@ WaveletCoeffs wavedec2_cpu(const float* img, int w, int h, int pitch, const Wave
 // Reconstructs into w x h (the size given to wavedec2), cropping pywt's extra samples.
 void waverec2_cpu(const WaveletCoeffs& c, const WaveletFilter& f, WaveletBoundary b, float* out);
 
-// median(|x| for x != 0) / 0.6745 (0 when every coefficient is 0).
+// median(|x|) / 0.6745.
 double estimate_sigma_mad(const float* d, size_t n);
 
 // The thresholds of each level's (da, ad, dd), finest first, as the stage computes them.

@@ -15,7 +15,7 @@ try:
     import numpy as np
     import pywt
     from skimage.restoration import denoise_wavelet
-    from skimage.restoration._denoise import _sigma_est_dwt
+    from scipy.stats import norm
 except ImportError as e:  # noqa: F841
     sys.stderr.write("pywt_reference.py: %s\n" % e)
     sys.exit(3)
@@ -51,12 +51,11 @@ def main():
         for wav, method, mode, levels in [("db4", "BayesShrink", "soft", 2), ("haar", "BayesShrink", "soft", 3),
                                           ("sym8", "VisuShrink", "soft", 1), ("db2", "BayesShrink", "hard", 2),
                                           ("bior2.2", "VisuShrink", "hard", 2)]:
-            # scikit-image's noise estimate on pywt's finest diagonal band of the 8-bit image.
-            # (Given to denoise_wavelet explicitly: left to itself it estimates on the image
-            # scaled to [0, 1], where rounding makes a few exactly-cancelling haar
-            # coefficients non-zero, so its zero-skipping count depends on that scaling.)
+            # The MAD noise estimate on pywt's finest diagonal band of the 8-bit image, zeros
+            # included (scikit-image's _sigma_est_dwt skips exact zeros: see docs/wavelet.md),
+            # given to denoise_wavelet explicitly so that both use the same sigma.
             dd1 = pywt.wavedec2(noisy.astype(np.float64), wav, level=1)[-1][2]
-            sigma = float(_sigma_est_dwt(dd1, distribution="Gaussian"))
+            sigma = float(np.median(np.abs(dd1)) / norm.ppf(0.75))
             den = denoise_wavelet(noisy / 255.0, sigma=sigma / 255.0, wavelet=wav, method=method, mode=mode,
                                   wavelet_levels=levels)
             out["denoise"].append({"wavelet": wav, "method": method.lower(), "mode": mode, "levels": levels,

@@ -188,13 +188,11 @@ TEST(WaveletPywt, DenoiseMatchesScikitImage) {
     const int w = c["w"], h = c["h"];
     std::vector<uint8_t> in, out(static_cast<size_t>(w) * h);
     for (int v : c["input"]) in.push_back(static_cast<uint8_t>(v));
-    // The noise estimate: scikit-image's estimator on pywt's band of the same image.
+    // The noise estimate: the MAD of pywt's band of the same image.
     std::vector<float> img(in.begin(), in.end());
     WaveletCoeffs c1 = wavedec2_cpu(img.data(), w, h, w, *p.wavelet, WaveletBoundary::Symmetric, 1);
     const double sigma = estimate_sigma_mad(c1.dd[0].data(), c1.dd[0].size()), want = c["sigma"];
-    // Exact zeros are skipped; haar's exactly-cancelling coefficients may round to +-1 ulp in
-    // either implementation, which moves its median a little. Other wavelets: float rounding.
-    EXPECT_NEAR(sigma, want, (*p.wavelet).taps == 2 ? 0.03 * want : 1e-4 * want) << c["wavelet"];
+    EXPECT_NEAR(sigma, want, 1e-5 * want) << c["wavelet"];
     p.sigma = want;
     wavelet_denoise_plane_cpu(in.data(), w, out.data(), w, w, h, p);
     int off = 0;
@@ -229,11 +227,11 @@ TEST(Wavelet, ShrinkRules) {
 }
 
 TEST(Wavelet, SigmaEstimateByHand) {
-  // Zeros are excluded; even count -> mean of the two middle |values|.
-  const float d[] = {0.f, -4.f, 1.f, 0.f, 3.f, -2.f};  // |nonzero| = 1 2 3 4 -> 2.5
-  EXPECT_NEAR(estimate_sigma_mad(d, 6), 2.5 / kMadToSigma, 1e-12);
-  const float e[] = {5.f, -1.f, 0.f, 2.f};  // 1 2 5 -> 2
-  EXPECT_NEAR(estimate_sigma_mad(e, 4), 2.0 / kMadToSigma, 1e-12);
+  // Zeros count; even count -> mean of the two middle |values| (numpy's median).
+  const float d[] = {0.f, -4.f, 1.f, 0.f, 3.f, -2.f};  // 0 0 1 2 3 4 -> 1.5
+  EXPECT_NEAR(estimate_sigma_mad(d, 6), 1.5 / kMadToSigma, 1e-12);
+  const float e[] = {5.f, -1.f, 7.f, 2.f, -9.f};  // 1 2 5 7 9 -> 5
+  EXPECT_NEAR(estimate_sigma_mad(e, 5), 5.0 / kMadToSigma, 1e-12);
   const float z[] = {0.f, -0.f};
   EXPECT_EQ(estimate_sigma_mad(z, 2), 0.0);
 }
