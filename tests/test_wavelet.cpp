@@ -41,7 +41,7 @@ const nlohmann::json* pywt_reference() {
   static nlohmann::json ref;
   if (!done) {
     done = true;
-    const std::string out = ::testing::TempDir() + "vfpipe_pywt_reference.json";
+    const std::string out = test::tmp_path("pywt_reference.json");
     const std::string script = std::string(VFPIPE_SOURCE_DIR) + "/tests/pywt_reference.py";
     const std::string py = std::ifstream("/usr/bin/python3").good() ? "/usr/bin/python3" : "python3";
     if (std::system((py + " " + script + " " + out).c_str()) == 0) ref = nlohmann::json::parse(std::ifstream(out));
@@ -375,4 +375,25 @@ TEST(WaveletStage, PlanesAndFormats) {
   st->run_cpu(in.view(), out.view(), StageContext{});
   // Every detail coefficient zeroed: the output is the approximation only (smooth).
   EXPECT_NE(0, std::memcmp(ov.row(0, 0), ref.data(), static_cast<size_t>(iv.pw[0])));
+}
+
+TEST(WaveletStage, WiredIntoTheCli) {
+  const std::string bin = VFPIPE_BIN;
+  test::CmdResult r = test::run_cmd(bin + " filters wavelet");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("bayesshrink"), std::string::npos);
+  EXPECT_NE(r.out.find("nsteps"), std::string::npos);
+  const std::string out = test::tmp_path("wavelet_cli.y4m");
+  r = test::run_cmd(bin + " run -i 'synthetic=size=96x64:frames=4:noise=gauss:sigma=15' -f 'wdenoise=sym4:levels=2' -o " +
+                    out + " --device cpu --no-progress");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("wavelet(sym4,bayes,soft,2 levels)"), std::string::npos) << r.out;
+  std::ifstream f(out, std::ios::binary);
+  std::string y4m((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t frames = 0;
+  for (size_t p = y4m.find("FRAME"); p != std::string::npos; p = y4m.find("FRAME", p + 5)) ++frames;
+  EXPECT_EQ(frames, 4u);
+  r = test::run_cmd(bin + " run -i synthetic -f 'wavelet=wave=db4:mode=soft:method=soft:mode=hard'");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("given twice"), std::string::npos) << r.out;
 }

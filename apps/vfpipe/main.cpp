@@ -26,8 +26,8 @@ namespace {
 
 const char* kExamples = R"(
 Examples:
-  # Denoise-style chain on a generated noisy clip, written as Y4M:
-  vfpipe run -i "synthetic=size=1280x720:frames=300:noise=gauss:sigma=20" -f "format=gray" -o out.y4m
+  # Wavelet-denoise a generated noisy clip (BayesShrink, sigma estimated per plane), as Y4M:
+  vfpipe run -i "synthetic=size=1280x720:frames=300:noise=gauss:sigma=20" -f "wavelet=db4:levels=3" -o out.y4m
 
   # Compose with ffmpeg through Y4M pipes:
   ffmpeg -i in.mp4 -f yuv4mpegpipe - | vfpipe run -i - -f null -o - | ffmpeg -i - out.mp4
