@@ -320,19 +320,12 @@ __global__ void thresholds_kernel(Stats* st, int levels, ShrinkMethod method, do
   st->thr[i] = static_cast<float>(fmin(t, static_cast<double>(FLT_MAX)));
 }
 
-Taps analysis_taps(const WaveletFilter& f) {
+// The decomposition (analysis) or reconstruction (synthesis) filter pair as float.
+Taps filter_taps(const WaveletFilter& f, bool analysis) {
   Taps t{};
   for (int j = 0; j < f.taps; ++j) {
-    t.lo[j] = static_cast<float>(f.dec_lo[j]);
-    t.hi[j] = static_cast<float>(f.dec_hi[j]);
-  }
-  return t;
-}
-Taps synthesis_taps(const WaveletFilter& f) {
-  Taps t{};
-  for (int j = 0; j < f.taps; ++j) {
-    t.lo[j] = static_cast<float>(f.rec_lo[j]);
-    t.hi[j] = static_cast<float>(f.rec_hi[j]);
+    t.lo[j] = static_cast<float>(analysis ? f.dec_lo[j] : f.rec_lo[j]);
+    t.hi[j] = static_cast<float>(analysis ? f.dec_hi[j] : f.rec_hi[j]);
   }
   return t;
 }
@@ -382,7 +375,7 @@ void WaveletWorkspace::forward(const uint8_t* src, int spitch, int w, int h, con
   h_ = h;
   Stats* st = reinterpret_cast<Stats*>(stats_.get());
   memset_async(st->sums, 0, sizeof(st->sums), s);
-  const Taps t = analysis_taps(f);
+  const Taps t = filter_taps(f, true);
   const dim3 block(kBlockX, kBlockY);
   with_taps(f.taps, [&](auto F) {
     for (int l = 0; l < levels; ++l) {
@@ -429,7 +422,7 @@ void WaveletWorkspace::estimate(const WaveletParams& p, StreamHandle s) {
 template <typename OutT>
 void WaveletWorkspace::inverse_impl(OutT* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s) {
   const Stats* st = reinterpret_cast<const Stats*>(stats_.get());
-  const Taps t = synthesis_taps(*filter_);
+  const Taps t = filter_taps(*filter_, false);
   const float pct = static_cast<float>(p.percent / 100.0);
   const dim3 block(kBlockX, kBlockY);
   with_taps(filter_->taps, [&](auto F) {

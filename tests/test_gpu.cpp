@@ -6,6 +6,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
 #include "stages/convert.hpp"
+#include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
@@ -16,11 +17,6 @@ using namespace vfp;
 using namespace vfp::test;
 
 #if VFPIPE_HAVE_CUDA
-#define REQUIRE_GPU()                                                              \
-  do {                                                                             \
-    if (!cuda::probe().usable) GTEST_SKIP() << "no usable GPU: " << cuda::probe().reason; \
-  } while (0)
-
 namespace {
 const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,
                             PixelFormat::BGR24, PixelFormat::RGB24};

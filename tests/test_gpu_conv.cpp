@@ -6,6 +6,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
 #include "stages/conv.hpp"
+#include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/conv.hpp"
@@ -52,9 +53,6 @@ std::vector<uint8_t> plane(int w, int h, uint32_t seed) {
 }
 
 }  // namespace
-
-#define REQUIRE_GPU() \
-  if (!cuda::probe().usable) GTEST_SKIP() << "no usable GPU: " << cuda::probe().reason
 
 TEST(GpuConv, TwoDimensionalEqualsCpu) {
   REQUIRE_GPU();

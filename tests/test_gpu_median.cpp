@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "stages/median.hpp"
+#include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/median.hpp"
@@ -62,9 +63,6 @@ std::vector<uint8_t> run_cpu(const Plane& in, const MedianParams& p) {
 }
 
 }  // namespace
-
-#define REQUIRE_GPU() \
-  if (!cuda::probe().usable) GTEST_SKIP() << "no usable GPU: " << cuda::probe().reason
 
 TEST(GpuMedian, SelectionEqualsCpuForSmallWindows) {
   REQUIRE_GPU();

@@ -13,6 +13,7 @@
 #include "pipeline/filter_parser.hpp"
 #include "pipeline/registry.hpp"
 #include "stages/wavelet.hpp"
+#include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -26,9 +27,6 @@ using namespace vfp::test;
 
 #if VFPIPE_HAVE_CUDA
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda::probe().usable) GTEST_SKIP() << "no usable GPU: " << cuda::probe().reason
 
 std::vector<uint8_t> plane(int w, int h, uint32_t seed, bool noisy_smooth = false) {
   std::vector<uint8_t> v(static_cast<size_t>(w) * h);

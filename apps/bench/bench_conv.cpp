@@ -52,16 +52,8 @@ int main(int argc, char** argv) {
       for (auto& v : host) v = static_cast<uint8_t>(rng());
       cuda::DeviceBuffer d_in(bytes), d_out(bytes);
       cuda::memcpy_h2d_async(d_in.get(), host.data(), bytes, stream.get());
-      // Memory floor: one read and one write of the frame at the device bandwidth, measured
-      // with a 512 MiB device-to-device copy (far larger than the 50 MB L2).
-      static double gbps = 0;
-      if (gbps == 0) {
-        const size_t big = size_t(512) << 20;
-        cuda::DeviceBuffer a(big), b(big);
-        const double ms = bench::time_ms(5, stream, [&] { cuda::memcpy_d2d_async(b.get(), a.get(), big, stream.get()); });
-        gbps = 2.0 * big / (ms * 1e6);
-        std::printf("device bandwidth (512 MiB copy, read+write): %.0f GB/s\n", gbps);
-      }
+      // Memory floor: one read and one write of the frame at the device bandwidth.
+      static const double gbps = bench::measure_bandwidth_gbps(stream);
       const double copy_ms = 2.0 * w * h / (gbps * 1e6);
       std::printf("%s: memory floor (read + write of the frame) %.4f ms\n", sz.c_str(), copy_ms);
       std::printf("%-7s %10s %10s %10s %12s %10s %9s %9s\n", "kernel", "2-D ms", "sep ms", "auto ms",

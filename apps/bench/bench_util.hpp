@@ -38,6 +38,17 @@ double time_ms(int iters, cuda::Stream& s, F&& fn, int batch = 10) {
   return summarize(t).p50;
 }
 
+// Device memory bandwidth (read + write, GB/s) from a 512 MiB device-to-device copy, far
+// larger than the 50 MB L2: the "memory floor" of a kernel is its bytes at this rate.
+inline double measure_bandwidth_gbps(cuda::Stream& s) {
+  const size_t big = size_t(512) << 20;
+  cuda::DeviceBuffer a(big), b(big);
+  const double ms = time_ms(5, s, [&] { cuda::memcpy_d2d_async(b.get(), a.get(), big, s.get()); });
+  const double gbps = 2.0 * big / (ms * 1e6);
+  std::printf("device bandwidth (512 MiB copy, read+write): %.0f GB/s\n", gbps);
+  return gbps;
+}
+
 #if VFPIPE_HAVE_NPP
 inline NppStreamContext npp_context(cudaStream_t s) {
   NppStreamContext c{};

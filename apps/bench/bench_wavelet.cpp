@@ -49,14 +49,7 @@ int main(int argc, char** argv) {
                 "(sigma 20); ms per call = median of %d batches of 10\n",
                 cuda::probe().name.c_str(), levels, method.c_str(), iters);
     cuda::Stream stream;
-    double gbps = 0;
-    {
-      const size_t big = size_t(512) << 20;
-      cuda::DeviceBuffer a(big), b(big);
-      const double ms = bench::time_ms(5, stream, [&] { cuda::memcpy_d2d_async(b.get(), a.get(), big, stream.get()); });
-      gbps = 2.0 * big / (ms * 1e6);
-      std::printf("device bandwidth (512 MiB copy, read+write): %.0f GB/s\n", gbps);
-    }
+    const double gbps = bench::measure_bandwidth_gbps(stream);
     nlohmann::json out = nlohmann::json::array();
     std::printf("%-10s %-6s %9s %9s %9s %9s %9s %9s %8s %10s\n", "size", "wave", "fwd ms", "est ms", "inv ms",
                 "total ms", "floor ms", "x floor", "Mpix/s", "CPU ms");
