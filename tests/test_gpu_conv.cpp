@@ -75,6 +75,36 @@ TEST(GpuConv, TwoDimensionalEqualsCpu) {
       }
 }
 
+TEST(GpuConv, SmallKernelsOnUnalignedAndOddPitchedRows) {
+  REQUIRE_GPU();
+  // 3x3 and 5x5 run a register-strip kernel whose fast path needs 4-byte aligned rows:
+  // misaligned bases and odd pitches must take the per-sample path and still match.
+  for (int k : {3, 5})
+    for (int offset : {1, 2})
+      for (int extra : {0, 1}) {
+        const int w = 400, h = 67, pitch = 512 + extra;
+        ConvParams p;
+        p.kernel = random_kernel(k, k, static_cast<uint32_t>(k + offset));
+        p.rdiv = 0.21f;
+        auto in = plane(w, h, static_cast<uint32_t>(offset * 7 + extra));
+        std::vector<uint8_t> want(in.size());
+        conv_plane_cpu(in.data(), w, want.data(), w, w, h, p);
+        cuda::Stream s;
+        cuda::DeviceBuffer din(static_cast<size_t>(pitch) * h + 8), dout(static_cast<size_t>(pitch) * h + 8);
+        for (int y = 0; y < h; ++y)
+          cuda::memcpy_h2d_async(din.get() + offset + static_cast<size_t>(y) * pitch, in.data() + static_cast<size_t>(y) * w,
+                                 static_cast<size_t>(w), s.get());
+        cuda::conv_plane_async(din.get() + offset, pitch, dout.get() + offset, pitch, w, h, p, false, s.get());
+        std::vector<uint8_t> host(dout.size()), got(in.size());
+        cuda::memcpy_d2h_async(host.data(), dout.get(), host.size(), s.get());
+        s.synchronize();
+        for (int y = 0; y < h; ++y)
+          std::copy(host.begin() + offset + static_cast<long>(y) * pitch,
+                    host.begin() + offset + static_cast<long>(y) * pitch + w, got.begin() + static_cast<long>(y) * w);
+        ASSERT_EQ(got, want) << k << "x" << k << " offset " << offset << " pitch " << pitch;
+      }
+}
+
 TEST(GpuConv, SeparableEqualsCpuSeparable) {
   REQUIRE_GPU();
   for (int kw : {1, 3, 7, 15, 31})
