@@ -144,80 +144,6 @@ __global__ void __launch_bounds__(kBX* kBY)
   for (int j = 0; j < kPY; ++j) store4(dst, dpitch, w, h, ox, oy + j, acc[j], rdiv, bias);
 }
 
-// Small square kernels (3x3, 5x5), no shared memory: each thread owns 4 adjacent columns
-// of a 16-row strip and keeps the 2R+1 rows of its window in registers, rolling down one
-// source row per output row. A row costs one 32-bit load; the R samples on each side come
-// from the neighbouring lanes' words by warp shuffles (the warp's two end lanes load one
-// extra word). Warps whose 128-column segment (with its halo) is not inside the frame, and
-// frames whose rows are not 4-byte aligned, fetch each sample through border_index
-// instead. Same arithmetic order as the CPU (ky outer, kx inner, fmaf): bit-exact.
-constexpr int kStripRows = 16;
-constexpr int kStripWarps = 4;  // warps per block, stacked vertically
-
-template <int R>
-__global__ void __launch_bounds__(32 * kStripWarps)
-    conv_strip_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch, int w,
-                      int h, int bank, float rdiv, float bias, Border border, int value, bool aligned) {
-  constexpr int K = 2 * R + 1, W = 4 + 2 * R;
-  const int lane = threadIdx.x;
-  const int seg = blockIdx.x * kOW, x = seg + 4 * lane;
-  const int ys = (blockIdx.y * kStripWarps + threadIdx.y) * kStripRows;
-  if (ys >= h) return;  // whole warp
-  float t[K * K];
-#pragma unroll
-  for (int i = 0; i < K * K; ++i) t[i] = c_taps[bank][i];
-  // Segment and halo inside the frame, in whole aligned words: the shuffle path.
-  const bool fast = aligned && seg >= 4 && seg + kOW + 4 <= w;
-  auto fetch = [&](int yy, float* row) {
-    const int gy = border_index(yy, h, border);  // the same for the whole warp
-    if (gy < 0) {
-#pragma unroll
-      for (int j = 0; j < W; ++j) row[j] = static_cast<float>(value);
-      return;
-    }
-    const uint8_t* p = src + static_cast<size_t>(gy) * spitch;
-    if (fast) {
-      const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(p + x));
-      uint32_t l = __shfl_up_sync(0xffffffffu, v, 1), r = __shfl_down_sync(0xffffffffu, v, 1);
-      if (lane == 0) l = __ldg(reinterpret_cast<const uint32_t*>(p + x - 4));
-      if (lane == 31) r = __ldg(reinterpret_cast<const uint32_t*>(p + x + 4));
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        row[R - 1 - k] = static_cast<float>((l >> (8 * (3 - k))) & 0xffu);
-        row[R + 4 + k] = static_cast<float>((r >> (8 * k)) & 0xffu);
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) row[R + i] = static_cast<float>((v >> (8 * i)) & 0xffu);
-    } else {
-#pragma unroll
-      for (int j = 0; j < W; ++j) {
-        const int gx = border_index(x - R + j, w, border);
-        row[j] = static_cast<float>(gx < 0 ? value : __ldg(p + gx));
-      }
-    }
-  };
-  float win[K][W];
-#pragma unroll
-  for (int k = 0; k < K - 1; ++k) fetch(ys - R + k, win[k]);
-#pragma unroll
-  for (int j = 0; j < kStripRows; ++j) {
-    const int y = ys + j;
-    if (y >= h) break;  // uniform across the warp
-    float(&next)[W] = win[(j + K - 1) % K];
-    fetch(y + R, next);
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int ky = 0; ky < K; ++ky) {
-      const float(&row)[W] = win[(j + ky) % K];
-#pragma unroll
-      for (int kx = 0; kx < K; ++kx)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[i] = fmaf(t[ky * K + kx], row[i + kx], acc[i]);
-    }
-    if (x < w) store4(dst, dpitch, w, h, x, y, acc, rdiv, bias);
-  }
-}
-
 // Separable, fused: horizontal pass of every tile row into shared memory, then the
 // vertical pass from there. Global traffic stays one read and one write of the frame.
 template <int KW>
@@ -271,16 +197,6 @@ using KernelFn = void (*)(const uint8_t*, int, uint8_t*, int, int, int, int, int
 template <int KW>
 void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
             int kh, int bank, float rdiv, float bias, Border border, int value, StreamHandle s) {
-  if constexpr (KW == 3 || KW == 5) {
-    if (!separable && kh == KW) {
-      const bool aligned = (spitch & 3) == 0 && (reinterpret_cast<uintptr_t>(src) & 3) == 0;
-      dim3 block(32, kStripWarps), grid((w + kOW - 1) / kOW, (h + kStripRows * kStripWarps - 1) / (kStripRows * kStripWarps));
-      conv_strip_kernel<KW / 2><<<grid, block, 0, s>>>(src, spitch, dst, dpitch, w, h, bank, rdiv, bias, border,
-                                                       value, aligned);
-      VFP_CUDA_LAUNCHED("conv_strip_kernel");
-      return;
-    }
-  }
   const int rows = kOH + kh - 1;
   size_t shmem = static_cast<size_t>(rows) * tile_pitch<KW>() * sizeof(float);
   if (separable) shmem += static_cast<size_t>(rows) * kOW * sizeof(float);
