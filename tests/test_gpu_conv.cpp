@@ -75,10 +75,10 @@ TEST(GpuConv, TwoDimensionalEqualsCpu) {
       }
 }
 
-TEST(GpuConv, SmallKernelsOnUnalignedAndOddPitchedRows) {
+TEST(GpuConv, UnalignedAndOddPitchedRows) {
   REQUIRE_GPU();
-  // 3x3 and 5x5 run a register-strip kernel whose fast path needs 4-byte aligned rows:
-  // misaligned bases and odd pitches must take the per-sample path and still match.
+  // The tile loader's fast path reads 4-byte words and the store writes them: misaligned
+  // bases and odd pitches must take the byte paths and still match.
   for (int k : {3, 5})
     for (int offset : {1, 2})
       for (int extra : {0, 1}) {
