@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <cmath>
 #include <csignal>
 #include <mutex>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/frame_pool.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/nvtx.hpp"
 #include "pipeline/queue.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/runtime.hpp"
@@ -22,7 +24,7 @@ namespace {
 struct InItem {
   FramePtr frame;
   int64_t index = 0;
-  int64_t capture_ns = 0;
+  int64_t read_ns = 0, capture_ns = 0, enqueue_ns = 0;
 };
 
 struct OutItem {
@@ -35,6 +37,8 @@ class Worker {
  public:
   virtual ~Worker() = default;
   virtual std::vector<std::string> step_names() const = 0;
+  virtual std::vector<std::string> step_tracks() const = 0;
+  virtual std::vector<bool> step_copies() const = 0;
   // Takes one frame; may first complete (and emit) the oldest frame in flight.
   virtual void submit(FramePtr in, FrameRecord rec) = 0;
   // Completes every frame in flight, in order.
@@ -54,12 +58,17 @@ class CpuWorker final : public Worker {
         bufs_[i] = std::make_unique<HostFrame>(chain_.step(i).out, false);
     if (last_active_ >= 0) out_pool_.emplace(chain_.output(), out_frames, false);
     for (size_t i = 0; i < chain_.size(); ++i) chain_.step(i).stage->prepare(Backend::CPU, 1);
+    for (size_t i = 0; i < chain_.size(); ++i) labels_.push_back(chain_.step(i).stage->label());
   }
   std::vector<std::string> step_names() const override {
     std::vector<std::string> n;
     for (size_t i = 0; i < chain_.size(); ++i) n.push_back(chain_.step(i).stage->label());
     return n;
   }
+  std::vector<std::string> step_tracks() const override {
+    return std::vector<std::string>(chain_.size(), "worker thread");
+  }
+  std::vector<bool> step_copies() const override { return std::vector<bool>(chain_.size(), false); }
   void submit(FramePtr in, FrameRecord rec) override {
     rec.submit_ns = now_ns();
     FramePtr out = last_active_ >= 0 ? out_pool_->acquire() : in;
@@ -69,21 +78,23 @@ class CpuWorker final : public Worker {
     ctx.frame_index = rec.index;
     for (size_t i = 0; i < chain_.size(); ++i) {
       Stage& st = *chain_.step(i).stage;
-      if (st.passthrough()) {
-        rec.step_ms.push_back(0.f);
-        continue;
+      const int64_t t0 = now_ns();
+      if (!st.passthrough()) {
+        NvtxRange range(labels_[i].c_str(), rec.index);
+        ImageView dst = static_cast<int>(i) == last_active_ ? out->view() : bufs_[i]->view();
+        st.run_cpu(cur, dst, ctx);
+        cur = dst;
       }
-      ImageView dst = static_cast<int>(i) == last_active_ ? out->view() : bufs_[i]->view();
-      int64_t t0 = now_ns();
-      st.run_cpu(cur, dst, ctx);
-      rec.step_ms.push_back(static_cast<float>((now_ns() - t0) / 1e6));
-      cur = dst;
+      const int64_t t1 = now_ns();
+      rec.step_ms.push_back(static_cast<float>((t1 - t0) / 1e6));
+      rec.step_start_ns.push_back(t0);
+      rec.step_end_ns.push_back(t1);
     }
     if (out != in) {  // shared (cached) input frames are never written
       out->index = rec.index;
       out->capture_ns = rec.capture_ns;
     }
-    rec.done_ns = now_ns();
+    rec.done_ns = rec.launched_ns = now_ns();
     emit_(OutItem{std::move(out), std::move(rec)});
   }
   void flush() override {}
@@ -91,6 +102,7 @@ class CpuWorker final : public Worker {
  private:
   Chain& chain_;
   Emit emit_;
+  std::vector<std::string> labels_;  // NVTX range names
   int last_active_;
   std::vector<std::unique_ptr<HostFrame>> bufs_;
   std::optional<FramePool> out_pool_;
@@ -129,6 +141,11 @@ class CudaWorker final : public Worker {
       slots_.push_back(std::move(sl));
     }
     for (size_t i = 0; i < chain_.size(); ++i) chain_.step(i).stage->prepare(Backend::CUDA, depth);
+    for (size_t i = 0; i < chain_.size(); ++i) labels_.push_back(chain_.step(i).stage->label());
+    nvtx_name_stream(up_.get(), "vfpipe upload");
+    nvtx_name_stream(compute_.get(), "vfpipe compute");
+    nvtx_name_stream(down_.get(), "vfpipe download");
+    reanchor();
   }
   ~CudaWorker() override {
     for (auto* st : {&up_, &compute_, &down_}) sync_no_throw(st->get());
@@ -139,15 +156,31 @@ class CudaWorker final : public Worker {
     n.push_back("download (D2H)");
     return n;
   }
+  std::vector<std::string> step_tracks() const override {
+    std::vector<std::string> t{"CUDA upload stream"};
+    t.insert(t.end(), chain_.size(), "CUDA compute stream");
+    t.push_back("CUDA download stream");
+    return t;
+  }
+  std::vector<bool> step_copies() const override {
+    std::vector<bool> c(chain_.size() + 2, false);
+    c.front() = c.back() = true;
+    return c;
+  }
   void submit(FramePtr in, FrameRecord rec) override {
     const int slot = static_cast<int>(next_ % slots_.size());
     Slot& s = *slots_[static_cast<size_t>(slot)];
     if (s.busy) complete(s);
     FramePtr out = out_pool_.acquire();  // blocks when the sink lags: back-pressure
     rec.submit_ns = now_ns();
+    if (rec.submit_ns - anchors_[anchor_].host_ns > kReanchorNs) reanchor();
+    s.anchor = anchor_;
     const size_t S = chain_.size();
     s.ev[0].record(up_.get());
-    cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, up_.get());
+    {
+      NvtxRange range("H2D", rec.index);
+      cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, up_.get());
+    }
     s.ev[1].record(up_.get());
 
     cuda::stream_wait(compute_.get(), s.ev[1]);
@@ -161,6 +194,7 @@ class CudaWorker final : public Worker {
     for (size_t i = 0; i < S; ++i) {
       Stage& stage = *chain_.step(i).stage;
       if (!stage.passthrough()) {
+        NvtxRange range(labels_[i].c_str(), rec.index);
         ImageView dst = ImageView::over(s.bufs[i].get(), chain_.step(i).out);
         stage.run_cuda(cur, dst, ctx);
         cur = dst;
@@ -170,8 +204,12 @@ class CudaWorker final : public Worker {
     const cuda::Event& computed = S > 0 ? s.ev[2 + S] : s.ev[2];
     cuda::stream_wait(down_.get(), computed);
     s.ev[3 + S].record(down_.get());
-    cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
+    {
+      NvtxRange range("D2H", rec.index);
+      cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
+    }
     s.ev[4 + S].record(down_.get());
+    rec.launched_ns = now_ns();
     s.frame_in = std::move(in);
     s.frame_out = std::move(out);
     s.rec = std::move(rec);
@@ -192,8 +230,31 @@ class CudaWorker final : public Worker {
     std::vector<cuda::DeviceBuffer> bufs;
     FramePtr frame_in, frame_out;
     FrameRecord rec;
+    int anchor = 0;  // the clock anchor current when the frame was submitted
     bool busy = false;
   };
+  // GPU event times on the host clock: an anchor event recorded on an idle stream and
+  // waited for gives one (host ns, event) pair; other events are placed by their elapsed
+  // time from it. Re-anchored every few seconds so that the float milliseconds of
+  // cudaEventElapsedTime keep microsecond resolution; a frame keeps the anchor it was
+  // submitted under (two alternate, so it is never re-recorded while a frame uses it).
+  struct Anchor {
+    cuda::Event ev;
+    int64_t host_ns = 0;
+  };
+  static constexpr int64_t kReanchorNs = 4'000'000'000;
+  void reanchor() {
+    anchor_ ^= 1;
+    Anchor& a = anchors_[anchor_];
+    const int64_t t0 = now_ns();
+    a.ev.record(clock_.get());
+    a.ev.synchronize();
+    a.host_ns = (t0 + now_ns()) / 2;
+  }
+  int64_t host_time(int anchor, const cuda::Event& e) const {
+    const Anchor& a = anchors_[anchor];
+    return a.host_ns + static_cast<int64_t>(std::llround(cuda::Event::elapsed_ms(a.ev, e) * 1e6));
+  }
   static void sync_no_throw(cuda::StreamHandle s) {
     try {
       cuda::Event e;
@@ -211,6 +272,16 @@ class CudaWorker final : public Worker {
     for (size_t i = 0; i < S; ++i)
       s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[2 + i], s.ev[3 + i]));
     s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[3 + S], s.ev[4 + S]));
+    // Host-clock spans of the same steps (the events are complete: no stall).
+    auto span = [&](size_t a, size_t b) {
+      s.rec.step_start_ns.push_back(host_time(s.anchor, s.ev[a]));
+      s.rec.step_end_ns.push_back(host_time(s.anchor, s.ev[b]));
+    };
+    s.rec.step_start_ns.clear();
+    s.rec.step_end_ns.clear();
+    span(0, 1);
+    for (size_t i = 0; i < S; ++i) span(2 + i, 3 + i);
+    span(3 + S, 4 + S);
     s.frame_out->index = s.rec.index;
     s.frame_out->capture_ns = s.rec.capture_ns;
     s.frame_in.reset();
@@ -220,7 +291,10 @@ class CudaWorker final : public Worker {
 
   Chain& chain_;
   Emit emit_;
-  cuda::Stream up_, compute_, down_;
+  std::vector<std::string> labels_;  // NVTX range names
+  cuda::Stream up_, compute_, down_, clock_;
+  Anchor anchors_[2];
+  int anchor_ = 1;
   FramePool out_pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t in_bytes_ = 0, out_bytes_ = 0;
@@ -312,19 +386,34 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
     return res;
   }
   rep.steps = worker->step_names();
+  rep.step_tracks = worker->step_tracks();
+  rep.step_copy = worker->step_copies();
+  rep.max_records = cfg.max_records;
+  size_t ring = 0;  // next record to overwrite once max_records are held
 
   SignalMaskGuard mask;
   int64_t t_first = 0, t_last = 0;
 
   std::thread sink_thread([&] {
+    nvtx_name_thread("vfpipe sink");
     bool sink_ok = true;
     while (auto it = outq.pop()) {
       if (!sink_ok) continue;
       try {
-        sink.write(*it->frame);
+        it->rec.write_ns = now_ns();
+        {
+          NvtxRange range("write", it->rec.index);
+          sink.write(*it->frame);
+        }
         it->rec.output_ns = now_ns();
         t_last = it->rec.output_ns;
-        rep.frames.push_back(std::move(it->rec));
+        if (rep.max_records == 0 || rep.frames.size() < rep.max_records) {
+          rep.frames.push_back(std::move(it->rec));
+        } else {  // bounded memory: the newest records replace the oldest
+          rep.frames[ring] = std::move(it->rec);
+          ring = (ring + 1) % rep.max_records;
+          ++rep.records_evicted;
+        }
         ++rep.frames_out;
         if (cfg.progress) cfg.progress(rep.frames_out, dropped.load());
       } catch (...) {
@@ -337,29 +426,35 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
 
   std::thread source_thread([&] {
     pthread_sigmask(SIG_SETMASK, &mask.old(), nullptr);  // receive SIGINT here
+    nvtx_name_thread("vfpipe source");
     try {
       int64_t n = 0;
       while (!stopping() && (cfg.max_frames < 0 || n < cfg.max_frames)) {
         FramePtr f;
-        if (src.provides_frames()) {
-          f = src.next_frame();
-          if (!f) break;
-        } else {
-          f = in_pool->acquire();
-          if (!src.read(*f)) break;
+        const int64_t read_ns = now_ns();
+        {
+          NvtxRange range("read", n);
+          if (src.provides_frames()) {
+            f = src.next_frame();
+            if (!f) break;
+          } else {
+            f = in_pool->acquire();
+            if (!src.read(*f)) break;
+          }
         }
-        InItem item{std::move(f), n++, now_ns()};
+        InItem item{std::move(f), n++, read_ns, now_ns()};
         if (!src.provides_frames()) {  // pool frames are ours alone: stamp them
           item.frame->index = item.index;
           item.frame->capture_ns = item.capture_ns;
         }
         if (n == 1) t_first = item.capture_ns;
         ++frames_in;
+        auto stamp = [](InItem& it) { it.enqueue_ns = now_ns(); };
         if (cfg.policy == Policy::Live) {
-          int d = inq.push_keep_newest(std::move(item));
+          int d = inq.push_keep_newest(std::move(item), stamp);
           if (d < 0) break;
           dropped += d;
-        } else if (!inq.push(std::move(item))) {
+        } else if (!inq.push(std::move(item), stamp)) {
           break;
         }
       }
@@ -370,11 +465,14 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
   });
 
   try {
+    nvtx_name_thread("vfpipe worker");
     while (auto it = inq.pop()) {
       if (failing) break;
       FrameRecord rec;
       rec.index = it->index;
+      rec.read_ns = it->read_ns;
       rec.capture_ns = it->capture_ns;
+      rec.enqueue_ns = it->enqueue_ns;
       if (cfg.before_frame) cfg.before_frame(it->index, chain);
       worker->submit(std::move(it->frame), std::move(rec));
     }

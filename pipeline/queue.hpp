@@ -15,11 +15,15 @@ class BoundedQueue {
  public:
   explicit BoundedQueue(size_t capacity) : cap_(capacity ? capacity : 1) {}
 
-  // Returns false if the queue was closed (the item is not queued).
-  bool push(T item) {
+  // Returns false if the queue was closed (the item is not queued). `on_insert(item)` runs
+  // just before the item enters the queue, after any wait for room (the engine stamps the
+  // enqueue time there).
+  template <typename F = void (*)(T&)>
+  bool push(T item, F&& on_insert = [](T&) {}) {
     std::unique_lock<std::mutex> lk(mu_);
     not_full_.wait(lk, [&] { return closed_ || q_.size() < cap_; });
     if (closed_) return false;
+    on_insert(item);
     q_.push_back(std::move(item));
     high_water_ = q_.size() > high_water_ ? q_.size() : high_water_;
     not_empty_.notify_one();
@@ -27,9 +31,11 @@ class BoundedQueue {
   }
 
   // Returns how many items were dropped to make room (0 or 1); -1 if closed.
-  int push_keep_newest(T item) {
+  template <typename F = void (*)(T&)>
+  int push_keep_newest(T item, F&& on_insert = [](T&) {}) {
     std::unique_lock<std::mutex> lk(mu_);
     if (closed_) return -1;
+    on_insert(item);
     int dropped = 0;
     if (q_.size() >= cap_) {
       q_.pop_front();

@@ -37,14 +37,14 @@ Summary summarize(std::vector<double> v) {
 
 Summary RunReport::step_summary(size_t i) const {
   std::vector<double> v;
-  for (size_t f = static_cast<size_t>(warmup); f < frames.size(); ++f)
+  for (size_t f = first_counted(); f < frames.size(); ++f)
     if (i < frames[f].step_ms.size()) v.push_back(frames[f].step_ms[i]);
   return summarize(std::move(v));
 }
 
 Summary RunReport::latency_summary() const {
   std::vector<double> v;
-  for (size_t f = static_cast<size_t>(warmup); f < frames.size(); ++f)
+  for (size_t f = first_counted(); f < frames.size(); ++f)
     v.push_back((frames[f].output_ns - frames[f].capture_ns) / 1e6);
   return summarize(std::move(v));
 }

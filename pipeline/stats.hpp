@@ -7,13 +7,20 @@
 
 namespace vfp {
 
+// Host timestamps are steady-clock nanoseconds (now_ns()). GPU steps are timed by CUDA
+// events and placed on the same clock through an anchor event (pipeline/engine.cpp).
 struct FrameRecord {
   int64_t index = 0;       // source frame number
-  int64_t capture_ns = 0;  // host steady clock: source produced the frame
-  int64_t submit_ns = 0;   // handed to the backend (upload enqueued)
+  int64_t read_ns = 0;     // source thread started reading the frame
+  int64_t capture_ns = 0;  // source produced the frame
+  int64_t enqueue_ns = 0;  // in the input queue (after waiting for room, batch policy)
+  int64_t submit_ns = 0;   // taken by the worker, handed to the backend
+  int64_t launched_ns = 0; // worker finished enqueueing its GPU work (CPU: = done)
   int64_t done_ns = 0;     // backend finished (download complete)
+  int64_t write_ns = 0;    // sink thread started writing
   int64_t output_ns = 0;   // sink finished writing
   std::vector<float> step_ms;  // GPU (CUDA events) or CPU time of each step, see RunReport::steps
+  std::vector<int64_t> step_start_ns, step_end_ns;  // the same steps on the host clock
 };
 
 struct Summary {
@@ -32,7 +39,13 @@ struct RunReport {
   std::string input, output, filters, chain;
   std::string input_spec, output_spec;
   std::vector<std::string> steps;  // names of FrameRecord::step_ms entries
-  std::vector<FrameRecord> frames;
+  // Where each step runs ("CUDA upload stream", "CUDA compute stream", "CUDA download
+  // stream", "worker thread") and whether it is a host<->device copy.
+  std::vector<std::string> step_tracks;
+  std::vector<bool> step_copy;
+  std::vector<FrameRecord> frames;  // in output order; at most max_records, the newest
+  size_t max_records = 0;           // 0 = unbounded
+  int64_t records_evicted = 0;      // older records dropped to stay within max_records
   int64_t frames_in = 0;    // read from the source
   int64_t frames_out = 0;   // written to the sink
   int64_t dropped = 0;      // live policy: frames replaced by newer ones before processing
@@ -44,6 +57,11 @@ struct RunReport {
   size_t bytes_up = 0, bytes_down = 0;  // per frame
 
   double fps() const { return wall_s > 0 ? frames_out / wall_s : 0; }
+  // Index of the first record in the statistics: warm-up frames still held are skipped.
+  size_t first_counted() const {
+    const int64_t skip = warmup - records_evicted;
+    return skip > 0 ? static_cast<size_t>(skip) : 0;
+  }
   Summary step_summary(size_t i) const;
   Summary latency_summary() const;  // capture -> output, ms
   std::string text() const;         // the human summary table
