@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <mutex>
@@ -491,6 +492,8 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
   } catch (...) {
     fail(std::current_exception());
   }
+  // The ring's oldest record is at `ring`: restore output order.
+  std::rotate(rep.frames.begin(), rep.frames.begin() + static_cast<std::ptrdiff_t>(ring), rep.frames.end());
   rep.frames_in = frames_in;
   rep.dropped = dropped;
   rep.input_queue_high_water = inq.high_water();

@@ -15,6 +15,7 @@
 #include "pipeline/io/open.hpp"
 #include "pipeline/io/synthetic.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/profile.hpp"
 #include "pipeline/registry.hpp"
 #include "pipeline/signals.hpp"
 #if VFPIPE_HAVE_CUDA
@@ -50,18 +51,34 @@ Filters (-f): FFmpeg syntax, name=key=value:key=value,name2=...  ('vfpipe filter
 Exit status:  0 ok, 1 error, 2 bad usage, 130/143 stopped by SIGINT/SIGTERM (output closed cleanly)
 )";
 
+const char* kProfileHelp = R"(
+Every frame's host timestamps (read, capture, enqueue, submit, done, write, output) and
+the GPU time of each copy and stage (CUDA events, read back without stalling) are kept
+in memory (the newest --profile-frames). The first --warmup frames (default 10 here) are
+left out. Printed: per step and end to end, count/min/mean/p50/p90/p95/p99/max, the
+steady-state throughput, drops, and the fraction of copy time hidden behind compute.
+
+Examples:
+  vfpipe profile -i "synthetic=size=1920x1080:frames=600" -f "median=radius=2,wavelet" --prefix base
+  # -> base.json, base.trace.json (ui.perfetto.dev / chrome://tracing), base.html (plots)
+  vfpipe run -i clip.mp4 -f conv=gauss -o out.mp4 --profile run1    # profile any run
+  vfpipe profile --compare base.json new.json --fail-above 5          # regressions: exit 1
+  nsys profile vfpipe run -i ...      # NVTX ranges: threads, streams, stages, copies
+)";
+
 struct RunArgs {
   std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy, sendcmd;
-  std::string size;
+  std::string size, profile;
   double fps = 0;
   int64_t frames = -1;
-  int depth = 3, queue = 4, warmup = 0;
+  int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
+  size_t profile_frames = 100000;
   bool report_frames = false, no_progress = false, quiet = false, verbose = false;
 };
 
-void add_run_options(CLI::App* c, RunArgs& a, bool live) {
+void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
   c->add_option("-i,--input", a.input, "input: file, '-' (Y4M stdin), synthetic=..., camera=N, pattern")
-      ->required(!live);
+      ->required(input_required);
   c->add_option("-o,--output", a.output, "output: file.y4m, '-' (Y4M stdout), video file, image pattern, null")
       ->capture_default_str();
   c->add_option("-f,--filters,--vf", a.filters, "filter chain, e.g. \"format=gray,null\"");
@@ -88,6 +105,18 @@ void add_run_options(CLI::App* c, RunArgs& a, bool live) {
   c->add_option("--sendcmd", a.sendcmd,
                  "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
                  "(FILTER: a name or #N), e.g. '30 conv kernel=sharpen'");
+  if (profile_cmd)
+    c->add_option("--prefix", a.profile, "output files: PREFIX.json (profile), PREFIX.trace.json (Perfetto / "
+                                         "chrome://tracing), PREFIX.html (report with plots)")
+        ->capture_default_str();
+  else
+    c->add_option("--profile", a.profile,
+                  "profile the run: PREFIX.json, PREFIX.trace.json, PREFIX.html and a latency table (see "
+                  "'vfpipe profile')");
+  c->add_option("--profile-frames", a.profile_frames, "per-frame records kept (the newest N; bounded memory)")
+      ->capture_default_str();
+  c->add_option("--trace-frames", a.trace_frames, "frames in the trace file (after warm-up; 0 = all)")
+      ->capture_default_str();
   c->add_flag("--no-progress", a.no_progress, "no progress line");
   c->add_flag("-q,--quiet", a.quiet, "errors only, no summary");
   c->add_flag("-v,--verbose", a.verbose, "debug messages (chain negotiation, buffers)");
@@ -121,6 +150,47 @@ Backend choose_backend(const std::string& device, const std::vector<std::unique_
   log::warn("this build has no CUDA support; running on the CPU");
   return Backend::CPU;
 #endif
+}
+
+void write_file(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) throw Error(ErrorKind::Output, log::format("cannot write %s '%s'", what, path.c_str()));
+}
+
+// The profile's table on stderr and its three files.
+void write_profile(const RunReport& r, const RunArgs& a, bool quiet) {
+  const ProfileSummary p = summarize_profile(r);
+  if (!quiet) std::fputs(profile_text(r, p).c_str(), stderr);
+  write_file(a.profile + ".json", profile_json(r, p, true).dump(1) + "\n", "profile");
+  write_file(a.profile + ".trace.json", chrome_trace_json(r, static_cast<size_t>(a.trace_frames)) + "\n", "trace");
+  write_file(a.profile + ".html", html_report(r, p), "report");
+  if (!quiet)
+    std::fprintf(stderr, "  wrote %s.json, %s.trace.json (open in ui.perfetto.dev), %s.html\n", a.profile.c_str(),
+                 a.profile.c_str(), a.profile.c_str());
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorKind::Input, "cannot open '" + path + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Input, "'" + path + "' is not JSON: " + e.what());
+  }
+}
+
+int compare_command(const std::vector<std::string>& files, double threshold) {
+  const auto a = read_json(files.at(0)), b = read_json(files.at(1));
+  for (const auto* j : {&a, &b})
+    if (!j->contains("profile") && !j->contains("steps_ms"))
+      throw Error(ErrorKind::Input, "not a vfpipe profile or report (no 'profile' or 'steps_ms')");
+  bool regressed = false;
+  std::printf("A: %s\nB: %s\n%s", files[0].c_str(), files[1].c_str(),
+              compare_profiles(a, b, threshold, &regressed).c_str());
+  if (regressed) std::printf("slower: some p50 of B is more than %.1f%% above A's\n", threshold);
+  return regressed ? 1 : 0;
 }
 
 int run_command(RunArgs& a, bool live) {
@@ -167,6 +237,7 @@ int run_command(RunArgs& a, bool live) {
   cfg.queue = a.queue;
   cfg.max_frames = a.frames;
   cfg.warmup = a.warmup;
+  cfg.max_records = a.profile_frames;
   cfg.stop = &stop_flag();
   int64_t total = src->frame_count();
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
@@ -180,12 +251,10 @@ int run_command(RunArgs& a, bool live) {
   RunResult res = run_pipeline(*src, chain, *sink, cfg);
   progress.finish();
   res.report.filters = a.filters;
-  if (!a.quiet && res.report.frames_out > 0) std::fputs(res.report.text().c_str(), stderr);
-  if (!a.report.empty()) {
-    std::ofstream out(a.report);
-    out << res.report.json(a.report_frames) << "\n";
-    if (!out) throw Error(ErrorKind::Output, "cannot write report '" + a.report + "'");
-  }
+  // A profiled run prints the profile's fuller table instead of the summary's.
+  if (!a.quiet && res.report.frames_out > 0 && a.profile.empty()) std::fputs(res.report.text().c_str(), stderr);
+  if (!a.report.empty()) write_file(a.report, res.report.json(a.report_frames) + "\n", "report");
+  if (!a.profile.empty() && res.report.frames_out > 0) write_profile(res.report, a, a.quiet);
   if (res.error) std::rethrow_exception(res.error);
   if (res.report.frames_out == 0 && !res.report.interrupted)
     log::warn("no frames were processed");
@@ -298,6 +367,19 @@ int main(int argc, char** argv) {
   add_run_options(live, live_args, true);
   live->footer("\nExample: vfpipe live -i camera=0 -f \"format=gray\" -o rec.mp4\n"
                "Stops on Ctrl-C (the recording is closed properly). The on-screen display arrives with the GL display stage.\n");
+  RunArgs prof_args;
+  prof_args.profile = "vfpipe-profile";
+  prof_args.warmup = 10;
+  prof_args.output = "null";
+  std::vector<std::string> compare;
+  double threshold = 5;
+  auto* profile = app.add_subcommand("profile", "latency profile of a run: table, JSON, Perfetto trace, HTML plots");
+  add_run_options(profile, prof_args, false, true);
+  profile->add_option("--compare", compare, "compare two profiles (A.json B.json) instead of running")
+      ->expected(2);
+  profile->add_option("--fail-above", threshold, "with --compare: exit 1 if a p50 of B is more than PCT% above A")
+      ->capture_default_str();
+  profile->footer(kProfileHelp);
   std::string filter_name;
   auto* filters = app.add_subcommand("filters", "list the filters (stages) and their options");
   filters->add_option("name", filter_name, "show one filter in detail");
@@ -314,6 +396,11 @@ int main(int argc, char** argv) {
     if (*live) {
       if (live_args.input.empty()) live_args.input = "camera=0";
       return run_command(live_args, true);
+    }
+    if (*profile) {
+      if (!compare.empty()) return compare_command(compare, threshold);
+      if (prof_args.input.empty()) throw Error(ErrorKind::Usage, "profile: --input is required (or --compare A B)");
+      return run_command(prof_args, false);
     }
     if (*filters) return filters_command(filter_name);
     return info_command();
