@@ -122,8 +122,9 @@ class CpuWorker final : public Worker {
 // frame's download completed.
 class CudaWorker final : public Worker {
  public:
-  CudaWorker(Chain& chain, int depth, int out_frames, Emit emit)
+  CudaWorker(Chain& chain, int depth, int out_frames, bool timing, Emit emit)
       : chain_(chain), emit_(std::move(emit)), out_pool_(chain.output(), out_frames, true) {
+    timing_ = timing;
     // Events: up start/end, compute start, one per stage, down start/end.
     const size_t n_events = chain_.size() + 5;
     in_bytes_ = FrameLayout::of(chain_.input()).total_bytes;
@@ -177,7 +178,7 @@ class CudaWorker final : public Worker {
     if (rec.submit_ns - anchors_[anchor_].host_ns > kReanchorNs) reanchor();
     s.anchor = anchor_;
     const size_t S = chain_.size();
-    s.ev[0].record(up_.get());
+    if (timing_) s.ev[0].record(up_.get());
     {
       NvtxRange range("H2D", rec.index);
       cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, up_.get());
@@ -185,7 +186,7 @@ class CudaWorker final : public Worker {
     s.ev[1].record(up_.get());
 
     cuda::stream_wait(compute_.get(), s.ev[1]);
-    s.ev[2].record(compute_.get());
+    if (timing_) s.ev[2].record(compute_.get());
     ImageView cur = ImageView::over(s.in.get(), chain_.input());
     StageContext ctx;
     ctx.backend = Backend::CUDA;
@@ -200,11 +201,12 @@ class CudaWorker final : public Worker {
         stage.run_cuda(cur, dst, ctx);
         cur = dst;
       }
-      s.ev[3 + i].record(compute_.get());
+      if (timing_ || i + 1 == S) s.ev[3 + i].record(compute_.get());
     }
+    if (S == 0) s.ev[2].record(compute_.get());
     const cuda::Event& computed = S > 0 ? s.ev[2 + S] : s.ev[2];
     cuda::stream_wait(down_.get(), computed);
-    s.ev[3 + S].record(down_.get());
+    if (timing_) s.ev[3 + S].record(down_.get());
     {
       NvtxRange range("D2H", rec.index);
       cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
@@ -269,20 +271,21 @@ class CudaWorker final : public Worker {
     s.ev[4 + S].synchronize();
     s.rec.done_ns = now_ns();
     s.rec.step_ms.clear();
-    s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[0], s.ev[1]));
-    for (size_t i = 0; i < S; ++i)
-      s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[2 + i], s.ev[3 + i]));
-    s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[3 + S], s.ev[4 + S]));
-    // Host-clock spans of the same steps (the events are complete: no stall).
-    auto span = [&](size_t a, size_t b) {
-      s.rec.step_start_ns.push_back(host_time(s.anchor, s.ev[a]));
-      s.rec.step_end_ns.push_back(host_time(s.anchor, s.ev[b]));
-    };
     s.rec.step_start_ns.clear();
     s.rec.step_end_ns.clear();
-    span(0, 1);
-    for (size_t i = 0; i < S; ++i) span(2 + i, 3 + i);
-    span(3 + S, 4 + S);
+    if (timing_) {
+      s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[0], s.ev[1]));
+      for (size_t i = 0; i < S; ++i) s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[2 + i], s.ev[3 + i]));
+      s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[3 + S], s.ev[4 + S]));
+      // Host-clock spans of the same steps (the events are complete: no stall).
+      auto span = [&](size_t a, size_t b) {
+        s.rec.step_start_ns.push_back(host_time(s.anchor, s.ev[a]));
+        s.rec.step_end_ns.push_back(host_time(s.anchor, s.ev[b]));
+      };
+      span(0, 1);
+      for (size_t i = 0; i < S; ++i) span(2 + i, 3 + i);
+      span(3 + S, 4 + S);
+    }
     s.frame_out->index = s.rec.index;
     s.frame_out->capture_ns = s.rec.capture_ns;
     s.frame_in.reset();
@@ -296,6 +299,7 @@ class CudaWorker final : public Worker {
   cuda::Stream up_, compute_, down_, clock_;
   Anchor anchors_[2];
   int anchor_ = 1;
+  bool timing_ = true;
   FramePool out_pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t in_bytes_ = 0, out_bytes_ = 0;
@@ -373,7 +377,7 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
 #if VFPIPE_HAVE_CUDA
     if (gpu)
       // Output frames: one per slot in flight, the sink queue, and one being written.
-      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, emit);
+      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, cfg.timing, emit);
 #else
     if (gpu) throw Error(ErrorKind::Gpu, "this build of vfpipe has no CUDA support");
 #endif
@@ -408,7 +412,9 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
         }
         it->rec.output_ns = now_ns();
         t_last = it->rec.output_ns;
-        if (rep.max_records == 0 || rep.frames.size() < rep.max_records) {
+        if (!cfg.timing) {
+          // counted only
+        } else if (rep.max_records == 0 || rep.frames.size() < rep.max_records) {
           rep.frames.push_back(std::move(it->rec));
         } else {  // bounded memory: the newest records replace the oldest
           rep.frames[ring] = std::move(it->rec);

@@ -32,6 +32,9 @@ struct EngineConfig {
   int64_t max_frames = -1;  // stop after this many source frames (-1: until the end)
   int warmup = 0;           // frames left out of the summary statistics
   size_t max_records = 100000;  // per-frame timing records kept (the newest); 0 = all
+  // false: no per-step timing events, no records (frames are only counted). For measuring
+  // what the timing itself costs (vfpipe-bench-engine --timing-overhead).
+  bool timing = true;
   const std::atomic<int>* stop = nullptr;  // non-zero: finish in-flight frames and stop
   // Called from the sink thread after each written frame.
   std::function<void(int64_t frames_out, int64_t dropped)> progress;

@@ -13,6 +13,7 @@
 #include "pipeline/filter_parser.hpp"
 #include "pipeline/profile.hpp"
 #include "test_util.hpp"
+#include "trace_check.hpp"
 #if VFPIPE_HAVE_OPENCV
 #include <opencv2/imgcodecs.hpp>
 #endif
@@ -137,28 +138,6 @@ TEST(Profile, EngineKeepsTheNewestRecordsInOrder) {
   }
   EXPECT_EQ(r.step_tracks, std::vector<std::string>{"worker thread"});
 }
-
-namespace {
-// Checks that the complete ("X") events of each track nest: any two are disjoint or one
-// contains the other. Returns the number of events checked.
-size_t check_nesting(const json& trace) {
-  std::map<int, std::vector<std::pair<double, double>>> by_tid;
-  for (const auto& e : trace["traceEvents"])
-    if (e["ph"] == "X") by_tid[e["tid"].get<int>()].push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
-  size_t n = 0;
-  for (auto& [tid, v] : by_tid) {
-    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first < b.first || (a.first == b.first && a.second > b.second); });
-    std::vector<double> open;  // ends of the enclosing events
-    for (auto [b, e] : v) {
-      while (!open.empty() && open.back() <= b + 1e-6) open.pop_back();
-      if (!open.empty()) EXPECT_LE(e, open.back() + 1e-6) << "tid " << tid << ": event at " << b << " crosses its parent";
-      open.push_back(e);
-      ++n;
-    }
-  }
-  return n;
-}
-}  // namespace
 
 TEST(Profile, ChromeTraceIsValidAndNested) {
   RunReport r = hand_report(8, 0);

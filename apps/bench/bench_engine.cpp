@@ -121,6 +121,10 @@ int main(int argc, char** argv) {
   app.add_option("--filters", filters, "chain to run")->capture_default_str();
   app.add_option("--device", device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--json", json_path, "write results as JSON");
+  bool timing_overhead = false;
+  app.add_flag("--timing-overhead", timing_overhead,
+               "also run every repeat without per-frame timing (no step events, no records) and report "
+               "what the timing and profiling records cost");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -149,10 +153,10 @@ int main(int argc, char** argv) {
     while (std::getline(ss, sz, ',')) {
       // The GPU machine is a shared VM: single runs vary by +-10%, so every figure is the
       // median of `repeat` runs, with copies-alone measured between engine runs.
-      std::vector<double> fps_runs, both_runs, hot_runs, h2d_runs, d2h_runs, stream_runs;
+      std::vector<double> fps_runs, both_runs, hot_runs, h2d_runs, d2h_runs, stream_runs, untimed_runs;
       RunReport rep;
       FrameSpec spec;
-      for (int rpt = 0; rpt < repeat; ++rpt) {
+      auto run_once = [&](bool timing) {
         SyntheticParams p = parse_synthetic("synthetic=size=" + sz + ":format=" + format);
         p.frames = frames;
         p.cache = cache;
@@ -167,9 +171,15 @@ int main(int argc, char** argv) {
         cfg.depth = depth;
         cfg.queue = queue;
         cfg.warmup = 10;
+        cfg.timing = timing;
         RunResult r = run_pipeline(src, chain, sink, cfg);
         if (r.error) std::rethrow_exception(r.error);
-        rep = r.report;
+        return r.report;
+      };
+      for (int rpt = 0; rpt < repeat; ++rpt) {
+        // Alternating timed and untimed runs, so that the shared machine's drift hits both.
+        if (timing_overhead) untimed_runs.push_back(run_once(false).fps());
+        rep = run_once(true);
         fps_runs.push_back(rep.fps());
 #if VFPIPE_HAVE_CUDA
         if (backend == Backend::CUDA) {
@@ -209,6 +219,13 @@ int main(int argc, char** argv) {
       j["hot_bound_fps"] = cb.both_ms > 0 ? 1000.0 / cb.both_ms : 0;
       j["copy_bound_fps"] = bound_fps;
       j["fraction_of_bound"] = bound_fps > 0 ? fps / bound_fps : 0;
+      if (timing_overhead) {
+        const double untimed = summarize(untimed_runs).p50;
+        j["fps_untimed"] = untimed;
+        j["timing_overhead"] = untimed > 0 ? 1.0 - fps / untimed : 0;
+        std::printf("%-10s timing overhead: %.1f fps timed vs %.1f fps untimed (medians of %d): %+.2f%%\n",
+                    sz.c_str(), fps, untimed, repeat, untimed > 0 ? 100.0 * (1.0 - fps / untimed) : 0.0);
+      }
       j["steps"] = nlohmann::json::array();
       for (size_t i = 0; i < rep.steps.size(); ++i) {
         Summary st = rep.step_summary(i);
