@@ -31,6 +31,7 @@ struct InItem {
 struct OutItem {
   FramePtr frame;
   FrameRecord rec;
+  std::shared_ptr<void> timing;  // backend data the sink thread turns into step times
 };
 using Emit = std::function<bool(OutItem&&)>;
 
@@ -44,6 +45,9 @@ class Worker {
   virtual void submit(FramePtr in, FrameRecord rec) = 0;
   // Completes every frame in flight, in order.
   virtual void flush() = 0;
+  // On the sink thread, before the record is kept: fills the step times from what the
+  // backend left in item.timing (off the worker thread, which sets the frame rate).
+  virtual void finalize(OutItem& item) { (void)item; }
 };
 
 // ---------------------------------------------------------------- CPU backend
@@ -96,7 +100,7 @@ class CpuWorker final : public Worker {
       out->capture_ns = rec.capture_ns;
     }
     rec.done_ns = rec.launched_ns = now_ns();
-    emit_(OutItem{std::move(out), std::move(rec)});
+    emit_(OutItem{std::move(out), std::move(rec), nullptr});
   }
   void flush() override {}
 
@@ -125,13 +129,15 @@ class CudaWorker final : public Worker {
   CudaWorker(Chain& chain, int depth, int out_frames, bool timing, Emit emit)
       : chain_(chain), emit_(std::move(emit)), out_pool_(chain.output(), out_frames, true) {
     timing_ = timing;
-    // Events: up start/end, compute start, one per stage, down start/end.
-    const size_t n_events = chain_.size() + 5;
+    if (chain_.size() + 5 > kMaxEvents)
+      throw Error(ErrorKind::Usage, log::format("a chain of %zu stages is too long (at most %zu)", chain_.size(),
+                                                kMaxEvents - 5));
+    // Events per frame: up start/end, compute start, one per stage, down start/end.
+    events_ = std::make_shared<EventPool>(chain_.size() + 5);
     in_bytes_ = FrameLayout::of(chain_.input()).total_bytes;
     out_bytes_ = FrameLayout::of(chain_.output()).total_bytes;
     for (int s = 0; s < depth; ++s) {
       auto sl = std::make_unique<Slot>();
-      for (size_t e = 0; e < n_events; ++e) sl->ev.emplace_back();
       sl->in = cuda::DeviceBuffer(in_bytes_, "an input frame");
       for (size_t i = 0; i < chain_.size(); ++i) {
         const auto& step = chain_.step(i);
@@ -175,18 +181,20 @@ class CudaWorker final : public Worker {
     if (s.busy) complete(s);
     FramePtr out = out_pool_.acquire();  // blocks when the sink lags: back-pressure
     rec.submit_ns = now_ns();
-    if (rec.submit_ns - anchors_[anchor_].host_ns > kReanchorNs) reanchor();
-    s.anchor = anchor_;
+    if (rec.submit_ns - anchor_->host_ns > kReanchorNs) reanchor();
+    s.evs = events_->acquire();
+    s.evs->anchor = anchor_;
+    std::vector<cuda::Event>& ev = s.evs->ev;
     const size_t S = chain_.size();
-    if (timing_) s.ev[0].record(up_.get());
+    if (timing_) ev[0].record(up_.get());
     {
       NvtxRange range("H2D", rec.index);
       cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, up_.get());
     }
-    s.ev[1].record(up_.get());
+    ev[1].record(up_.get());
 
-    cuda::stream_wait(compute_.get(), s.ev[1]);
-    if (timing_) s.ev[2].record(compute_.get());
+    cuda::stream_wait(compute_.get(), ev[1]);
+    if (timing_) ev[2].record(compute_.get());
     ImageView cur = ImageView::over(s.in.get(), chain_.input());
     StageContext ctx;
     ctx.backend = Backend::CUDA;
@@ -201,17 +209,17 @@ class CudaWorker final : public Worker {
         stage.run_cuda(cur, dst, ctx);
         cur = dst;
       }
-      if (timing_ || i + 1 == S) s.ev[3 + i].record(compute_.get());
+      if (timing_ || i + 1 == S) ev[3 + i].record(compute_.get());
     }
-    if (S == 0) s.ev[2].record(compute_.get());
-    const cuda::Event& computed = S > 0 ? s.ev[2 + S] : s.ev[2];
+    if (S == 0) ev[2].record(compute_.get());
+    const cuda::Event& computed = S > 0 ? ev[2 + S] : ev[2];
     cuda::stream_wait(down_.get(), computed);
-    if (timing_) s.ev[3 + S].record(down_.get());
+    if (timing_) ev[3 + S].record(down_.get());
     {
       NvtxRange range("D2H", rec.index);
       cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
     }
-    s.ev[4 + S].record(down_.get());
+    ev[4 + S].record(down_.get());
     rec.launched_ns = now_ns();
     s.frame_in = std::move(in);
     s.frame_out = std::move(out);
@@ -227,37 +235,67 @@ class CudaWorker final : public Worker {
   }
 
  private:
-  struct Slot {
-    std::vector<cuda::Event> ev;
-    cuda::DeviceBuffer in;
-    std::vector<cuda::DeviceBuffer> bufs;
-    FramePtr frame_in, frame_out;
-    FrameRecord rec;
-    int anchor = 0;  // the clock anchor current when the frame was submitted
-    bool busy = false;
-  };
   // GPU event times on the host clock: an anchor event recorded on an idle stream and
   // waited for gives one (host ns, event) pair; other events are placed by their elapsed
-  // time from it. Re-anchored every few seconds so that the float milliseconds of
-  // cudaEventElapsedTime keep microsecond resolution; a frame keeps the anchor it was
-  // submitted under (two alternate, so it is never re-recorded while a frame uses it).
+  // time from it. A new anchor every few seconds keeps the float milliseconds of
+  // cudaEventElapsedTime at sub-microsecond resolution; a frame keeps the one it was
+  // submitted under.
   struct Anchor {
     cuda::Event ev;
     int64_t host_ns = 0;
   };
   static constexpr int64_t kReanchorNs = 4'000'000'000;
   void reanchor() {
-    anchor_ ^= 1;
-    Anchor& a = anchors_[anchor_];
+    auto a = std::make_shared<Anchor>();
     const int64_t t0 = now_ns();
-    a.ev.record(clock_.get());
-    a.ev.synchronize();
-    a.host_ns = (t0 + now_ns()) / 2;
+    a->ev.record(clock_.get());
+    a->ev.synchronize();
+    a->host_ns = (t0 + now_ns()) / 2;
+    anchor_ = std::move(a);
   }
-  int64_t host_time(int anchor, const cuda::Event& e) const {
-    const Anchor& a = anchors_[anchor];
-    return a.host_ns + static_cast<int64_t>(std::llround(cuda::Event::elapsed_ms(a.ev, e) * 1e6));
-  }
+  // A frame's events. They travel with the frame to the sink thread, which reads their
+  // times (finalize) and returns them to the pool: the worker never waits on a query.
+  struct FrameEvents {
+    std::vector<cuda::Event> ev;
+    std::shared_ptr<const Anchor> anchor;
+  };
+  class EventPool : public std::enable_shared_from_this<EventPool> {
+   public:
+    explicit EventPool(size_t n) : n_(n) {}
+    std::shared_ptr<FrameEvents> acquire() {
+      std::unique_ptr<FrameEvents> e;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!free_.empty()) {
+          e = std::move(free_.back());
+          free_.pop_back();
+        }
+      }
+      if (!e) {  // grows to the frames in flight plus those queued for the sink
+        e = std::make_unique<FrameEvents>();
+        for (size_t i = 0; i < n_; ++i) e->ev.emplace_back();
+      }
+      auto self = shared_from_this();
+      return std::shared_ptr<FrameEvents>(e.release(), [self](FrameEvents* p) {
+        p->anchor.reset();
+        std::lock_guard<std::mutex> lk(self->mu_);
+        self->free_.emplace_back(p);
+      });
+    }
+
+   private:
+    size_t n_;
+    std::mutex mu_;
+    std::vector<std::unique_ptr<FrameEvents>> free_;
+  };
+  struct Slot {
+    cuda::DeviceBuffer in;
+    std::vector<cuda::DeviceBuffer> bufs;
+    FramePtr frame_in, frame_out;
+    FrameRecord rec;
+    std::shared_ptr<FrameEvents> evs;
+    bool busy = false;
+  };
   static void sync_no_throw(cuda::StreamHandle s) {
     try {
       cuda::Event e;
@@ -267,38 +305,48 @@ class CudaWorker final : public Worker {
     }
   }
   void complete(Slot& s) {
-    const size_t S = chain_.size();
-    s.ev[4 + S].synchronize();
+    s.evs->ev[4 + chain_.size()].synchronize();
     s.rec.done_ns = now_ns();
-    s.rec.step_ms.clear();
-    s.rec.step_start_ns.clear();
-    s.rec.step_end_ns.clear();
-    if (timing_) {
-      s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[0], s.ev[1]));
-      for (size_t i = 0; i < S; ++i) s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[2 + i], s.ev[3 + i]));
-      s.rec.step_ms.push_back(cuda::Event::elapsed_ms(s.ev[3 + S], s.ev[4 + S]));
-      // Host-clock spans of the same steps (the events are complete: no stall).
-      auto span = [&](size_t a, size_t b) {
-        s.rec.step_start_ns.push_back(host_time(s.anchor, s.ev[a]));
-        s.rec.step_end_ns.push_back(host_time(s.anchor, s.ev[b]));
-      };
-      span(0, 1);
-      for (size_t i = 0; i < S; ++i) span(2 + i, 3 + i);
-      span(3 + S, 4 + S);
-    }
     s.frame_out->index = s.rec.index;
     s.frame_out->capture_ns = s.rec.capture_ns;
     s.frame_in.reset();
     s.busy = false;
-    emit_(OutItem{std::move(s.frame_out), std::move(s.rec)});
+    emit_(OutItem{std::move(s.frame_out), std::move(s.rec), timing_ ? std::move(s.evs) : nullptr});
+    s.evs.reset();
   }
 
+ public:
+  void finalize(OutItem& item) override {
+    auto evs = std::static_pointer_cast<FrameEvents>(std::move(item.timing));
+    if (!evs) return;
+    const size_t S = chain_.size();
+    const Anchor& a = *evs->anchor;
+    // One query per event, relative to the anchor; durations are differences of these.
+    int64_t t[kMaxEvents];
+    for (size_t i = 0; i < S + 5; ++i)
+      t[i] = a.host_ns + static_cast<int64_t>(std::llround(cuda::Event::elapsed_ms(a.ev, evs->ev[i]) * 1e6));
+    FrameRecord& rec = item.rec;
+    auto span = [&](size_t b, size_t e) {
+      rec.step_start_ns.push_back(t[b]);
+      rec.step_end_ns.push_back(t[e]);
+      rec.step_ms.push_back(static_cast<float>((t[e] - t[b]) / 1e6));
+    };
+    rec.step_ms.reserve(S + 2);
+    rec.step_start_ns.reserve(S + 2);
+    rec.step_end_ns.reserve(S + 2);
+    span(0, 1);
+    for (size_t i = 0; i < S; ++i) span(2 + i, 3 + i);
+    span(3 + S, 4 + S);
+  }
+
+ private:
+  static constexpr size_t kMaxEvents = 72;  // chains of up to 67 stages
   Chain& chain_;
   Emit emit_;
   std::vector<std::string> labels_;  // NVTX range names
   cuda::Stream up_, compute_, down_, clock_;
-  Anchor anchors_[2];
-  int anchor_ = 1;
+  std::shared_ptr<const Anchor> anchor_;
+  std::shared_ptr<EventPool> events_;
   bool timing_ = true;
   FramePool out_pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
@@ -412,6 +460,7 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
         }
         it->rec.output_ns = now_ns();
         t_last = it->rec.output_ns;
+        worker->finalize(*it);
         if (!cfg.timing) {
           // counted only
         } else if (rep.max_records == 0 || rep.frames.size() < rep.max_records) {
