@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -255,4 +257,77 @@ TEST(Profile, CliWritesTableJsonTraceAndHtml) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(json::parse(std::ifstream(prefix + "2.json"))["frames"].size(), 8u);
   EXPECT_EQ(run_cmd(bin + " profile -f median").rc, 2);  // no input
+}
+
+#include "pipeline/g2g.hpp"
+
+namespace {
+// A synthetic recording: the display flips every `period` ms; the screen shows the new
+// level `latency` ms after the flip call (display pipeline); a camera with frames every
+// 1000/fps ms (random phase) integrates light over `exposure` ms ending at its timestamp,
+// so a frame straddling a change sees a mix; plus sensor noise.
+std::pair<std::vector<G2GFlip>, std::vector<G2GSample>> recording(double latency, double fps, double exposure,
+                                                                  uint32_t seed, int flips = 40) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0, 3);
+  const double period = 247.3, t_start = 100;  // not a multiple of the frame period: phases vary
+  std::vector<G2GFlip> f;
+  for (int i = 0; i < flips; ++i) f.push_back({static_cast<int64_t>((t_start + i * period) * 1e6), i % 2 == 0});
+  auto level = [&](double t_ms) {  // what the screen shows at t (before the first flip: black)
+    const double k = std::floor((t_ms - latency - t_start) / period);
+    return (k < 0 || static_cast<int>(k) % 2 == 1) ? 20.0 : 230.0;
+  };
+  std::vector<G2GSample> s;
+  const double phase = std::uniform_real_distribution<double>(0, 1000 / fps)(rng);
+  for (double t = phase; t < t_start + flips * period + 500; t += 1000 / fps) {
+    double acc = 0;
+    for (int k = 0; k < 20; ++k) acc += level(t - exposure * (k + 0.5) / 20);
+    s.push_back({static_cast<int64_t>(t * 1e6), acc / 20 + noise(rng)});
+  }
+  return {f, s};
+}
+}  // namespace
+
+TEST(GlassToGlass, SyntheticRecordingsGiveTheLatency) {
+  for (double latency : {35.0, 80.0, 160.0})
+    for (double fps : {30.0, 60.0, 120.0}) {
+      auto [flips, samples] = recording(latency, fps, 0.5 * 1000 / fps, static_cast<uint32_t>(latency + fps));
+      const G2GResult r = analyze_glass_to_glass(flips, samples);
+      EXPECT_EQ(r.missed, 0) << latency << " " << fps;
+      ASSERT_EQ(r.delays_ms.size(), flips.size());
+      const double frame = 1000 / fps;
+      // The first frame past the midpoint has seen the new level for more than half its
+      // exposure: it ends between latency + exposure/2 and one frame later. Over flips of
+      // every phase the mean is the middle of that range.
+      const double exposure = 0.5 * frame, lo = latency + exposure / 2;
+      EXPECT_GE(r.ms.min, lo - 0.05 * frame) << latency << " " << fps;
+      EXPECT_LE(r.ms.max, lo + frame + 0.05 * frame) << latency << " " << fps;
+      EXPECT_NEAR(r.ms.mean, lo + frame / 2, frame / 4) << latency << " " << fps;
+      EXPECT_NEAR(r.threshold, 125, 10);
+    }
+}
+
+TEST(GlassToGlass, MissedFlipsAndNoSamples) {
+  auto [flips, samples] = recording(60, 30, 10, 7, 10);
+  // The camera stopped after the 5th flip: the others are missed, not mismeasured.
+  const int64_t cut = flips[5].t_ns;
+  std::vector<G2GSample> part;
+  for (const auto& s : samples)
+    if (s.t_ns < cut) part.push_back(s);
+  G2GResult r = analyze_glass_to_glass(flips, part);
+  EXPECT_EQ(r.delays_ms.size(), 5u);
+  EXPECT_EQ(r.missed, 5);
+  r = analyze_glass_to_glass(flips, {});
+  EXPECT_EQ(r.missed, 10);
+  // Patch luma of frames: gray and BGR.
+  HostFrame g(FrameSpec{PixelFormat::GRAY8, 8, 8, {25, 1}}, false), c(FrameSpec{PixelFormat::BGR24, 8, 8, {25, 1}}, false);
+  std::memset(g.data(), 0, g.layout().total_bytes);
+  for (int y = 2; y < 6; ++y)
+    for (int x = 2; x < 6; ++x) g.view().row(0, y)[x] = 200;
+  EXPECT_DOUBLE_EQ(patch_luma(g.view(), 0.5), 200.0);
+  EXPECT_DOUBLE_EQ(patch_luma(g.view(), 1.0), 200.0 * 16 / 64);
+  std::memset(c.data(), 0, c.layout().total_bytes);
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 8; ++x) c.view().row(0, y)[3 * x + 2] = 100;  // red
+  EXPECT_NEAR(patch_luma(c.view(), 0.5), 29.9, 1e-9);
 }
