@@ -8,7 +8,8 @@ PKGS=(cmake ninja-build g++ pkg-config
       libcli11-dev nlohmann-json3-dev libgtest-dev
       libglfw3-dev libglew-dev   # display (GL)
       ffmpeg                 # tests compose vfpipe with ffmpeg pipes
-      python3-pywt python3-skimage)  # outside references for the wavelet stage
+      python3-pywt python3-skimage   # outside references for the wavelet stage
+      chromium)              # renders the profile's HTML report in a test
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
