@@ -32,6 +32,7 @@ struct OutItem {
   FramePtr frame;
   FrameRecord rec;
   std::shared_ptr<void> timing;  // backend data the sink thread turns into step times
+  FramePtr source;               // the input frame, for sinks that want it (the display)
 };
 using Emit = std::function<bool(OutItem&&)>;
 
@@ -53,7 +54,8 @@ class Worker {
 // ---------------------------------------------------------------- CPU backend
 class CpuWorker final : public Worker {
  public:
-  CpuWorker(Chain& chain, int out_frames, Emit emit) : chain_(chain), emit_(std::move(emit)) {
+  CpuWorker(Chain& chain, int out_frames, bool keep_source, Emit emit)
+      : chain_(chain), emit_(std::move(emit)), keep_source_(keep_source) {
     last_active_ = -1;
     for (size_t i = 0; i < chain_.size(); ++i)
       if (!chain_.step(i).stage->passthrough()) last_active_ = static_cast<int>(i);
@@ -100,7 +102,7 @@ class CpuWorker final : public Worker {
       out->capture_ns = rec.capture_ns;
     }
     rec.done_ns = rec.launched_ns = now_ns();
-    emit_(OutItem{std::move(out), std::move(rec), nullptr});
+    emit_(OutItem{std::move(out), std::move(rec), nullptr, keep_source_ ? std::move(in) : nullptr});
   }
   void flush() override {}
 
@@ -108,6 +110,7 @@ class CpuWorker final : public Worker {
   Chain& chain_;
   Emit emit_;
   std::vector<std::string> labels_;  // NVTX range names
+  bool keep_source_ = false;
   int last_active_;
   std::vector<std::unique_ptr<HostFrame>> bufs_;
   std::optional<FramePool> out_pool_;
@@ -126,9 +129,10 @@ class CpuWorker final : public Worker {
 // frame's download completed.
 class CudaWorker final : public Worker {
  public:
-  CudaWorker(Chain& chain, int depth, int out_frames, bool timing, Emit emit)
+  CudaWorker(Chain& chain, int depth, int out_frames, bool timing, bool keep_source, Emit emit)
       : chain_(chain), emit_(std::move(emit)), out_pool_(chain.output(), out_frames, true) {
     timing_ = timing;
+    keep_source_ = keep_source;
     if (chain_.size() + 5 > kMaxEvents)
       throw Error(ErrorKind::Usage, log::format("a chain of %zu stages is too long (at most %zu)", chain_.size(),
                                                 kMaxEvents - 5));
@@ -308,9 +312,10 @@ class CudaWorker final : public Worker {
     s.rec.done_ns = now_ns();
     s.frame_out->index = s.rec.index;
     s.frame_out->capture_ns = s.rec.capture_ns;
+    FramePtr source = keep_source_ ? std::move(s.frame_in) : nullptr;
     s.frame_in.reset();
     s.busy = false;
-    emit_(OutItem{std::move(s.frame_out), std::move(s.rec), timing_ ? std::move(s.evs) : nullptr});
+    emit_(OutItem{std::move(s.frame_out), std::move(s.rec), timing_ ? std::move(s.evs) : nullptr, std::move(source)});
     s.evs.reset();
   }
 
@@ -360,7 +365,7 @@ class CudaWorker final : public Worker {
   cuda::Stream up_, compute_, down_, clock_;
   std::shared_ptr<const Anchor> anchor_;
   std::shared_ptr<EventPool> events_;
-  bool timing_ = true;
+  bool timing_ = true, keep_source_ = false;
   int64_t last_compute_end_ = INT64_MIN, last_download_end_ = INT64_MIN;  // finalize() only
   FramePool out_pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
@@ -423,7 +428,7 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
     source_failed = true;
   };
   auto stopping = [&] {
-    return failing.load() || source_failed.load() || (cfg.stop && cfg.stop->load() != 0);
+    return failing.load() || source_failed.load() || (cfg.stop && cfg.stop->load() != 0) || sink.stop_requested();
   };
 
   const int qcap = cfg.queue < 1 ? 1 : cfg.queue;
@@ -434,19 +439,22 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
 
   std::unique_ptr<Worker> worker;
   std::optional<FramePool> in_pool;
+  const bool keep_source = sink.wants_source();
   auto emit = [&](OutItem&& it) { return outq.push(std::move(it)); };
   try {
 #if VFPIPE_HAVE_CUDA
     if (gpu)
       // Output frames: one per slot in flight, the sink queue, and one being written.
-      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, cfg.timing, emit);
+      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, cfg.timing, keep_source, emit);
 #else
     if (gpu) throw Error(ErrorKind::Gpu, "this build of vfpipe has no CUDA support");
 #endif
-    if (!gpu) worker = std::make_unique<CpuWorker>(chain, qcap + 2, emit);
+    if (!gpu) worker = std::make_unique<CpuWorker>(chain, qcap + 2, keep_source, emit);
     // Enough input frames for: the queue, the frames in flight, one being read, and
     // (CPU pass-through chains) frames forwarded to the sink queue.
-    if (!src.provides_frames()) in_pool.emplace(chain.input(), 2 * qcap + depth + 3, gpu);
+    // A sink that wants the input frames holds them as long as the outputs: qcap + 2 more.
+    if (!src.provides_frames())
+      in_pool.emplace(chain.input(), 2 * qcap + depth + 3 + (keep_source ? qcap + 2 : 0), gpu);
   } catch (...) {
     res.error = std::current_exception();
     sink.close();
@@ -467,14 +475,16 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
     while (auto it = outq.pop()) {
       if (!sink_ok) continue;
       try {
+        worker->finalize(*it);
         it->rec.write_ns = now_ns();
         {
           NvtxRange range("write", it->rec.index);
-          sink.write(*it->frame);
+          OutFrame of{*it->frame, it->source.get(), &it->rec, &rep.steps, dropped.load(), outq.size()};
+          sink.write_frame(of);
         }
+        it->source.reset();
         it->rec.output_ns = now_ns();
         t_last = it->rec.output_ns;
-        worker->finalize(*it);
         if (!cfg.timing) {
           // counted only
         } else if (rep.max_records == 0 || rep.frames.size() < rep.max_records) {
@@ -491,6 +501,11 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
         fail(std::current_exception());
         inq.abort();
       }
+    }
+    try {
+      sink.end_of_stream();
+    } catch (...) {
+      fail(std::current_exception());
     }
   });
 

@@ -1,5 +1,6 @@
 // Frame sources and sinks: the edges of the pipeline, run on their own threads.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,18 @@ class Source {
   virtual FramePtr next_frame() { return nullptr; }
 };
 
+struct FrameRecord;
+
+// What the engine hands a sink with each frame (write_frame).
+struct OutFrame {
+  const HostFrame& frame;                       // the chain's output
+  const HostFrame* source = nullptr;            // the chain's input, if the sink wants_source()
+  const FrameRecord* record = nullptr;          // its timings (steps as in `steps`)
+  const std::vector<std::string>* steps = nullptr;
+  int64_t dropped = 0;                          // frames the live policy dropped so far
+  size_t backlog = 0;                           // frames already waiting behind this one
+};
+
 class Sink {
  public:
   virtual ~Sink() = default;
@@ -37,6 +50,22 @@ class Sink {
   // Flushes and finalises (trailer, moov atom, ...). Idempotent.
   virtual void close() = 0;
   virtual std::string describe() const = 0;
+
+  // Sinks that show the input next to the output (the display) get it in write_frame.
+  virtual bool wants_source() const { return false; }
+  // Called instead of write() by the engine, on the sink thread.
+  virtual void write_frame(const OutFrame& f) { write(f.frame); }
+  // On the sink thread after the last frame (the display releases its GL context there).
+  virtual void end_of_stream() {}
+  // A sink can ask the engine to stop (the display's window was closed): the source stops,
+  // the frames in flight are finished.
+  bool stop_requested() const { return stop_.load(); }
+
+ protected:
+  void request_stop() { stop_ = true; }
+
+ private:
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace vfp

@@ -1,0 +1,481 @@
+// OpenGL implementation of the display (pipeline/display/display.hpp).
+#include <GL/glew.h>
+// GLEW first: it replaces the GL headers.
+#include <EGL/egl.h>
+#include <EGL/eglext.h>
+#include <GLFW/glfw3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+#include "pipeline/display/display.hpp"
+#include "pipeline/display/font.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/log.hpp"
+
+namespace vfp {
+
+namespace {
+#include "shaders.inc"  // kDisplayVert, kDisplayFrag, kTextVert, kTextFrag (generated from shaders/)
+
+[[noreturn]] void gl_fail(const std::string& what) { throw Error(ErrorKind::Output, "display: " + what); }
+
+void check_gl(const char* where) {
+  const GLenum e = glGetError();
+  if (e != GL_NO_ERROR) gl_fail(log::format("OpenGL error 0x%04x in %s", e, where));
+}
+
+GLuint compile(GLenum type, const char* src, const char* name) {
+  GLuint s = glCreateShader(type);
+  glShaderSource(s, 1, &src, nullptr);
+  glCompileShader(s);
+  GLint ok = 0;
+  glGetShaderiv(s, GL_COMPILE_STATUS, &ok);
+  if (!ok) {
+    char logbuf[2048];
+    glGetShaderInfoLog(s, sizeof logbuf, nullptr, logbuf);
+    gl_fail(std::string("shader ") + name + " does not compile: " + logbuf);
+  }
+  return s;
+}
+
+GLuint program(const char* vs, const char* fs, const char* name) {
+  GLuint p = glCreateProgram();
+  GLuint a = compile(GL_VERTEX_SHADER, vs, name), b = compile(GL_FRAGMENT_SHADER, fs, name);
+  glAttachShader(p, a);
+  glAttachShader(p, b);
+  glLinkProgram(p);
+  glDeleteShader(a);
+  glDeleteShader(b);
+  GLint ok = 0;
+  glGetProgramiv(p, GL_LINK_STATUS, &ok);
+  if (!ok) {
+    char logbuf[2048];
+    glGetProgramInfoLog(p, sizeof logbuf, nullptr, logbuf);
+    gl_fail(std::string("program ") + name + " does not link: " + logbuf);
+  }
+  return p;
+}
+
+int format_code(PixelFormat f) {
+  switch (f) {
+    case PixelFormat::GRAY8: return 0;
+    case PixelFormat::YUV420P:
+    case PixelFormat::YUV444P: return 1;
+    case PixelFormat::RGB24: return 2;
+    case PixelFormat::BGR24: return 3;
+  }
+  return 0;
+}
+
+// One frame's textures, fed through two alternating pixel buffer objects: the frame is
+// written into one while the texture upload of the previous frame may still read the other.
+class FrameTextures {
+ public:
+  explicit FrameTextures(const FrameSpec& spec) : spec_(spec), layout_(FrameLayout::of(spec)) {
+    const bool packed = is_packed_rgb(spec.format);
+    glGenTextures(layout_.planes, tex_);
+    for (int p = 0; p < layout_.planes; ++p) {
+      glBindTexture(GL_TEXTURE_2D, tex_[p]);
+      glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+      glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+      glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+      glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+      glTexImage2D(GL_TEXTURE_2D, 0, packed ? GL_RGB8 : GL_R8, layout_.plane[p].width, layout_.plane[p].height, 0,
+                   packed ? GL_RGB : GL_RED, GL_UNSIGNED_BYTE, nullptr);
+    }
+    // Packed rows are copied tightly (the 256-byte pitch is not a whole number of pixels).
+    bytes_ = packed ? static_cast<size_t>(spec.width) * 3 * spec.height : layout_.total_bytes;
+    glGenBuffers(2, pbo_);
+    for (GLuint b : pbo_) {
+      glBindBuffer(GL_PIXEL_UNPACK_BUFFER, b);
+      glBufferData(GL_PIXEL_UNPACK_BUFFER, static_cast<GLsizeiptr>(bytes_), nullptr, GL_STREAM_DRAW);
+    }
+    glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0);
+    check_gl("texture setup");
+  }
+  ~FrameTextures() {
+    glDeleteTextures(layout_.planes, tex_);
+    glDeleteBuffers(2, pbo_);
+  }
+  FrameTextures(const FrameTextures&) = delete;
+  FrameTextures& operator=(const FrameTextures&) = delete;
+
+  void upload(const HostFrame& f) {
+    const GLuint pbo = pbo_[next_];
+    next_ ^= 1;
+    glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo);
+    // Orphan the old storage: no wait for a pending read of this buffer.
+    glBufferData(GL_PIXEL_UNPACK_BUFFER, static_cast<GLsizeiptr>(bytes_), nullptr, GL_STREAM_DRAW);
+    auto* dst = static_cast<uint8_t*>(glMapBufferRange(GL_PIXEL_UNPACK_BUFFER, 0, static_cast<GLsizeiptr>(bytes_),
+                                                       GL_MAP_WRITE_BIT | GL_MAP_INVALIDATE_BUFFER_BIT));
+    if (!dst) gl_fail("cannot map a pixel buffer");
+    const bool packed = is_packed_rgb(spec_.format);
+    if (packed) {
+      const size_t row = static_cast<size_t>(spec_.width) * 3;
+      for (int y = 0; y < spec_.height; ++y) std::memcpy(dst + y * row, f.view().row(0, y), row);
+    } else {
+      std::memcpy(dst, f.data(), bytes_);
+    }
+    glUnmapBuffer(GL_PIXEL_UNPACK_BUFFER);
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
+    for (int p = 0; p < layout_.planes; ++p) {
+      const PlaneLayout& pl = layout_.plane[p];
+      glPixelStorei(GL_UNPACK_ROW_LENGTH, packed ? 0 : static_cast<GLint>(pl.pitch));
+      glBindTexture(GL_TEXTURE_2D, tex_[p]);
+      glTexSubImage2D(GL_TEXTURE_2D, 0, 0, 0, pl.width, pl.height, packed ? GL_RGB : GL_RED, GL_UNSIGNED_BYTE,
+                      reinterpret_cast<const void*>(packed ? 0 : pl.offset));
+    }
+    glPixelStorei(GL_UNPACK_ROW_LENGTH, 0);
+    glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0);
+    check_gl("frame upload");
+  }
+  // Binds plane i (the last plane repeated for gray/packed) to texture units base..base+2.
+  void bind(int base) const {
+    for (int i = 0; i < 3; ++i) {
+      glActiveTexture(static_cast<GLenum>(GL_TEXTURE0 + base + i));
+      glBindTexture(GL_TEXTURE_2D, tex_[std::min(i, layout_.planes - 1)]);
+    }
+  }
+  const FrameSpec& spec() const { return spec_; }
+
+ private:
+  FrameSpec spec_;
+  FrameLayout layout_;
+  GLuint tex_[kMaxPlanes] = {};
+  GLuint pbo_[2] = {};
+  size_t bytes_ = 0;
+  int next_ = 0;
+};
+
+// GLFW is process-wide: initialised once, on first use.
+std::mutex g_glfw_mu;
+int g_glfw_users = 0;
+
+class GlDisplay final : public Display {
+ public:
+  GlDisplay(const DisplayOptions& o, const FrameSpec& filtered, const FrameSpec& original) : opt_(o) {
+    const bool sbs = o.view == DisplayView::SideBySide;
+    fb_w_ = o.width > 0 ? o.width : filtered.width * (sbs ? 2 : 1);
+    fb_h_ = o.height > 0 ? o.height : filtered.height;
+    if (o.headless)
+      make_egl();
+    else
+      make_window();
+    glewExperimental = GL_TRUE;
+    const GLenum ge = glewInit();
+    // Under EGL, GLEW loads the entry points and then fails looking for GLX: not an error.
+    if (ge != GLEW_OK && !(o.headless && ge == GLEW_ERROR_NO_GLX_DISPLAY))
+      gl_fail(log::format("glewInit failed: %s", reinterpret_cast<const char*>(glewGetErrorString(ge))));
+    glGetError();  // GLEW may leave one behind
+    if (!GLEW_VERSION_3_3) gl_fail("OpenGL 3.3 or newer is required, got " + gl_string(GL_VERSION));
+    renderer_ = gl_string(GL_RENDERER) + ", OpenGL " + gl_string(GL_VERSION);
+    image_prog_ = program(kDisplayVert, kDisplayFrag, "display");
+    text_prog_ = program(kTextVert, kTextFrag, "text");
+    glGenVertexArrays(1, &vao_);
+    filtered_ = std::make_unique<FrameTextures>(filtered);
+    original_ = std::make_unique<FrameTextures>(original);
+    make_font();
+    view_ = o.view;
+    divider_ = o.divider;
+    check_gl("display setup");
+  }
+
+  ~GlDisplay() override {
+    filtered_.reset();
+    original_.reset();
+    if (font_tex_) glDeleteTextures(1, &font_tex_);
+    if (text_vbo_) glDeleteBuffers(1, &text_vbo_);
+    if (text_vao_) glDeleteVertexArrays(1, &text_vao_);
+    if (vao_) glDeleteVertexArrays(1, &vao_);
+    if (image_prog_) glDeleteProgram(image_prog_);
+    if (text_prog_) glDeleteProgram(text_prog_);
+    if (fbo_) glDeleteFramebuffers(1, &fbo_);
+    if (rbo_) glDeleteRenderbuffers(1, &rbo_);
+    if (window_) {
+      glfwDestroyWindow(window_);
+      std::lock_guard<std::mutex> lk(g_glfw_mu);
+      if (--g_glfw_users == 0) glfwTerminate();
+    }
+    if (egl_display_ != EGL_NO_DISPLAY) {
+      eglMakeCurrent(egl_display_, EGL_NO_SURFACE, EGL_NO_SURFACE, EGL_NO_CONTEXT);
+      if (egl_context_ != EGL_NO_CONTEXT) eglDestroyContext(egl_display_, egl_context_);
+      if (egl_surface_ != EGL_NO_SURFACE) eglDestroySurface(egl_display_, egl_surface_);
+      eglTerminate(egl_display_);
+    }
+  }
+
+  void show(const HostFrame& filtered, const HostFrame* original, const std::vector<std::string>& text,
+            const std::vector<std::string>& overlay) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    filtered_->upload(filtered);
+    has_original_ = original != nullptr;
+    if (original) original_->upload(*original);
+    draw(text, overlay);
+    last_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  void redraw(const std::vector<std::string>& text, const std::vector<std::string>& overlay) override {
+    draw(text, overlay);
+  }
+
+  DisplayInput poll() override {
+    DisplayInput in;
+    if (window_) {
+      glfwPollEvents();
+      in.keys.swap(keys_);
+      in.close = glfwWindowShouldClose(window_) != 0;
+    }
+    return in;
+  }
+
+  std::vector<uint8_t> read_rgb(int* width, int* height) override {
+    const int w = rb_w_, h = rb_h_;
+    std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3), out(px.size());
+    glBindFramebuffer(GL_READ_FRAMEBUFFER, fbo_);
+    glReadBuffer(GL_COLOR_ATTACHMENT0);
+    glPixelStorei(GL_PACK_ALIGNMENT, 1);
+    glReadPixels(0, 0, w, h, GL_RGB, GL_UNSIGNED_BYTE, px.data());
+    check_gl("glReadPixels");
+    for (int y = 0; y < h; ++y)  // GL's rows run bottom up
+      std::memcpy(&out[static_cast<size_t>(y) * w * 3], &px[static_cast<size_t>(h - 1 - y) * w * 3],
+                  static_cast<size_t>(w) * 3);
+    *width = w;
+    *height = h;
+    return out;
+  }
+
+  void set_view(DisplayView v) override { view_ = v; }
+  DisplayView view() const override { return view_; }
+  std::string renderer() const override { return renderer_; }
+  double last_show_ms() const override { return last_ms_; }
+
+ private:
+  static std::string gl_string(GLenum e) {
+    const GLubyte* s = glGetString(e);
+    return s ? reinterpret_cast<const char*>(s) : "?";
+  }
+
+  void make_window() {
+    {
+      std::lock_guard<std::mutex> lk(g_glfw_mu);
+      if (g_glfw_users == 0 && !glfwInit()) {
+        const char* why = nullptr;
+        glfwGetError(&why);
+        gl_fail(std::string("cannot open a window (") + (why ? why : "no display") +
+                "); use --display=headless on machines without a screen");
+      }
+      ++g_glfw_users;
+    }
+    glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+    glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+    glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+    glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GL_TRUE);
+    glfwWindowHint(GLFW_SCALE_TO_MONITOR, GLFW_TRUE);  // HiDPI: the window keeps its size in points
+    window_ = glfwCreateWindow(fb_w_, fb_h_, opt_.title.c_str(), nullptr, nullptr);
+    if (!window_) {
+      const char* why = nullptr;
+      glfwGetError(&why);
+      std::lock_guard<std::mutex> lk(g_glfw_mu);
+      if (--g_glfw_users == 0) glfwTerminate();
+      gl_fail(std::string("cannot create an OpenGL 3.3 window: ") + (why ? why : "unknown reason"));
+    }
+    glfwMakeContextCurrent(window_);
+    glfwSwapInterval(opt_.vsync ? 1 : 0);
+    glfwSetWindowUserPointer(window_, this);
+    glfwSetKeyCallback(window_, [](GLFWwindow* w, int key, int, int action, int) {
+      if (action == GLFW_PRESS || action == GLFW_REPEAT)
+        static_cast<GlDisplay*>(glfwGetWindowUserPointer(w))->keys_.push_back(key);
+    });
+    glfwSetCursorPosCallback(window_, [](GLFWwindow* w, double x, double) {
+      auto* d = static_cast<GlDisplay*>(glfwGetWindowUserPointer(w));
+      if (d->view_ == DisplayView::Split && glfwGetMouseButton(w, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS) {
+        int ww = 0, wh = 0;
+        glfwGetWindowSize(w, &ww, &wh);
+        // The divider follows the pointer across the image (window points -> image fraction).
+        const float x0 = (1.f + d->rect_[0]) / 2.f * ww, x1 = (1.f + d->rect_[2]) / 2.f * ww;
+        d->divider_ = std::clamp(static_cast<float>((x - x0) / std::max(1.f, x1 - x0)), 0.f, 1.f);
+      }
+    });
+  }
+
+  void make_egl() {
+    // The default display first (Mesa: surfaceless/GBM), else the first EGL device (NVIDIA
+    // without X).
+    egl_display_ = eglGetDisplay(EGL_DEFAULT_DISPLAY);
+    EGLint major = 0, minor = 0;
+    if (egl_display_ == EGL_NO_DISPLAY || !eglInitialize(egl_display_, &major, &minor)) {
+      auto query = reinterpret_cast<PFNEGLQUERYDEVICESEXTPROC>(eglGetProcAddress("eglQueryDevicesEXT"));
+      auto platform = reinterpret_cast<PFNEGLGETPLATFORMDISPLAYEXTPROC>(eglGetProcAddress("eglGetPlatformDisplayEXT"));
+      EGLDeviceEXT dev[8];
+      EGLint n = 0;
+      if (!query || !platform || !query(8, dev, &n) || n < 1) gl_fail("no EGL display or device for headless rendering");
+      egl_display_ = platform(EGL_PLATFORM_DEVICE_EXT, dev[0], nullptr);
+      if (egl_display_ == EGL_NO_DISPLAY || !eglInitialize(egl_display_, &major, &minor))
+        gl_fail("cannot initialise EGL on the GPU device");
+    }
+    const EGLint cfg_attr[] = {EGL_SURFACE_TYPE, EGL_PBUFFER_BIT, EGL_RENDERABLE_TYPE, EGL_OPENGL_BIT,
+                               EGL_RED_SIZE, 8, EGL_GREEN_SIZE, 8, EGL_BLUE_SIZE, 8, EGL_NONE};
+    EGLConfig cfg;
+    EGLint n = 0;
+    if (!eglChooseConfig(egl_display_, cfg_attr, &cfg, 1, &n) || n < 1) gl_fail("no EGL config for OpenGL");
+    const EGLint pb_attr[] = {EGL_WIDTH, 16, EGL_HEIGHT, 16, EGL_NONE};
+    egl_surface_ = eglCreatePbufferSurface(egl_display_, cfg, pb_attr);
+    if (!eglBindAPI(EGL_OPENGL_API)) gl_fail("EGL has no desktop OpenGL");
+    const EGLint ctx_attr[] = {EGL_CONTEXT_MAJOR_VERSION, 3, EGL_CONTEXT_MINOR_VERSION, 3,
+                               EGL_CONTEXT_OPENGL_PROFILE_MASK, EGL_CONTEXT_OPENGL_CORE_PROFILE_BIT, EGL_NONE};
+    egl_context_ = eglCreateContext(egl_display_, cfg, EGL_NO_CONTEXT, ctx_attr);
+    if (egl_context_ == EGL_NO_CONTEXT) gl_fail("cannot create an OpenGL 3.3 core context with EGL");
+    if (!eglMakeCurrent(egl_display_, egl_surface_, egl_surface_, egl_context_))
+      gl_fail("cannot make the EGL context current");
+  }
+
+  // Everything is drawn into an offscreen framebuffer of the window's pixel size, then
+  // blitted to the window: screenshots read the same pixels in both modes.
+  void size_framebuffer(int w, int h) {
+    if (fbo_ && w == rb_w_ && h == rb_h_) return;
+    if (!fbo_) {
+      glGenFramebuffers(1, &fbo_);
+      glGenRenderbuffers(1, &rbo_);
+    }
+    rb_w_ = w;
+    rb_h_ = h;
+    glBindRenderbuffer(GL_RENDERBUFFER, rbo_);
+    glRenderbufferStorage(GL_RENDERBUFFER, GL_RGBA8, w, h);
+    glBindFramebuffer(GL_FRAMEBUFFER, fbo_);
+    glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, rbo_);
+    if (glCheckFramebufferStatus(GL_FRAMEBUFFER) != GL_FRAMEBUFFER_COMPLETE) gl_fail("offscreen framebuffer incomplete");
+  }
+
+  void make_font() {
+    const int w = static_cast<int>(font::kCount) * font::kCellW, h = font::kCellH;
+    std::vector<uint8_t> px(static_cast<size_t>(w) * h, 0);
+    for (size_t g = 0; g < font::kCount; ++g)
+      for (int y = 0; y < font::kH; ++y)
+        for (int x = 0; x < font::kW; ++x)
+          if (font::kGlyphs[g].bits[y * font::kW + x] == '1')
+            px[static_cast<size_t>(y) * w + g * font::kCellW + x] = 255;
+    glGenTextures(1, &font_tex_);
+    glBindTexture(GL_TEXTURE_2D, font_tex_);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
+    glTexImage2D(GL_TEXTURE_2D, 0, GL_R8, w, h, 0, GL_RED, GL_UNSIGNED_BYTE, px.data());
+    glGenVertexArrays(1, &text_vao_);
+    glGenBuffers(1, &text_vbo_);
+    glBindVertexArray(text_vao_);
+    glBindBuffer(GL_ARRAY_BUFFER, text_vbo_);
+    glEnableVertexAttribArray(0);
+    glVertexAttribPointer(0, 3, GL_FLOAT, GL_FALSE, 3 * sizeof(float), nullptr);
+    glVertexAttribDivisor(0, 1);
+    glBindVertexArray(0);
+  }
+
+  void draw_text(const std::vector<std::string>& lines, float x, float y, float scale, int vw, int vh) {
+    std::vector<float> cells;
+    for (size_t r = 0; r < lines.size(); ++r)
+      for (size_t c = 0; c < lines[r].size(); ++c) {
+        cells.push_back(static_cast<float>(c));
+        cells.push_back(static_cast<float>(r));
+        cells.push_back(static_cast<float>(font::index_of(lines[r][c])));
+      }
+    if (cells.empty()) return;
+    glUseProgram(text_prog_);
+    glBindVertexArray(text_vao_);
+    glBindBuffer(GL_ARRAY_BUFFER, text_vbo_);
+    glBufferData(GL_ARRAY_BUFFER, static_cast<GLsizeiptr>(cells.size() * sizeof(float)), cells.data(), GL_STREAM_DRAW);
+    glActiveTexture(GL_TEXTURE0);
+    glBindTexture(GL_TEXTURE_2D, font_tex_);
+    glUniform1i(glGetUniformLocation(text_prog_, "font"), 0);
+    glUniform1f(glGetUniformLocation(text_prog_, "glyphs"), static_cast<float>(font::kCount));
+    glUniform2f(glGetUniformLocation(text_prog_, "origin"), x, y);
+    glUniform2f(glGetUniformLocation(text_prog_, "advance"), font::kCellW * scale, font::kCellH * scale);
+    glUniform2f(glGetUniformLocation(text_prog_, "viewport"), static_cast<float>(vw), static_cast<float>(vh));
+    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, static_cast<GLsizei>(cells.size() / 3));
+    glBindVertexArray(0);
+  }
+
+  void draw(const std::vector<std::string>& text, const std::vector<std::string>& overlay) {
+    int w = fb_w_, h = fb_h_;
+    if (window_) glfwGetFramebufferSize(window_, &w, &h);
+    if (w < 1 || h < 1) return;  // minimised
+    size_framebuffer(w, h);
+    glBindFramebuffer(GL_FRAMEBUFFER, fbo_);
+    glViewport(0, 0, w, h);
+    glClearColor(0.08f, 0.08f, 0.08f, 1.f);
+    glClear(GL_COLOR_BUFFER_BIT);
+    // Letterbox: the picture (twice as wide side by side) keeps its aspect ratio.
+    const FrameSpec& s = filtered_->spec();
+    const double pic_w = s.width * (view_ == DisplayView::SideBySide ? 2.0 : 1.0), pic_h = s.height;
+    const double k = std::min(w / pic_w, h / pic_h);
+    const double pw = pic_w * k, ph = pic_h * k;
+    rect_[0] = static_cast<float>(-pw / w);
+    rect_[1] = static_cast<float>(-ph / h);
+    rect_[2] = static_cast<float>(pw / w);
+    rect_[3] = static_cast<float>(ph / h);
+    glUseProgram(image_prog_);
+    glBindVertexArray(vao_);
+    filtered_->bind(0);
+    (has_original_ ? original_ : filtered_)->bind(3);
+    const GLint a[3] = {0, 1, 2}, b[3] = {3, 4, 5};
+    glUniform1iv(glGetUniformLocation(image_prog_, "planes_a"), 3, a);
+    glUniform1iv(glGetUniformLocation(image_prog_, "planes_b"), 3, b);
+    glUniform1i(glGetUniformLocation(image_prog_, "format_a"), format_code(s.format));
+    glUniform1i(glGetUniformLocation(image_prog_, "format_b"),
+                format_code((has_original_ ? original_ : filtered_)->spec().format));
+    glUniform1i(glGetUniformLocation(image_prog_, "view"), static_cast<int>(view_));
+    glUniform1f(glGetUniformLocation(image_prog_, "divider"), divider_);
+    glUniform1f(glGetUniformLocation(image_prog_, "diff_gain"), opt_.diff_gain);
+    glUniform4fv(glGetUniformLocation(image_prog_, "rect"), 1, rect_);
+    glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
+    // Text over the picture, scaled with the framebuffer (HiDPI).
+    const float scale = std::max(2.f, std::round(h / 360.f));
+    glEnable(GL_BLEND);
+    glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
+    if (opt_.hud) draw_text(text, 8.f, 8.f, scale, w, h);
+    if (!overlay.empty()) {
+      size_t cols = 0;
+      for (const auto& l : overlay) cols = std::max(cols, l.size());
+      const float ox = (w - static_cast<float>(cols) * font::kCellW * scale) / 2.f;
+      const float oy = (h - static_cast<float>(overlay.size()) * font::kCellH * scale) / 2.f;
+      draw_text(overlay, std::max(0.f, ox), std::max(0.f, oy), scale, w, h);
+    }
+    glDisable(GL_BLEND);
+    if (window_) {
+      glBindFramebuffer(GL_READ_FRAMEBUFFER, fbo_);
+      glBindFramebuffer(GL_DRAW_FRAMEBUFFER, 0);
+      glBlitFramebuffer(0, 0, w, h, 0, 0, w, h, GL_COLOR_BUFFER_BIT, GL_NEAREST);
+      glfwSwapBuffers(window_);
+    } else {
+      glFinish();
+    }
+    check_gl("draw");
+  }
+
+  DisplayOptions opt_;
+  int fb_w_ = 0, fb_h_ = 0;  // requested size
+  int rb_w_ = 0, rb_h_ = 0;  // offscreen framebuffer size
+  GLFWwindow* window_ = nullptr;
+  EGLDisplay egl_display_ = EGL_NO_DISPLAY;
+  EGLContext egl_context_ = EGL_NO_CONTEXT;
+  EGLSurface egl_surface_ = EGL_NO_SURFACE;
+  GLuint fbo_ = 0, rbo_ = 0, vao_ = 0, image_prog_ = 0, text_prog_ = 0, font_tex_ = 0, text_vao_ = 0, text_vbo_ = 0;
+  std::unique_ptr<FrameTextures> filtered_, original_;
+  bool has_original_ = false;
+  DisplayView view_ = DisplayView::Split;
+  float divider_ = 0.5f;
+  float rect_[4] = {-1, -1, 1, 1};
+  std::vector<int> keys_;
+  std::string renderer_;
+  double last_ms_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Display> Display::create(const DisplayOptions& opts, const FrameSpec& filtered,
+                                         const FrameSpec& original) {
+  return std::make_unique<GlDisplay>(opts, filtered, original);
+}
+
+}  // namespace vfp

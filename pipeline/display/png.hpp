@@ -1,0 +1,15 @@
+// A minimal PNG writer for screenshots (8-bit RGB, no filtering, stored deflate blocks:
+// large files, no dependencies — the GPU machine has neither libpng nor OpenCV). The tests
+// decode its output with OpenCV/libpng. Throws vfp::Error (Output) when the file cannot be
+// written.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vfp {
+
+// `rgb`: height rows of width*3 bytes, top row first.
+void write_png_rgb(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb);
+
+}  // namespace vfp
