@@ -16,6 +16,10 @@
 #include "pipeline/io/synthetic.hpp"
 #include "pipeline/log.hpp"
 #include "pipeline/profile.hpp"
+#if VFPIPE_HAVE_GL
+#include "pipeline/display/controls.hpp"
+#include "pipeline/display/display_sink.hpp"
+#endif
 #include "pipeline/registry.hpp"
 #include "pipeline/signals.hpp"
 #if VFPIPE_HAVE_CUDA
@@ -66,9 +70,18 @@ Examples:
   nsys profile vfpipe run -i ...      # NVTX ranges: threads, streams, stages, copies
 )";
 
+#if VFPIPE_HAVE_GL
+#define VFPIPE_DISPLAY_CONTROLS (controls != nullptr)
+#else
+#define VFPIPE_DISPLAY_CONTROLS false
+#endif
+
 struct RunArgs {
   std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy, sendcmd;
-  std::string size, profile;
+  std::string size, profile, display, view = "split", screenshot;
+  std::string vsync = "on";
+  int screenshot_every = 0;
+  bool no_display = false, no_hud = false;
   double fps = 0;
   int64_t frames = -1;
   int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
@@ -113,6 +126,22 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
     c->add_option("--profile", a.profile,
                   "profile the run: PREFIX.json, PREFIX.trace.json, PREFIX.html and a latency table (see "
                   "'vfpipe profile')");
+  c->add_option("--display", a.display,
+                "show the stream: 'window' (GLFW; the default of 'live') or 'headless' (EGL, offscreen, "
+                "PNG screenshots); keys in the footer")
+      ->expected(0, 1)
+      ->default_str("window")
+      ->check(CLI::IsMember({"window", "headless"}));
+  c->add_flag("--no-display", a.no_display, "live: no window");
+  c->add_option("--view", a.view, "display view: filtered, split, side-by-side, difference")
+      ->check(CLI::IsMember({"filtered", "split", "side-by-side", "difference"}))
+      ->capture_default_str();
+  c->add_option("--vsync", a.vsync, "display: wait for the screen's refresh (on) or not (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  c->add_flag("--no-hud", a.no_hud, "display: start with the HUD hidden");
+  c->add_option("--screenshot", a.screenshot, "headless display: PNG path with one %d (the frame number)");
+  c->add_option("--screenshot-every", a.screenshot_every, "headless display: a screenshot every N frames (0: the last)");
   c->add_option("--profile-frames", a.profile_frames, "per-frame records kept (the newest N; bounded memory)")
       ->capture_default_str();
   c->add_option("--trace-frames", a.trace_frames, "frames in the trace file (after warm-up; 0 = all)")
@@ -218,7 +247,29 @@ int run_command(RunArgs& a, bool live) {
   auto src = open_source(a.input, so);
   SinkOptions ko;
   ko.codec = a.codec;
-  auto sink = open_sink(a.output, ko);
+  std::unique_ptr<Sink> sink = open_sink(a.output, ko);
+  if (live && a.display.empty() && !a.no_display) a.display = "window";
+#if VFPIPE_HAVE_GL
+  DisplaySink* display_sink = nullptr;
+  std::unique_ptr<LiveControls> controls;
+  if (!a.display.empty()) {
+    DisplaySinkOptions d;
+    d.display.headless = a.display == "headless";
+    d.display.vsync = a.vsync == "on";
+    d.display.hud = !a.no_hud;
+    parse_display_view(a.view, &d.display.view);
+    d.display.title = "vfpipe: " + (a.filters.empty() ? std::string("(no filters)") : a.filters);
+    d.screenshot = a.screenshot.empty() && d.display.headless ? "vfpipe-display-%06d.png" : a.screenshot;
+    d.screenshot_every = a.screenshot_every;
+    d.filters = a.filters;
+    auto ds = std::make_unique<DisplaySink>(d, std::move(sink), nullptr);
+    display_sink = ds.get();
+    sink = std::move(ds);
+  }
+#else
+  if (!a.display.empty())
+    throw Error(ErrorKind::Usage, "--display: this build of vfpipe has no display (GLFW, GLEW and EGL were not found)");
+#endif
 
   Chain chain = Chain::build(std::move(stages), src->spec(), sink->accepted_formats(), forced);
   log::debug("chain: %s", chain.describe().c_str());
@@ -243,13 +294,30 @@ int run_command(RunArgs& a, bool live) {
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
   Progress progress(!a.no_progress && !a.quiet, total);
   cfg.progress = [&](int64_t done, int64_t dropped) { progress.update(done, dropped); };
-  if (!commands.empty())
-    cfg.before_frame = [&](int64_t index, Chain& c) { apply_commands(commands, index, c); };
+#if VFPIPE_HAVE_GL
+  if (display_sink) {
+    controls = std::make_unique<LiveControls>(chain);
+    display_sink->set_controls(controls.get());
+  }
+#endif
+  if (!commands.empty() || VFPIPE_DISPLAY_CONTROLS)
+    cfg.before_frame = [&](int64_t index, Chain& c) {
+      if (!commands.empty()) apply_commands(commands, index, c);
+#if VFPIPE_HAVE_GL
+      if (controls) controls->apply(c);
+#endif
+    };
 
   log::info("%s -> [%s] -> %s on %s", src->describe().c_str(), chain.describe().c_str(),
             sink->describe().c_str(), backend_name(backend));
   RunResult res = run_pipeline(*src, chain, *sink, cfg);
   progress.finish();
+#if VFPIPE_HAVE_GL
+  if (display_sink && !a.quiet && display_sink->shown() > 0)
+    std::fprintf(stderr, "  display: %lld frames shown, %lld skipped to keep up, %.3f ms per frame (upload + draw + present); %s\n",
+                 static_cast<long long>(display_sink->shown()), static_cast<long long>(display_sink->skipped()),
+                 display_sink->mean_show_ms(), display_sink->renderer().c_str());
+#endif
   res.report.filters = a.filters;
   // A profiled run prints the profile's fuller table instead of the summary's.
   if (!a.quiet && res.report.frames_out > 0 && a.profile.empty()) std::fputs(res.report.text().c_str(), stderr);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
@@ -66,8 +67,8 @@ int format_code(PixelFormat f) {
     case PixelFormat::YUV444P: return 1;
     case PixelFormat::RGB24: return 2;
     case PixelFormat::BGR24: return 3;
+    default: return 0;
   }
-  return 0;
 }
 
 // One frame's textures, fed through two alternating pixel buffer objects: the frame is
@@ -472,6 +473,20 @@ class GlDisplay final : public Display {
 };
 
 }  // namespace
+
+bool parse_display_view(const std::string& s, DisplayView* v) {
+  if (s == "filtered") *v = DisplayView::Filtered;
+  else if (s == "split") *v = DisplayView::Split;
+  else if (s == "side-by-side" || s == "sbs") *v = DisplayView::SideBySide;
+  else if (s == "difference" || s == "diff") *v = DisplayView::Difference;
+  else return false;
+  return true;
+}
+
+const char* display_view_name(DisplayView v) {
+  static const char* n[] = {"filtered", "split", "side-by-side", "difference"};
+  return n[static_cast<int>(v)];
+}
 
 std::unique_ptr<Display> Display::create(const DisplayOptions& opts, const FrameSpec& filtered,
                                          const FrameSpec& original) {

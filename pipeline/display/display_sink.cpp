@@ -1,0 +1,190 @@
+#include "pipeline/display/display_sink.hpp"
+
+#include <GLFW/glfw3.h>
+
+#include <thread>
+
+#include "pipeline/display/controls.hpp"
+#include "pipeline/display/png.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/io/open.hpp"
+#include "pipeline/log.hpp"
+#include "pipeline/stats.hpp"
+
+namespace vfp {
+
+const std::vector<std::string>& display_key_help() {
+  static const std::vector<std::string> k = {
+      "KEYS",
+      "ESC Q      QUIT (OUTPUT FILES ARE CLOSED PROPERLY)",
+      "SPACE      PAUSE / RESUME",
+      "N          NEXT FRAME WHILE PAUSED",
+      "1 2 3 4    VIEW: FILTERED, SPLIT, SIDE BY SIDE, DIFFERENCE",
+      "DRAG       MOVE THE SPLIT DIVIDER",
+      "TAB        SELECT THE NEXT STAGE",
+      "+ -        ITS MAIN PARAMETER (MEDIAN RADIUS, CONV PRESET, WAVELET THRESHOLD)",
+      "S          SCREENSHOT (PNG)",
+      "R          START / STOP RECORDING (Y4M)",
+      "H          HUD ON / OFF",
+      "F1 ?       THIS HELP",
+  };
+  return k;
+}
+
+DisplaySink::DisplaySink(DisplaySinkOptions opts, std::unique_ptr<Sink> inner, LiveControls* controls)
+    : opt_(std::move(opts)), inner_(std::move(inner)), controls_(controls) {}
+
+DisplaySink::~DisplaySink() = default;
+
+std::vector<PixelFormat> DisplaySink::accepted_formats() const {
+  return inner_ ? inner_->accepted_formats() : std::vector<PixelFormat>{};
+}
+
+void DisplaySink::open(const FrameSpec& spec) {
+  spec_ = spec;
+  if (inner_) inner_->open(spec);
+}
+
+std::string DisplaySink::describe() const {
+  std::string d = opt_.display.headless ? "display (headless)" : "display";
+  return inner_ ? d + " + " + inner_->describe() : d;
+}
+
+void DisplaySink::write(const HostFrame& frame) { write_frame(OutFrame{frame}); }
+
+std::vector<std::string> DisplaySink::hud(const OutFrame& f) const {
+  std::vector<std::string> l;
+  l.push_back(log::format("VFPIPE  %.1f FPS  DROPPED %lld  DISPLAY %.2f MS%s%s", fps_,
+                          static_cast<long long>(f.dropped), display_ ? display_->last_show_ms() : 0.0,
+                          paused_ ? "  PAUSED" : "", recorder_ ? "  REC" : ""));
+  if (f.record && f.steps)
+    for (size_t i = 0; i < f.steps->size() && i < f.record->step_ms.size(); ++i)
+      l.push_back(log::format("%-28.28s %7.3f MS", (*f.steps)[i].c_str(), f.record->step_ms[i]));
+  if (f.record) l.push_back(log::format("CAPTURE TO DISPLAY  %.1f MS", (now_ns() - f.record->capture_ns) / 1e6));
+  if (!opt_.filters.empty()) l.push_back("FILTERS " + opt_.filters.substr(0, 70));
+  if (controls_ && controls_->count() > 0) l.push_back("TAB +/-  " + controls_->describe(controls_->selected()));
+  l.push_back(log::format("VIEW %s   F1 HELP", display_view_name(display_ ? display_->view() : opt_.display.view)));
+  if (!message_.empty()) l.push_back(message_);
+  return l;
+}
+
+void DisplaySink::screenshot(const std::string& path) {
+  int w = 0, h = 0;
+  std::vector<uint8_t> rgb = display_->read_rgb(&w, &h);
+  write_png_rgb(path, w, h, rgb);
+  message_ = "SAVED " + path;
+  log::info("display: screenshot %s (%dx%d)", path.c_str(), w, h);
+}
+
+void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
+  if (in.close) {
+    closed_ = true;
+    request_stop();
+    return;
+  }
+  for (int k : in.keys) {
+    switch (k) {
+      case GLFW_KEY_ESCAPE:
+      case GLFW_KEY_Q:
+        closed_ = true;
+        request_stop();
+        return;
+      case GLFW_KEY_SPACE: paused_ = !paused_; break;
+      case GLFW_KEY_N:
+      case GLFW_KEY_RIGHT: step_ = true; break;
+      case GLFW_KEY_1: display_->set_view(DisplayView::Filtered); break;
+      case GLFW_KEY_2: display_->set_view(DisplayView::Split); break;
+      case GLFW_KEY_3: display_->set_view(DisplayView::SideBySide); break;
+      case GLFW_KEY_4: display_->set_view(DisplayView::Difference); break;
+      case GLFW_KEY_H: opt_.display.hud = !opt_.display.hud; break;
+      case GLFW_KEY_F1:
+      case GLFW_KEY_SLASH: help_ = !help_; break;
+      case GLFW_KEY_TAB:
+        if (controls_) controls_->select_next();
+        break;
+      case GLFW_KEY_EQUAL:
+      case GLFW_KEY_KP_ADD:
+      case GLFW_KEY_UP:
+        if (controls_) message_ = controls_->adjust(+1);
+        break;
+      case GLFW_KEY_MINUS:
+      case GLFW_KEY_KP_SUBTRACT:
+      case GLFW_KEY_DOWN:
+        if (controls_) message_ = controls_->adjust(-1);
+        break;
+      case GLFW_KEY_S: screenshot(log::format("vfpipe-shot-%04d.png", ++shots_)); break;
+      case GLFW_KEY_R:
+        if (recorder_) {
+          recorder_->close();
+          recorder_.reset();
+          message_ = "RECORDING STOPPED";
+        } else if (is_planar_yuv(frame.spec().format)) {
+          const std::string path = log::format("vfpipe-rec-%03d.y4m", ++recordings_);
+          recorder_ = open_sink(path, SinkOptions{});
+          recorder_->open(frame.spec());
+          message_ = "RECORDING " + path;
+        } else {
+          message_ = "RECORDING NEEDS A YUV OR GRAY OUTPUT (Y4M)";
+        }
+        break;
+      default: break;
+    }
+  }
+}
+
+void DisplaySink::write_frame(const OutFrame& f) {
+  if (inner_) inner_->write(f.frame);
+  if (recorder_) recorder_->write(f.frame);
+  if (closed_) return;
+  ++frames_;
+  const auto now = std::chrono::steady_clock::now();
+  if (frames_ > 1) {
+    const double dt = std::chrono::duration<double>(now - last_t_).count();
+    if (dt > 0) fps_ = fps_ == 0 ? 1 / dt : 0.9 * fps_ + 0.1 / dt;
+  }
+  last_t_ = now;
+  if (!display_) {
+    display_ = Display::create(opt_.display, f.frame.spec(), f.source ? f.source->spec() : f.frame.spec());
+    renderer_ = display_->renderer();
+    log::info("display: %s", renderer_.c_str());
+  }
+  // Newer frames are already waiting: show those instead (the display adds no latency
+  // when it is slower than the stream). Headless renders every frame.
+  if (opt_.drop_when_behind && f.backlog > 0 && !opt_.display.headless && !paused_) {
+    ++skipped_;
+    return;
+  }
+  last_hud_ = hud(f);
+  display_->show(f.frame, f.source, last_hud_, help_ ? display_key_help() : std::vector<std::string>{});
+  ++shown_;
+  show_ms_ += display_->last_show_ms();
+  last_index_ = f.record ? f.record->index : frames_ - 1;
+  if (opt_.display.headless && !opt_.screenshot.empty() && opt_.screenshot_every > 0 &&
+      frames_ % opt_.screenshot_every == 0)
+    screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
+  handle_keys(display_->poll(), f.frame);
+  // Paused: keep drawing and listening; the stream waits (batch) or drops (live).
+  while (paused_ && !step_ && !closed_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    last_hud_ = hud(f);
+    display_->redraw(last_hud_, help_ ? display_key_help() : std::vector<std::string>{});
+    handle_keys(display_->poll(), f.frame);
+  }
+  step_ = false;
+}
+
+void DisplaySink::end_of_stream() {
+  if (display_ && opt_.display.headless && !opt_.screenshot.empty() && opt_.screenshot_every == 0)
+    screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
+  display_.reset();  // GL objects and the context go with the thread that made them
+}
+
+void DisplaySink::close() {
+  if (recorder_) {
+    recorder_->close();
+    recorder_.reset();
+  }
+  if (inner_) inner_->close();
+}
+
+}  // namespace vfp

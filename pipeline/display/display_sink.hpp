@@ -1,0 +1,70 @@
+// The display as a sink: shows every frame (split/side-by-side/difference views need the
+// chain's input too, which the engine hands it), draws the HUD, reacts to the keys, and
+// passes the frames on to an optional inner sink (the -o output). All GL work happens on
+// the engine's sink thread.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/display/display.hpp"
+#include "pipeline/source.hpp"
+
+namespace vfp {
+
+class LiveControls;
+
+struct DisplaySinkOptions {
+  DisplayOptions display;
+  std::string screenshot;       // PNG path pattern with one %d (frame number); headless default
+  int screenshot_every = 0;     // headless: every N frames; 0: the last frame only
+  std::string filters;          // shown in the HUD
+  bool drop_when_behind = true; // skip showing a frame when newer ones wait (no added latency)
+};
+
+// The keys, for --help and the help overlay.
+const std::vector<std::string>& display_key_help();
+
+class DisplaySink final : public Sink {
+ public:
+  DisplaySink(DisplaySinkOptions opts, std::unique_ptr<Sink> inner, LiveControls* controls);
+  ~DisplaySink() override;
+
+  std::vector<PixelFormat> accepted_formats() const override;
+  void open(const FrameSpec& spec) override;
+  void write(const HostFrame& frame) override;
+  void write_frame(const OutFrame& f) override;
+  void end_of_stream() override;
+  void close() override;
+  std::string describe() const override;
+  bool wants_source() const override { return true; }
+  // The live controls (made once the chain exists); keys +/- and TAB act on them.
+  void set_controls(LiveControls* c) { controls_ = c; }
+
+  // After the run: frames shown, frames skipped to keep up, mean show() time.
+  int64_t shown() const { return shown_; }
+  int64_t skipped() const { return skipped_; }
+  double mean_show_ms() const { return shown_ ? show_ms_ / static_cast<double>(shown_) : 0; }
+  std::string renderer() const { return renderer_; }
+
+ private:
+  void handle_keys(const DisplayInput& in, const HostFrame& frame);
+  std::vector<std::string> hud(const OutFrame& f) const;
+  void screenshot(const std::string& path);
+
+  DisplaySinkOptions opt_;
+  std::unique_ptr<Sink> inner_, recorder_;
+  LiveControls* controls_;
+  std::unique_ptr<Display> display_;
+  FrameSpec spec_{};
+  bool paused_ = false, step_ = false, help_ = false, closed_ = false;
+  int64_t shown_ = 0, skipped_ = 0, frames_ = 0, last_index_ = -1;
+  double show_ms_ = 0, fps_ = 0;
+  std::chrono::steady_clock::time_point last_t_{};
+  std::string message_, renderer_;
+  int shots_ = 0, recordings_ = 0;
+  std::vector<std::string> last_hud_;
+};
+
+}  // namespace vfp
