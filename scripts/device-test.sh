@@ -14,6 +14,11 @@ mkdir -p "$OUT"
 log() { echo "== $(date +%T) $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 export PATH=/usr/local/cuda/bin:$PATH
+# GL for the headless display tests (EGL on the NVIDIA driver): the kit fetched with
+# ../shared/device/gl-kit.sh fetch, carried as .gl/.
+if [ -f .gl/gl-kit.sh ]; then
+  source .gl/gl-kit.sh install > "$OUT/gl-kit.log" 2>&1 && export VFPIPE_REQUIRE_HEADLESS=1
+fi
 
 log configure
 cmake --preset device > "$OUT/configure.log" 2>&1 || { tail -50 "$OUT/configure.log"; exit 1; }

@@ -140,8 +140,10 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   c->add_flag("--no-hud", a.no_hud, "display: start with the HUD hidden");
-  c->add_option("--screenshot", a.screenshot, "headless display: PNG path with one %d (the frame number)");
-  c->add_option("--screenshot-every", a.screenshot_every, "headless display: a screenshot every N frames (0: the last)");
+  c->add_option("--screenshot", a.screenshot,
+                "display: save PNG screenshots to this path with one %d (the frame number); headless default "
+                "vfpipe-display-%06d.png");
+  c->add_option("--screenshot-every", a.screenshot_every, "display: a screenshot every N frames (0: the last frame)");
   c->add_option("--profile-frames", a.profile_frames, "per-frame records kept (the newest N; bounded memory)")
       ->capture_default_str();
   c->add_option("--trace-frames", a.trace_frames, "frames in the trace file (after warm-up; 0 = all)")
@@ -262,6 +264,9 @@ int run_command(RunArgs& a, bool live) {
     d.screenshot = a.screenshot.empty() && d.display.headless ? "vfpipe-display-%06d.png" : a.screenshot;
     d.screenshot_every = a.screenshot_every;
     d.filters = a.filters;
+    // Live: show the newest frame, skip those it cannot keep up with (no added latency);
+    // batch: show every frame.
+    d.drop_when_behind = live || a.policy == "live";
     auto ds = std::make_unique<DisplaySink>(d, std::move(sink), nullptr);
     display_sink = ds.get();
     sink = std::move(ds);
@@ -314,9 +319,11 @@ int run_command(RunArgs& a, bool live) {
   progress.finish();
 #if VFPIPE_HAVE_GL
   if (display_sink && !a.quiet && display_sink->shown() > 0)
-    std::fprintf(stderr, "  display: %lld frames shown, %lld skipped to keep up, %.3f ms per frame (upload + draw + present); %s\n",
+    std::fprintf(stderr,
+                 "  display: %lld frames shown, %lld skipped to keep up; per frame %.3f ms on the host (upload + draw + "
+                 "present), %.3f ms on the GPU (upload + draw); %s\n",
                  static_cast<long long>(display_sink->shown()), static_cast<long long>(display_sink->skipped()),
-                 display_sink->mean_show_ms(), display_sink->renderer().c_str());
+                 display_sink->mean_show_ms(), display_sink->mean_gpu_ms(), display_sink->renderer().c_str());
 #endif
   res.report.filters = a.filters;
   // A profiled run prints the profile's fuller table instead of the summary's.

@@ -58,6 +58,8 @@ class Display {
   virtual std::string renderer() const = 0;  // GL_RENDERER, GL_VERSION
   // Milliseconds the last show() spent (upload + draw + present), host clock.
   virtual double last_show_ms() const = 0;
+  // GPU milliseconds of an earlier show()'s upload and draw (GL timer query; 0 until known).
+  virtual double last_gpu_ms() const = 0;
 };
 
 }  // namespace vfp

@@ -176,6 +176,7 @@ class GlDisplay final : public Display {
     image_prog_ = program(kDisplayVert, kDisplayFrag, "display");
     text_prog_ = program(kTextVert, kTextFrag, "text");
     glGenVertexArrays(1, &vao_);
+    glGenQueries(2, query_);
     filtered_ = std::make_unique<FrameTextures>(filtered);
     original_ = std::make_unique<FrameTextures>(original);
     make_font();
@@ -191,6 +192,7 @@ class GlDisplay final : public Display {
     if (text_vbo_) glDeleteBuffers(1, &text_vbo_);
     if (text_vao_) glDeleteVertexArrays(1, &text_vao_);
     if (vao_) glDeleteVertexArrays(1, &vao_);
+    if (query_[0]) glDeleteQueries(2, query_);
     if (image_prog_) glDeleteProgram(image_prog_);
     if (text_prog_) glDeleteProgram(text_prog_);
     if (fbo_) glDeleteFramebuffers(1, &fbo_);
@@ -211,10 +213,23 @@ class GlDisplay final : public Display {
   void show(const HostFrame& filtered, const HostFrame* original, const std::vector<std::string>& text,
             const std::vector<std::string>& overlay) override {
     const auto t0 = std::chrono::steady_clock::now();
+    // GPU time of upload + draw by a timer query, read one frame later (never waits).
+    const int q = static_cast<int>(shown_ & 1);
+    if (shown_ >= 2) {
+      GLuint64 ns = 0;
+      GLint ready = 0;
+      glGetQueryObjectiv(query_[q], GL_QUERY_RESULT_AVAILABLE, &ready);
+      if (ready) {
+        glGetQueryObjectui64v(query_[q], GL_QUERY_RESULT, &ns);
+        gpu_ms_ = ns / 1e6;
+      }
+    }
+    glBeginQuery(GL_TIME_ELAPSED, query_[q]);
     filtered_->upload(filtered);
     has_original_ = original != nullptr;
     if (original) original_->upload(*original);
-    draw(text, overlay);
+    draw(text, overlay, true);
+    ++shown_;
     last_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   void redraw(const std::vector<std::string>& text, const std::vector<std::string>& overlay) override {
@@ -251,6 +266,7 @@ class GlDisplay final : public Display {
   DisplayView view() const override { return view_; }
   std::string renderer() const override { return renderer_; }
   double last_show_ms() const override { return last_ms_; }
+  double last_gpu_ms() const override { return gpu_ms_; }
 
  private:
   static std::string gl_string(GLenum e) {
@@ -397,10 +413,13 @@ class GlDisplay final : public Display {
     glBindVertexArray(0);
   }
 
-  void draw(const std::vector<std::string>& text, const std::vector<std::string>& overlay) {
+  void draw(const std::vector<std::string>& text, const std::vector<std::string>& overlay, bool timed = false) {
     int w = fb_w_, h = fb_h_;
     if (window_) glfwGetFramebufferSize(window_, &w, &h);
-    if (w < 1 || h < 1) return;  // minimised
+    if (w < 1 || h < 1) {  // minimised
+      if (timed) glEndQuery(GL_TIME_ELAPSED);
+      return;
+    }
     size_framebuffer(w, h);
     glBindFramebuffer(GL_FRAMEBUFFER, fbo_);
     glViewport(0, 0, w, h);
@@ -443,6 +462,7 @@ class GlDisplay final : public Display {
       draw_text(overlay, std::max(0.f, ox), std::max(0.f, oy), scale, w, h);
     }
     glDisable(GL_BLEND);
+    if (timed) glEndQuery(GL_TIME_ELAPSED);
     if (window_) {
       glBindFramebuffer(GL_READ_FRAMEBUFFER, fbo_);
       glBindFramebuffer(GL_DRAW_FRAMEBUFFER, 0);
@@ -469,7 +489,9 @@ class GlDisplay final : public Display {
   float rect_[4] = {-1, -1, 1, 1};
   std::vector<int> keys_;
   std::string renderer_;
-  double last_ms_ = 0;
+  double last_ms_ = 0, gpu_ms_ = 0;
+  GLuint query_[2] = {};
+  uint64_t shown_ = 0;
 };
 
 }  // namespace

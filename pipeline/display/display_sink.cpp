@@ -158,9 +158,12 @@ void DisplaySink::write_frame(const OutFrame& f) {
   display_->show(f.frame, f.source, last_hud_, help_ ? display_key_help() : std::vector<std::string>{});
   ++shown_;
   show_ms_ += display_->last_show_ms();
+  if (display_->last_gpu_ms() > 0) {
+    gpu_ms_ += display_->last_gpu_ms();
+    ++gpu_n_;
+  }
   last_index_ = f.record ? f.record->index : frames_ - 1;
-  if (opt_.display.headless && !opt_.screenshot.empty() && opt_.screenshot_every > 0 &&
-      frames_ % opt_.screenshot_every == 0)
+  if (!opt_.screenshot.empty() && opt_.screenshot_every > 0 && frames_ % opt_.screenshot_every == 0)
     screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
   handle_keys(display_->poll(), f.frame);
   // Paused: keep drawing and listening; the stream waits (batch) or drops (live).
@@ -174,7 +177,7 @@ void DisplaySink::write_frame(const OutFrame& f) {
 }
 
 void DisplaySink::end_of_stream() {
-  if (display_ && opt_.display.headless && !opt_.screenshot.empty() && opt_.screenshot_every == 0)
+  if (display_ && !opt_.screenshot.empty() && opt_.screenshot_every == 0)
     screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
   display_.reset();  // GL objects and the context go with the thread that made them
 }

@@ -17,8 +17,8 @@ class LiveControls;
 
 struct DisplaySinkOptions {
   DisplayOptions display;
-  std::string screenshot;       // PNG path pattern with one %d (frame number); headless default
-  int screenshot_every = 0;     // headless: every N frames; 0: the last frame only
+  std::string screenshot;       // PNG path pattern with one %d (frame number); "" = none
+  int screenshot_every = 0;     // every N frames; 0: the last frame only
   std::string filters;          // shown in the HUD
   bool drop_when_behind = true; // skip showing a frame when newer ones wait (no added latency)
 };
@@ -46,6 +46,7 @@ class DisplaySink final : public Sink {
   int64_t shown() const { return shown_; }
   int64_t skipped() const { return skipped_; }
   double mean_show_ms() const { return shown_ ? show_ms_ / static_cast<double>(shown_) : 0; }
+  double mean_gpu_ms() const { return gpu_n_ ? gpu_ms_ / static_cast<double>(gpu_n_) : 0; }
   std::string renderer() const { return renderer_; }
 
  private:
@@ -60,7 +61,8 @@ class DisplaySink final : public Sink {
   FrameSpec spec_{};
   bool paused_ = false, step_ = false, help_ = false, closed_ = false;
   int64_t shown_ = 0, skipped_ = 0, frames_ = 0, last_index_ = -1;
-  double show_ms_ = 0, fps_ = 0;
+  double show_ms_ = 0, fps_ = 0, gpu_ms_ = 0;
+  int64_t gpu_n_ = 0;
   std::chrono::steady_clock::time_point last_t_{};
   std::string message_, renderer_;
   int shots_ = 0, recordings_ = 0;

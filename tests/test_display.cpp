@@ -1,0 +1,259 @@
+// The display: its pictures against the CPU's conversion and composition (every view that
+// is exact, every pipeline format, odd sizes), headless (EGL) and in a window (Xvfb on
+// CI), the display sink in the engine (frames pass through, screenshots decode), the live
+// controls, and the PNG writer.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "pipeline/display/controls.hpp"
+#include "pipeline/display/png.hpp"
+#include "pipeline/engine.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/filter_parser.hpp"
+#include "stages/convert.hpp"
+#include "test_util.hpp"
+#if VFPIPE_HAVE_GL
+#include "pipeline/display/display.hpp"
+#include "pipeline/display/display_sink.hpp"
+#endif
+#if VFPIPE_HAVE_OPENCV
+#include <opencv2/imgcodecs.hpp>
+#endif
+
+using namespace vfp;
+using namespace vfp::test;
+
+namespace {
+
+// RGB rows of a frame by the CPU conversion (what the shader must reproduce).
+std::vector<uint8_t> cpu_rgb(const HostFrame& f) {
+  FrameSpec s = f.spec();
+  s.format = PixelFormat::RGB24;
+  HostFrame rgb(s, false);
+  convert_cpu(f.view(), rgb.view());
+  std::vector<uint8_t> out(static_cast<size_t>(s.width) * s.height * 3);
+  for (int y = 0; y < s.height; ++y)
+    std::memcpy(&out[static_cast<size_t>(y) * s.width * 3], rgb.view().row(0, y), static_cast<size_t>(s.width) * 3);
+  return out;
+}
+
+}  // namespace
+
+TEST(Png, WriterOutputDecodes) {
+  const int w = 37, h = 300;  // > 64 KiB of scanlines: several stored blocks
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
+  std::mt19937 rng(3);
+  for (auto& v : rgb) v = static_cast<uint8_t>(rng());
+  const std::string path = tmp_path("w.png");
+  write_png_rgb(path, w, h, rgb);
+#if VFPIPE_HAVE_OPENCV
+  cv::Mat m = cv::imread(path, cv::IMREAD_COLOR);
+  ASSERT_EQ(m.cols, w);
+  ASSERT_EQ(m.rows, h);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c)
+        ASSERT_EQ(m.at<cv::Vec3b>(y, x)[2 - c], rgb[(static_cast<size_t>(y) * w + x) * 3 + c]) << x << "," << y;
+#else
+  GTEST_SKIP() << "no OpenCV to decode the PNG";
+#endif
+  EXPECT_THROW(write_png_rgb("/nonexistent-dir/x.png", w, h, rgb), Error);
+}
+
+TEST(LiveControls, AdjustAndApply) {
+  FrameSpec spec{PixelFormat::GRAY8, 64, 48, {25, 1}};
+  Chain chain = Chain::build(build_stages("median=radius=2,conv=gauss:size=5,wavelet"), spec, {});
+  LiveControls c(chain);
+  ASSERT_EQ(c.count(), 3u);
+  EXPECT_EQ(c.describe(0), "median radius=2");
+  EXPECT_EQ(c.adjust(+1), "median radius=3");
+  c.select_next();
+  EXPECT_EQ(c.adjust(+1), "conv kernel=sharpen");  // gauss -> sharpen; size etc. back to defaults
+  c.select_next();
+  EXPECT_EQ(c.adjust(+1), "wavelet threshold=8");
+  EXPECT_EQ(c.adjust(+1), "wavelet threshold=10");
+  // Nothing reaches the stages until the worker applies it.
+  EXPECT_EQ(chain.step(0).stage->options().str("radius"), "2");
+  c.apply(chain);
+  EXPECT_EQ(chain.step(0).stage->options().str("radius"), "3");
+  EXPECT_EQ(chain.step(1).stage->label(), "conv(sharpen 1)");
+  EXPECT_EQ(chain.step(2).stage->label(), "wavelet(db4,fixed,soft)");
+  c.select_next();  // wraps to median
+  for (int i = 0; i < 200; ++i) c.adjust(-1);
+  c.apply(chain);
+  EXPECT_EQ(chain.step(0).stage->options().str("radius"), "1");  // clamped
+}
+
+#if VFPIPE_HAVE_GL
+namespace {
+// CI (Xvfb + Mesa) requires both kinds; the GPU machine (EGL, no X) the headless one.
+bool display_required(bool headless) {
+  return std::getenv("VFPIPE_REQUIRE_DISPLAY") || (headless && std::getenv("VFPIPE_REQUIRE_HEADLESS"));
+}
+
+// A display of each kind that this machine can make; skips (or fails where the CI says a
+// display must exist) otherwise.
+std::unique_ptr<Display> make_display(bool headless, const DisplayOptions& base, const FrameSpec& a,
+                                      const FrameSpec& b, std::string* why) {
+  DisplayOptions o = base;
+  o.headless = headless;
+  if (!headless && !std::getenv("DISPLAY")) {
+    *why = "no X display (DISPLAY unset)";
+    return nullptr;
+  }
+  try {
+    return Display::create(o, a, b);
+  } catch (const Error& e) {
+    *why = e.what();
+    return nullptr;
+  }
+}
+
+#define MAKE_DISPLAY(var, headless, opts, a, b)                                                       \
+  std::string why_##var;                                                                              \
+  auto var = make_display(headless, opts, a, b, &why_##var);                                          \
+  if (!var) {                                                                                         \
+    if (display_required(headless)) FAIL() << (headless ? "headless: " : "window: ") << why_##var; \
+    GTEST_SKIP() << why_##var;                                                                        \
+  }
+
+void expect_views_exact(bool headless) {
+  const PixelFormat formats[] = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P, PixelFormat::BGR24,
+                                 PixelFormat::RGB24};
+  for (PixelFormat fmt : formats) {
+    FrameSpec spec{fmt, 67, 45, {25, 1}};
+    HostFrame filtered(spec, false), original(spec, false);
+    fill_random(filtered, 11);
+    fill_random(original, 12);
+    const auto fa = cpu_rgb(filtered), fb = cpu_rgb(original);
+    for (DisplayView view : {DisplayView::Filtered, DisplayView::Split, DisplayView::SideBySide}) {
+      DisplayOptions o;
+      o.view = view;
+      o.hud = false;
+      o.divider = 0.3f;  // no pixel centre falls on the divider line at 67 wide
+      MAKE_DISPLAY(d, headless, o, spec, spec);
+      d->show(filtered, &original, {}, {});
+      int w = 0, h = 0;
+      const auto got = d->read_rgb(&w, &h);
+      const int W = spec.width;
+      ASSERT_EQ(w, view == DisplayView::SideBySide ? 2 * W : W);
+      ASSERT_EQ(h, spec.height);
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+          const uint8_t* want;
+          if (view == DisplayView::Filtered) want = &fa[(static_cast<size_t>(y) * W + x) * 3];
+          else if (view == DisplayView::Split) want = x <= 19 ? &fb[(static_cast<size_t>(y) * W + x) * 3]
+                                                              : &fa[(static_cast<size_t>(y) * W + x) * 3];
+          else want = x < W ? &fb[(static_cast<size_t>(y) * W + x) * 3] : &fa[(static_cast<size_t>(y) * W + x - W) * 3];
+          const uint8_t* g = &got[(static_cast<size_t>(y) * w + x) * 3];
+          ASSERT_TRUE(g[0] == want[0] && g[1] == want[1] && g[2] == want[2])
+              << pix_fmt_name(fmt) << " view " << display_view_name(view) << " at " << x << "," << y << ": got "
+              << int(g[0]) << " " << int(g[1]) << " " << int(g[2]) << ", want " << int(want[0]) << " " << int(want[1])
+              << " " << int(want[2]) << " (" << d->renderer() << ")";
+        }
+    }
+  }
+}
+}  // namespace
+
+TEST(Display, HeadlessViewsEqualTheCpuConversion) { expect_views_exact(true); }
+TEST(Display, WindowViewsEqualTheCpuConversion) { expect_views_exact(false); }
+
+TEST(Display, HudAndHelpDrawText) {
+  FrameSpec spec{PixelFormat::GRAY8, 320, 180, {25, 1}};
+  HostFrame f(spec, false);
+  std::memset(f.data(), 100, f.layout().total_bytes);
+  DisplayOptions o;
+  o.view = DisplayView::Filtered;
+  MAKE_DISPLAY(d, true, o, spec, spec);
+  d->show(f, nullptr, {}, {});
+  int w = 0, h = 0;
+  const auto plain = d->read_rgb(&w, &h);
+  d->show(f, nullptr, {"VFPIPE 60.0 FPS"}, display_key_help());
+  const auto text = d->read_rgb(&w, &h);
+  size_t lit = 0, changed = 0;
+  for (size_t i = 0; i < text.size(); i += 3) {
+    changed += text[i] != plain[i];
+    lit += text[i] == 255 && text[i + 1] == 255;  // glyph pixels are (255, 255, 217)
+  }
+  EXPECT_GT(lit, 500u);
+  EXPECT_GT(changed, lit);  // plus the dark cell backgrounds
+}
+
+TEST(Display, SinkShowsPassesOnAndScreenshots) {
+  FrameSpec spec{PixelFormat::YUV420P, 96, 64, {25, 1}};
+  TestSource src(spec, 12);
+  auto inner = std::make_unique<CaptureSink>();
+  CaptureSink* cap = inner.get();
+  DisplaySinkOptions o;
+  o.display.headless = true;
+  o.display.view = DisplayView::SideBySide;
+  o.screenshot = tmp_path("shot_%d.png");
+  o.screenshot_every = 4;
+  DisplaySink sink(o, std::move(inner), nullptr);
+  Chain chain = Chain::build(build_stages("median"), spec, sink.accepted_formats());
+  sink.open(chain.output());
+  RunResult r = run_pipeline(src, chain, sink, EngineConfig{});
+  if (r.error) {
+    try {
+      std::rethrow_exception(r.error);
+    } catch (const Error& e) {
+      if (display_required(true)) FAIL() << e.what();
+      GTEST_SKIP() << e.what();
+    }
+  }
+  EXPECT_EQ(cap->frames.size(), 12u);  // every frame reached the -o output
+  EXPECT_EQ(sink.shown(), 12);
+  for (int i : {3, 7, 11}) {
+    const std::string p = tmp_path("shot_" + std::to_string(i) + ".png");
+    EXPECT_TRUE(std::ifstream(p).good()) << p;
+#if VFPIPE_HAVE_OPENCV
+    cv::Mat m = cv::imread(p, cv::IMREAD_COLOR);
+    EXPECT_EQ(m.cols, 192);
+    EXPECT_EQ(m.rows, 64);
+#endif
+  }
+}
+
+TEST(Display, CliHeadlessRun) {
+  const std::string bin = VFPIPE_BIN, pat = tmp_path("cli_%d.png");
+  const CmdResult r = run_cmd(bin + " run -i 'synthetic=size=160x90:frames=6' -f median --device cpu --no-progress "
+                                    "--display headless --screenshot " + pat);
+  if (r.rc != 0 && !display_required(true)) GTEST_SKIP() << r.out;
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("display: 6 frames shown"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::ifstream(tmp_path("cli_5.png")).good());
+}
+TEST(Display, CliWindowRunSplitView) {
+  if (!std::getenv("DISPLAY")) {
+    if (std::getenv("VFPIPE_REQUIRE_DISPLAY")) FAIL() << "DISPLAY unset (run under xvfb-run)";
+    GTEST_SKIP() << "no X display";
+  }
+  // A noisy synthetic source, median-filtered, split view: the left part of the picture is
+  // the noisy original, the right the filtered frame. The window's last frame is saved.
+  const std::string bin = VFPIPE_BIN, pat = tmp_path("win_%d.png");
+  const CmdResult r = run_cmd(bin + " run -i 'synthetic=size=200x120:frames=5:noise=saltpepper:density=0.2' "
+                                    "-f median=radius=2 --device cpu --no-progress --display --vsync off --no-hud "
+                                    "--view split --screenshot " + pat);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("display: 5 frames shown"), std::string::npos) << r.out;
+#if VFPIPE_HAVE_OPENCV
+  cv::Mat m = cv::imread(tmp_path("win_4.png"), cv::IMREAD_GRAYSCALE);
+  ASSERT_EQ(m.cols, 200);
+  ASSERT_EQ(m.rows, 120);
+  // Salt and pepper: strong pixel-to-pixel jumps on the left, few on the (filtered) right;
+  // rows below the colour bars.
+  auto jumps = [&](int x0, int x1) {
+    int n = 0;
+    for (int y = 40; y < m.rows; ++y)
+      for (int x = x0; x < x1 - 1; ++x) n += std::abs(m.at<uint8_t>(y, x) - m.at<uint8_t>(y, x + 1)) > 60;
+    return n;
+  };
+  EXPECT_GT(jumps(0, 90), 10 * (jumps(110, 200) + 1));
+#endif
+}
+#else
+TEST(Display, NotBuilt) { GTEST_SKIP() << "built without GLFW/GLEW/EGL"; }
+#endif
