@@ -55,6 +55,15 @@ Filters (-f): FFmpeg syntax, name=key=value:key=value,name2=...  ('vfpipe filter
 Exit status:  0 ok, 1 error, 2 bad usage, 130/143 stopped by SIGINT/SIGTERM (output closed cleanly)
 )";
 
+const char* kLiveHelp = R"(
+Example: vfpipe live -i camera=0 -f "median=radius=2" -o rec.mp4
+A window shows the output (--no-display: none; --display headless: EGL, PNG screenshots).
+Keys: Esc/Q quit (output closed properly) | Space pause | N next frame | 1-4 view: filtered,
+split (drag the divider), side by side, difference | Tab next stage | +/- its main parameter
+(median radius, conv preset, wavelet threshold) | S screenshot | R record | H HUD | F1 help.
+Ctrl-C stops too.
+)";
+
 const char* kProfileHelp = R"(
 Every frame's host timestamps (read, capture, enqueue, submit, done, write, output) and
 the GPU time of each copy and stage (CUDA events, read back without stalling) are kept
@@ -440,8 +449,7 @@ int main(int argc, char** argv) {
   run->footer(kExamples);
   auto* live = app.add_subcommand("live", "process a camera (or any source) keeping the newest frame; counts drops");
   add_run_options(live, live_args, true);
-  live->footer("\nExample: vfpipe live -i camera=0 -f \"format=gray\" -o rec.mp4\n"
-               "Stops on Ctrl-C (the recording is closed properly). The on-screen display arrives with the GL display stage.\n");
+  live->footer(kLiveHelp);
   RunArgs prof_args;
   prof_args.profile = "vfpipe-profile";
   prof_args.warmup = 10;
