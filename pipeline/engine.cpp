@@ -33,6 +33,7 @@ struct OutItem {
   FrameRecord rec;
   std::shared_ptr<void> timing;  // backend data the sink thread turns into step times
   FramePtr source;               // the input frame, for sinks that want it (the display)
+  int device_slot = -1;          // where the sink's DeviceTap put the frame
 };
 using Emit = std::function<bool(OutItem&&)>;
 
@@ -129,8 +130,9 @@ class CpuWorker final : public Worker {
 // frame's download completed.
 class CudaWorker final : public Worker {
  public:
-  CudaWorker(Chain& chain, int depth, int out_frames, bool timing, bool keep_source, Emit emit)
+  CudaWorker(Chain& chain, int depth, int out_frames, bool timing, bool keep_source, Sink* tap_sink, Emit emit)
       : chain_(chain), emit_(std::move(emit)), out_pool_(chain.output(), out_frames, true) {
+    tap_sink_ = tap_sink;
     timing_ = timing;
     keep_source_ = keep_source;
     if (chain_.size() + 5 > kMaxEvents)
@@ -218,6 +220,13 @@ class CudaWorker final : public Worker {
     if (S == 0) ev[2].record(compute_.get());
     const cuda::Event& computed = S > 0 ? ev[2 + S] : ev[2];
     cuda::stream_wait(down_.get(), computed);
+    // The display's copy of the device frames, on the compute stream after the download's
+    // dependency: the download does not wait for it.
+    if (tap_sink_ && !tap_checked_) {
+      tap_ = tap_sink_->device_tap();
+      tap_checked_ = true;
+    }
+    s.device_slot = tap_ ? tap_->copy(cur.data[0], s.in.get(), compute_.get()) : -1;
     {
       NvtxRange range("D2H", rec.index);
       cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
@@ -297,6 +306,7 @@ class CudaWorker final : public Worker {
     FramePtr frame_in, frame_out;
     FrameRecord rec;
     std::shared_ptr<FrameEvents> evs;
+    int device_slot = -1;
     bool busy = false;
   };
   static void sync_no_throw(cuda::StreamHandle s) {
@@ -315,7 +325,8 @@ class CudaWorker final : public Worker {
     FramePtr source = keep_source_ ? std::move(s.frame_in) : nullptr;
     s.frame_in.reset();
     s.busy = false;
-    emit_(OutItem{std::move(s.frame_out), std::move(s.rec), timing_ ? std::move(s.evs) : nullptr, std::move(source)});
+    emit_(OutItem{std::move(s.frame_out), std::move(s.rec), timing_ ? std::move(s.evs) : nullptr, std::move(source),
+                  s.device_slot});
     s.evs.reset();
   }
 
@@ -366,6 +377,9 @@ class CudaWorker final : public Worker {
   std::shared_ptr<const Anchor> anchor_;
   std::shared_ptr<EventPool> events_;
   bool timing_ = true, keep_source_ = false;
+  Sink* tap_sink_ = nullptr;
+  DeviceTap* tap_ = nullptr;
+  bool tap_checked_ = false;
   int64_t last_compute_end_ = INT64_MIN, last_download_end_ = INT64_MIN;  // finalize() only
   FramePool out_pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
@@ -445,7 +459,7 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
 #if VFPIPE_HAVE_CUDA
     if (gpu)
       // Output frames: one per slot in flight, the sink queue, and one being written.
-      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, cfg.timing, keep_source, emit);
+      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, cfg.timing, keep_source, &sink, emit);
 #else
     if (gpu) throw Error(ErrorKind::Gpu, "this build of vfpipe has no CUDA support");
 #endif
@@ -472,6 +486,13 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
   std::thread sink_thread([&] {
     nvtx_name_thread("vfpipe sink");
     bool sink_ok = true;
+    try {
+      sink.begin_stream();
+    } catch (...) {
+      sink_ok = false;
+      fail(std::current_exception());
+      inq.abort();
+    }
     while (auto it = outq.pop()) {
       if (!sink_ok) continue;
       try {
@@ -479,7 +500,8 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
         it->rec.write_ns = now_ns();
         {
           NvtxRange range("write", it->rec.index);
-          OutFrame of{*it->frame, it->source.get(), &it->rec, &rep.steps, dropped.load(), outq.size()};
+          OutFrame of{*it->frame, it->source.get(), &it->rec, &rep.steps, dropped.load(), outq.size(),
+                      it->device_slot};
           sink.write_frame(of);
         }
         it->source.reset();

@@ -7,6 +7,8 @@
 
 #include "pipeline/frame.hpp"
 
+struct CUstream_st;
+
 namespace vfp {
 
 class Source {
@@ -29,6 +31,15 @@ class Source {
 
 struct FrameRecord;
 
+// The CUDA backend's way into a sink that lives on the GPU too (the display): after the
+// stages, the worker hands it the device frames; it copies them, in stream order, into a
+// slot of its own and returns the slot (or -1: none free, the frame goes the host way).
+class DeviceTap {
+ public:
+  virtual ~DeviceTap() = default;
+  virtual int copy(const uint8_t* out_dev, const uint8_t* src_dev, CUstream_st* stream) = 0;
+};
+
 // What the engine hands a sink with each frame (write_frame).
 struct OutFrame {
   const HostFrame& frame;                       // the chain's output
@@ -37,6 +48,7 @@ struct OutFrame {
   const std::vector<std::string>* steps = nullptr;
   int64_t dropped = 0;                          // frames the live policy dropped so far
   size_t backlog = 0;                           // frames already waiting behind this one
+  int device_slot = -1;                         // DeviceTap slot holding this frame, or -1
 };
 
 class Sink {
@@ -55,8 +67,13 @@ class Sink {
   virtual bool wants_source() const { return false; }
   // Called instead of write() by the engine, on the sink thread.
   virtual void write_frame(const OutFrame& f) { write(f.frame); }
-  // On the sink thread after the last frame (the display releases its GL context there).
+  // On the sink thread: before the first frame (the display makes its GL context there)
+  // and after the last (it releases it).
+  virtual void begin_stream() {}
   virtual void end_of_stream() {}
+  // CUDA backend, worker thread, before the first frame: the sink's device tap, if it has
+  // one. May wait until begin_stream() has run.
+  virtual DeviceTap* device_tap() { return nullptr; }
   // A sink can ask the engine to stop (the display's window was closed): the source stops,
   // the frames in flight are finished.
   bool stop_requested() const { return stop_.load(); }

@@ -276,6 +276,7 @@ int run_command(RunArgs& a, bool live) {
     // Live: show the newest frame, skip those it cannot keep up with (no added latency);
     // batch: show every frame.
     d.drop_when_behind = live || a.policy == "live";
+    d.display.cuda_interop = backend == Backend::CUDA;
     auto ds = std::make_unique<DisplaySink>(d, std::move(sink), nullptr);
     display_sink = ds.get();
     sink = std::move(ds);
@@ -310,6 +311,7 @@ int run_command(RunArgs& a, bool live) {
   cfg.progress = [&](int64_t done, int64_t dropped) { progress.update(done, dropped); };
 #if VFPIPE_HAVE_GL
   if (display_sink) {
+    display_sink->set_source_spec(chain.input());
     controls = std::make_unique<LiveControls>(chain);
     display_sink->set_controls(controls.get());
   }
@@ -329,9 +331,10 @@ int run_command(RunArgs& a, bool live) {
 #if VFPIPE_HAVE_GL
   if (display_sink && !a.quiet && display_sink->shown() > 0)
     std::fprintf(stderr,
-                 "  display: %lld frames shown, %lld skipped to keep up; per frame %.3f ms on the host (upload + draw + "
-                 "present), %.3f ms on the GPU (upload + draw); %s\n",
-                 static_cast<long long>(display_sink->shown()), static_cast<long long>(display_sink->skipped()),
+                 "  display: %lld frames shown (%lld straight from CUDA), %lld skipped to keep up; per frame %.3f ms on "
+                 "the host (upload + draw + present), %.3f ms on the GPU (upload + draw); %s\n",
+                 static_cast<long long>(display_sink->shown()), static_cast<long long>(display_sink->shown_from_device()),
+                 static_cast<long long>(display_sink->skipped()),
                  display_sink->mean_show_ms(), display_sink->mean_gpu_ms(), display_sink->renderer().c_str());
 #endif
   res.report.filters = a.filters;

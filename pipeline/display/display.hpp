@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipeline/frame.hpp"
+#include "pipeline/source.hpp"
 
 namespace vfp {
 
@@ -28,6 +29,7 @@ struct DisplayOptions {
   float diff_gain = 4.f;      // difference view: |filtered - original| x gain
   bool hud = true;
   std::string title = "vfpipe";
+  bool cuda_interop = false;  // register pixel buffers with CUDA (the CUDA backend's path)
 };
 
 // Keys and mouse actions the display saw since the last call (GLFW key codes).
@@ -48,6 +50,13 @@ class Display {
   // empty). Presents (window) or renders into the framebuffer (headless).
   virtual void show(const HostFrame& filtered, const HostFrame* original, const std::vector<std::string>& text,
                     const std::vector<std::string>& overlay) = 0;
+  // The GPU path (cuda_interop): the worker thread's tap, or null when interop is off or
+  // failed; show_device() draws the frames a tap slot holds and frees it; release_slot()
+  // frees one without drawing it.
+  virtual DeviceTap* device_tap() = 0;
+  virtual void show_device(int slot, bool with_source, const std::vector<std::string>& text,
+                           const std::vector<std::string>& overlay) = 0;
+  virtual void release_slot(int slot) = 0;
   // Redraws the last frames with new text (pause, help toggled) and processes events.
   virtual void redraw(const std::vector<std::string>& text, const std::vector<std::string>& overlay) = 0;
   virtual DisplayInput poll() = 0;

@@ -11,6 +11,13 @@
 #include <cstring>
 #include <mutex>
 
+#if VFPIPE_HAVE_CUDA
+#include <cuda_gl_interop.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#endif
+
 #include "pipeline/display/display.hpp"
 #include "pipeline/display/font.hpp"
 #include "pipeline/error.hpp"
@@ -121,6 +128,13 @@ class FrameTextures {
       std::memcpy(dst, f.data(), bytes_);
     }
     glUnmapBuffer(GL_PIXEL_UNPACK_BUFFER);
+    upload_from(pbo);
+  }
+  // Textures from a pixel buffer holding the frame in upload()'s layout (the GPU path
+  // fills such buffers with CUDA).
+  void upload_from(GLuint pbo) {
+    const bool packed = is_packed_rgb(spec_.format);
+    glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo);
     glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
     for (int p = 0; p < layout_.planes; ++p) {
       const PlaneLayout& pl = layout_.plane[p];
@@ -141,6 +155,7 @@ class FrameTextures {
     }
   }
   const FrameSpec& spec() const { return spec_; }
+  size_t bytes() const { return bytes_; }
 
  private:
   FrameSpec spec_;
@@ -150,6 +165,109 @@ class FrameTextures {
   size_t bytes_ = 0;
   int next_ = 0;
 };
+
+#if VFPIPE_HAVE_CUDA
+// The GPU path. The worker thread copies each frame's device buffers (output and input)
+// into a staging slot on its compute stream, in stream order, and records an event; the
+// display thread waits for that event on its own stream, maps a pair of pixel buffers
+// registered with CUDA once, copies the slot into them, unmaps, and uploads the textures
+// from them. The frames never return to the host for the display.
+class CudaInterop final : public DeviceTap {
+ public:
+  CudaInterop(const FrameSpec& a, const FrameSpec& b) : a_(a), b_(b) {
+    la_ = FrameLayout::of(a);
+    lb_ = FrameLayout::of(b);
+    slot_bytes_ = la_.total_bytes + lb_.total_bytes;
+    check(cudaMalloc(&staging_, slot_bytes_ * kSlots), "cudaMalloc (display staging)");
+    for (int i = 0; i < kSlots; ++i) {
+      check(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming), "cudaEventCreate");
+      busy_[i] = false;
+    }
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (int k = 0; k < 2; ++k)
+      for (int j = 0; j < 2; ++j) {
+        const size_t bytes = tight_bytes(j == 0 ? a_ : b_);
+        glGenBuffers(1, &pbo_[k][j]);
+        glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo_[k][j]);
+        glBufferData(GL_PIXEL_UNPACK_BUFFER, static_cast<GLsizeiptr>(bytes), nullptr, GL_STREAM_DRAW);
+        glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0);
+        check(cudaGraphicsGLRegisterBuffer(&res_[k][j], pbo_[k][j], cudaGraphicsRegisterFlagsWriteDiscard),
+              "cudaGraphicsGLRegisterBuffer");
+      }
+  }
+  ~CudaInterop() override {
+    cudaStreamSynchronize(stream_);
+    for (auto& pair : res_)
+      for (auto& r : pair)
+        if (r) cudaGraphicsUnregisterResource(r);
+    for (auto& pair : pbo_) glDeleteBuffers(2, pair);
+    for (auto& e : done_) cudaEventDestroy(e);
+    cudaStreamDestroy(stream_);
+    cudaFree(staging_);
+  }
+
+  int copy(const uint8_t* out_dev, const uint8_t* src_dev, CUstream_st* s) override {
+    const int i = static_cast<int>(next_++ % kSlots);
+    if (busy_[i].exchange(true)) return -1;  // the display is behind: this frame goes the host way
+    uint8_t* dst = staging_ + static_cast<size_t>(i) * slot_bytes_;
+    if (cudaMemcpyAsync(dst, out_dev, la_.total_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess ||
+        (src_dev && cudaMemcpyAsync(dst + la_.total_bytes, src_dev, lb_.total_bytes, cudaMemcpyDeviceToDevice, s) !=
+                        cudaSuccess) ||
+        cudaEventRecord(done_[i], s) != cudaSuccess) {
+      busy_[i] = false;
+      return -1;
+    }
+    return i;
+  }
+
+  // Display thread: the slot's frames into the buffer pair k; frees the slot.
+  void to_buffers(int slot, int k, bool with_source) {
+    check(cudaStreamWaitEvent(stream_, done_[slot], 0), "cudaStreamWaitEvent");
+    check(cudaGraphicsMapResources(2, res_[k], stream_), "cudaGraphicsMapResources");
+    const uint8_t* src = staging_ + static_cast<size_t>(slot) * slot_bytes_;
+    for (int j = 0; j < (with_source ? 2 : 1); ++j) {
+      void* p = nullptr;
+      size_t n = 0;
+      check(cudaGraphicsResourceGetMappedPointer(&p, &n, res_[k][j]), "cudaGraphicsResourceGetMappedPointer");
+      const FrameSpec& spec = j == 0 ? a_ : b_;
+      const FrameLayout& lay = j == 0 ? la_ : lb_;
+      const uint8_t* from = src + (j == 0 ? 0 : la_.total_bytes);
+      if (is_packed_rgb(spec.format))  // tight rows, as the textures' upload expects
+        check(cudaMemcpy2DAsync(p, static_cast<size_t>(spec.width) * 3, from, lay.plane[0].pitch,
+                                static_cast<size_t>(spec.width) * 3, static_cast<size_t>(spec.height),
+                                cudaMemcpyDeviceToDevice, stream_),
+              "cudaMemcpy2DAsync");
+      else
+        check(cudaMemcpyAsync(p, from, lay.total_bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+    }
+    // Unmap: CUDA's work on the buffers completes before any GL command issued after it.
+    check(cudaGraphicsUnmapResources(2, res_[k], stream_), "cudaGraphicsUnmapResources");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    busy_[slot] = false;
+  }
+  void release(int slot) { busy_[slot] = false; }
+  GLuint buffer(int k, int j) const { return pbo_[k][j]; }
+
+ private:
+  static constexpr int kSlots = 8;
+  static size_t tight_bytes(const FrameSpec& s) {
+    return is_packed_rgb(s.format) ? static_cast<size_t>(s.width) * 3 * s.height : FrameLayout::of(s).total_bytes;
+  }
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) gl_fail(log::format("%s: %s", what, cudaGetErrorString(e)));
+  }
+  FrameSpec a_, b_;
+  FrameLayout la_, lb_;
+  size_t slot_bytes_ = 0;
+  uint8_t* staging_ = nullptr;
+  cudaEvent_t done_[kSlots] = {};
+  std::atomic<bool> busy_[kSlots];
+  std::atomic<unsigned> next_{0};
+  cudaStream_t stream_ = nullptr;
+  GLuint pbo_[2][2] = {};
+  cudaGraphicsResource_t res_[2][2] = {};
+};
+#endif
 
 // GLFW is process-wide: initialised once, on first use.
 std::mutex g_glfw_mu;
@@ -180,12 +298,25 @@ class GlDisplay final : public Display {
     filtered_ = std::make_unique<FrameTextures>(filtered);
     original_ = std::make_unique<FrameTextures>(original);
     make_font();
+#if VFPIPE_HAVE_CUDA
+    if (o.cuda_interop) {
+      try {
+        interop_ = std::make_unique<CudaInterop>(filtered, original);
+      } catch (const Error& e) {
+        log::warn("display: no CUDA-GL interop (%s); frames are shown from host memory", e.what());
+        glGetError();
+      }
+    }
+#endif
     view_ = o.view;
     divider_ = o.divider;
     check_gl("display setup");
   }
 
   ~GlDisplay() override {
+#if VFPIPE_HAVE_CUDA
+    interop_.reset();
+#endif
     filtered_.reset();
     original_.reset();
     if (font_tex_) glDeleteTextures(1, &font_tex_);
@@ -215,15 +346,7 @@ class GlDisplay final : public Display {
     const auto t0 = std::chrono::steady_clock::now();
     // GPU time of upload + draw by a timer query, read one frame later (never waits).
     const int q = static_cast<int>(shown_ & 1);
-    if (shown_ >= 2) {
-      GLuint64 ns = 0;
-      GLint ready = 0;
-      glGetQueryObjectiv(query_[q], GL_QUERY_RESULT_AVAILABLE, &ready);
-      if (ready) {
-        glGetQueryObjectui64v(query_[q], GL_QUERY_RESULT, &ns);
-        gpu_ms_ = ns / 1e6;
-      }
-    }
+    read_query(q);
     glBeginQuery(GL_TIME_ELAPSED, query_[q]);
     filtered_->upload(filtered);
     has_original_ = original != nullptr;
@@ -231,6 +354,39 @@ class GlDisplay final : public Display {
     draw(text, overlay, true);
     ++shown_;
     last_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  DeviceTap* device_tap() override {
+#if VFPIPE_HAVE_CUDA
+    return interop_.get();
+#else
+    return nullptr;
+#endif
+  }
+  void show_device(int slot, bool with_source, const std::vector<std::string>& text,
+                   const std::vector<std::string>& overlay) override {
+#if VFPIPE_HAVE_CUDA
+    const auto t0 = std::chrono::steady_clock::now();
+    const int q = static_cast<int>(shown_ & 1);
+    read_query(q);
+    glBeginQuery(GL_TIME_ELAPSED, query_[q]);
+    const int k = static_cast<int>(shown_ & 1);
+    interop_->to_buffers(slot, k, with_source);
+    filtered_->upload_from(interop_->buffer(k, 0));
+    has_original_ = with_source;
+    if (with_source) original_->upload_from(interop_->buffer(k, 1));
+    draw(text, overlay, true);
+    ++shown_;
+    last_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+#else
+    (void)slot, (void)with_source, (void)text, (void)overlay;
+#endif
+  }
+  void release_slot(int slot) override {
+#if VFPIPE_HAVE_CUDA
+    if (interop_) interop_->release(slot);
+#else
+    (void)slot;
+#endif
   }
   void redraw(const std::vector<std::string>& text, const std::vector<std::string>& overlay) override {
     draw(text, overlay);
@@ -269,6 +425,18 @@ class GlDisplay final : public Display {
   double last_gpu_ms() const override { return gpu_ms_; }
 
  private:
+  // The timer query of two frames ago, if its result is there (never waits).
+  void read_query(int q) {
+    if (shown_ < 2) return;
+    GLint ready = 0;
+    glGetQueryObjectiv(query_[q], GL_QUERY_RESULT_AVAILABLE, &ready);
+    if (ready) {
+      GLuint64 ns = 0;
+      glGetQueryObjectui64v(query_[q], GL_QUERY_RESULT, &ns);
+      gpu_ms_ = ns / 1e6;
+    }
+  }
+
   static std::string gl_string(GLenum e) {
     const GLubyte* s = glGetString(e);
     return s ? reinterpret_cast<const char*>(s) : "?";
@@ -492,6 +660,9 @@ class GlDisplay final : public Display {
   double last_ms_ = 0, gpu_ms_ = 0;
   GLuint query_[2] = {};
   uint64_t shown_ = 0;
+#if VFPIPE_HAVE_CUDA
+  std::unique_ptr<CudaInterop> interop_;
+#endif
 };
 
 }  // namespace

@@ -143,19 +143,23 @@ void DisplaySink::write_frame(const OutFrame& f) {
     if (dt > 0) fps_ = fps_ == 0 ? 1 / dt : 0.9 * fps_ + 0.1 / dt;
   }
   last_t_ = now;
-  if (!display_) {
-    display_ = Display::create(opt_.display, f.frame.spec(), f.source ? f.source->spec() : f.frame.spec());
-    renderer_ = display_->renderer();
-    log::info("display: %s", renderer_.c_str());
-  }
+  if (!display_) begin_stream();
+  if (!display_) std::rethrow_exception(create_error_);
   // Newer frames are already waiting: show those instead (the display adds no latency
   // when it is slower than the stream). Headless renders every frame.
   if (opt_.drop_when_behind && f.backlog > 0 && !opt_.display.headless && !paused_) {
+    if (f.device_slot >= 0) display_->release_slot(f.device_slot);
     ++skipped_;
     return;
   }
   last_hud_ = hud(f);
-  display_->show(f.frame, f.source, last_hud_, help_ ? display_key_help() : std::vector<std::string>{});
+  const auto& overlay = help_ ? display_key_help() : std::vector<std::string>{};
+  if (f.device_slot >= 0) {
+    display_->show_device(f.device_slot, f.source != nullptr, last_hud_, overlay);
+    ++device_shown_;
+  } else {
+    display_->show(f.frame, f.source, last_hud_, overlay);
+  }
   ++shown_;
   show_ms_ += display_->last_show_ms();
   if (display_->last_gpu_ms() > 0) {
@@ -174,6 +178,30 @@ void DisplaySink::write_frame(const OutFrame& f) {
     handle_keys(display_->poll(), f.frame);
   }
   step_ = false;
+}
+
+void DisplaySink::begin_stream() {
+  if (display_) return;
+  try {
+    const FrameSpec src = source_spec_.width > 0 ? source_spec_ : spec_;
+    display_ = Display::create(opt_.display, spec_, src);
+    renderer_ = display_->renderer();
+    log::info("display: %s%s", renderer_.c_str(), display_->device_tap() ? " (frames from CUDA through PBOs)" : "");
+  } catch (...) {
+    create_error_ = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lk(ready_mu_);
+    ready_ = true;
+  }
+  ready_cv_.notify_all();
+  if (create_error_) std::rethrow_exception(create_error_);
+}
+
+DeviceTap* DisplaySink::device_tap() {
+  std::unique_lock<std::mutex> lk(ready_mu_);
+  ready_cv_.wait(lk, [&] { return ready_; });
+  return display_ ? display_->device_tap() : nullptr;
 }
 
 void DisplaySink::end_of_stream() {

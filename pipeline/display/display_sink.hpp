@@ -4,7 +4,9 @@
 // the engine's sink thread.
 #pragma once
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,7 +37,11 @@ class DisplaySink final : public Sink {
   void open(const FrameSpec& spec) override;
   void write(const HostFrame& frame) override;
   void write_frame(const OutFrame& f) override;
+  void begin_stream() override;
   void end_of_stream() override;
+  DeviceTap* device_tap() override;
+  // The chain's input format (the original in the split views); default: the output's.
+  void set_source_spec(const FrameSpec& s) { source_spec_ = s; }
   void close() override;
   std::string describe() const override;
   bool wants_source() const override { return true; }
@@ -44,6 +50,7 @@ class DisplaySink final : public Sink {
 
   // After the run: frames shown, frames skipped to keep up, mean show() time.
   int64_t shown() const { return shown_; }
+  int64_t shown_from_device() const { return device_shown_; }
   int64_t skipped() const { return skipped_; }
   double mean_show_ms() const { return shown_ ? show_ms_ / static_cast<double>(shown_) : 0; }
   double mean_gpu_ms() const { return gpu_n_ ? gpu_ms_ / static_cast<double>(gpu_n_) : 0; }
@@ -58,9 +65,13 @@ class DisplaySink final : public Sink {
   std::unique_ptr<Sink> inner_, recorder_;
   LiveControls* controls_;
   std::unique_ptr<Display> display_;
-  FrameSpec spec_{};
+  FrameSpec spec_{}, source_spec_{};
+  std::mutex ready_mu_;
+  std::condition_variable ready_cv_;
+  bool ready_ = false;  // begin_stream() has run (the display exists, or failed)
+  std::exception_ptr create_error_;
   bool paused_ = false, step_ = false, help_ = false, closed_ = false;
-  int64_t shown_ = 0, skipped_ = 0, frames_ = 0, last_index_ = -1;
+  int64_t shown_ = 0, skipped_ = 0, frames_ = 0, last_index_ = -1, device_shown_ = 0;
   double show_ms_ = 0, fps_ = 0, gpu_ms_ = 0;
   int64_t gpu_n_ = 0;
   std::chrono::steady_clock::time_point last_t_{};

@@ -1,0 +1,102 @@
+// The display's GPU path: with the CUDA backend, frames go from the device buffers into
+// pixel buffers registered with CUDA, never through the host; the picture must equal the
+// one drawn from the CPU backend's host frames. Headless (EGL) on the GPU machine.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+#include "gpu_test_util.hpp"
+#include "pipeline/engine.hpp"
+#include "pipeline/filter_parser.hpp"
+#include "test_util.hpp"
+#if VFPIPE_HAVE_GL
+#include "pipeline/display/display_sink.hpp"
+#endif
+
+using namespace vfp;
+using namespace vfp::test;
+
+#if VFPIPE_HAVE_CUDA && VFPIPE_HAVE_GL
+namespace {
+struct Shown {
+  std::vector<uint8_t> rgb;
+  int w = 0, h = 0;
+  int64_t shown = 0, from_device = 0;
+  std::string error;
+};
+
+Shown render(Backend backend, PixelFormat fmt, DisplayView view, const std::string& filters) {
+  FrameSpec spec{fmt, 333, 187, {25, 1}};
+  TestSource src(spec, 7);
+  DisplaySinkOptions o;
+  o.display.headless = true;
+  o.display.view = view;
+  o.display.hud = false;
+  o.display.cuda_interop = backend == Backend::CUDA;
+  o.screenshot = tmp_path(std::string("gpu_display_") + (backend == Backend::CUDA ? "cuda" : "cpu") + "_%d.png");
+  DisplaySink sink(o, nullptr, nullptr);
+  Chain chain = Chain::build(build_stages(filters), spec, {});
+  sink.set_source_spec(chain.input());
+  sink.open(chain.output());
+  EngineConfig cfg;
+  cfg.backend = backend;
+  cfg.depth = 3;
+  Shown r;
+  RunResult res = run_pipeline(src, chain, sink, cfg);
+  if (res.error) {
+    try {
+      std::rethrow_exception(res.error);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    return r;
+  }
+  r.shown = sink.shown();
+  r.from_device = sink.shown_from_device();
+  // The last frame's screenshot, decoded by hand: our PNG writer stores rows uncompressed.
+  const std::string path = tmp_path(std::string("gpu_display_") + (backend == Backend::CUDA ? "cuda" : "cpu") + "_6.png");
+  std::ifstream f(path, std::ios::binary);
+  std::string png((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  r.w = view == DisplayView::SideBySide ? 2 * spec.width : spec.width;
+  r.h = spec.height;
+  // Skip signature + IHDR (33 bytes) + IDAT length/type (8) + zlib header (2); then stored
+  // blocks of 5-byte headers; each row has a filter byte.
+  std::string raw;
+  size_t p = 33 + 8 + 2;
+  while (p + 5 <= png.size()) {
+    const bool last = png[p] & 1;
+    const size_t n = static_cast<uint8_t>(png[p + 1]) | (static_cast<uint8_t>(png[p + 2]) << 8);
+    raw.append(png, p + 5, n);
+    p += 5 + n;
+    if (last) break;
+  }
+  for (int y = 0; y < r.h; ++y)
+    r.rgb.insert(r.rgb.end(), raw.begin() + static_cast<long>(y) * (r.w * 3 + 1) + 1,
+                 raw.begin() + static_cast<long>(y + 1) * (r.w * 3 + 1));
+  return r;
+}
+}  // namespace
+
+TEST(GpuDisplay, CudaPathEqualsHostPathPicture) {
+  REQUIRE_GPU();
+  for (PixelFormat fmt : {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::BGR24})
+    for (DisplayView view : {DisplayView::Split, DisplayView::SideBySide}) {
+      const std::string filters = fmt == PixelFormat::BGR24 ? "format=yuv444p,median" : "median=radius=2,conv=gauss";
+      Shown gpu = render(Backend::CUDA, fmt, view, filters), cpu = render(Backend::CPU, fmt, view, filters);
+      if (!gpu.error.empty() || !cpu.error.empty()) {
+        if (std::getenv("VFPIPE_REQUIRE_HEADLESS") || std::getenv("VFPIPE_REQUIRE_DISPLAY"))
+          FAIL() << gpu.error << " / " << cpu.error;
+        GTEST_SKIP() << gpu.error << " / " << cpu.error;
+      }
+      EXPECT_EQ(gpu.shown, 7);
+      EXPECT_EQ(gpu.from_device, 7) << "every frame should come straight from CUDA";
+      EXPECT_EQ(cpu.from_device, 0);
+      ASSERT_EQ(gpu.rgb.size(), static_cast<size_t>(gpu.w) * gpu.h * 3);
+      EXPECT_TRUE(gpu.rgb == cpu.rgb) << pix_fmt_name(fmt) << " " << display_view_name(view);
+    }
+}
+#else
+TEST(GpuDisplay, NotBuilt) { GTEST_SKIP() << "built without CUDA or GL"; }
+#endif
