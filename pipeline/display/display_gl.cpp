@@ -189,7 +189,9 @@ class CudaInterop final : public DeviceTap {
         const size_t bytes = tight_bytes(j == 0 ? a_ : b_);
         glGenBuffers(1, &pbo_[k][j]);
         glBindBuffer(GL_PIXEL_UNPACK_BUFFER, pbo_[k][j]);
-        glBufferData(GL_PIXEL_UNPACK_BUFFER, static_cast<GLsizeiptr>(bytes), nullptr, GL_STREAM_DRAW);
+        // DYNAMIC_COPY: written by the GPU, read by the GPU — video memory (STREAM_DRAW
+        // buffers may live in host memory, and every texture upload would cross PCIe).
+        glBufferData(GL_PIXEL_UNPACK_BUFFER, static_cast<GLsizeiptr>(bytes), nullptr, GL_DYNAMIC_COPY);
         glBindBuffer(GL_PIXEL_UNPACK_BUFFER, 0);
         check(cudaGraphicsGLRegisterBuffer(&res_[k][j], pbo_[k][j], cudaGraphicsRegisterFlagsWriteDiscard),
               "cudaGraphicsGLRegisterBuffer");
