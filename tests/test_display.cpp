@@ -129,12 +129,21 @@ void expect_views_exact(bool headless) {
     fill_random(filtered, 11);
     fill_random(original, 12);
     const auto fa = cpu_rgb(filtered), fb = cpu_rgb(original);
+    // One display for the views of the frame's size, one for side by side (twice as wide).
+    std::unique_ptr<Display> single;
     for (DisplayView view : {DisplayView::Filtered, DisplayView::Split, DisplayView::SideBySide}) {
       DisplayOptions o;
       o.view = view;
       o.hud = false;
       o.divider = 0.3f;  // no pixel centre falls on the divider line at 67 wide
-      MAKE_DISPLAY(d, headless, o, spec, spec);
+      std::unique_ptr<Display> sbs;
+      if (view != DisplayView::SideBySide && single) {
+        single->set_view(view);
+      } else {
+        MAKE_DISPLAY(made, headless, o, spec, spec);
+        (view == DisplayView::SideBySide ? sbs : single) = std::move(made);
+      }
+      Display* d = view == DisplayView::SideBySide ? sbs.get() : single.get();
       d->show(filtered, &original, {}, {});
       int w = 0, h = 0;
       const auto got = d->read_rgb(&w, &h);

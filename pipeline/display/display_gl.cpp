@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #if VFPIPE_HAVE_CUDA
 #include <cuda_gl_interop.h>
@@ -447,11 +448,14 @@ class GlDisplay final : public Display {
   void make_window() {
     {
       std::lock_guard<std::mutex> lk(g_glfw_mu);
-      if (g_glfw_users == 0 && !glfwInit()) {
+      // An X server busy with other clients can refuse a connection for a moment: retry.
+      for (int attempt = 0; g_glfw_users == 0 && !glfwInit(); ++attempt) {
         const char* why = nullptr;
         glfwGetError(&why);
-        gl_fail(std::string("cannot open a window (") + (why ? why : "no display") +
-                "); use --display=headless on machines without a screen");
+        if (attempt == 4)
+          gl_fail(std::string("cannot open a window (") + (why ? why : "no display") +
+                  "); use --display=headless on machines without a screen");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
       }
       ++g_glfw_users;
     }
