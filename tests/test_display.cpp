@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
 
 #include "pipeline/display/controls.hpp"
 #include "pipeline/display/png.hpp"
@@ -225,6 +228,78 @@ TEST(Display, SinkShowsPassesOnAndScreenshots) {
     EXPECT_EQ(m.rows, 64);
 #endif
   }
+}
+
+namespace {
+// A camera looking at the display: each frame shows the patch level the display flipped to
+// `latency_ms` before the frame's capture (white 230, black 20, noise), the whole frame.
+class ScreenCamera : public Source {
+ public:
+  ScreenCamera(int frames, double period_ms, double latency_ms)
+      : frames_(frames), period_ms_(period_ms), latency_ms_(latency_ms) {}
+  FrameSpec spec() const override { return {PixelFormat::GRAY8, 64, 48, {250, 1}}; }
+  std::string describe() const override { return "screen camera"; }
+  bool read(HostFrame& f) override {
+    if (n_++ >= frames_) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(period_ms_ * 1000)));
+    const int64_t seen_at = now_ns() - static_cast<int64_t>(latency_ms_ * 1e6);
+    bool white = false, any = false;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (const auto& [t, w] : flips_)
+        if (t <= seen_at) {
+          white = w;
+          any = true;
+        }
+    }
+    std::normal_distribution<double> noise(0, 3);
+    ImageView v = f.view();
+    for (int y = 0; y < v.ph[0]; ++y)
+      for (int x = 0; x < v.pw[0]; ++x)
+        v.row(0, y)[x] = static_cast<uint8_t>(std::clamp((any && white ? 230.0 : 20.0) + noise(rng_), 0.0, 255.0));
+    return true;
+  }
+  void flipped(int64_t t, bool white) {
+    std::lock_guard<std::mutex> lk(mu_);
+    flips_.push_back({t, white});
+  }
+
+ private:
+  int frames_, n_ = 0;
+  double period_ms_, latency_ms_;
+  std::mutex mu_;
+  std::vector<std::pair<int64_t, bool>> flips_;
+  std::mt19937 rng_{5};
+};
+}  // namespace
+
+TEST(Display, GlassToGlassLoopMeasuresTheLatency) {
+  // Display flips every 60 ms; the "camera" sees the screen 25 ms late and captures every
+  // 4 ms: every flip must be measured at 25 ms + up to one capture period.
+  ScreenCamera cam(220, 4, 25);
+  DisplaySinkOptions o;
+  o.display.headless = true;
+  o.glass_to_glass = true;
+  o.g2g_period_ms = 60;
+  DisplaySink sink(o, nullptr, nullptr);
+  sink.on_flip = [&](int64_t t, bool w) { cam.flipped(t, w); };
+  Chain chain = Chain::build(build_stages("null"), cam.spec(), {});
+  sink.open(chain.output());
+  RunResult r = run_pipeline(cam, chain, sink, EngineConfig{});
+  if (r.error) {
+    try {
+      std::rethrow_exception(r.error);
+    } catch (const Error& e) {
+      if (display_required(true)) FAIL() << e.what();
+      GTEST_SKIP() << e.what();
+    }
+  }
+  const G2GResult& g = sink.glass_to_glass();
+  ASSERT_GE(g.delays_ms.size(), 8u);
+  EXPECT_LE(g.missed, 1);  // at most the last flip, after the camera stopped
+  EXPECT_GE(g.ms.min, 25.0 - 0.5);
+  EXPECT_LE(g.ms.p50, 25.0 + 4 * 3);  // a capture period, plus the shared machine's scheduling
+  EXPECT_NEAR(g.threshold, 125, 15);
 }
 
 TEST(Display, CliHeadlessRun) {

@@ -90,7 +90,8 @@ struct RunArgs {
   std::string size, profile, display, view = "split", screenshot;
   std::string vsync = "on";
   int screenshot_every = 0;
-  bool no_display = false, no_hud = false;
+  bool no_display = false, no_hud = false, glass_to_glass = false;
+  double g2g_period = 250;
   double fps = 0;
   int64_t frames = -1;
   int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
@@ -149,6 +150,10 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   c->add_flag("--no-hud", a.no_hud, "display: start with the HUD hidden");
+  c->add_flag("--glass-to-glass", a.glass_to_glass,
+              "display: flip a patch in the centre black/white; point the camera (-i) at the screen: prints the "
+              "delay from each flip to the first captured frame that shows it (docs/profiling.md)");
+  c->add_option("--g2g-period", a.g2g_period, "glass-to-glass: milliseconds between flips")->capture_default_str();
   c->add_option("--screenshot", a.screenshot,
                 "display: save PNG screenshots to this path with one %d (the frame number); headless default "
                 "vfpipe-display-%06d.png");
@@ -260,6 +265,8 @@ int run_command(RunArgs& a, bool live) {
   ko.codec = a.codec;
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
   if (live && a.display.empty() && !a.no_display) a.display = "window";
+  if (a.glass_to_glass && a.display.empty())
+    throw Error(ErrorKind::Usage, "--glass-to-glass needs --display (the screen shows the pattern the camera films)");
 #if VFPIPE_HAVE_GL
   DisplaySink* display_sink = nullptr;
   std::unique_ptr<LiveControls> controls;
@@ -277,11 +284,14 @@ int run_command(RunArgs& a, bool live) {
     // batch: show every frame.
     d.drop_when_behind = live || a.policy == "live";
     d.display.cuda_interop = backend == Backend::CUDA;
+    d.glass_to_glass = a.glass_to_glass;
+    d.g2g_period_ms = a.g2g_period;
     auto ds = std::make_unique<DisplaySink>(d, std::move(sink), nullptr);
     display_sink = ds.get();
     sink = std::move(ds);
   }
 #else
+  if (a.glass_to_glass) throw Error(ErrorKind::Usage, "--glass-to-glass needs the display, which this build lacks");
   if (!a.display.empty())
     throw Error(ErrorKind::Usage, "--display: this build of vfpipe has no display (GLFW, GLEW and EGL were not found)");
 #endif
@@ -336,6 +346,13 @@ int run_command(RunArgs& a, bool live) {
                  static_cast<long long>(display_sink->shown()), static_cast<long long>(display_sink->shown_from_device()),
                  static_cast<long long>(display_sink->skipped()),
                  display_sink->mean_show_ms(), display_sink->mean_gpu_ms(), display_sink->renderer().c_str());
+  if (display_sink && a.glass_to_glass) {
+    const G2GResult& g = display_sink->glass_to_glass();
+    std::fprintf(stderr,
+                 "  glass-to-glass: %zu flips measured, %d not seen by the camera; delay ms: min %.1f, p50 %.1f, mean "
+                 "%.1f, p95 %.1f, max %.1f\n",
+                 g.delays_ms.size(), g.missed, g.ms.min, g.ms.p50, g.ms.mean, g.ms.p95, g.ms.max);
+  }
 #endif
   res.report.filters = a.filters;
   // A profiled run prints the profile's fuller table instead of the summary's.

@@ -63,6 +63,8 @@ class Display {
   // The last drawn picture as RGB rows, top first.
   virtual std::vector<uint8_t> read_rgb(int* width, int* height) = 0;
   virtual void set_view(DisplayView v) = 0;
+  // Glass-to-glass pattern: -1 none, 0 black, 1 white patch over the centre half.
+  virtual void set_patch(int level) = 0;
   virtual DisplayView view() const = 0;
   virtual std::string renderer() const = 0;  // GL_RENDERER, GL_VERSION
   // Milliseconds the last show() spent (upload + draw + present), host clock.

@@ -422,6 +422,7 @@ class GlDisplay final : public Display {
   }
 
   void set_view(DisplayView v) override { view_ = v; }
+  void set_patch(int level) override { patch_ = level; }
   DisplayView view() const override { return view_; }
   std::string renderer() const override { return renderer_; }
   double last_show_ms() const override { return last_ms_; }
@@ -623,6 +624,14 @@ class GlDisplay final : public Display {
     glUniform1f(glGetUniformLocation(image_prog_, "diff_gain"), opt_.diff_gain);
     glUniform4fv(glGetUniformLocation(image_prog_, "rect"), 1, rect_);
     glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
+    if (patch_ >= 0) {  // glass-to-glass: the centre half of the window, black or white
+      glEnable(GL_SCISSOR_TEST);
+      glScissor(w / 4, h / 4, w / 2, h / 2);
+      const float v = patch_ ? 1.f : 0.f;
+      glClearColor(v, v, v, 1.f);
+      glClear(GL_COLOR_BUFFER_BIT);
+      glDisable(GL_SCISSOR_TEST);
+    }
     // Text over the picture, scaled with the framebuffer (HiDPI).
     const float scale = std::max(2.f, std::round(h / 360.f));
     glEnable(GL_BLEND);
@@ -660,6 +669,7 @@ class GlDisplay final : public Display {
   bool has_original_ = false;
   DisplayView view_ = DisplayView::Split;
   float divider_ = 0.5f;
+  int patch_ = -1;
   float rect_[4] = {-1, -1, 1, 1};
   std::vector<int> keys_;
   std::string renderer_;

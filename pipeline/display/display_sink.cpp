@@ -145,12 +145,25 @@ void DisplaySink::write_frame(const OutFrame& f) {
   last_t_ = now;
   if (!display_) begin_stream();
   if (!display_) std::rethrow_exception(create_error_);
+  // Glass-to-glass: the camera's view of the patch (the chain's input) at its capture time,
+  // for every frame, shown or not.
+  if (opt_.glass_to_glass && f.source && f.record)
+    samples_.push_back({f.record->capture_ns, patch_luma(f.source->view(), 0.5)});
   // Newer frames are already waiting: show those instead (the display adds no latency
   // when it is slower than the stream). Headless renders every frame.
   if (opt_.drop_when_behind && f.backlog > 0 && !opt_.display.headless && !paused_) {
     if (f.device_slot >= 0) display_->release_slot(f.device_slot);
     ++skipped_;
     return;
+  }
+  int flip_to = -1;  // glass-to-glass: the level this frame's picture switches the patch to
+  if (opt_.glass_to_glass) {
+    if (g2g_start_ == 0) g2g_start_ = now_ns();
+    const int level = static_cast<int>(((now_ns() - g2g_start_) / static_cast<int64_t>(opt_.g2g_period_ms * 1e6)) % 2);
+    if (level != patch_) {
+      display_->set_patch(level);
+      flip_to = level;
+    }
   }
   last_hud_ = hud(f);
   const auto& overlay = help_ ? display_key_help() : std::vector<std::string>{};
@@ -161,6 +174,16 @@ void DisplaySink::write_frame(const OutFrame& f) {
     display_->show(f.frame, f.source, last_hud_, overlay);
   }
   ++shown_;
+  if (flip_to >= 0) {
+    // The new level is on screen once show() returned (swap or finish). The first patch
+    // replaces the video, not the other level: not a flip.
+    const int64_t t = now_ns();
+    if (patch_ >= 0) {
+      flips_.push_back({t, flip_to == 1});
+      if (on_flip) on_flip(t, flip_to == 1);
+    }
+    patch_ = flip_to;
+  }
   show_ms_ += display_->last_show_ms();
   if (display_->last_gpu_ms() > 0) {
     gpu_ms_ += display_->last_gpu_ms();
@@ -205,6 +228,13 @@ DeviceTap* DisplaySink::device_tap() {
 }
 
 void DisplaySink::end_of_stream() {
+  if (opt_.glass_to_glass) {
+    g2g_result_ = analyze_glass_to_glass(flips_, samples_);
+    const G2GResult& r = g2g_result_;
+    log::info("glass-to-glass: %zu flips measured, %d not seen; delay ms min %.1f, p50 %.1f, mean %.1f, p95 %.1f, "
+              "max %.1f (patch luma threshold %.0f)",
+              r.delays_ms.size(), r.missed, r.ms.min, r.ms.p50, r.ms.mean, r.ms.p95, r.ms.max, r.threshold);
+  }
   if (display_ && !opt_.screenshot.empty() && opt_.screenshot_every == 0)
     screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
   display_.reset();  // GL objects and the context go with the thread that made them

@@ -5,12 +5,14 @@
 #pragma once
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "pipeline/display/display.hpp"
+#include "pipeline/g2g.hpp"
 #include "pipeline/source.hpp"
 
 namespace vfp {
@@ -23,6 +25,10 @@ struct DisplaySinkOptions {
   int screenshot_every = 0;     // every N frames; 0: the last frame only
   std::string filters;          // shown in the HUD
   bool drop_when_behind = true; // skip showing a frame when newer ones wait (no added latency)
+  // Glass-to-glass: a patch in the centre flips black/white every `g2g_period_ms`; the
+  // camera (the chain's input) must see the screen; the delays are measured at the end.
+  bool glass_to_glass = false;
+  double g2g_period_ms = 250;
 };
 
 // The keys, for --help and the help overlay.
@@ -55,6 +61,9 @@ class DisplaySink final : public Sink {
   double mean_show_ms() const { return shown_ ? show_ms_ / static_cast<double>(shown_) : 0; }
   double mean_gpu_ms() const { return gpu_n_ ? gpu_ms_ / static_cast<double>(gpu_n_) : 0; }
   std::string renderer() const { return renderer_; }
+  // Glass-to-glass results (after the run) and a hook called at each flip (tests).
+  const G2GResult& glass_to_glass() const { return g2g_result_; }
+  std::function<void(int64_t t_ns, bool white)> on_flip;
 
  private:
   void handle_keys(const DisplayInput& in, const HostFrame& frame);
@@ -78,6 +87,11 @@ class DisplaySink final : public Sink {
   std::string message_, renderer_;
   int shots_ = 0, recordings_ = 0;
   std::vector<std::string> last_hud_;
+  std::vector<G2GFlip> flips_;
+  std::vector<G2GSample> samples_;
+  G2GResult g2g_result_;
+  int64_t g2g_start_ = 0;
+  int patch_ = -1;
 };
 
 }  // namespace vfp
