@@ -175,6 +175,7 @@ std::vector<TraceEvent> frame_events(const RunReport& r, size_t first, size_t n)
     }
     if (cuda && cb <= ce) ev.push_back({"frame " + std::to_string(i), "CUDA compute stream", cb, ce, i});
     ev.push_back({"write", "sink thread", fr.write_ns, fr.output_ns, i});
+    if (fr.display_ns > 0) ev.push_back({"display", "sink thread", fr.write_ns, fr.display_ns, i});
   }
   return ev;
 }
@@ -262,6 +263,13 @@ ProfileSummary summarize_profile(const RunReport& r) {
   segment("process (submit->done)", &FrameRecord::submit_ns, &FrameRecord::done_ns);
   segment("output (done->written)", &FrameRecord::done_ns, &FrameRecord::output_ns);
   segment("end-to-end (capture->output)", &FrameRecord::capture_ns, &FrameRecord::output_ns);
+  // Shown frames (the display): capture to presentation.
+  {
+    std::vector<double> v;
+    for (size_t f = first; f < r.frames.size(); ++f)
+      if (r.frames[f].display_ns > 0) v.push_back((r.frames[f].display_ns - r.frames[f].capture_ns) / 1e6);
+    if (!v.empty()) p.segments.push_back({"capture->display", "", false, summarize(std::move(v))});
+  }
   if (p.counted >= 2) {
     const int64_t span = r.frames.back().output_ns - r.frames[first].output_ns;
     if (span > 0) p.fps = static_cast<double>(p.counted - 1) / (span / 1e9);
@@ -337,6 +345,7 @@ json profile_json(const RunReport& r, const ProfileSummary& p, bool per_frame) {
       fr.push_back({{"index", f.index},           {"read_ns", f.read_ns},       {"capture_ns", f.capture_ns},
                     {"enqueue_ns", f.enqueue_ns}, {"submit_ns", f.submit_ns},   {"launched_ns", f.launched_ns},
                     {"done_ns", f.done_ns},       {"write_ns", f.write_ns},     {"output_ns", f.output_ns},
+                    {"display_ns", f.display_ns},
                     {"step_ms", f.step_ms},       {"step_start_ns", f.step_start_ns},
                     {"step_end_ns", f.step_end_ns}});
     j["frames"] = fr;

@@ -44,7 +44,7 @@ class DeviceTap {
 struct OutFrame {
   const HostFrame& frame;                       // the chain's output
   const HostFrame* source = nullptr;            // the chain's input, if the sink wants_source()
-  const FrameRecord* record = nullptr;          // its timings (steps as in `steps`)
+  FrameRecord* record = nullptr;                // its timings (steps as in `steps`); a display stamps display_ns
   const std::vector<std::string>* steps = nullptr;
   int64_t dropped = 0;                          // frames the live policy dropped so far
   size_t backlog = 0;                           // frames already waiting behind this one

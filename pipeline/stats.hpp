@@ -19,6 +19,7 @@ struct FrameRecord {
   int64_t done_ns = 0;     // backend finished (download complete)
   int64_t write_ns = 0;    // sink thread started writing
   int64_t output_ns = 0;   // sink finished writing
+  int64_t display_ns = 0;  // the display presented it (0: not shown)
   std::vector<float> step_ms;  // GPU (CUDA events) or CPU time of each step, see RunReport::steps
   std::vector<int64_t> step_start_ns, step_end_ns;  // the same steps on the host clock
 };

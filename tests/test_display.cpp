@@ -16,6 +16,7 @@
 #include "pipeline/engine.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
+#include "pipeline/profile.hpp"
 #include "stages/convert.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_GL
@@ -219,6 +220,14 @@ TEST(Display, SinkShowsPassesOnAndScreenshots) {
   }
   EXPECT_EQ(cap->frames.size(), 12u);  // every frame reached the -o output
   EXPECT_EQ(sink.shown(), 12);
+  // The profile knows when each frame was on screen.
+  for (const auto& fr : r.report.frames) {
+    EXPECT_GT(fr.display_ns, fr.capture_ns);
+    EXPECT_LE(fr.display_ns, fr.output_ns);
+  }
+  const ProfileSummary p = summarize_profile(r.report);
+  EXPECT_EQ(p.segments.back().name, "capture->display");
+  EXPECT_EQ(p.segments.back().ms.count, 12u);
   for (int i : {3, 7, 11}) {
     const std::string p = tmp_path("shot_" + std::to_string(i) + ".png");
     EXPECT_TRUE(std::ifstream(p).good()) << p;

@@ -174,6 +174,7 @@ void DisplaySink::write_frame(const OutFrame& f) {
     display_->show(f.frame, f.source, last_hud_, overlay);
   }
   ++shown_;
+  if (f.record) f.record->display_ns = now_ns();
   if (flip_to >= 0) {
     // The new level is on screen once show() returned (swap or finish). The first patch
     // replaces the video, not the other level: not a flip.
