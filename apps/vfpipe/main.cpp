@@ -342,10 +342,11 @@ int run_command(RunArgs& a, bool live) {
   if (display_sink && !a.quiet && display_sink->shown() > 0)
     std::fprintf(stderr,
                  "  display: %lld frames shown (%lld straight from CUDA), %lld skipped to keep up; per frame %.3f ms on "
-                 "the host (upload + draw + present), %.3f ms on the GPU (upload + draw); %s\n",
+                 "the host (upload + draw + present), %.3f ms on the GPU (upload %.3f + draw %.3f); %s\n",
                  static_cast<long long>(display_sink->shown()), static_cast<long long>(display_sink->shown_from_device()),
                  static_cast<long long>(display_sink->skipped()),
-                 display_sink->mean_show_ms(), display_sink->mean_gpu_ms(), display_sink->renderer().c_str());
+                 display_sink->mean_show_ms(), display_sink->mean_gpu_ms(), display_sink->mean_gpu_upload_ms(),
+                 display_sink->mean_gpu_draw_ms(), display_sink->renderer().c_str());
   if (display_sink && a.glass_to_glass) {
     const G2GResult& g = display_sink->glass_to_glass();
     std::fprintf(stderr,

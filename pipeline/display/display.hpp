@@ -71,6 +71,8 @@ class Display {
   virtual double last_show_ms() const = 0;
   // GPU milliseconds of an earlier show()'s upload and draw (GL timer query; 0 until known).
   virtual double last_gpu_ms() const = 0;
+  // The same, split into texture upload (incl. the GPU path's buffer copies) and drawing.
+  virtual void last_gpu_split(double* upload_ms, double* draw_ms) const = 0;
 };
 
 }  // namespace vfp

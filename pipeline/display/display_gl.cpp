@@ -297,7 +297,7 @@ class GlDisplay final : public Display {
     image_prog_ = program(kDisplayVert, kDisplayFrag, "display");
     text_prog_ = program(kTextVert, kTextFrag, "text");
     glGenVertexArrays(1, &vao_);
-    glGenQueries(2, query_);
+    glGenQueries(6, &ts_[0][0]);
     filtered_ = std::make_unique<FrameTextures>(filtered);
     original_ = std::make_unique<FrameTextures>(original);
     make_font();
@@ -326,7 +326,7 @@ class GlDisplay final : public Display {
     if (text_vbo_) glDeleteBuffers(1, &text_vbo_);
     if (text_vao_) glDeleteVertexArrays(1, &text_vao_);
     if (vao_) glDeleteVertexArrays(1, &vao_);
-    if (query_[0]) glDeleteQueries(2, query_);
+    if (ts_[0][0]) glDeleteQueries(6, &ts_[0][0]);
     if (image_prog_) glDeleteProgram(image_prog_);
     if (text_prog_) glDeleteProgram(text_prog_);
     if (fbo_) glDeleteFramebuffers(1, &fbo_);
@@ -350,10 +350,12 @@ class GlDisplay final : public Display {
     // GPU time of upload + draw by a timer query, read one frame later (never waits).
     const int q = static_cast<int>(shown_ & 1);
     read_query(q);
-    glBeginQuery(GL_TIME_ELAPSED, query_[q]);
+    timing_slot_ = q;
+    glQueryCounter(ts_[q][0], GL_TIMESTAMP);
     filtered_->upload(filtered);
     has_original_ = original != nullptr;
     if (original) original_->upload(*original);
+    glQueryCounter(ts_[q][1], GL_TIMESTAMP);
     draw(text, overlay, true);
     ++shown_;
     last_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -371,12 +373,14 @@ class GlDisplay final : public Display {
     const auto t0 = std::chrono::steady_clock::now();
     const int q = static_cast<int>(shown_ & 1);
     read_query(q);
-    glBeginQuery(GL_TIME_ELAPSED, query_[q]);
+    timing_slot_ = q;
+    glQueryCounter(ts_[q][0], GL_TIMESTAMP);
     const int k = static_cast<int>(shown_ & 1);
     interop_->to_buffers(slot, k, with_source);
     filtered_->upload_from(interop_->buffer(k, 0));
     has_original_ = with_source;
     if (with_source) original_->upload_from(interop_->buffer(k, 1));
+    glQueryCounter(ts_[q][1], GL_TIMESTAMP);
     draw(text, overlay, true);
     ++shown_;
     last_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -427,17 +431,24 @@ class GlDisplay final : public Display {
   std::string renderer() const override { return renderer_; }
   double last_show_ms() const override { return last_ms_; }
   double last_gpu_ms() const override { return gpu_ms_; }
+  void last_gpu_split(double* upload_ms, double* draw_ms) const override {
+    *upload_ms = upload_ms_;
+    *draw_ms = draw_ms_;
+  }
 
  private:
   // The timer query of two frames ago, if its result is there (never waits).
+  // Timestamps before the upload, between upload and draw, after the draw.
   void read_query(int q) {
     if (shown_ < 2) return;
     GLint ready = 0;
-    glGetQueryObjectiv(query_[q], GL_QUERY_RESULT_AVAILABLE, &ready);
+    glGetQueryObjectiv(ts_[q][2], GL_QUERY_RESULT_AVAILABLE, &ready);
     if (ready) {
-      GLuint64 ns = 0;
-      glGetQueryObjectui64v(query_[q], GL_QUERY_RESULT, &ns);
-      gpu_ms_ = ns / 1e6;
+      GLuint64 t[3] = {};
+      for (int i = 0; i < 3; ++i) glGetQueryObjectui64v(ts_[q][i], GL_QUERY_RESULT, &t[i]);
+      upload_ms_ = (t[1] - t[0]) / 1e6;
+      draw_ms_ = (t[2] - t[1]) / 1e6;
+      gpu_ms_ = (t[2] - t[0]) / 1e6;
     }
   }
 
@@ -592,7 +603,7 @@ class GlDisplay final : public Display {
     int w = fb_w_, h = fb_h_;
     if (window_) glfwGetFramebufferSize(window_, &w, &h);
     if (w < 1 || h < 1) {  // minimised
-      if (timed) glEndQuery(GL_TIME_ELAPSED);
+      if (timed) glQueryCounter(ts_[timing_slot_][2], GL_TIMESTAMP);
       return;
     }
     size_framebuffer(w, h);
@@ -645,7 +656,7 @@ class GlDisplay final : public Display {
       draw_text(overlay, std::max(0.f, ox), std::max(0.f, oy), scale, w, h);
     }
     glDisable(GL_BLEND);
-    if (timed) glEndQuery(GL_TIME_ELAPSED);
+    if (timed) glQueryCounter(ts_[timing_slot_][2], GL_TIMESTAMP);
     if (window_) {
       glBindFramebuffer(GL_READ_FRAMEBUFFER, fbo_);
       glBindFramebuffer(GL_DRAW_FRAMEBUFFER, 0);
@@ -673,8 +684,9 @@ class GlDisplay final : public Display {
   float rect_[4] = {-1, -1, 1, 1};
   std::vector<int> keys_;
   std::string renderer_;
-  double last_ms_ = 0, gpu_ms_ = 0;
-  GLuint query_[2] = {};
+  double last_ms_ = 0, gpu_ms_ = 0, upload_ms_ = 0, draw_ms_ = 0;
+  GLuint ts_[2][3] = {};  // GL_TIMESTAMP queries of two frames
+  int timing_slot_ = 0;
   uint64_t shown_ = 0;
 #if VFPIPE_HAVE_CUDA
   std::unique_ptr<CudaInterop> interop_;

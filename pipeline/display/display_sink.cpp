@@ -187,7 +187,11 @@ void DisplaySink::write_frame(const OutFrame& f) {
   }
   show_ms_ += display_->last_show_ms();
   if (display_->last_gpu_ms() > 0) {
+    double up = 0, dr = 0;
+    display_->last_gpu_split(&up, &dr);
     gpu_ms_ += display_->last_gpu_ms();
+    gpu_upload_ms_ += up;
+    gpu_draw_ms_ += dr;
     ++gpu_n_;
   }
   last_index_ = f.record ? f.record->index : frames_ - 1;

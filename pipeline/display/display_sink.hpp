@@ -60,6 +60,8 @@ class DisplaySink final : public Sink {
   int64_t skipped() const { return skipped_; }
   double mean_show_ms() const { return shown_ ? show_ms_ / static_cast<double>(shown_) : 0; }
   double mean_gpu_ms() const { return gpu_n_ ? gpu_ms_ / static_cast<double>(gpu_n_) : 0; }
+  double mean_gpu_upload_ms() const { return gpu_n_ ? gpu_upload_ms_ / static_cast<double>(gpu_n_) : 0; }
+  double mean_gpu_draw_ms() const { return gpu_n_ ? gpu_draw_ms_ / static_cast<double>(gpu_n_) : 0; }
   std::string renderer() const { return renderer_; }
   // Glass-to-glass results (after the run) and a hook called at each flip (tests).
   const G2GResult& glass_to_glass() const { return g2g_result_; }
@@ -81,7 +83,7 @@ class DisplaySink final : public Sink {
   std::exception_ptr create_error_;
   bool paused_ = false, step_ = false, help_ = false, closed_ = false;
   int64_t shown_ = 0, skipped_ = 0, frames_ = 0, last_index_ = -1, device_shown_ = 0;
-  double show_ms_ = 0, fps_ = 0, gpu_ms_ = 0;
+  double show_ms_ = 0, fps_ = 0, gpu_ms_ = 0, gpu_upload_ms_ = 0, gpu_draw_ms_ = 0;
   int64_t gpu_n_ = 0;
   std::chrono::steady_clock::time_point last_t_{};
   std::string message_, renderer_;
