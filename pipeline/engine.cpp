@@ -34,6 +34,7 @@ struct OutItem {
   std::shared_ptr<void> timing;  // backend data the sink thread turns into step times
   FramePtr source;               // the input frame, for sinks that want it (the display)
   int device_slot = -1;          // where the sink's DeviceTap put the frame
+  bool host_valid = true;        // the host frame holds the data (the download ran)
 };
 using Emit = std::function<bool(OutItem&&)>;
 
@@ -227,7 +228,9 @@ class CudaWorker final : public Worker {
       tap_checked_ = true;
     }
     s.device_slot = tap_ ? tap_->copy(cur.data[0], s.in.get(), compute_.get()) : -1;
-    {
+    // The download can be skipped when the tap holds the frame and nobody reads it on the host.
+    s.host_valid = s.device_slot < 0 || tap_sink_->needs_host_frames();
+    if (s.host_valid) {
       NvtxRange range("D2H", rec.index);
       cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
     }
@@ -307,6 +310,7 @@ class CudaWorker final : public Worker {
     FrameRecord rec;
     std::shared_ptr<FrameEvents> evs;
     int device_slot = -1;
+    bool host_valid = true;
     bool busy = false;
   };
   static void sync_no_throw(cuda::StreamHandle s) {
@@ -326,7 +330,7 @@ class CudaWorker final : public Worker {
     s.frame_in.reset();
     s.busy = false;
     emit_(OutItem{std::move(s.frame_out), std::move(s.rec), timing_ ? std::move(s.evs) : nullptr, std::move(source),
-                  s.device_slot});
+                  s.device_slot, s.host_valid});
     s.evs.reset();
   }
 
@@ -501,7 +505,7 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
         {
           NvtxRange range("write", it->rec.index);
           OutFrame of{*it->frame, it->source.get(), &it->rec, &rep.steps, dropped.load(), outq.size(),
-                      it->device_slot};
+                      it->device_slot, it->host_valid};
           sink.write_frame(of);
         }
         it->source.reset();

@@ -49,6 +49,7 @@ struct OutFrame {
   int64_t dropped = 0;                          // frames the live policy dropped so far
   size_t backlog = 0;                           // frames already waiting behind this one
   int device_slot = -1;                         // DeviceTap slot holding this frame, or -1
+  bool host_valid = true;                       // `frame` holds the data (false: only the slot does)
 };
 
 class Sink {
@@ -74,6 +75,10 @@ class Sink {
   // CUDA backend, worker thread, before the first frame: the sink's device tap, if it has
   // one. May wait until begin_stream() has run.
   virtual DeviceTap* device_tap() { return nullptr; }
+  // Whether write_frame() reads the host copy of frames its device tap took (asked per
+  // frame, from the worker thread): when not, the CUDA backend skips their download and
+  // such frames never return to host memory.
+  virtual bool needs_host_frames() const { return true; }
   // A sink can ask the engine to stop (the display's window was closed): the source stops,
   // the frames in flight are finished.
   bool stop_requested() const { return stop_.load(); }

@@ -97,6 +97,37 @@ TEST(GpuDisplay, CudaPathEqualsHostPathPicture) {
       EXPECT_TRUE(gpu.rgb == cpu.rgb) << pix_fmt_name(fmt) << " " << display_view_name(view);
     }
 }
+TEST(GpuDisplay, OutputStillReachesTheHostSink) {
+  REQUIRE_GPU();
+  // With an -o output behind the display the frames are downloaded as usual (the display
+  // alone would skip the download): the output equals the CPU backend's.
+  FrameSpec spec{PixelFormat::YUV420P, 160, 90, {25, 1}};
+  std::vector<std::shared_ptr<HostFrame>> got[2];
+  for (int b = 0; b < 2; ++b) {
+    TestSource src(spec, 9);
+    auto inner = std::make_unique<CaptureSink>();
+    CaptureSink* cap = inner.get();
+    DisplaySinkOptions o;
+    o.display.headless = true;
+    o.display.cuda_interop = b == 0;
+    DisplaySink sink(o, std::move(inner), nullptr);
+    Chain chain = Chain::build(build_stages("median,conv=gauss"), spec, sink.accepted_formats());
+    sink.set_source_spec(chain.input());
+    sink.open(chain.output());
+    EngineConfig cfg;
+    cfg.backend = b == 0 ? Backend::CUDA : Backend::CPU;
+    RunResult r = run_pipeline(src, chain, sink, cfg);
+    if (r.error) {
+      if (std::getenv("VFPIPE_REQUIRE_HEADLESS")) FAIL() << "display failed";
+      GTEST_SKIP() << "no headless display";
+    }
+    if (b == 0) EXPECT_EQ(sink.shown_from_device(), 9);
+    got[b] = cap->frames;
+  }
+  ASSERT_EQ(got[0].size(), 9u);
+  ASSERT_EQ(got[1].size(), 9u);
+  for (size_t i = 0; i < 9; ++i) EXPECT_TRUE(got[0][i]->same_pixels(*got[1][i])) << i;
+}
 #else
 TEST(GpuDisplay, NotBuilt) { GTEST_SKIP() << "built without CUDA or GL"; }
 #endif

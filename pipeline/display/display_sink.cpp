@@ -115,6 +115,7 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
       case GLFW_KEY_S: screenshot(log::format("vfpipe-shot-%04d.png", ++shots_)); break;
       case GLFW_KEY_R:
         if (recorder_) {
+          recording_ = false;
           recorder_->close();
           recorder_.reset();
           message_ = "RECORDING STOPPED";
@@ -122,6 +123,8 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
           const std::string path = log::format("vfpipe-rec-%03d.y4m", ++recordings_);
           recorder_ = open_sink(path, SinkOptions{});
           recorder_->open(frame.spec());
+          // Frames already in flight without a host copy are not recorded; the next are.
+          recording_ = true;
           message_ = "RECORDING " + path;
         } else {
           message_ = "RECORDING NEEDS A YUV OR GRAY OUTPUT (Y4M)";
@@ -133,8 +136,11 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
 }
 
 void DisplaySink::write_frame(const OutFrame& f) {
-  if (inner_) inner_->write(f.frame);
-  if (recorder_) recorder_->write(f.frame);
+  // A frame the GPU path carried has a host copy only if someone needed it when it was
+  // submitted (needs_host_frames).
+  const bool host_valid = f.device_slot < 0 || f.host_valid;
+  if (inner_ && host_valid) inner_->write(f.frame);
+  if (recorder_ && host_valid) recorder_->write(f.frame);
   if (closed_) return;
   ++frames_;
   const auto now = std::chrono::steady_clock::now();
@@ -151,7 +157,7 @@ void DisplaySink::write_frame(const OutFrame& f) {
     samples_.push_back({f.record->capture_ns, patch_luma(f.source->view(), 0.5)});
   // Newer frames are already waiting: show those instead (the display adds no latency
   // when it is slower than the stream). Headless renders every frame.
-  if (opt_.drop_when_behind && f.backlog > 0 && !opt_.display.headless && !paused_) {
+  if (opt_.drop_when_behind && f.backlog > 0 && !paused_) {
     if (f.device_slot >= 0) display_->release_slot(f.device_slot);
     ++skipped_;
     return;

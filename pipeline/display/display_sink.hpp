@@ -3,6 +3,7 @@
 // passes the frames on to an optional inner sink (the -o output). All GL work happens on
 // the engine's sink thread.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -46,6 +47,10 @@ class DisplaySink final : public Sink {
   void begin_stream() override;
   void end_of_stream() override;
   DeviceTap* device_tap() override;
+  // Frames shown from the GPU need no host copy, unless the -o output or a recording does.
+  bool needs_host_frames() const override {
+    return recording_.load() || (inner_ && inner_->needs_host_frames());
+  }
   // The chain's input format (the original in the split views); default: the output's.
   void set_source_spec(const FrameSpec& s) { source_spec_ = s; }
   void close() override;
@@ -74,6 +79,7 @@ class DisplaySink final : public Sink {
 
   DisplaySinkOptions opt_;
   std::unique_ptr<Sink> inner_, recorder_;
+  std::atomic<bool> recording_{false};
   LiveControls* controls_;
   std::unique_ptr<Display> display_;
   FrameSpec spec_{}, source_spec_{};

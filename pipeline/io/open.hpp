@@ -32,6 +32,7 @@ class NullSink final : public Sink {
   void write(const HostFrame&) override { ++frames_; }
   void close() override {}
   std::string describe() const override { return "null"; }
+  bool needs_host_frames() const override { return false; }
   int64_t frames() const { return frames_; }
 
  private:
