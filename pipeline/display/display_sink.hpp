@@ -25,7 +25,7 @@ struct DisplaySinkOptions {
   std::string screenshot;       // PNG path pattern with one %d (frame number); "" = none
   int screenshot_every = 0;     // every N frames; 0: the last frame only
   std::string filters;          // shown in the HUD
-  bool drop_when_behind = true; // skip showing a frame when newer ones wait (no added latency)
+  bool drop_when_behind = false; // skip showing a frame when newer ones wait (live: no added latency)
   // Glass-to-glass: a patch in the centre flips black/white every `g2g_period_ms`; the
   // camera (the chain's input) must see the screen; the delays are measured at the end.
   bool glass_to_glass = false;
