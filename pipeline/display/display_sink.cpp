@@ -173,11 +173,13 @@ void DisplaySink::write_frame(const OutFrame& f) {
   }
   last_hud_ = hud(f);
   const auto& overlay = help_ ? display_key_help() : std::vector<std::string>{};
+  // The filtered view does not look at the original: no need to upload it.
+  const bool with_source = f.source != nullptr && display_->view() != DisplayView::Filtered;
   if (f.device_slot >= 0) {
-    display_->show_device(f.device_slot, f.source != nullptr, last_hud_, overlay);
+    display_->show_device(f.device_slot, with_source, last_hud_, overlay);
     ++device_shown_;
   } else {
-    display_->show(f.frame, f.source, last_hud_, overlay);
+    display_->show(f.frame, with_source ? f.source : nullptr, last_hud_, overlay);
   }
   ++shown_;
   if (f.record) f.record->display_ns = now_ns();
