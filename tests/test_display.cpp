@@ -124,6 +124,18 @@ std::unique_ptr<Display> make_display(bool headless, const DisplayOptions& base,
     GTEST_SKIP() << why_##var;                                                                        \
   }
 
+// A run through a headless display sink that failed for want of a display: skip, or fail
+// where one is required.
+#define SKIP_IF_NO_HEADLESS_DISPLAY(result)                  \
+  if ((result).error) {                                      \
+    try {                                                    \
+      std::rethrow_exception((result).error);                \
+    } catch (const Error& e) {                               \
+      if (display_required(true)) FAIL() << e.what();        \
+      GTEST_SKIP() << e.what();                              \
+    }                                                        \
+  }
+
 void expect_views_exact(bool headless) {
   const PixelFormat formats[] = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P, PixelFormat::BGR24,
                                  PixelFormat::RGB24};
@@ -210,14 +222,7 @@ TEST(Display, SinkShowsPassesOnAndScreenshots) {
   Chain chain = Chain::build(build_stages("median"), spec, sink.accepted_formats());
   sink.open(chain.output());
   RunResult r = run_pipeline(src, chain, sink, EngineConfig{});
-  if (r.error) {
-    try {
-      std::rethrow_exception(r.error);
-    } catch (const Error& e) {
-      if (display_required(true)) FAIL() << e.what();
-      GTEST_SKIP() << e.what();
-    }
-  }
+  SKIP_IF_NO_HEADLESS_DISPLAY(r);
   EXPECT_EQ(cap->frames.size(), 12u);  // every frame reached the -o output
   EXPECT_EQ(sink.shown(), 12);
   // The profile knows when each frame was on screen.
@@ -295,14 +300,7 @@ TEST(Display, GlassToGlassLoopMeasuresTheLatency) {
   Chain chain = Chain::build(build_stages("null"), cam.spec(), {});
   sink.open(chain.output());
   RunResult r = run_pipeline(cam, chain, sink, EngineConfig{});
-  if (r.error) {
-    try {
-      std::rethrow_exception(r.error);
-    } catch (const Error& e) {
-      if (display_required(true)) FAIL() << e.what();
-      GTEST_SKIP() << e.what();
-    }
-  }
+  SKIP_IF_NO_HEADLESS_DISPLAY(r);
   const G2GResult& g = sink.glass_to_glass();
   ASSERT_GE(g.delays_ms.size(), 8u);
   EXPECT_LE(g.missed, 1);  // at most the last flip, after the camera stopped
