@@ -141,7 +141,10 @@ void DisplaySink::write_frame(const OutFrame& f) {
   const bool host_valid = f.device_slot < 0 || f.host_valid;
   if (inner_ && host_valid) inner_->write(f.frame);
   if (recorder_ && host_valid) recorder_->write(f.frame);
-  if (closed_) return;
+  if (closed_) {  // the window is gone; frames still in flight are only passed on
+    if (f.device_slot >= 0 && display_) display_->release_slot(f.device_slot);
+    return;
+  }
   ++frames_;
   const auto now = std::chrono::steady_clock::now();
   if (frames_ > 1) {
