@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -307,6 +308,42 @@ TEST(Display, GlassToGlassLoopMeasuresTheLatency) {
   EXPECT_GE(g.ms.min, 25.0 - 0.5);
   EXPECT_LE(g.ms.p50, 25.0 + 4 * 3);  // a capture period, plus the shared machine's scheduling
   EXPECT_NEAR(g.threshold, 125, 15);
+}
+
+TEST(Display, KeysScreenshotRecordParameterAndQuit) {
+  // Scripted presses through the real key handling: S saves a screenshot, R starts and
+  // stops a recording, + raises the selected stage's parameter (median radius), Q quits.
+  FrameSpec spec{PixelFormat::GRAY8, 80, 60, {25, 1}};
+  TestSource src(spec, 40);
+  const std::string dir = tmp_path("keys");
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  DisplaySinkOptions o;
+  o.display.headless = true;
+  o.save_dir = dir;
+  DisplaySink sink(o, nullptr, nullptr);
+  Chain chain = Chain::build(build_stages("median=radius=1"), spec, {});
+  LiveControls controls(chain);
+  sink.set_controls(&controls);
+  sink.open(chain.output());
+  sink.press_at(2, 'S');              // GLFW_KEY_S == 'S'
+  sink.press_at(3, 'R');
+  sink.press_at(8, 'R');              // 5 frames recorded: 3..7
+  sink.press_at(10, '=');             // GLFW_KEY_EQUAL: median radius 1 -> 2
+  sink.press_at(20, 'Q');
+  EngineConfig cfg;
+  cfg.before_frame = [&](int64_t, Chain& c) { controls.apply(c); };
+  RunResult r = run_pipeline(src, chain, sink, cfg);
+  SKIP_IF_NO_HEADLESS_DISPLAY(r);
+  EXPECT_TRUE(std::ifstream(dir + "/vfpipe-shot-0001.png").good());
+  std::ifstream rec(dir + "/vfpipe-rec-001.y4m", std::ios::binary);
+  std::string y4m((std::istreambuf_iterator<char>(rec)), std::istreambuf_iterator<char>());
+  size_t frames = 0;
+  for (size_t p = y4m.find("FRAME"); p != std::string::npos; p = y4m.find("FRAME", p + 5)) ++frames;
+  EXPECT_EQ(frames, 5u);
+  EXPECT_EQ(chain.step(0).stage->options().str("radius"), "2");
+  // Q stopped the source early: fewer than the 40 frames were read.
+  EXPECT_LT(r.report.frames_in, 40);
+  EXPECT_GE(r.report.frames_out, 20);
 }
 
 TEST(Display, CliHeadlessRun) {

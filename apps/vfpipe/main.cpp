@@ -92,6 +92,7 @@ struct RunArgs {
   int screenshot_every = 0;
   bool no_display = false, no_hud = false, glass_to_glass = false;
   double g2g_period = 250;
+  std::string save_dir = ".";
   double fps = 0;
   int64_t frames = -1;
   int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
@@ -154,6 +155,8 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
               "display: flip a patch in the centre black/white; point the camera (-i) at the screen: prints the "
               "delay from each flip to the first captured frame that shows it (docs/profiling.md)");
   c->add_option("--g2g-period", a.g2g_period, "glass-to-glass: milliseconds between flips")->capture_default_str();
+  c->add_option("--save-dir", a.save_dir, "display: folder for the S (screenshot) and R (recording) keys")
+      ->capture_default_str();
   c->add_option("--screenshot", a.screenshot,
                 "display: save PNG screenshots to this path with one %d (the frame number); headless default "
                 "vfpipe-display-%06d.png");
@@ -286,6 +289,7 @@ int run_command(RunArgs& a, bool live) {
     d.display.cuda_interop = backend == Backend::CUDA;
     d.glass_to_glass = a.glass_to_glass;
     d.g2g_period_ms = a.g2g_period;
+    d.save_dir = a.save_dir;
     auto ds = std::make_unique<DisplaySink>(d, std::move(sink), nullptr);
     display_sink = ds.get();
     sink = std::move(ds);

@@ -112,7 +112,7 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
       case GLFW_KEY_DOWN:
         if (controls_) message_ = controls_->adjust(-1);
         break;
-      case GLFW_KEY_S: screenshot(log::format("vfpipe-shot-%04d.png", ++shots_)); break;
+      case GLFW_KEY_S: screenshot(log::format("%s/vfpipe-shot-%04d.png", opt_.save_dir.c_str(), ++shots_)); break;
       case GLFW_KEY_R:
         if (recorder_) {
           recording_ = false;
@@ -120,7 +120,7 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
           recorder_.reset();
           message_ = "RECORDING STOPPED";
         } else if (is_planar_yuv(frame.spec().format)) {
-          const std::string path = log::format("vfpipe-rec-%03d.y4m", ++recordings_);
+          const std::string path = log::format("%s/vfpipe-rec-%03d.y4m", opt_.save_dir.c_str(), ++recordings_);
           recorder_ = open_sink(path, SinkOptions{});
           recorder_->open(frame.spec());
           // Frames already in flight without a host copy are not recorded; the next are.
@@ -173,6 +173,18 @@ void DisplaySink::write_frame(const OutFrame& f) {
       display_->set_patch(level);
       flip_to = level;
     }
+  }
+  {
+    DisplayInput scripted;
+    for (auto it = scripted_.begin(); it != scripted_.end();)
+      if (it->first <= frames_ - 1) {
+        scripted.keys.push_back(it->second);
+        it = scripted_.erase(it);
+      } else {
+        ++it;
+      }
+    if (!scripted.keys.empty()) handle_keys(scripted, f.frame);
+    if (closed_) return;
   }
   last_hud_ = hud(f);
   const auto& overlay = help_ ? display_key_help() : std::vector<std::string>{};

@@ -30,6 +30,7 @@ struct DisplaySinkOptions {
   // camera (the chain's input) must see the screen; the delays are measured at the end.
   bool glass_to_glass = false;
   double g2g_period_ms = 250;
+  std::string save_dir = ".";   // where the S and R keys write vfpipe-shot-N.png / vfpipe-rec-N.y4m
 };
 
 // The keys, for --help and the help overlay.
@@ -68,6 +69,9 @@ class DisplaySink final : public Sink {
   double mean_gpu_upload_ms() const { return gpu_n_ ? gpu_upload_ms_ / static_cast<double>(gpu_n_) : 0; }
   double mean_gpu_draw_ms() const { return gpu_n_ ? gpu_draw_ms_ / static_cast<double>(gpu_n_) : 0; }
   std::string renderer() const { return renderer_; }
+  // A scripted key press (tests, demos): handled as if pressed just before frame `frame`
+  // (0-based, in display order) is drawn. GLFW key codes.
+  void press_at(int64_t frame, int key) { scripted_.push_back({frame, key}); }
   // Glass-to-glass results (after the run) and a hook called at each flip (tests).
   const G2GResult& glass_to_glass() const { return g2g_result_; }
   std::function<void(int64_t t_ns, bool white)> on_flip;
@@ -95,6 +99,7 @@ class DisplaySink final : public Sink {
   std::string message_, renderer_;
   int shots_ = 0, recordings_ = 0;
   std::vector<std::string> last_hud_;
+  std::vector<std::pair<int64_t, int>> scripted_;
   std::vector<G2GFlip> flips_;
   std::vector<G2GSample> samples_;
   G2GResult g2g_result_;
