@@ -79,12 +79,6 @@ Examples:
   nsys profile vfpipe run -i ...      # NVTX ranges: threads, streams, stages, copies
 )";
 
-#if VFPIPE_HAVE_GL
-#define VFPIPE_DISPLAY_CONTROLS (controls != nullptr)
-#else
-#define VFPIPE_DISPLAY_CONTROLS false
-#endif
-
 struct RunArgs {
   std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy, sendcmd;
   std::string size, profile, display, view = "split", screenshot;
@@ -330,7 +324,11 @@ int run_command(RunArgs& a, bool live) {
     display_sink->set_controls(controls.get());
   }
 #endif
-  if (!commands.empty() || VFPIPE_DISPLAY_CONTROLS)
+  bool live_controls = false;
+#if VFPIPE_HAVE_GL
+  live_controls = controls != nullptr;
+#endif
+  if (!commands.empty() || live_controls)
     cfg.before_frame = [&](int64_t index, Chain& c) {
       if (!commands.empty()) apply_commands(commands, index, c);
 #if VFPIPE_HAVE_GL
