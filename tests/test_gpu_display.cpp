@@ -27,7 +27,7 @@ struct Shown {
   std::string error;
 };
 
-Shown render(Backend backend, PixelFormat fmt, DisplayView view, const std::string& filters) {
+Shown render(Backend backend, PixelFormat fmt, DisplayView view, const std::string& filters, bool compose = true) {
   FrameSpec spec{fmt, 333, 187, {25, 1}};
   TestSource src(spec, 7);
   DisplaySinkOptions o;
@@ -35,6 +35,7 @@ Shown render(Backend backend, PixelFormat fmt, DisplayView view, const std::stri
   o.display.view = view;
   o.display.hud = false;
   o.display.cuda_interop = backend == Backend::CUDA;
+  o.display.cuda_compose = compose;
   o.screenshot = tmp_path(std::string("gpu_display_") + (backend == Backend::CUDA ? "cuda" : "cpu") + "_%d.png");
   DisplaySink sink(o, nullptr, nullptr);
   Chain chain = Chain::build(build_stages(filters), spec, {});
@@ -84,17 +85,23 @@ TEST(GpuDisplay, CudaPathEqualsHostPathPicture) {
   for (PixelFormat fmt : {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::BGR24})
     for (DisplayView view : {DisplayView::Split, DisplayView::SideBySide}) {
       const std::string filters = fmt == PixelFormat::BGR24 ? "format=yuv444p,median" : "median=radius=2,conv=gauss";
-      Shown gpu = render(Backend::CUDA, fmt, view, filters), cpu = render(Backend::CPU, fmt, view, filters);
-      if (!gpu.error.empty() || !cpu.error.empty()) {
-        if (std::getenv("VFPIPE_REQUIRE_HEADLESS") || std::getenv("VFPIPE_REQUIRE_DISPLAY"))
-          FAIL() << gpu.error << " / " << cpu.error;
-        GTEST_SKIP() << gpu.error << " / " << cpu.error;
+      Shown cpu = render(Backend::CPU, fmt, view, filters);
+      // Both GPU paths: CUDA composing the picture into the framebuffer, and PBOs + shader.
+      for (bool compose : {true, false}) {
+        Shown gpu = render(Backend::CUDA, fmt, view, filters, compose);
+        if (!gpu.error.empty() || !cpu.error.empty()) {
+          if (std::getenv("VFPIPE_REQUIRE_HEADLESS") || std::getenv("VFPIPE_REQUIRE_DISPLAY"))
+            FAIL() << gpu.error << " / " << cpu.error;
+          GTEST_SKIP() << gpu.error << " / " << cpu.error;
+        }
+        EXPECT_EQ(gpu.shown, 7);
+        EXPECT_EQ(gpu.from_device, 7) << "every frame should come straight from CUDA";
+        EXPECT_EQ(cpu.from_device, 0);
+        ASSERT_EQ(gpu.rgb.size(), static_cast<size_t>(gpu.w) * gpu.h * 3);
+        size_t diff = 0;
+        for (size_t i = 0; i < gpu.rgb.size(); ++i) diff += gpu.rgb[i] != cpu.rgb[i];
+        EXPECT_EQ(diff, 0u) << pix_fmt_name(fmt) << " " << display_view_name(view) << (compose ? " composed" : " PBO");
       }
-      EXPECT_EQ(gpu.shown, 7);
-      EXPECT_EQ(gpu.from_device, 7) << "every frame should come straight from CUDA";
-      EXPECT_EQ(cpu.from_device, 0);
-      ASSERT_EQ(gpu.rgb.size(), static_cast<size_t>(gpu.w) * gpu.h * 3);
-      EXPECT_TRUE(gpu.rgb == cpu.rgb) << pix_fmt_name(fmt) << " " << display_view_name(view);
     }
 }
 TEST(GpuDisplay, OutputStillReachesTheHostSink) {

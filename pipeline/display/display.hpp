@@ -30,6 +30,8 @@ struct DisplayOptions {
   bool hud = true;
   std::string title = "vfpipe";
   bool cuda_interop = false;  // register pixel buffers with CUDA (the CUDA backend's path)
+  bool cuda_compose = true;   // with interop: CUDA composes the picture into the framebuffer
+                              // (no GL texture upload or full-screen draw); false: PBOs + shader
 };
 
 // Keys and mouse actions the display saw since the last call (GLFW key codes).

@@ -17,6 +17,8 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+
+#include "cuda/display_compose.hpp"
 #endif
 
 #include "pipeline/display/display.hpp"
@@ -185,6 +187,8 @@ class CudaInterop final : public DeviceTap {
       busy_[i] = false;
     }
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreate(&t0_), "cudaEventCreate");
+    check(cudaEventCreate(&t1_), "cudaEventCreate");
     for (int k = 0; k < 2; ++k)
       for (int j = 0; j < 2; ++j) {
         const size_t bytes = tight_bytes(j == 0 ? a_ : b_);
@@ -205,6 +209,8 @@ class CudaInterop final : public DeviceTap {
         if (r) cudaGraphicsUnregisterResource(r);
     for (auto& pair : pbo_) glDeleteBuffers(2, pair);
     for (auto& e : done_) cudaEventDestroy(e);
+    cudaEventDestroy(t0_);
+    cudaEventDestroy(t1_);
     cudaStreamDestroy(stream_);
     cudaFree(staging_);
   }
@@ -251,8 +257,46 @@ class CudaInterop final : public DeviceTap {
   void release(int slot) { busy_[slot] = false; }
   GLuint buffer(int k, int j) const { return pbo_[k][j]; }
 
+  // Display thread: composes the slot's frames into the framebuffer texture registered as
+  // `fb` (RGBA8, w x h); the slot stays taken (redraws compose it again) until release().
+  // Returns the kernel's GPU milliseconds.
+  float compose(int slot, bool with_source, cudaGraphicsResource_t fb, int w, int h, const cuda::ComposeParams& p) {
+    check(cudaStreamWaitEvent(stream_, done_[slot], 0), "cudaStreamWaitEvent");
+    check(cudaGraphicsMapResources(1, &fb, stream_), "cudaGraphicsMapResources (framebuffer)");
+    cudaArray_t arr = nullptr;
+    check(cudaGraphicsSubResourceGetMappedArray(&arr, fb, 0, 0), "cudaGraphicsSubResourceGetMappedArray");
+    cudaResourceDesc rd{};
+    rd.resType = cudaResourceTypeArray;
+    rd.res.array.array = arr;
+    cudaSurfaceObject_t surf = 0;
+    check(cudaCreateSurfaceObject(&surf, &rd), "cudaCreateSurfaceObject");
+    const uint8_t* base = staging_ + static_cast<size_t>(slot) * slot_bytes_;
+    const cuda::ComposeFrame fa = frame(a_, la_, base), fbm = with_source ? frame(b_, lb_, base + la_.total_bytes) : fa;
+    check(cudaEventRecord(t0_, stream_), "cudaEventRecord");
+    cuda::compose_rgba_async(surf, w, h, fa, fbm, p, stream_);
+    check(cudaEventRecord(t1_, stream_), "cudaEventRecord");
+    check(cudaGraphicsUnmapResources(1, &fb, stream_), "cudaGraphicsUnmapResources (framebuffer)");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    cudaDestroySurfaceObject(surf);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t0_, t1_);
+    return ms;
+  }
+
  private:
   static constexpr int kSlots = 8;
+  static cuda::ComposeFrame frame(const FrameSpec& s, const FrameLayout& l, const uint8_t* base) {
+    cuda::ComposeFrame f;
+    for (int i = 0; i < l.planes && i < 3; ++i) {
+      f.planes[i] = base + l.plane[i].offset;
+      f.pitch[i] = static_cast<int>(l.plane[i].pitch);
+    }
+    f.w = s.width;
+    f.h = s.height;
+    f.format = format_code(s.format);
+    f.chroma_shift = s.format == PixelFormat::YUV420P ? 1 : 0;
+    return f;
+  }
   static size_t tight_bytes(const FrameSpec& s) {
     return is_packed_rgb(s.format) ? static_cast<size_t>(s.width) * 3 * s.height : FrameLayout::of(s).total_bytes;
   }
@@ -267,6 +311,7 @@ class CudaInterop final : public DeviceTap {
   std::atomic<bool> busy_[kSlots];
   std::atomic<unsigned> next_{0};
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t t0_ = nullptr, t1_ = nullptr;
   GLuint pbo_[2][2] = {};
   cudaGraphicsResource_t res_[2][2] = {};
 };
@@ -305,6 +350,7 @@ class GlDisplay final : public Display {
     if (o.cuda_interop) {
       try {
         interop_ = std::make_unique<CudaInterop>(filtered, original);
+        compose_ = o.cuda_compose;
       } catch (const Error& e) {
         log::warn("display: no CUDA-GL interop (%s); frames are shown from host memory", e.what());
         glGetError();
@@ -318,8 +364,10 @@ class GlDisplay final : public Display {
 
   ~GlDisplay() override {
 #if VFPIPE_HAVE_CUDA
+    if (fb_res_) cudaGraphicsUnregisterResource(fb_res_);
     interop_.reset();
 #endif
+    if (fb_tex_) glDeleteTextures(1, &fb_tex_);
     filtered_.reset();
     original_.reset();
     if (font_tex_) glDeleteTextures(1, &font_tex_);
@@ -347,6 +395,12 @@ class GlDisplay final : public Display {
   void show(const HostFrame& filtered, const HostFrame* original, const std::vector<std::string>& text,
             const std::vector<std::string>& overlay) override {
     const auto t0 = std::chrono::steady_clock::now();
+#if VFPIPE_HAVE_CUDA
+    if (last_slot_ >= 0) {  // the picture is drawn from these host frames now
+      interop_->release(last_slot_);
+      last_slot_ = -1;
+    }
+#endif
     // GPU time of upload + draw by a timer query, read one frame later (never waits).
     const int q = static_cast<int>(shown_ & 1);
     read_query(q);
@@ -371,6 +425,38 @@ class GlDisplay final : public Display {
                    const std::vector<std::string>& overlay) override {
 #if VFPIPE_HAVE_CUDA
     const auto t0 = std::chrono::steady_clock::now();
+    if (compose_) {
+      // CUDA draws the picture into the framebuffer's texture; GL adds the text and presents.
+      int w = fb_w_, h = fb_h_;
+      if (window_) glfwGetFramebufferSize(window_, &w, &h);
+      if (w >= 1 && h >= 1) size_framebuffer(w, h);
+      if (compose_ && w >= 1 && h >= 1) {
+        const int q = static_cast<int>(shown_ & 1);
+        read_query(q);
+        timing_slot_ = q;
+        glQueryCounter(ts_[q][0], GL_TIMESTAMP);
+        compute_rect(w, h);
+        cuda::ComposeParams p;
+        std::copy(rect_, rect_ + 4, p.rect);
+        p.view = static_cast<int>(view_);
+        p.divider = divider_;
+        p.diff_gain = opt_.diff_gain;
+        compose_ms_ = interop_->compose(slot, with_source, fb_res_, w, h, p);
+        // GPU time: the composition (CUDA, this frame) stands for the upload; the text
+        // drawing comes from the GL timestamps (an earlier frame's, never waited for).
+        upload_ms_ = compose_ms_;
+        gpu_ms_ = compose_ms_ + draw_ms_;
+        // Keep this frame's slot for redraws (pause, view keys); free the previous one.
+        if (last_slot_ >= 0 && last_slot_ != slot) interop_->release(last_slot_);
+        last_slot_ = slot;
+        last_with_source_ = with_source;
+        glQueryCounter(ts_[q][1], GL_TIMESTAMP);
+        draw(text, overlay, true, false);
+        ++shown_;
+        last_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        return;
+      }
+    }
     const int q = static_cast<int>(shown_ & 1);
     read_query(q);
     timing_slot_ = q;
@@ -396,6 +482,25 @@ class GlDisplay final : public Display {
 #endif
   }
   void redraw(const std::vector<std::string>& text, const std::vector<std::string>& overlay) override {
+#if VFPIPE_HAVE_CUDA
+    if (compose_ && last_slot_ >= 0) {  // the picture lives in a slot: compose it again
+      int w = fb_w_, h = fb_h_;
+      if (window_) glfwGetFramebufferSize(window_, &w, &h);
+      if (w < 1 || h < 1) return;
+      size_framebuffer(w, h);
+      if (compose_) {
+        compute_rect(w, h);
+        cuda::ComposeParams p;
+        std::copy(rect_, rect_ + 4, p.rect);
+        p.view = static_cast<int>(view_);
+        p.divider = divider_;
+        p.diff_gain = opt_.diff_gain;
+        interop_->compose(last_slot_, last_with_source_, fb_res_, w, h, p);
+        draw(text, overlay, false, false);
+        return;
+      }
+    }
+#endif
     draw(text, overlay);
   }
 
@@ -544,10 +649,32 @@ class GlDisplay final : public Display {
     }
     rb_w_ = w;
     rb_h_ = h;
-    glBindRenderbuffer(GL_RENDERBUFFER, rbo_);
-    glRenderbufferStorage(GL_RENDERBUFFER, GL_RGBA8, w, h);
     glBindFramebuffer(GL_FRAMEBUFFER, fbo_);
-    glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, rbo_);
+#if VFPIPE_HAVE_CUDA
+    if (compose_) {  // a texture CUDA writes the picture into
+      if (fb_res_) cudaGraphicsUnregisterResource(fb_res_);
+      fb_res_ = nullptr;
+      if (!fb_tex_) glGenTextures(1, &fb_tex_);
+      glBindTexture(GL_TEXTURE_2D, fb_tex_);
+      glTexImage2D(GL_TEXTURE_2D, 0, GL_RGBA8, w, h, 0, GL_RGBA, GL_UNSIGNED_BYTE, nullptr);
+      glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+      glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+      glFramebufferTexture2D(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_TEXTURE_2D, fb_tex_, 0);
+      if (cudaGraphicsGLRegisterImage(&fb_res_, fb_tex_, GL_TEXTURE_2D, cudaGraphicsRegisterFlagsSurfaceLoadStore) !=
+          cudaSuccess) {
+        cudaGetLastError();
+        log::warn("display: cannot register the framebuffer with CUDA; drawing with OpenGL instead");
+        compose_ = false;
+        fb_res_ = nullptr;
+      }
+    }
+    if (!compose_)
+#endif
+    {
+      glBindRenderbuffer(GL_RENDERBUFFER, rbo_);
+      glRenderbufferStorage(GL_RENDERBUFFER, GL_RGBA8, w, h);
+      glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, rbo_);
+    }
     if (glCheckFramebufferStatus(GL_FRAMEBUFFER) != GL_FRAMEBUFFER_COMPLETE) gl_fail("offscreen framebuffer incomplete");
   }
 
@@ -599,7 +726,21 @@ class GlDisplay final : public Display {
     glBindVertexArray(0);
   }
 
-  void draw(const std::vector<std::string>& text, const std::vector<std::string>& overlay, bool timed = false) {
+  // Letterbox: the picture (twice as wide side by side) keeps its aspect ratio.
+  void compute_rect(int w, int h) {
+    const FrameSpec& s = filtered_->spec();
+    const double pic_w = s.width * (view_ == DisplayView::SideBySide ? 2.0 : 1.0), pic_h = s.height;
+    const double k = std::min(w / pic_w, h / pic_h);
+    const double pw = pic_w * k, ph = pic_h * k;
+    rect_[0] = static_cast<float>(-pw / w);
+    rect_[1] = static_cast<float>(-ph / h);
+    rect_[2] = static_cast<float>(pw / w);
+    rect_[3] = static_cast<float>(ph / h);
+  }
+
+  // `picture` false: CUDA already composed the picture into the framebuffer.
+  void draw(const std::vector<std::string>& text, const std::vector<std::string>& overlay, bool timed = false,
+            bool picture = true) {
     int w = fb_w_, h = fb_h_;
     if (window_) glfwGetFramebufferSize(window_, &w, &h);
     if (w < 1 || h < 1) {  // minimised
@@ -609,17 +750,23 @@ class GlDisplay final : public Display {
     size_framebuffer(w, h);
     glBindFramebuffer(GL_FRAMEBUFFER, fbo_);
     glViewport(0, 0, w, h);
+    if (picture) draw_picture(w, h);
+    if (patch_ >= 0) {  // glass-to-glass: the centre half of the window, black or white
+      glEnable(GL_SCISSOR_TEST);
+      glScissor(w / 4, h / 4, w / 2, h / 2);
+      const float v = patch_ ? 1.f : 0.f;
+      glClearColor(v, v, v, 1.f);
+      glClear(GL_COLOR_BUFFER_BIT);
+      glDisable(GL_SCISSOR_TEST);
+    }
+    draw_text_layers(text, overlay, w, h, timed);
+  }
+
+  void draw_picture(int w, int h) {
     glClearColor(0.08f, 0.08f, 0.08f, 1.f);
     glClear(GL_COLOR_BUFFER_BIT);
-    // Letterbox: the picture (twice as wide side by side) keeps its aspect ratio.
+    compute_rect(w, h);
     const FrameSpec& s = filtered_->spec();
-    const double pic_w = s.width * (view_ == DisplayView::SideBySide ? 2.0 : 1.0), pic_h = s.height;
-    const double k = std::min(w / pic_w, h / pic_h);
-    const double pw = pic_w * k, ph = pic_h * k;
-    rect_[0] = static_cast<float>(-pw / w);
-    rect_[1] = static_cast<float>(-ph / h);
-    rect_[2] = static_cast<float>(pw / w);
-    rect_[3] = static_cast<float>(ph / h);
     glUseProgram(image_prog_);
     glBindVertexArray(vao_);
     filtered_->bind(0);
@@ -635,15 +782,11 @@ class GlDisplay final : public Display {
     glUniform1f(glGetUniformLocation(image_prog_, "diff_gain"), opt_.diff_gain);
     glUniform4fv(glGetUniformLocation(image_prog_, "rect"), 1, rect_);
     glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
-    if (patch_ >= 0) {  // glass-to-glass: the centre half of the window, black or white
-      glEnable(GL_SCISSOR_TEST);
-      glScissor(w / 4, h / 4, w / 2, h / 2);
-      const float v = patch_ ? 1.f : 0.f;
-      glClearColor(v, v, v, 1.f);
-      glClear(GL_COLOR_BUFFER_BIT);
-      glDisable(GL_SCISSOR_TEST);
-    }
-    // Text over the picture, scaled with the framebuffer (HiDPI).
+  }
+
+  // HUD and help text over the picture (scaled with the framebuffer: HiDPI), then present.
+  void draw_text_layers(const std::vector<std::string>& text, const std::vector<std::string>& overlay, int w, int h,
+                        bool timed) {
     const float scale = std::max(2.f, std::round(h / 360.f));
     glEnable(GL_BLEND);
     glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
@@ -690,7 +833,13 @@ class GlDisplay final : public Display {
   uint64_t shown_ = 0;
 #if VFPIPE_HAVE_CUDA
   std::unique_ptr<CudaInterop> interop_;
+  bool compose_ = false;                     // CUDA composes the picture (GPU path)
+  int last_slot_ = -1;                       // the slot of the picture on screen
+  bool last_with_source_ = false;
+  cudaGraphicsResource_t fb_res_ = nullptr;  // the framebuffer texture, registered
+  float compose_ms_ = 0;
 #endif
+  GLuint fb_tex_ = 0;
 };
 
 }  // namespace
