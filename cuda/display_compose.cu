@@ -44,7 +44,7 @@ __global__ void compose_kernel(cudaSurfaceObject_t surf, int fb_w, int fb_h, Com
     const float u = cx, v = 1.f - cy;
     if (p.view == 1) {
       c = u < p.divider ? texel_rgb(b, u, v) : texel_rgb(a, u, v);
-      if (fabsf(u - p.divider) < 0.0015f) c = make_uchar4(255, 217, 26, 255);
+      if (fabsf(u - p.divider) < 0.0015f) c = make_uchar4(255, 217, 25, 255);  // the shader's divider colour
     } else if (p.view == 2) {
       c = u < 0.5f ? texel_rgb(b, u * 2.f, v) : texel_rgb(a, u * 2.f - 1.f, v);
     } else if (p.view == 3) {

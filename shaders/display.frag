@@ -37,7 +37,7 @@ void main() {
   vec3 rgb;
   if (view == 1) {
     rgb = uv.x < divider ? to_rgb(planes_b, format_b, uv) : to_rgb(planes_a, format_a, uv);
-    if (abs(uv.x - divider) < 0.0015) rgb = vec3(1.0, 0.85, 0.1);
+    if (abs(uv.x - divider) < 0.0015) rgb = vec3(255.0, 217.0, 25.0) / 255.0;  // exact in 8 bits
   } else if (view == 2) {
     rgb = uv.x < 0.5 ? to_rgb(planes_b, format_b, vec2(uv.x * 2.0, uv.y))
                      : to_rgb(planes_a, format_a, vec2(uv.x * 2.0 - 1.0, uv.y));

@@ -216,8 +216,13 @@ class CudaInterop final : public DeviceTap {
   }
 
   int copy(const uint8_t* out_dev, const uint8_t* src_dev, CUstream_st* s) override {
-    const int i = static_cast<int>(next_++ % kSlots);
-    if (busy_[i].exchange(true)) return -1;  // the display is behind: this frame goes the host way
+    // The next free slot (the display holds the frames queued for it and the one on screen).
+    int i = -1;
+    for (int k = 0; k < kSlots && i < 0; ++k) {
+      const int c = static_cast<int>(next_++ % kSlots);
+      if (!busy_[c].exchange(true)) i = c;
+    }
+    if (i < 0) return -1;  // the display is far behind: this frame goes the host way
     uint8_t* dst = staging_ + static_cast<size_t>(i) * slot_bytes_;
     if (cudaMemcpyAsync(dst, out_dev, la_.total_bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess ||
         (src_dev && cudaMemcpyAsync(dst + la_.total_bytes, src_dev, lb_.total_bytes, cudaMemcpyDeviceToDevice, s) !=
@@ -284,7 +289,7 @@ class CudaInterop final : public DeviceTap {
   }
 
  private:
-  static constexpr int kSlots = 8;
+  static constexpr int kSlots = 16;  // > frames in flight + queued for the sink + on screen
   static cuda::ComposeFrame frame(const FrameSpec& s, const FrameLayout& l, const uint8_t* base) {
     cuda::ComposeFrame f;
     for (int i = 0; i < l.planes && i < 3; ++i) {
