@@ -20,6 +20,9 @@
 #include "pipeline/profile.hpp"
 #include "stages/convert.hpp"
 #include "test_util.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "cuda/runtime.hpp"
+#endif
 #if VFPIPE_HAVE_GL
 #include "pipeline/display/display.hpp"
 #include "pipeline/display/display_sink.hpp"
@@ -310,27 +313,35 @@ TEST(Display, GlassToGlassLoopMeasuresTheLatency) {
   EXPECT_NEAR(g.threshold, 125, 15);
 }
 
-TEST(Display, KeysScreenshotRecordParameterAndQuit) {
-  // Scripted presses through the real key handling: S saves a screenshot, R starts and
-  // stops a recording, + raises the selected stage's parameter (median radius), Q quits.
+namespace {
+// Scripted presses through the real key handling: S saves a screenshot, R starts and stops
+// a recording, + raises the selected stage's parameter (median radius 1 -> 2), Q quits. The
+// output frames show the change taking effect: radius 1 before the key, 2 from some frame
+// after it on (frames already in flight keep theirs), never back.
+void keys_through_the_display(Backend backend) {
   FrameSpec spec{PixelFormat::GRAY8, 80, 60, {25, 1}};
   TestSource src(spec, 40);
-  const std::string dir = tmp_path("keys");
+  const std::string dir = tmp_path(std::string("keys_") + backend_name(backend));
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   DisplaySinkOptions o;
   o.display.headless = true;
+  o.display.cuda_interop = backend == Backend::CUDA;
   o.save_dir = dir;
-  DisplaySink sink(o, nullptr, nullptr);
-  Chain chain = Chain::build(build_stages("median=radius=1"), spec, {});
+  auto inner = std::make_unique<CaptureSink>();
+  CaptureSink* cap = inner.get();
+  DisplaySink sink(o, std::move(inner), nullptr);
+  Chain chain = Chain::build(build_stages("median=radius=1"), spec, sink.accepted_formats());
   LiveControls controls(chain);
   sink.set_controls(&controls);
+  sink.set_source_spec(chain.input());
   sink.open(chain.output());
-  sink.press_at(2, 'S');              // GLFW_KEY_S == 'S'
+  sink.press_at(2, 'S');   // GLFW_KEY_S == 'S'
   sink.press_at(3, 'R');
-  sink.press_at(8, 'R');              // 5 frames recorded: 3..7
-  sink.press_at(10, '=');             // GLFW_KEY_EQUAL: median radius 1 -> 2
+  sink.press_at(8, 'R');   // 5 frames recorded: 3..7
+  sink.press_at(10, '=');  // GLFW_KEY_EQUAL
   sink.press_at(20, 'Q');
   EngineConfig cfg;
+  cfg.backend = backend;
   cfg.before_frame = [&](int64_t, Chain& c) { controls.apply(c); };
   RunResult r = run_pipeline(src, chain, sink, cfg);
   SKIP_IF_NO_HEADLESS_DISPLAY(r);
@@ -343,7 +354,39 @@ TEST(Display, KeysScreenshotRecordParameterAndQuit) {
   EXPECT_EQ(chain.step(0).stage->options().str("radius"), "2");
   // Q stopped the source early: fewer than the 40 frames were read.
   EXPECT_LT(r.report.frames_in, 40);
-  EXPECT_GE(r.report.frames_out, 20);
+  ASSERT_GE(cap->frames.size(), 20u);
+  // Each output frame is the CPU median of radius 1 or 2 of its input; 1 up to the key.
+  TestSource again(spec, 40);
+  int last_radius = 1;
+  for (size_t i = 0; i < cap->frames.size(); ++i) {
+    HostFrame in(spec, false);
+    ASSERT_TRUE(again.read(in));
+    int radius = 0;
+    for (int rr : {1, 2}) {
+      HostFrame want(spec, false);
+      auto st = build_stages("median=radius=" + std::to_string(rr));
+      st[0]->configure(spec);
+      st[0]->run_cpu(in.view(), want.view(), StageContext{});
+      if (cap->frames[i]->same_pixels(want)) radius = rr;
+    }
+    ASSERT_NE(radius, 0) << "frame " << i << " is neither radius";
+    if (i <= 10) EXPECT_EQ(radius, 1) << "frame " << i << " changed before the key";
+    EXPECT_GE(radius, last_radius) << "frame " << i;
+    last_radius = radius;
+  }
+  EXPECT_EQ(last_radius, 2) << "the change never took effect";
+}
+}  // namespace
+
+TEST(Display, KeysScreenshotRecordParameterAndQuit) { keys_through_the_display(Backend::CPU); }
+
+TEST(Display, KeysOnTheGpuPath) {
+#if VFPIPE_HAVE_CUDA
+  if (!cuda::probe().usable) GTEST_SKIP() << "no usable GPU";
+  keys_through_the_display(Backend::CUDA);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 TEST(Display, CliHeadlessRun) {
