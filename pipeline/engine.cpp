@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -15,12 +16,20 @@
 #include "pipeline/nvtx.hpp"
 #include "pipeline/queue.hpp"
 #if VFPIPE_HAVE_CUDA
+#include "cuda/kernels.hpp"
 #include "cuda/runtime.hpp"
 #endif
 
 namespace vfp {
 
 namespace {
+
+// Host copy of a frame (same spec), plane by plane, row by row (pitches may differ).
+void copy_image(const ImageView& src, const ImageView& dst) {
+  const int bpp = is_packed_rgb(src.format) ? 3 : 1;
+  for (int p = 0; p < plane_count(src.format); ++p)
+    for (int y = 0; y < src.ph[p]; ++y) std::memcpy(dst.row(p, y), src.row(p, y), static_cast<size_t>(src.pw[p]) * bpp);
+}
 
 struct InItem {
   FramePtr frame;
@@ -91,7 +100,10 @@ class CpuWorker final : public Worker {
       if (!st.passthrough()) {
         NvtxRange range(labels_[i].c_str(), rec.index);
         ImageView dst = static_cast<int>(i) == last_active_ ? out->view() : bufs_[i]->view();
-        st.run_cpu(cur, dst, ctx);
+        if (st.bypassed())
+          copy_image(cur, dst);
+        else
+          st.run_cpu(cur, dst, ctx);
         cur = dst;
       }
       const int64_t t1 = now_ns();
@@ -213,7 +225,10 @@ class CudaWorker final : public Worker {
       if (!stage.passthrough()) {
         NvtxRange range(labels_[i].c_str(), rec.index);
         ImageView dst = ImageView::over(s.bufs[i].get(), chain_.step(i).out);
-        stage.run_cuda(cur, dst, ctx);
+        if (stage.bypassed())
+          cuda::copy_image_async(cur, dst, compute_.get());
+        else
+          stage.run_cuda(cur, dst, ctx);
         cur = dst;
       }
       if (timing_ || i + 1 == S) ev[3 + i].record(compute_.get());

@@ -81,6 +81,12 @@ class Stage {
   const Options& options() const { return options_; }
   void set_options(const Options& o) { options_ = o; }
 
+  // Switched off live (the display's T key): the engine copies the input to the output
+  // instead of running the stage. Only for stages whose output spec equals their input's.
+  // Set on the worker thread between frames, like update().
+  void set_bypass(bool b) { bypass_ = b; }
+  bool bypassed() const { return bypass_; }
+
   // Name shown in reports and summaries, e.g. "format(yuv420p)".
   virtual std::string label() const { return name_; }
   const std::string& name() const { return name_; }
@@ -89,6 +95,7 @@ class Stage {
  private:
   std::string name_;
   Options options_;
+  bool bypass_ = false;
 };
 
 struct StageInfo {

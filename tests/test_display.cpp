@@ -93,6 +93,20 @@ TEST(LiveControls, AdjustAndApply) {
   for (int i = 0; i < 200; ++i) c.adjust(-1);
   c.apply(chain);
   EXPECT_EQ(chain.step(0).stage->options().str("radius"), "1");  // clamped
+  // T: off, then on again; applied between frames like the parameters.
+  EXPECT_EQ(c.toggle(), "median radius=1 (off)");
+  EXPECT_FALSE(chain.step(0).stage->bypassed());
+  c.apply(chain);
+  EXPECT_TRUE(chain.step(0).stage->bypassed());
+  c.toggle();
+  c.apply(chain);
+  EXPECT_FALSE(chain.step(0).stage->bypassed());
+  // Conversions are not listed (nothing to adjust, and switching one off would change the
+  // format): only the median is.
+  Chain conv = Chain::build(build_stages("format=gray,median"), FrameSpec{PixelFormat::YUV420P, 64, 48, {25, 1}}, {});
+  LiveControls c2(conv);
+  EXPECT_EQ(c2.count(), 1u);
+  EXPECT_EQ(c2.describe(0), "median radius=1");
 }
 
 #if VFPIPE_HAVE_GL
@@ -315,9 +329,9 @@ TEST(Display, GlassToGlassLoopMeasuresTheLatency) {
 
 namespace {
 // Scripted presses through the real key handling: S saves a screenshot, R starts and stops
-// a recording, + raises the selected stage's parameter (median radius 1 -> 2), Q quits. The
-// output frames show the change taking effect: radius 1 before the key, 2 from some frame
-// after it on (frames already in flight keep theirs), never back.
+// a recording, + raises the selected stage's parameter (median radius 1 -> 2), T switches
+// the stage off, Q quits. The output frames show each change taking effect in order: radius
+// 1 before the key, then 2, then the unfiltered input (frames in flight keep theirs).
 void keys_through_the_display(Backend backend) {
   FrameSpec spec{PixelFormat::GRAY8, 80, 60, {25, 1}};
   TestSource src(spec, 40);
@@ -339,7 +353,8 @@ void keys_through_the_display(Backend backend) {
   sink.press_at(3, 'R');
   sink.press_at(8, 'R');   // 5 frames recorded: 3..7
   sink.press_at(10, '=');  // GLFW_KEY_EQUAL
-  sink.press_at(20, 'Q');
+  sink.press_at(16, 'T');
+  sink.press_at(24, 'Q');
   EngineConfig cfg;
   cfg.backend = backend;
   cfg.before_frame = [&](int64_t, Chain& c) { controls.apply(c); };
@@ -354,27 +369,29 @@ void keys_through_the_display(Backend backend) {
   EXPECT_EQ(chain.step(0).stage->options().str("radius"), "2");
   // Q stopped the source early: fewer than the 40 frames were read.
   EXPECT_LT(r.report.frames_in, 40);
-  ASSERT_GE(cap->frames.size(), 20u);
-  // Each output frame is the CPU median of radius 1 or 2 of its input; 1 up to the key.
+  ASSERT_GE(cap->frames.size(), 24u);
+  // Each output frame is the CPU median of radius 1 (state 0) or 2 (state 1) of its input,
+  // or the input itself (state 2: switched off); the states only move forward.
   TestSource again(spec, 40);
-  int last_radius = 1;
+  int last = 0;
   for (size_t i = 0; i < cap->frames.size(); ++i) {
     HostFrame in(spec, false);
     ASSERT_TRUE(again.read(in));
-    int radius = 0;
+    int state = in.same_pixels(*cap->frames[i]) ? 2 : -1;
     for (int rr : {1, 2}) {
       HostFrame want(spec, false);
       auto st = build_stages("median=radius=" + std::to_string(rr));
       st[0]->configure(spec);
       st[0]->run_cpu(in.view(), want.view(), StageContext{});
-      if (cap->frames[i]->same_pixels(want)) radius = rr;
+      if (cap->frames[i]->same_pixels(want)) state = rr - 1;
     }
-    ASSERT_NE(radius, 0) << "frame " << i << " is neither radius";
-    if (i <= 10) EXPECT_EQ(radius, 1) << "frame " << i << " changed before the key";
-    EXPECT_GE(radius, last_radius) << "frame " << i;
-    last_radius = radius;
+    ASSERT_NE(state, -1) << "frame " << i << " is none of radius 1, radius 2, unfiltered";
+    if (i <= 10) EXPECT_EQ(state, 0) << "frame " << i << " changed before the key";
+    if (i <= 16) EXPECT_LE(state, 1) << "frame " << i << " switched off before the key";
+    EXPECT_GE(state, last) << "frame " << i;
+    last = state;
   }
-  EXPECT_EQ(last_radius, 2) << "the change never took effect";
+  EXPECT_EQ(last, 2) << "the stage was never switched off";
 }
 }  // namespace
 

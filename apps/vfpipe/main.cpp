@@ -60,7 +60,8 @@ Example: vfpipe live -i camera=0 -f "median=radius=2" -o rec.mp4
 A window shows the output (--no-display: none; --display headless: EGL, PNG screenshots).
 Keys: Esc/Q quit (output closed properly) | Space pause | N next frame | 1-4 view: filtered,
 split (drag the divider), side by side, difference | Tab next stage | +/- its main parameter
-(median radius, conv preset, wavelet threshold) | S screenshot | R record | H HUD | F1 help.
+(median radius, conv preset, wavelet threshold) | T switch it off/on | S screenshot | R record
+| H HUD | F1 help.
 Ctrl-C stops too.
 )";
 

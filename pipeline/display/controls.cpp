@@ -17,7 +17,7 @@ LiveControls::LiveControls(const Chain& chain) {
   for (size_t i = 0; i < chain.size(); ++i) {
     const Stage& st = *chain.step(i).stage;
     if (st.name() == "format" || st.name() == "null") continue;  // nothing to adjust
-    entries_.push_back({i, st.name(), st.options(), false});
+    entries_.push_back({i, st.name(), st.options(), false, chain.step(i).in == chain.step(i).out, false, false});
   }
 }
 
@@ -31,11 +31,12 @@ std::string LiveControls::describe(size_t i) const {
   if (i >= entries_.size()) return "";
   const Entry& e = entries_[i];
   const Options& o = e.options;
-  if (e.name == "median") return "median radius=" + o.str("radius");
-  if (e.name == "conv") return "conv kernel=" + o.str("kernel");
+  std::string d = e.name;
+  if (e.name == "median") d = "median radius=" + o.str("radius");
+  if (e.name == "conv") d = "conv kernel=" + o.str("kernel");
   if (e.name == "wavelet")
-    return o.str("method") == "fixed" ? "wavelet threshold=" + o.str("threshold") : "wavelet " + o.str("method");
-  return e.name;
+    d = o.str("method") == "fixed" ? "wavelet threshold=" + o.str("threshold") : "wavelet " + o.str("method");
+  return e.off ? d + " (off)" : d;
 }
 
 std::string LiveControls::adjust(int dir) {
@@ -73,9 +74,25 @@ std::string LiveControls::adjust(int dir) {
   return describe(selected_);
 }
 
+std::string LiveControls::toggle() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (entries_.empty()) return "no stage to switch off";
+    Entry& e = entries_[selected_];
+    if (!e.can_bypass) return e.name + " changes the format: it cannot be switched off";
+    e.off = !e.off;
+    e.off_dirty = true;
+  }
+  return describe(selected_);
+}
+
 void LiveControls::apply(Chain& chain) {
   std::lock_guard<std::mutex> lk(mu_);
   for (Entry& e : entries_) {
+    if (e.off_dirty) {
+      e.off_dirty = false;
+      chain.step(e.step).stage->set_bypass(e.off);
+    }
     if (!e.dirty) continue;
     e.dirty = false;
     Stage& st = *chain.step(e.step).stage;

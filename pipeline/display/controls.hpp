@@ -23,6 +23,8 @@ class LiveControls {
   // wavelet threshold. Returns what changed ("median radius=3"), or why nothing did.
   std::string adjust(int direction);
   std::string describe(size_t i) const;  // "median radius=2"
+  // Switches the selected stage off or on again (only stages that keep the frame's format).
+  std::string toggle();
 
   // Worker thread (EngineConfig::before_frame): hands pending changes to the stages.
   void apply(Chain& chain);
@@ -33,6 +35,7 @@ class LiveControls {
     std::string name;   // registry name
     Options options;    // the display thread's copy
     bool dirty = false;
+    bool can_bypass = false, off = false, off_dirty = false;
   };
   mutable std::mutex mu_;
   std::vector<Entry> entries_;

@@ -22,6 +22,7 @@ const std::vector<std::string>& display_key_help() {
       "1 2 3 4    VIEW: FILTERED, SPLIT, SIDE BY SIDE, DIFFERENCE",
       "DRAG       MOVE THE SPLIT DIVIDER",
       "TAB        SELECT THE NEXT STAGE",
+      "T          SWITCH IT OFF / ON",
       "+ -        ITS MAIN PARAMETER (MEDIAN RADIUS, CONV PRESET, WAVELET THRESHOLD)",
       "S          SCREENSHOT (PNG)",
       "R          START / STOP RECORDING (Y4M)",
@@ -101,6 +102,9 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
       case GLFW_KEY_SLASH: help_ = !help_; break;
       case GLFW_KEY_TAB:
         if (controls_) controls_->select_next();
+        break;
+      case GLFW_KEY_T:
+        if (controls_) message_ = controls_->toggle();
         break;
       case GLFW_KEY_EQUAL:
       case GLFW_KEY_KP_ADD:
