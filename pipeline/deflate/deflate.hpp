@@ -1,0 +1,45 @@
+// DEFLATE (RFC 1951) encoder, CPU reference of the segment-parallel algorithm the GPU
+// encoder (issue 9) is to reproduce byte for byte. Standard streams: any inflate reads them.
+//
+// Algorithm (docs/deflate.md):
+//   * The input is cut into segments of `segment_bytes` (64 KiB by default), each encoded
+//     on its own: LZ77 with a 3-byte hash, a chain of earlier positions with the same hash
+//     inside the segment (window 32 KiB), greedy longest match (first found wins ties),
+//     chain depth set by the level.
+//   * Each segment is one dynamic-Huffman block with code lengths from package-merge
+//     (optimal under the 15-bit limit; 7 bits for the code-length code), canonical codes.
+//   * Segments are joined into one stream by ending every non-final block with an empty
+//     stored block (as zlib's sync flush), which byte-aligns it: segments can be encoded
+//     in any order and concatenated.
+//   * Deterministic: the same input and level give the same bytes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vfp::deflate {
+
+struct Options {
+  int level = 6;                   // 1 (fast) .. 9 (best); 0 = stored blocks only
+  size_t segment_bytes = 1 << 16;  // independent segments (the GPU's unit of work)
+};
+
+// Chain depth of each level (how many earlier positions are tried per match search).
+int chain_depth(int level);
+
+// Raw DEFLATE stream.
+std::vector<uint8_t> compress(const uint8_t* data, size_t n, const Options& opt = {});
+// zlib (RFC 1950: CMF/FLG header, DEFLATE, Adler-32) and gzip (RFC 1952: header, DEFLATE,
+// CRC-32, size) containers.
+std::vector<uint8_t> compress_zlib(const uint8_t* data, size_t n, const Options& opt = {});
+std::vector<uint8_t> compress_gzip(const uint8_t* data, size_t n, const Options& opt = {});
+
+uint32_t adler32(const uint8_t* data, size_t n, uint32_t adler = 1);
+uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc = 0);
+
+// Code lengths for `freq` (0 = unused symbol), at most `max_bits`, by package-merge.
+// A single used symbol gets length 1.
+std::vector<uint8_t> limited_code_lengths(const std::vector<uint32_t>& freq, int max_bits);
+
+}  // namespace vfp::deflate
