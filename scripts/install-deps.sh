@@ -9,6 +9,7 @@ PKGS=(cmake ninja-build g++ pkg-config
       libglfw3-dev libglew-dev libegl-dev   # display (GL window, headless EGL)
       xvfb xauth libgl1-mesa-dri libegl-mesa0  # display tests: X server and GL in software
       ffmpeg                 # tests compose vfpipe with ffmpeg pipes
+      zlib1g-dev             # reads our DEFLATE streams back in the tests
       python3-pywt python3-skimage   # outside references for the wavelet stage
       chromium)              # renders the profile's HTML report in a test
 missing=()

@@ -3,7 +3,9 @@
 // repetitive, text, image and tiny inputs; determinism; the length-limited codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <fstream>
 #include <random>
 
@@ -136,4 +138,22 @@ TEST(Deflate, RatioAgainstZlib) {
     EXPECT_LT(ours.size(), zn * 13 / 10) << name << ": " << ours.size() << " vs zlib -6 " << zn;
   }
 #endif
+}
+
+TEST(Deflate, CliCompressesAFile) {
+  const std::string in = test::tmp_path("deflate_in.bin"), bin = VFPIPE_BIN;
+  std::vector<uint8_t> data;
+  for (int i = 0; i < 200000; ++i) data.push_back(static_cast<uint8_t>((i * 7) % 251 + (i / 1000) % 3));
+  std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  const test::CmdResult r = test::run_cmd(bin + " compress " + in + " --level 9 --segment 16");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("level 9, gzip, 16 KiB segments"), std::string::npos) << r.out;
+  std::ifstream f(in + ".gz", std::ios::binary);
+  const std::vector<uint8_t> gz((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_LT(gz.size(), data.size() / 10);
+#if VFPIPE_HAVE_ZLIB
+  EXPECT_EQ(inflate_all(gz, 31, data.size()), data);
+#endif
+  EXPECT_EQ(test::run_cmd(bin + " compress /nonexistent-file").rc, 1);
+  EXPECT_EQ(test::run_cmd(bin + " compress " + in + " --level 12").rc, 2);
 }

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "apps/vfpipe/progress.hpp"
 #include "pipeline/chain.hpp"
 #include "pipeline/commands.hpp"
+#include "pipeline/deflate/deflate.hpp"
 #include "pipeline/engine.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
@@ -234,6 +236,35 @@ int compare_command(const std::vector<std::string>& files, double threshold) {
               compare_profiles(a, b, threshold, &regressed).c_str());
   if (regressed) std::printf("slower: some p50 of B is more than %.1f%% above A's\n", threshold);
   return regressed ? 1 : 0;
+}
+
+struct CompressArgs {
+  std::string input, output, format = "gzip";
+  int level = 6;
+  int segment_kib = 64;
+};
+
+// `vfpipe compress`: our DEFLATE encoder on a file (testing, comparison with gzip/zlib).
+int compress_command(const CompressArgs& a) {
+  std::ifstream in(a.input, std::ios::binary);
+  if (!in) throw Error(ErrorKind::Input, "cannot open '" + a.input + "'");
+  const std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  deflate::Options o;
+  o.level = a.level;
+  o.segment_bytes = static_cast<size_t>(a.segment_kib) * 1024;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<uint8_t> z = a.format == "zlib"  ? deflate::compress_zlib(data.data(), data.size(), o)
+                                 : a.format == "raw" ? deflate::compress(data.data(), data.size(), o)
+                                                     : deflate::compress_gzip(data.data(), data.size(), o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string out = !a.output.empty() ? a.output
+                          : a.input + (a.format == "zlib" ? ".zz" : a.format == "raw" ? ".deflate" : ".gz");
+  write_file(out, std::string(z.begin(), z.end()), "output");
+  std::fprintf(stderr, "%s: %zu -> %zu bytes (%.2f%%, ratio %.3f) in %.3f s, %.1f MB/s, level %d, %s, %d KiB segments\n",
+               out.c_str(), data.size(), z.size(), data.empty() ? 0.0 : 100.0 * z.size() / data.size(),
+               z.empty() ? 0.0 : static_cast<double>(data.size()) / z.size(), s, data.size() / 1e6 / std::max(s, 1e-9),
+               a.level, a.format.c_str(), a.segment_kib);
+  return 0;
 }
 
 int run_command(RunArgs& a, bool live) {
@@ -487,6 +518,21 @@ int main(int argc, char** argv) {
   profile->add_option("--fail-above", threshold, "with --compare: exit 1 if a p50 of B is more than PCT% above A")
       ->capture_default_str();
   profile->footer(kProfileHelp);
+  CompressArgs comp_args;
+  auto* compress = app.add_subcommand("compress", "compress a file with vfpipe's DEFLATE encoder (gzip, zlib or raw)");
+  compress->add_option("input", comp_args.input, "file to compress")->required();
+  compress->add_option("-o,--output", comp_args.output, "output file (default: INPUT.gz / .zz / .deflate)");
+  compress->add_option("--format", comp_args.format, "container: gzip (RFC 1952), zlib (RFC 1950), raw (RFC 1951)")
+      ->check(CLI::IsMember({"gzip", "zlib", "raw"}))
+      ->capture_default_str();
+  compress->add_option("--level", comp_args.level, "0 stored .. 9 best (match search depth)")
+      ->check(CLI::Range(0, 9))
+      ->capture_default_str();
+  compress->add_option("--segment", comp_args.segment_kib, "independent segment size in KiB (the GPU's unit)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  compress->footer("\nThe CPU reference of the GPU encoder (docs/deflate.md): any gzip/zlib reads its output.\n"
+                   "Example: vfpipe compress frames.raw --level 6 && gzip -t frames.raw.gz\n");
   std::string filter_name;
   auto* filters = app.add_subcommand("filters", "list the filters (stages) and their options");
   filters->add_option("name", filter_name, "show one filter in detail");
@@ -509,6 +555,7 @@ int main(int argc, char** argv) {
       if (prof_args.input.empty()) throw Error(ErrorKind::Usage, "profile: --input is required (or --compare A B)");
       return run_command(prof_args, false);
     }
+    if (*compress) return compress_command(comp_args);
     if (*filters) return filters_command(filter_name);
     return info_command();
   } catch (const ParseError& e) {
