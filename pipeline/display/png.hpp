@@ -1,7 +1,7 @@
-// A minimal PNG writer for screenshots (8-bit RGB, no filtering, stored deflate blocks:
-// large files, no dependencies — the GPU machine has neither libpng nor OpenCV). The tests
-// decode its output with OpenCV/libpng. Throws vfp::Error (Output) when the file cannot be
-// written.
+// A minimal PNG writer for screenshots (8-bit RGB, no row filters, compressed by vfpipe's
+// own DEFLATE encoder; no dependencies — the GPU machine has neither libpng nor OpenCV).
+// The tests decode its output with OpenCV/libpng. Throws vfp::Error (Output) when the file
+// cannot be written.
 #pragma once
 #include <cstdint>
 #include <string>
