@@ -440,13 +440,7 @@ class GlDisplay final : public Display {
         read_query(q);
         timing_slot_ = q;
         glQueryCounter(ts_[q][0], GL_TIMESTAMP);
-        compute_rect(w, h);
-        cuda::ComposeParams p;
-        std::copy(rect_, rect_ + 4, p.rect);
-        p.view = static_cast<int>(view_);
-        p.divider = divider_;
-        p.diff_gain = opt_.diff_gain;
-        compose_ms_ = interop_->compose(slot, with_source, fb_res_, w, h, p);
+        compose_ms_ = interop_->compose(slot, with_source, fb_res_, w, h, compose_params(w, h));
         // GPU time: the composition (CUDA, this frame) stands for the upload; the text
         // drawing comes from the GL timestamps (an earlier frame's, never waited for).
         upload_ms_ = compose_ms_;
@@ -494,13 +488,7 @@ class GlDisplay final : public Display {
       if (w < 1 || h < 1) return;
       size_framebuffer(w, h);
       if (compose_) {
-        compute_rect(w, h);
-        cuda::ComposeParams p;
-        std::copy(rect_, rect_ + 4, p.rect);
-        p.view = static_cast<int>(view_);
-        p.divider = divider_;
-        p.diff_gain = opt_.diff_gain;
-        interop_->compose(last_slot_, last_with_source_, fb_res_, w, h, p);
+        interop_->compose(last_slot_, last_with_source_, fb_res_, w, h, compose_params(w, h));
         draw(text, overlay, false, false);
         return;
       }
@@ -730,6 +718,19 @@ class GlDisplay final : public Display {
     glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, static_cast<GLsizei>(cells.size() / 3));
     glBindVertexArray(0);
   }
+
+#if VFPIPE_HAVE_CUDA
+  // What the CUDA composition needs to draw the current view at w x h.
+  cuda::ComposeParams compose_params(int w, int h) {
+    compute_rect(w, h);
+    cuda::ComposeParams p;
+    std::copy(rect_, rect_ + 4, p.rect);
+    p.view = static_cast<int>(view_);
+    p.divider = divider_;
+    p.diff_gain = opt_.diff_gain;
+    return p;
+  }
+#endif
 
   // Letterbox: the picture (twice as wide side by side) keeps its aspect ratio.
   void compute_rect(int w, int h) {
