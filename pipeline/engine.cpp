@@ -15,6 +15,7 @@
 #include "pipeline/log.hpp"
 #include "pipeline/nvtx.hpp"
 #include "pipeline/queue.hpp"
+#include "stages/convert.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
 #include "cuda/runtime.hpp"
@@ -23,13 +24,6 @@
 namespace vfp {
 
 namespace {
-
-// Host copy of a frame (same spec), plane by plane, row by row (pitches may differ).
-void copy_image(const ImageView& src, const ImageView& dst) {
-  const int bpp = is_packed_rgb(src.format) ? 3 : 1;
-  for (int p = 0; p < plane_count(src.format); ++p)
-    for (int y = 0; y < src.ph[p]; ++y) std::memcpy(dst.row(p, y), src.row(p, y), static_cast<size_t>(src.pw[p]) * bpp);
-}
 
 struct InItem {
   FramePtr frame;
@@ -101,7 +95,7 @@ class CpuWorker final : public Worker {
         NvtxRange range(labels_[i].c_str(), rec.index);
         ImageView dst = static_cast<int>(i) == last_active_ ? out->view() : bufs_[i]->view();
         if (st.bypassed())
-          copy_image(cur, dst);
+          copy_image_cpu(cur, dst);
         else
           st.run_cpu(cur, dst, ctx);
         cur = dst;
