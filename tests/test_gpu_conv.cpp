@@ -28,21 +28,12 @@ ConvKernel random_kernel(int w, int h, uint32_t seed) {
 }
 
 std::vector<uint8_t> gpu_conv(const std::vector<uint8_t>& in, int w, int h, const ConvParams& p, bool sep) {
-  const int pitch = (w + 255) / 256 * 256;
   cuda::Stream s;
-  cuda::DeviceBuffer din(static_cast<size_t>(pitch) * h), dout(static_cast<size_t>(pitch) * h);
-  for (int y = 0; y < h; ++y)
-    cuda::memcpy_h2d_async(din.get() + static_cast<size_t>(y) * pitch, in.data() + static_cast<size_t>(y) * w,
-                           static_cast<size_t>(w), s.get());
-  cuda::memset_async(dout.get(), 0xEE, dout.size(), s.get());
-  cuda::conv_plane_async(din.get(), pitch, dout.get(), pitch, w, h, p, sep, s.get());
-  std::vector<uint8_t> host(static_cast<size_t>(pitch) * h), out(in.size());
-  cuda::memcpy_d2h_async(host.data(), dout.get(), host.size(), s.get());
-  s.synchronize();
-  for (int y = 0; y < h; ++y)
-    std::copy(host.begin() + static_cast<long>(y) * pitch, host.begin() + static_cast<long>(y) * pitch + w,
-              out.begin() + static_cast<long>(y) * w);
-  return out;
+  DevPlane src(w, h), dst(w, h);
+  src.upload(in, s.get());
+  cuda::memset_async(dst.buf.get(), 0xEE, dst.buf.size(), s.get());
+  cuda::conv_plane_async(src.buf.get(), src.pitch, dst.buf.get(), dst.pitch, w, h, p, sep, s.get());
+  return dst.download(s.get());
 }
 
 std::vector<uint8_t> plane(int w, int h, uint32_t seed) {

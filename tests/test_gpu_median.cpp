@@ -39,21 +39,12 @@ Plane make_plane(int w, int h, uint32_t seed, int kind) {
 
 // Runs the CUDA filter with the given algorithm; the device plane uses a padded pitch.
 std::vector<uint8_t> run_gpu(const Plane& in, const MedianParams& p, cuda::MedianAlgo algo) {
-  const int pitch = (in.w + 255) / 256 * 256;
   cuda::Stream s;
-  cuda::DeviceBuffer d_in(static_cast<size_t>(pitch) * in.h), d_out(static_cast<size_t>(pitch) * in.h);
-  for (int y = 0; y < in.h; ++y)
-    cuda::memcpy_h2d_async(d_in.get() + static_cast<size_t>(y) * pitch, in.px.data() + static_cast<size_t>(y) * in.w,
-                           static_cast<size_t>(in.w), s.get());
-  cuda::memset_async(d_out.get(), 0xCD, d_out.size(), s.get());
-  cuda::median_plane_async(d_in.get(), pitch, d_out.get(), pitch, in.w, in.h, p, algo, s.get());
-  std::vector<uint8_t> host(static_cast<size_t>(pitch) * in.h), out(in.px.size());
-  cuda::memcpy_d2h_async(host.data(), d_out.get(), host.size(), s.get());
-  s.synchronize();
-  for (int y = 0; y < in.h; ++y)
-    std::copy(host.begin() + static_cast<long>(y) * pitch, host.begin() + static_cast<long>(y) * pitch + in.w,
-              out.begin() + static_cast<long>(y) * in.w);
-  return out;
+  test::DevPlane src(in.w, in.h), dst(in.w, in.h);
+  src.upload(in.px, s.get());
+  cuda::memset_async(dst.buf.get(), 0xCD, dst.buf.size(), s.get());
+  cuda::median_plane_async(src.buf.get(), src.pitch, dst.buf.get(), dst.pitch, in.w, in.h, p, algo, s.get());
+  return dst.download(s.get());
 }
 
 std::vector<uint8_t> run_cpu(const Plane& in, const MedianParams& p) {

@@ -40,27 +40,6 @@ std::vector<uint8_t> plane(int w, int h, uint32_t seed, bool noisy_smooth = fals
   return v;
 }
 
-// A plane on the device with a 256-byte pitch, as the pipeline lays them out.
-struct DevPlane {
-  int w, h, pitch;
-  cuda::DeviceBuffer buf;
-  DevPlane(int w_, int h_) : w(w_), h(h_), pitch((w_ + 255) / 256 * 256), buf(static_cast<size_t>(pitch) * h_) {}
-  void upload(const std::vector<uint8_t>& v, cuda::StreamHandle s) {
-    for (int y = 0; y < h; ++y)
-      cuda::memcpy_h2d_async(buf.get() + static_cast<size_t>(y) * pitch, v.data() + static_cast<size_t>(y) * w,
-                             static_cast<size_t>(w), s);
-  }
-  std::vector<uint8_t> download(cuda::StreamHandle s) {
-    std::vector<uint8_t> host(buf.size()), out(static_cast<size_t>(w) * h);
-    cuda::memcpy_d2h_async(host.data(), buf.get(), host.size(), s);
-    VFP_CUDA(cudaStreamSynchronize(s));
-    for (int y = 0; y < h; ++y)
-      std::memcpy(out.data() + static_cast<size_t>(y) * w, host.data() + static_cast<size_t>(y) * pitch,
-                  static_cast<size_t>(w));
-    return out;
-  }
-};
-
 std::vector<float> fetch(const float* d, size_t n, cuda::StreamHandle s) {
   std::vector<float> v(n);
   cuda::memcpy_d2h_async(v.data(), d, n * sizeof(float), s);
