@@ -406,11 +406,7 @@ class GlDisplay final : public Display {
       last_slot_ = -1;
     }
 #endif
-    // GPU time of upload + draw by a timer query, read one frame later (never waits).
-    const int q = static_cast<int>(shown_ & 1);
-    read_query(q);
-    timing_slot_ = q;
-    glQueryCounter(ts_[q][0], GL_TIMESTAMP);
+    const int q = begin_gpu_timing();
     filtered_->upload(filtered);
     has_original_ = original != nullptr;
     if (original) original_->upload(*original);
@@ -436,10 +432,7 @@ class GlDisplay final : public Display {
       if (window_) glfwGetFramebufferSize(window_, &w, &h);
       if (w >= 1 && h >= 1) size_framebuffer(w, h);
       if (compose_ && w >= 1 && h >= 1) {
-        const int q = static_cast<int>(shown_ & 1);
-        read_query(q);
-        timing_slot_ = q;
-        glQueryCounter(ts_[q][0], GL_TIMESTAMP);
+        const int q = begin_gpu_timing();
         compose_ms_ = interop_->compose(slot, with_source, fb_res_, w, h, compose_params(w, h));
         // GPU time: the composition (CUDA, this frame) stands for the upload; the text
         // drawing comes from the GL timestamps (an earlier frame's, never waited for).
@@ -456,10 +449,7 @@ class GlDisplay final : public Display {
         return;
       }
     }
-    const int q = static_cast<int>(shown_ & 1);
-    read_query(q);
-    timing_slot_ = q;
-    glQueryCounter(ts_[q][0], GL_TIMESTAMP);
+    const int q = begin_gpu_timing();
     const int k = static_cast<int>(shown_ & 1);
     interop_->to_buffers(slot, k, with_source);
     filtered_->upload_from(interop_->buffer(k, 0));
@@ -536,6 +526,16 @@ class GlDisplay final : public Display {
 
  private:
   // The timer query of two frames ago, if its result is there (never waits).
+  // GPU time of a frame's upload + draw by timestamps, read two frames later (never waits):
+  // reads the results of the slot about to be reused, and starts it. Returns the slot.
+  int begin_gpu_timing() {
+    const int q = static_cast<int>(shown_ & 1);
+    read_query(q);
+    timing_slot_ = q;
+    glQueryCounter(ts_[q][0], GL_TIMESTAMP);
+    return q;
+  }
+
   // Timestamps before the upload, between upload and draw, after the draw.
   void read_query(int q) {
     if (shown_ < 2) return;
