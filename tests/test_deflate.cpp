@@ -92,6 +92,32 @@ TEST(Deflate, CodeLengthsAreLimitedAndComplete) {
   for (uint8_t l : eq) EXPECT_EQ(l, 3);
 }
 
+TEST(Deflate, LengthAndDistanceCodesMatchRfc1951Tables) {
+  // RFC 1951 3.2.5, written out: the closed forms in deflate_core.hpp must agree.
+  const int len_base[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
+                            31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+  const int dist_base[30] = {1,   2,   3,   4,   5,   7,    9,    13,   17,   25,   33,   49,   65,    97,    129,
+                             193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+  for (int len = 3; len <= 258; ++len) {
+    int code = 28;
+    while (len_base[code] > len) --code;
+    ASSERT_EQ(deflate::core::len_code(static_cast<uint32_t>(len)), code) << len;
+    ASSERT_EQ(static_cast<int>(deflate::core::len_base(code)), len_base[code]);
+    const int next = code == 28 ? 259 : len_base[code + 1];
+    if (code != 28 && code != 27) ASSERT_EQ(1 << deflate::core::len_extra_bits(code), next - len_base[code]) << code;
+  }
+  EXPECT_EQ(deflate::core::len_extra_bits(27), 5);  // 227..257 (258 has its own code)
+  EXPECT_EQ(deflate::core::len_extra_bits(28), 0);
+  for (int d = 1; d <= 32768; ++d) {
+    int code = 29;
+    while (dist_base[code] > d) --code;
+    ASSERT_EQ(deflate::core::dist_code(static_cast<uint32_t>(d)), code) << d;
+    ASSERT_EQ(static_cast<int>(deflate::core::dist_base(code)), dist_base[code]);
+    const int next = code == 29 ? 32769 : dist_base[code + 1];
+    ASSERT_EQ(1 << deflate::core::dist_extra_bits(code), next - dist_base[code]) << code;
+  }
+}
+
 TEST(Deflate, ChecksumsByHand) {
   const std::string s = "Wikipedia";
   EXPECT_EQ(deflate::adler32(reinterpret_cast<const uint8_t*>(s.data()), s.size()), 0x11E60398u);
@@ -104,8 +130,8 @@ TEST(Deflate, ZlibInflatesEveryStream) {
   GTEST_SKIP() << "built without zlib (the outside reference)";
 #else
   for (const auto& [name, data] : inputs())
-    for (int level : {0, 1, 6, 9})
-      for (size_t seg : {size_t(1) << 16, size_t(1024)}) {
+    for (int level : {0, 1, 4, 6, 9})
+      for (size_t seg : {size_t(1) << 16, size_t(4096)}) {
         deflate::Options o;
         o.level = level;
         o.segment_bytes = seg;

@@ -2,287 +2,155 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 
 namespace vfp::deflate {
 
 namespace {
 
-constexpr int kLenBase[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
-                              31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
-constexpr int kLenExtra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-constexpr int kDistBase[30] = {1,   2,   3,   4,   5,   7,    9,    13,   17,   25,   33,   49,   65,    97,    129,
-                               193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
-constexpr int kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
-constexpr int kClOrder[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
-constexpr int kWindow = 32768, kMaxMatch = 258, kHashBits = 15;
+namespace c = core;
 
-// LSB-first bit writer (DEFLATE's bit order); Huffman codes are reversed before writing.
-class BitWriter {
- public:
-  void put(uint32_t bits, int n) {
-    acc_ |= static_cast<uint64_t>(bits) << n_;
-    n_ += n;
-    while (n_ >= 8) {
-      out_.push_back(static_cast<uint8_t>(acc_));
-      acc_ >>= 8;
-      n_ -= 8;
+// Previous position with the same hash, as a distance (0: none within the window).
+std::vector<uint16_t> chain_distances(const uint8_t* seg, uint32_t n) {
+  std::vector<uint16_t> dist(n, 0);
+  std::vector<int32_t> head(1u << c::kHashBits, -1);
+  for (uint32_t p = 0; p + 3 <= n; ++p) {
+    const uint32_t h = c::hash3(seg[p], seg[p + 1], seg[p + 2]);
+    if (head[h] >= 0 && p - static_cast<uint32_t>(head[h]) <= static_cast<uint32_t>(c::kWindow))
+      dist[p] = static_cast<uint16_t>(p - static_cast<uint32_t>(head[h]));
+    head[h] = static_cast<int32_t>(p);
+  }
+  return dist;
+}
+
+// Longest match at p (first found wins ties), at most `limit` bytes; 0 when shorter than 3.
+uint32_t longest_match(const uint8_t* seg, const uint16_t* dist, uint32_t p, uint32_t limit,
+                       const c::LevelParams& lp, uint32_t* best_dist) {
+  if (limit < static_cast<uint32_t>(c::kMinMatch)) return 0;
+  uint32_t best = 0, j = p;
+  for (int k = 0; k < lp.depth; ++k) {
+    const uint32_t d = dist[j];
+    if (d == 0) break;
+    j -= d;
+    if (p - j > static_cast<uint32_t>(c::kWindow)) break;
+    const uint32_t l = c::match_length(seg + j, seg + p, limit);
+    if (l > best) {
+      best = l;
+      *best_dist = p - j;
+      if (best >= static_cast<uint32_t>(lp.nice) || best == limit) break;
     }
   }
-  void align() {
-    if (n_ > 0) put(0, 8 - n_);
-  }
-  std::vector<uint8_t>& bytes() { return out_; }
-
- private:
-  std::vector<uint8_t> out_;
-  uint64_t acc_ = 0;
-  int n_ = 0;
-};
-
-uint32_t reverse(uint32_t code, int len) {
-  uint32_t r = 0;
-  for (int i = 0; i < len; ++i) r |= ((code >> i) & 1u) << (len - 1 - i);
-  return r;
+  return best >= static_cast<uint32_t>(c::kMinMatch) ? best : 0;
 }
 
-// Canonical codes (RFC 1951 3.2.2), bit-reversed for the writer.
-std::vector<uint32_t> canonical(const std::vector<uint8_t>& len) {
-  int bl_count[16] = {0};
-  for (uint8_t l : len) bl_count[l]++;
-  bl_count[0] = 0;
-  uint32_t next[16] = {0}, code = 0;
-  for (int b = 1; b < 16; ++b) {
-    code = (code + static_cast<uint32_t>(bl_count[b - 1])) << 1;
-    next[b] = code;
-  }
-  std::vector<uint32_t> c(len.size(), 0);
-  for (size_t s = 0; s < len.size(); ++s)
-    if (len[s]) c[s] = reverse(next[len[s]]++, len[s]);
-  return c;
-}
-
-int len_code(int len) {  // index into kLenBase
-  int i = 28;
-  while (kLenBase[i] > len) --i;
-  return i;
-}
-int dist_code(int dist) {
-  int i = 29;
-  while (kDistBase[i] > dist) --i;
-  return i;
-}
-
-struct Token {
-  uint16_t len;   // 0: literal
-  uint16_t dist;  // or the literal byte
-};
-
-// Greedy LZ77 over [begin, end) of `data`, matches inside the segment only.
-std::vector<Token> match(const uint8_t* data, size_t begin, size_t end, int depth) {
-  std::vector<Token> t;
-  const size_t n = end - begin;
-  t.reserve(n / 2 + 16);
-  std::vector<int32_t> head(1u << kHashBits, -1), prev(n, -1);
-  auto hash = [&](size_t i) {
-    const uint32_t v = (static_cast<uint32_t>(data[i]) << 16) | (static_cast<uint32_t>(data[i + 1]) << 8) | data[i + 2];
-    return (v * 2654435761u) >> (32 - kHashBits);
-  };
-  auto insert = [&](size_t i) {
-    if (i + 3 > end) return;
-    const uint32_t h = hash(i);
-    prev[i - begin] = head[h];
-    head[h] = static_cast<int32_t>(i - begin);
-  };
-  size_t i = begin;
-  while (i < end) {
-    int best = 0, best_dist = 0;
-    if (depth > 0 && i + 3 <= end) {
-      const size_t limit = std::min<size_t>(kMaxMatch, end - i);
-      int32_t j = head[hash(i)];
-      for (int d = 0; d < depth && j >= 0; ++d, j = prev[static_cast<size_t>(j)]) {
-        const size_t cand = begin + static_cast<size_t>(j);
-        if (i - cand > kWindow) break;
-        size_t l = 0;
-        while (l < limit && data[cand + l] == data[i + l]) ++l;
-        if (static_cast<int>(l) > best) {
-          best = static_cast<int>(l);
-          best_dist = static_cast<int>(i - cand);
-          if (l == limit) break;
-        }
+// Encodes one segment (one dynamic block, plus the aligning empty stored block when not final).
+void encode_segment(const uint8_t* seg, uint32_t n, const c::LevelParams& lp, bool final, std::vector<uint8_t>& out) {
+  const std::vector<uint16_t> dist = chain_distances(seg, n);
+  std::vector<uint32_t> tokens;
+  tokens.reserve(n);
+  std::vector<uint32_t> hist(c::kNumSyms, 0);
+  for (uint32_t chunk = 0; chunk < n; chunk += c::kChunk) {
+    const uint32_t end = std::min(n, chunk + c::kChunk);
+    auto limit_at = [&](uint32_t p) { return std::min<uint32_t>(c::kMaxMatch, end - p); };
+    for (uint32_t p = chunk; p < end;) {
+      uint32_t d = 0;
+      uint32_t len = longest_match(seg, dist.data(), p, limit_at(p), lp, &d);
+      if (len && lp.lazy && p + 1 < end) {
+        uint32_t d1 = 0;
+        if (longest_match(seg, dist.data(), p + 1, limit_at(p + 1), lp, &d1) > len) len = 0;
+      }
+      if (len) {
+        tokens.push_back(c::make_match(len, d));
+        hist[257 + static_cast<size_t>(c::len_code(len))]++;
+        hist[c::kNumLitLen + static_cast<size_t>(c::dist_code(d))]++;
+        p += len;
+      } else {
+        tokens.push_back(c::make_literal(seg[p]));
+        hist[seg[p]]++;
+        ++p;
       }
     }
-    if (best >= 3) {
-      t.push_back({static_cast<uint16_t>(best), static_cast<uint16_t>(best_dist)});
-      for (int k = 0; k < best; ++k) insert(i + static_cast<size_t>(k));
-      i += static_cast<size_t>(best);
-    } else {
-      t.push_back({0, data[i]});
-      insert(i);
-      ++i;
-    }
   }
-  return t;
-}
-
-// One dynamic-Huffman block of `tokens`.
-void write_block(BitWriter& w, const std::vector<Token>& tokens, bool final) {
-  std::vector<uint32_t> lf(286, 0), df(30, 0);
-  for (const Token& t : tokens) {
-    if (t.len == 0) {
-      lf[t.dist]++;
-    } else {
-      lf[257 + static_cast<size_t>(len_code(t.len))]++;
-      df[static_cast<size_t>(dist_code(t.dist))]++;
-    }
+  hist[c::kEob] = 1;
+  c::BlockCode bc{};
+  build_block_code(hist.data(), final, bc);
+  // Write header, tokens, end-of-block, then the sync flush.
+  std::vector<uint32_t> words((c::segment_bytes(bc.header_bits + c::data_bits(bc, hist.data()), final) + 8) / 4 + 2, 0);
+  c::BitBuf w{words.data(), 0};
+  for (uint32_t i = 0; i < bc.header_bits; i += 32) {
+    const int k = static_cast<int>(std::min<uint32_t>(32, bc.header_bits - i));
+    w.put(k == 32 ? bc.header[i / 32] : bc.header[i / 32] & ((1u << k) - 1), k);
   }
-  lf[256] = 1;
-  std::vector<uint8_t> ll = limited_code_lengths(lf, 15), dl = limited_code_lengths(df, 15);
-  if (std::all_of(dl.begin(), dl.end(), [](uint8_t l) { return l == 0; })) dl[0] = 1;  // one unused code
-  int hlit = 286, hdist = 30;
-  while (hlit > 257 && ll[static_cast<size_t>(hlit - 1)] == 0) --hlit;
-  while (hdist > 1 && dl[static_cast<size_t>(hdist - 1)] == 0) --hdist;
-  // Run-length code of the code lengths (symbols 16, 17, 18).
-  std::vector<uint8_t> all(ll.begin(), ll.begin() + hlit);
-  all.insert(all.end(), dl.begin(), dl.begin() + hdist);
-  struct Rle {
-    uint8_t sym, extra;
-  };
-  std::vector<Rle> rle;
-  for (size_t i = 0; i < all.size();) {
-    size_t run = 1;
-    while (i + run < all.size() && all[i + run] == all[i]) ++run;
-    const uint8_t v = all[i];
-    size_t left = run;
-    if (v == 0) {
-      while (left >= 11) {
-        const size_t k = std::min<size_t>(left, 138);
-        rle.push_back({18, static_cast<uint8_t>(k - 11)});
-        left -= k;
-      }
-      if (left >= 3) {
-        rle.push_back({17, static_cast<uint8_t>(left - 3)});
-        left = 0;
-      }
-    } else {
-      rle.push_back({v, 0});
-      --left;
-      while (left >= 3) {
-        const size_t k = std::min<size_t>(left, 6);
-        rle.push_back({16, static_cast<uint8_t>(k - 3)});
-        left -= k;
-      }
-    }
-    while (left-- > 0) rle.push_back({v, 0});
-    i += run;
+  for (uint32_t t : tokens) {
+    uint64_t pattern = 0;
+    const uint32_t bits = c::token_bits(bc, t, &pattern);
+    w.put(static_cast<uint32_t>(pattern), static_cast<int>(std::min<uint32_t>(bits, 32)));
+    if (bits > 32) w.put(static_cast<uint32_t>(pattern >> 32), static_cast<int>(bits - 32));
   }
-  std::vector<uint32_t> cf(19, 0);
-  for (const Rle& r : rle) cf[r.sym]++;
-  std::vector<uint8_t> cl = limited_code_lengths(cf, 7);
-  int hclen = 19;
-  while (hclen > 4 && cl[static_cast<size_t>(kClOrder[hclen - 1])] == 0) --hclen;
-  const std::vector<uint32_t> lc = canonical(ll), dc = canonical(dl), cc = canonical(cl);
-
-  w.put(final ? 1 : 0, 1);
-  w.put(2, 2);  // dynamic Huffman
-  w.put(static_cast<uint32_t>(hlit - 257), 5);
-  w.put(static_cast<uint32_t>(hdist - 1), 5);
-  w.put(static_cast<uint32_t>(hclen - 4), 4);
-  for (int i = 0; i < hclen; ++i) w.put(cl[static_cast<size_t>(kClOrder[i])], 3);
-  for (const Rle& r : rle) {
-    w.put(cc[r.sym], cl[r.sym]);
-    if (r.sym == 16) w.put(r.extra, 2);
-    if (r.sym == 17) w.put(r.extra, 3);
-    if (r.sym == 18) w.put(r.extra, 7);
+  w.put(bc.code[c::kEob], bc.len[c::kEob]);
+  if (!final) {
+    w.put(0, 3);  // empty stored block: BFINAL 0, BTYPE 00, then align, LEN 0, NLEN 0xFFFF
+    w.pos = (w.pos + 7) & ~7u;
+    w.put(0, 16);
+    w.put(0xFFFF, 16);
   }
-  for (const Token& t : tokens) {
-    if (t.len == 0) {
-      w.put(lc[t.dist], ll[t.dist]);
-      continue;
-    }
-    const int lci = len_code(t.len), dci = dist_code(t.dist);
-    w.put(lc[257 + static_cast<size_t>(lci)], ll[257 + static_cast<size_t>(lci)]);
-    if (kLenExtra[lci]) w.put(static_cast<uint32_t>(t.len - kLenBase[lci]), kLenExtra[lci]);
-    w.put(dc[static_cast<size_t>(dci)], dl[static_cast<size_t>(dci)]);
-    if (kDistExtra[dci]) w.put(static_cast<uint32_t>(t.dist - kDistBase[dci]), kDistExtra[dci]);
-  }
-  w.put(lc[256], ll[256]);
-}
-
-void write_stored(BitWriter& w, const uint8_t* p, size_t n, bool final) {
-  w.put(final ? 1 : 0, 1);
-  w.put(0, 2);
-  w.align();
-  w.put(static_cast<uint32_t>(n & 0xFFFF), 16);
-  w.put(static_cast<uint32_t>(~n & 0xFFFF), 16);
-  for (size_t i = 0; i < n; ++i) w.put(p[i], 8);
+  const size_t bytes = (w.pos + 7) / 8;
+  const size_t at = out.size();
+  out.resize(at + bytes);
+  for (size_t i = 0; i < bytes; ++i) out[at + i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
 }
 
 }  // namespace
 
-int chain_depth(int level) {
-  static const int depth[10] = {0, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
-  return depth[std::clamp(level, 0, 9)];
+void build_block_code(const uint32_t* hist, bool final, core::BlockCode& bc) {
+  c::MergeScratch scratch;
+  uint16_t sorted[c::kNumLitLen];
+  for (int s = 0; s < c::kNumSyms; ++s) bc.len[s] = 0;
+  int m = c::sort_symbols(hist, c::kNumLitLen, sorted);
+  c::package_merge(hist, sorted, m, 15, bc.len, scratch);
+  m = c::sort_symbols(hist + c::kNumLitLen, c::kNumDist, sorted);
+  c::package_merge(hist + c::kNumLitLen, sorted, m, 15, bc.len + c::kNumLitLen, scratch);
+  c::finish_distance_lengths(bc);
+  c::build_header(bc, final, scratch);
 }
+
+int chain_depth(int level) { return level <= 0 ? 0 : core::level_params(level).depth; }
 
 std::vector<uint8_t> limited_code_lengths(const std::vector<uint32_t>& freq, int max_bits) {
   std::vector<uint8_t> len(freq.size(), 0);
-  struct Item {
-    uint64_t weight;
-    std::vector<uint16_t> syms;
-  };
-  std::vector<Item> leaves;
-  for (size_t s = 0; s < freq.size(); ++s)
-    if (freq[s]) leaves.push_back({freq[s], {static_cast<uint16_t>(s)}});
-  if (leaves.empty()) return len;
-  if (leaves.size() == 1) {
-    len[leaves[0].syms[0]] = 1;
-    return len;
-  }
-  std::stable_sort(leaves.begin(), leaves.end(), [](const Item& a, const Item& b) { return a.weight < b.weight; });
-  // Package-merge: each level merges the leaves with the pairs of the level below.
-  std::vector<Item> list = leaves;
-  for (int level = 1; level < max_bits; ++level) {
-    std::vector<Item> pairs;
-    for (size_t i = 0; i + 1 < list.size(); i += 2) {
-      Item p{list[i].weight + list[i + 1].weight, list[i].syms};
-      p.syms.insert(p.syms.end(), list[i + 1].syms.begin(), list[i + 1].syms.end());
-      pairs.push_back(std::move(p));
-    }
-    std::vector<Item> merged;
-    merged.reserve(leaves.size() + pairs.size());
-    size_t a = 0, b = 0;
-    while (a < leaves.size() || b < pairs.size()) {  // stable: leaves first on equal weight
-      if (b >= pairs.size() || (a < leaves.size() && leaves[a].weight <= pairs[b].weight))
-        merged.push_back(leaves[a++]);
-      else
-        merged.push_back(std::move(pairs[b++]));
-    }
-    list = std::move(merged);
-  }
-  for (size_t i = 0; i < 2 * leaves.size() - 2 && i < list.size(); ++i)
-    for (uint16_t s : list[i].syms) len[s]++;
+  std::vector<uint16_t> sorted(freq.size());
+  auto scratch = std::make_unique<c::MergeScratch>();
+  const int m = c::sort_symbols(freq.data(), static_cast<int>(freq.size()), sorted.data());
+  c::package_merge(freq.data(), sorted.data(), m, max_bits, len.data(), *scratch);
   return len;
 }
 
+size_t segment_size(const Options& opt) {
+  const size_t s = std::clamp<size_t>(opt.segment_bytes, c::kChunk, c::kMaxSegment);
+  return s / c::kChunk * c::kChunk;
+}
+
 std::vector<uint8_t> compress(const uint8_t* data, size_t n, const Options& opt) {
-  std::vector<uint8_t> out;
   if (n == 0) return {0x03, 0x00};  // one final fixed-Huffman block holding only end-of-block
-  const size_t seg = std::max<size_t>(opt.segment_bytes, 1024);
-  for (size_t begin = 0; begin < n; begin += seg) {
-    const size_t end = std::min(n, begin + seg);
-    const bool last = end == n;
-    BitWriter w;
-    if (opt.level <= 0) {
-      for (size_t p = begin; p < end; p += 65535) {
-        const size_t k = std::min<size_t>(65535, end - p);
-        write_stored(w, data + p, k, last && p + k == end);
-      }
-    } else {
-      write_block(w, match(data, begin, end, chain_depth(opt.level)), last);
-      if (!last) write_stored(w, nullptr, 0, false);  // byte-align: the next segment starts on a byte
+  std::vector<uint8_t> out;
+  out.reserve(n / 2 + 64);
+  if (opt.level <= 0) {  // stored blocks of 65535 bytes
+    for (size_t p = 0; p < n; p += 65535) {
+      const size_t k = std::min<size_t>(65535, n - p);
+      out.push_back(p + k == n ? 1 : 0);
+      out.push_back(static_cast<uint8_t>(k));
+      out.push_back(static_cast<uint8_t>(k >> 8));
+      out.push_back(static_cast<uint8_t>(~k));
+      out.push_back(static_cast<uint8_t>(~k >> 8));
+      out.insert(out.end(), data + p, data + p + k);
     }
-    w.align();
-    out.insert(out.end(), w.bytes().begin(), w.bytes().end());
+    return out;
+  }
+  const size_t seg = segment_size(opt);
+  const c::LevelParams lp = c::level_params(std::min(opt.level, 9));
+  for (size_t begin = 0; begin < n; begin += seg) {
+    const size_t len = std::min(seg, n - begin);
+    encode_segment(data + begin, static_cast<uint32_t>(len), lp, begin + len == n, out);
   }
   return out;
 }

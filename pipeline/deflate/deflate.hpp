@@ -1,11 +1,14 @@
 // DEFLATE (RFC 1951) encoder, CPU reference of the segment-parallel algorithm the GPU
 // encoder (issue 9) is to reproduce byte for byte. Standard streams: any inflate reads them.
 //
-// Algorithm (docs/deflate.md):
-//   * The input is cut into segments of `segment_bytes` (64 KiB by default), each encoded
-//     on its own: LZ77 with a 3-byte hash, a chain of earlier positions with the same hash
-//     inside the segment (window 32 KiB), greedy longest match (first found wins ties),
-//     chain depth set by the level.
+// Algorithm (docs/deflate.md; shared definitions in deflate_core.hpp):
+//   * The input is cut into segments of `segment_bytes` (64 KiB by default, a multiple of
+//     4 KiB), each encoded on its own: LZ77 with a 3-byte hash and, for every position, the
+//     previous position of the segment with the same hash (window 32 KiB); the longest match
+//     along that chain (first found wins ties; depth and "nice" length set by the level).
+//   * The parse (greedy, or lazy from level 4: a literal when the next position matches
+//     longer) restarts at every 4 KiB chunk and no match runs past a chunk's end, so chunks
+//     parse independently (one warp each on the GPU).
 //   * Each segment is one dynamic-Huffman block with code lengths from package-merge
 //     (optimal under the 15-bit limit; 7 bits for the code-length code), canonical codes.
 //   * Segments are joined into one stream by ending every non-final block with an empty
@@ -18,12 +21,21 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/deflate/deflate_core.hpp"
+
 namespace vfp::deflate {
 
 struct Options {
-  int level = 6;                   // 1 (fast) .. 9 (best); 0 = stored blocks only
+  int level = 6;                   // 1 (fast) .. 9 (best); 0 = stored blocks of 65535 bytes
   size_t segment_bytes = 1 << 16;  // independent segments (the GPU's unit of work)
 };
+
+// Segment size actually used: opt.segment_bytes clamped to 4..64 KiB, rounded down to 4 KiB.
+size_t segment_size(const Options& opt);
+
+// Code lengths, codes and header of a segment's block from its histogram (286 literal/length
+// symbols with hist[256] = 1, then 30 distance symbols). The GPU encoder builds the same.
+void build_block_code(const uint32_t* hist, bool final, core::BlockCode& bc);
 
 // Chain depth of each level (how many earlier positions are tried per match search).
 int chain_depth(int level);
