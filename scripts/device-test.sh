@@ -6,7 +6,8 @@
 # From the development machine, with the `device` tool:
 #     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
 #     device run --carry .deps -- bash scripts/device-test.sh
-# BENCHES="engine median conv wavelet" (the default) selects the benchmarks to run.
+# BENCHES="engine median conv wavelet deflate" (the default) selects the benchmarks to run.
+# .gl/ (gl-kit) and .zk/ (scripts/fetch-device-zkit.sh) are used when carried along.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -18,6 +19,12 @@ export PATH=/usr/local/cuda/bin:$PATH
 # ../shared/device/gl-kit.sh fetch, carried as .gl/.
 if [ -f .gl/gl-kit.sh ]; then
   source .gl/gl-kit.sh install > "$OUT/gl-kit.log" 2>&1 && export VFPIPE_REQUIRE_HEADLESS=1
+fi
+
+# zlib, libdeflate, libpng (the DEFLATE references and peers): scripts/fetch-device-zkit.sh, carried as .zk/.
+if [ -d .zk/usr ]; then
+  export CMAKE_PREFIX_PATH=$PWD/.zk/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  export LD_LIBRARY_PATH=$PWD/.zk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 
 log configure
@@ -49,7 +56,7 @@ compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/vfpipe_
 rc_race=$?
 tail -4 "$OUT/racecheck.log"
 
-BENCHES=${BENCHES:-engine median conv wavelet}
+BENCHES=${BENCHES:-engine median conv wavelet deflate}
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want engine; then
 log "engine benchmark"
@@ -73,6 +80,12 @@ if want wavelet; then
   build-device/vfpipe-bench-wavelet --json "$OUT/bench_wavelet.json" 2>&1 | tee "$OUT/bench_wavelet.txt"
   build-device/vfpipe-bench-wavelet --sizes 3840x2160 --wavelets db4 --method visushrink --cpu-iters 0 2>&1 | tail -1 |
     sed 's/^/visushrink: /' | tee -a "$OUT/bench_wavelet.txt"
+fi
+
+if want deflate; then
+  log "DEFLATE benchmark (vs zlib, libdeflate, libpng)"
+  build-device/vfpipe-bench-deflate --json "$OUT/bench_deflate.json" 2>&1 | tee "$OUT/bench_deflate.txt"
+  build-device/vfpipe-bench-deflate --format gray --frames 16 --levels 1,6 --png-levels 1,4 2>&1 | tee -a "$OUT/bench_deflate.txt"
 fi
 
 echo "tests rc=$rc_tests sanitizer rc=$rc_san racecheck rc=$rc_race"

@@ -215,7 +215,11 @@ struct BlockCode {
   uint32_t header_bits;
 };
 
-constexpr int kClOrder[kNumCl] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
+// Order in which the code-length code's lengths are sent (RFC 1951 3.2.7).
+VFP_HD int cl_order(int i) {
+  constexpr int order[kNumCl] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
+  return order[i];
+}
 
 // Header of a block whose lengths ll (286 entries) / dl (30) are set in bc.len. The
 // code-length alphabet's lengths come from package-merge (7 bits) over the run-length symbols.
@@ -266,7 +270,7 @@ VFP_HD void build_header(BlockCode& bc, bool final, MergeScratch& scratch) {
   uint16_t cc[kNumCl];
   canonical_codes(cl, kNumCl, cc);
   int hclen = kNumCl;
-  while (hclen > 4 && cl[kClOrder[hclen - 1]] == 0) --hclen;
+  while (hclen > 4 && cl[cl_order(hclen - 1)] == 0) --hclen;
 
   for (int w = 0; w < kHeaderWords; ++w) bc.header[w] = 0;
   BitBuf b{bc.header, 0};
@@ -275,7 +279,7 @@ VFP_HD void build_header(BlockCode& bc, bool final, MergeScratch& scratch) {
   b.put(static_cast<uint32_t>(hlit - 257), 5);
   b.put(static_cast<uint32_t>(hdist - 1), 5);
   b.put(static_cast<uint32_t>(hclen - 4), 4);
-  for (int i = 0; i < hclen; ++i) b.put(cl[kClOrder[i]], 3);
+  for (int i = 0; i < hclen; ++i) b.put(cl[cl_order(i)], 3);
   for (int i = 0; i < nrle; ++i) {
     const int sym = rle[i] & 0xFF, extra = rle[i] >> 8;
     b.put(cc[sym], cl[sym]);

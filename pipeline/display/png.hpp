@@ -1,5 +1,5 @@
-// A minimal PNG writer for screenshots (8-bit RGB, no row filters, compressed by vfpipe's
-// own DEFLATE encoder; no dependencies — the GPU machine has neither libpng nor OpenCV).
+// The screenshot writer: 8-bit RGB through vfpipe's PNG encoder (pipeline/deflate/png.hpp, our
+// own DEFLATE; no dependencies: the GPU machine has neither libpng nor OpenCV).
 // The tests decode its output with OpenCV/libpng. Throws vfp::Error (Output) when the file
 // cannot be written.
 #pragma once

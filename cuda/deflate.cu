@@ -1,0 +1,767 @@
+// CUDA DEFLATE encoder, GPU checksums and PNG (see cuda/deflate.hpp for the structure and
+// docs/deflate.md for the algorithm). Everything that decides a bit of the output comes
+// from pipeline/deflate/deflate_core.hpp, shared with the CPU reference.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cub/device/device_scan.cuh>
+#include <cstring>
+
+#include "cuda/deflate.hpp"
+#include "pipeline/deflate/deflate_core.hpp"
+#include "pipeline/deflate/png.hpp"
+#include "pipeline/error.hpp"
+
+namespace vfp::cuda {
+
+namespace c = deflate::core;
+
+namespace {
+
+constexpr unsigned kFull = 0xFFFFFFFFu;
+constexpr int kChunksPerSeg = c::kMaxSegment / c::kChunk;  // 16 warps per block
+constexpr uint16_t kNoPos = 0xFFFF;  // the last position of a 64 KiB segment has no hash
+constexpr size_t kBatch = size_t(256) << 20;
+
+// ------------------------------------------------------------------ chains
+// One warp per segment: dist[p] = p - (previous position with the same hash), 0 if none or
+// farther than the window. Lanes with no hash (the last two bytes) get unique dummy keys.
+__global__ void __launch_bounds__(32) chains_kernel(const uint8_t* __restrict__ in, size_t n, uint32_t seg_size,
+                                                    uint16_t* __restrict__ dist) {
+  extern __shared__ uint16_t head[];
+  const size_t begin = static_cast<size_t>(blockIdx.x) * seg_size;
+  const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
+  const unsigned lane = threadIdx.x;
+  for (uint32_t i = lane; i < (1u << c::kHashBits); i += 32) head[i] = kNoPos;
+  __syncwarp();
+  const uint8_t* seg = in + begin;
+  const unsigned lower = (1u << lane) - 1;
+  for (uint32_t base = 0; base < len; base += 32) {
+    const uint32_t p = base + lane;
+    const bool has = p + 3 <= len;
+    const uint32_t h = has ? c::hash3(seg[p], seg[p + 1], seg[p + 2]) : (1u << 16) + lane;
+    const unsigned group = __match_any_sync(kFull, h);
+    const unsigned below = group & lower;
+    uint16_t d = 0;
+    if (has) {
+      uint32_t q;
+      bool found = true;
+      if (below) {
+        q = base + 31 - __clz(below);
+      } else {
+        const uint16_t hv = head[h];
+        found = hv != kNoPos;
+        q = hv;
+      }
+      if (found && p - q <= static_cast<uint32_t>(c::kWindow)) d = static_cast<uint16_t>(p - q);
+    }
+    __syncwarp();
+    if (has && (group >> lane) == 1u) head[h] = static_cast<uint16_t>(p);  // last of its group
+    __syncwarp();
+    if (p < len) dist[begin + p] = d;
+  }
+}
+
+// ------------------------------------------------------------------ parse
+__device__ __forceinline__ uint32_t load32(const uint8_t* s, uint32_t i) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(s);
+  return __funnelshift_r(w[i >> 2], w[(i >> 2) + 1], (i & 3) * 8);
+}
+
+// Common prefix of s[a..] and s[b..] up to limit, four bytes at a time.
+__device__ __forceinline__ uint32_t match_len_smem(const uint8_t* s, uint32_t a, uint32_t b, uint32_t limit) {
+  uint32_t l = 0;
+  while (l < limit) {
+    const uint32_t x = load32(s, a + l) ^ load32(s, b + l);
+    if (x) return min(limit, l + ((__ffs(x) - 1) >> 3));
+    l += 4;
+  }
+  return limit;
+}
+
+// The reference's longest_match (deflate.cpp), on the shared-memory segment.
+__device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* dist, uint32_t p, uint32_t limit,
+                                       c::LevelParams lp, uint32_t* best_dist) {
+  if (limit < static_cast<uint32_t>(c::kMinMatch)) return 0;
+  uint32_t best = 0, j = p;
+  for (int k = 0; k < lp.depth; ++k) {
+    const uint32_t d = dist[j];
+    if (d == 0) break;
+    j -= d;
+    if (p - j > static_cast<uint32_t>(c::kWindow)) break;
+    if (s[j + best] != s[p + best]) continue;  // cannot beat best (best < limit here)
+    const uint32_t l = match_len_smem(s, j, p, limit);
+    if (l > best) {
+      best = l;
+      *best_dist = p - j;
+      if (best >= static_cast<uint32_t>(lp.nice) || best == limit) break;
+    }
+  }
+  return best >= static_cast<uint32_t>(c::kMinMatch) ? best : 0;
+}
+
+// One block per segment, one warp per 4 KiB chunk. Tokens of chunk k go to tokens[chunk
+// start ...] (a chunk never has more tokens than bytes); the count to chunk_ntok.
+__global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t* __restrict__ in, size_t n,
+                                                                   uint32_t seg_size, const uint16_t* __restrict__ gdist,
+                                                                   c::LevelParams lp, uint32_t* __restrict__ tokens,
+                                                                   uint32_t* __restrict__ chunk_ntok,
+                                                                   uint32_t* __restrict__ seg_hist) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ uint32_t hist[c::kNumSyms];
+  const size_t begin = static_cast<size_t>(blockIdx.x) * seg_size;
+  const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
+  uint8_t* s = smem;                                                     // seg_size + 16 bytes
+  uint16_t* dist = reinterpret_cast<uint16_t*>(smem + seg_size + 16);  // seg_size entries
+  for (uint32_t i = threadIdx.x; i < c::kNumSyms; i += blockDim.x) hist[i] = 0;
+  for (uint32_t i = threadIdx.x; i < len; i += blockDim.x) {
+    s[i] = in[begin + i];
+    dist[i] = gdist[begin + i];
+  }
+  for (uint32_t i = len + threadIdx.x; i < len + 16; i += blockDim.x) s[i] = 0;
+  __syncthreads();
+
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t cstart = warp * c::kChunk;
+  if (cstart < len) {
+    const uint32_t cend = min(len, cstart + c::kChunk);
+    uint32_t ntok = 0;
+    uint32_t* out = tokens + begin + cstart;
+    for (uint32_t base = cstart; base < cend;) {
+      const uint32_t p = base + lane;
+      uint32_t L = 0, D = 0;
+      if (p < cend) L = longest_match_smem(s, dist, p, std::min<uint32_t>(c::kMaxMatch, cend - p), lp, &D);
+      const uint32_t Lnext = __shfl_down_sync(kFull, L, 1);
+      const bool take = L != 0 && !(lp.lazy && lane < 31 && Lnext > L);
+      const bool undecided = lp.lazy && lane == 31 && L != 0 && p + 1 < cend;  // needs p+1: restart at p
+      const int nxt = p >= cend ? 64 : undecided ? 31 : static_cast<int>(lane + (take ? L : 1));
+      // The path from lane 0: after round r it holds the lanes reached in < 2^(r+1) steps.
+      unsigned path = 1;
+      int jump = nxt;
+      for (int r = 0; r < 5; ++r) {
+        const unsigned mine = ((path >> lane) & 1u) && jump < 32 ? (1u << jump) : 0u;
+        path |= __reduce_or_sync(kFull, mine);
+        const int j2 = __shfl_sync(kFull, jump, jump & 31);
+        jump = jump < 32 ? j2 : jump;
+      }
+      const bool emit = ((path >> lane) & 1u) && p < cend && !undecided;
+      const unsigned emit_mask = __ballot_sync(kFull, emit);
+      if (emit) {
+        const uint32_t idx = ntok + __popc(emit_mask & ((1u << lane) - 1));
+        if (take) {
+          out[idx] = c::make_match(L, D);
+          atomicAdd(&hist[257 + c::len_code(L)], 1u);
+          atomicAdd(&hist[c::kNumLitLen + c::dist_code(D)], 1u);
+        } else {
+          out[idx] = c::make_literal(s[p]);
+          atomicAdd(&hist[s[p]], 1u);
+        }
+      }
+      ntok += __popc(emit_mask);
+      const int last = 31 - __clz(path);
+      const int last_nxt = __shfl_sync(kFull, nxt, last);
+      base += static_cast<uint32_t>(last_nxt);  // 31 when lane 31 waits for its lazy check
+    }
+    if (lane == 0) chunk_ntok[(begin + cstart) / c::kChunk] = ntok;
+  }
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < c::kNumSyms; i += blockDim.x) seg_hist[blockIdx.x * c::kNumSyms + i] = hist[i];
+}
+
+// ------------------------------------------------------------------ codes
+// One block per segment: the reference's build_block_code, with the symbol sort done by
+// ranking in parallel (the same order: by frequency, then symbol).
+__global__ void __launch_bounds__(320) codes_kernel(const uint32_t* __restrict__ seg_hist, uint32_t nseg, bool last_batch,
+                                                    uint32_t* __restrict__ seg_code, uint32_t* __restrict__ seg_header,
+                                                    uint32_t* __restrict__ seg_hbits,
+                                                    unsigned long long* __restrict__ seg_bytes) {
+  __shared__ uint32_t hist[c::kNumSyms];
+  __shared__ uint16_t sorted[c::kNumSyms];
+  __shared__ c::BlockCode bc;
+  __shared__ c::MergeScratch scratch[2];
+  __shared__ unsigned long long bits;
+  const unsigned t = threadIdx.x;
+  const uint32_t seg = blockIdx.x;
+  if (t < c::kNumSyms) {
+    hist[t] = t == c::kEob ? 1u : seg_hist[seg * c::kNumSyms + t];
+    bc.len[t] = 0;
+  }
+  if (t == 0) bits = 0;
+  __syncthreads();
+  // Rank among the used symbols of the same alphabet.
+  const bool is_ll = t < c::kNumLitLen;
+  const uint32_t lo = is_ll ? 0 : c::kNumLitLen, hi = is_ll ? c::kNumLitLen : c::kNumSyms;
+  const bool used = t < c::kNumSyms && hist[t] != 0;
+  if (used) {
+    uint32_t r = 0;
+    const uint32_t f = hist[t];
+    for (uint32_t q = lo; q < hi; ++q) r += hist[q] != 0 && (hist[q] < f || (hist[q] == f && q < t));
+    sorted[lo + r] = static_cast<uint16_t>(t - lo);
+  }
+  const int m_ll = __syncthreads_count(used && is_ll);
+  const int m_d = __syncthreads_count(used && !is_ll);
+  if (t == 0) c::package_merge(hist, sorted, m_ll, 15, bc.len, scratch[0]);
+  if (t == 32)
+    c::package_merge(hist + c::kNumLitLen, sorted + c::kNumLitLen, m_d, 15, bc.len + c::kNumLitLen, scratch[1]);
+  __syncthreads();
+  const bool final = last_batch && seg == nseg - 1;
+  if (t == 0) {
+    c::finish_distance_lengths(bc);
+    c::build_header(bc, final, scratch[0]);
+  }
+  __syncthreads();
+  if (t < c::kNumSyms) {
+    const unsigned long long b = static_cast<unsigned long long>(hist[t]) * (bc.len[t] + c::symbol_extra_bits(t));
+    if (b) atomicAdd(&bits, b);
+    seg_code[seg * c::kNumSyms + t] = bc.code[t] | (static_cast<uint32_t>(bc.len[t]) << 16);
+  }
+  for (unsigned w = t; w < c::kHeaderWords; w += blockDim.x) seg_header[seg * c::kHeaderWords + w] = bc.header[w];
+  __syncthreads();
+  if (t == 0) {
+    seg_hbits[seg] = bc.header_bits;
+    seg_bytes[seg] = c::segment_bytes(bc.header_bits + bits, final);
+  }
+}
+
+// ------------------------------------------------------------------ pack
+__device__ __forceinline__ void or_bits_global(uint32_t* out, unsigned long long pos, unsigned long long pattern, int n) {
+  if (n == 0) return;
+  const unsigned long long w = pos >> 5;
+  const int o = static_cast<int>(pos & 31);
+  const unsigned long long v = pattern << o;  // o + n <= 31 + 48 < 96: up to three words
+  atomicOr(out + w, static_cast<uint32_t>(v));
+  if (o + n > 32) atomicOr(out + w + 1, static_cast<uint32_t>(v >> 32));
+  if (o + n > 64) atomicOr(out + w + 2, static_cast<uint32_t>(pattern >> (64 - o)));
+}
+
+// One block per segment. `out` is word-aligned device memory; base_bit = bit offset of the
+// batch's first segment in it.
+__global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
+    const uint32_t* __restrict__ tokens, const uint32_t* __restrict__ chunk_ntok, size_t n, uint32_t seg_size,
+    const uint32_t* __restrict__ seg_code, const uint32_t* __restrict__ seg_header,
+    const uint32_t* __restrict__ seg_hbits, const unsigned long long* __restrict__ seg_off, uint32_t nseg,
+    bool last_batch, uint32_t* __restrict__ out, unsigned long long base_bit) {
+  __shared__ c::BlockCode bc;  // len and code used; the header is read from global
+  __shared__ unsigned long long chunk_bits[kChunksPerSeg + 1];
+  __shared__ uint32_t stage[kChunksPerSeg][64];
+  const unsigned t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const uint32_t seg = blockIdx.x;
+  const size_t begin = static_cast<size_t>(seg) * seg_size;
+  const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
+  const uint32_t nchunks = (len + c::kChunk - 1) / c::kChunk;
+  for (unsigned i = t; i < c::kNumSyms; i += blockDim.x) {
+    const uint32_t v = seg_code[seg * c::kNumSyms + i];
+    bc.code[i] = static_cast<uint16_t>(v);
+    bc.len[i] = static_cast<uint8_t>(v >> 16);
+  }
+  __syncthreads();
+  const size_t chunk0 = begin / c::kChunk;
+  const uint32_t ntok = warp < nchunks ? chunk_ntok[chunk0 + warp] : 0;
+  const uint32_t* tok = tokens + begin + static_cast<size_t>(warp) * c::kChunk;
+  unsigned long long mybits = 0;
+  for (uint32_t i = lane; i < ntok; i += 32) {
+    uint64_t pat;
+    mybits += c::token_bits(bc, tok[i], &pat);
+  }
+  for (int o = 16; o > 0; o >>= 1) mybits += __shfl_xor_sync(kFull, mybits, o);
+  if (lane == 0) chunk_bits[warp + 1] = mybits;
+  __syncthreads();
+  if (t == 0) {
+    chunk_bits[0] = seg_hbits[seg];
+    for (int k = 1; k <= kChunksPerSeg; ++k) chunk_bits[k] += chunk_bits[k - 1];  // now: start of chunk k
+  }
+  __syncthreads();
+  const unsigned long long seg_bit = base_bit + seg_off[seg] * 8ull;
+  // Header (words of the segment's header buffer, shifted into place).
+  const uint32_t hbits = seg_hbits[seg];
+  for (uint32_t w = t; w * 32 < hbits; w += blockDim.x) {
+    const int k = static_cast<int>(std::min<uint32_t>(32, hbits - w * 32));
+    const uint32_t v = seg_header[seg * c::kHeaderWords + w];
+    or_bits_global(out, seg_bit + w * 32ull, k == 32 ? v : v & ((1u << k) - 1), k);
+  }
+  // Tokens, 32 at a time per warp: a warp scan gives each its bit position; bits are ORed
+  // into a shared staging line, then each touched word goes out with one global OR.
+  uint32_t* st = stage[warp];
+  unsigned long long pos = seg_bit + chunk_bits[warp];
+  for (uint32_t g = 0; g < ntok; g += 32) {
+    const uint32_t i = g + lane;
+    uint64_t pat = 0;
+    const uint32_t nb = i < ntok ? c::token_bits(bc, tok[i], &pat) : 0;
+    uint32_t incl = nb;
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t v = __shfl_up_sync(kFull, incl, o);
+      if (lane >= static_cast<unsigned>(o)) incl += v;
+    }
+    const uint32_t group_bits = __shfl_sync(kFull, incl, 31);
+    const unsigned long long w0 = pos >> 5;
+    st[lane] = 0;
+    st[lane + 32] = 0;
+    __syncwarp();
+    if (nb) {
+      const uint32_t rel = static_cast<uint32_t>(pos & 31) + (incl - nb);
+      const unsigned long long v = pat << (rel & 31);
+      const uint32_t w = rel >> 5;
+      atomicOr(&st[w], static_cast<uint32_t>(v));
+      if ((rel & 31) + nb > 32) atomicOr(&st[w + 1], static_cast<uint32_t>(v >> 32));
+      if ((rel & 31) + nb > 64) atomicOr(&st[w + 2], static_cast<uint32_t>(pat >> (64 - (rel & 31))));
+    }
+    __syncwarp();
+    const uint32_t nwords = static_cast<uint32_t>((pos & 31) + group_bits + 31) >> 5;
+    for (uint32_t w = lane; w < nwords; w += 32)
+      if (st[w]) atomicOr(out + w0 + w, st[w]);
+    __syncwarp();
+    pos += group_bits;
+  }
+  if (t == 0) {
+    unsigned long long p = seg_bit + chunk_bits[nchunks];
+    or_bits_global(out, p, bc.code[c::kEob], bc.len[c::kEob]);
+    p += bc.len[c::kEob];
+    if (!(last_batch && seg == nseg - 1)) {  // empty stored block: 3 zero bits, align, 0000 FFFF
+      p = (p + 3 + 7) & ~7ull;
+      or_bits_global(out, p + 16, 0xFFFFull, 16);
+    }
+  }
+}
+
+__global__ void zero_kernel(uint32_t* p, size_t words) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    p[i] = 0;
+}
+
+// Level 0: stored blocks of 65535 bytes at `out` (byte addressed).
+__global__ void stored_kernel(const uint8_t* __restrict__ in, size_t n, uint8_t* __restrict__ out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t b = i / 65535, o = i - b * 65535;
+    uint8_t* blk = out + b * 65540;
+    blk[5 + o] = in[i];
+    if (o == 0) {
+      const size_t k = std::min<size_t>(65535, n - b * 65535);
+      blk[0] = b * 65535 + k == n ? 1 : 0;
+      blk[1] = static_cast<uint8_t>(k);
+      blk[2] = static_cast<uint8_t>(k >> 8);
+      blk[3] = static_cast<uint8_t>(~k);
+      blk[4] = static_cast<uint8_t>(~k >> 8);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ checksums
+constexpr uint32_t kAdlerMod = 65521;
+constexpr size_t kPiece = 128;
+
+// Adler-32: a = 1 + sum b_i, b = n + sum (n - i) b_i (mod 65521). Each thread sums one
+// 128-byte piece; its share of b is its weighted sum plus its plain sum times the bytes after it.
+__global__ void adler_kernel(const uint8_t* __restrict__ d, size_t n, unsigned long long* acc) {
+  const size_t piece = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  unsigned long long s1 = 0, s2 = 0;
+  const size_t start = piece * kPiece;
+  if (start < n) {
+    const size_t end = min(n, start + kPiece);
+    const uint32_t l = static_cast<uint32_t>(end - start);
+    for (uint32_t j = 0; j < l; ++j) {
+      const uint32_t b = d[start + j];
+      s1 += b;
+      s2 += static_cast<unsigned long long>(l - j) * b;
+    }
+    const unsigned long long after = n - end;
+    s2 = (s2 + (after % kAdlerMod) * s1) % kAdlerMod;
+    s1 %= kAdlerMod;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    s1 += __shfl_xor_sync(kFull, s1, o);
+    s2 += __shfl_xor_sync(kFull, s2, o);
+  }
+  if ((threadIdx.x & 31) == 0 && (s1 | s2)) {
+    atomicAdd(acc, s1);
+    atomicAdd(acc + 1, s2);
+  }
+}
+
+// CRC-32 arithmetic modulo the polynomial (reflected), as zlib's crc32_combine.
+constexpr uint32_t kPoly = 0xEDB88320u;
+__device__ __host__ uint32_t multmodp(uint32_t a, uint32_t b) {
+  uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = b & 1 ? (b >> 1) ^ kPoly : b >> 1;
+  }
+  return p;
+}
+__constant__ uint32_t c_x2n[32];  // x^(2^k) mod p
+__constant__ uint32_t c_crc_table[256];
+
+__device__ uint32_t x8nmodp(unsigned long long n) {  // x^(8n) mod p
+  uint32_t p = 1u << 31;
+  int k = 3;
+  while (n) {
+    if (n & 1) p = multmodp(c_x2n[k & 31], p);
+    n >>= 1;
+    ++k;
+  }
+  return p;
+}
+
+// CRC of each 128-byte piece, moved to its place: crc(A|B) = shift(crc(A), |B|) ^ crc(B),
+// so the stream's CRC is the XOR of every piece's CRC shifted by the bytes after it.
+__global__ void crc_kernel(const uint8_t* __restrict__ d, size_t n, unsigned int* acc) {
+  __shared__ uint32_t table[256];
+  for (unsigned i = threadIdx.x; i < 256; i += blockDim.x) table[i] = c_crc_table[i];
+  __syncthreads();
+  const size_t start = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) * kPiece;
+  uint32_t v = 0;
+  if (start < n) {
+    const size_t end = min(n, start + kPiece);
+    uint32_t crc = 0xFFFFFFFFu;
+    for (size_t i = start; i < end; ++i) crc = table[(crc ^ d[i]) & 0xFF] ^ (crc >> 8);
+    crc = ~crc;
+    v = n - end ? multmodp(x8nmodp(n - end), crc) : crc;
+  }
+  for (int o = 16; o > 0; o >>= 1) v ^= __shfl_xor_sync(kFull, v, o);
+  if ((threadIdx.x & 31) == 0 && v) atomicXor(acc, v);
+}
+
+void init_crc_tables() {
+  static bool done = false;
+  if (done) return;
+  uint32_t table[256], x2n[32];
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t v = i;
+    for (int k = 0; k < 8; ++k) v = (v & 1) ? kPoly ^ (v >> 1) : v >> 1;
+    table[i] = v;
+  }
+  uint32_t p = 1u << 30;  // x^1
+  x2n[0] = p;
+  for (int k = 1; k < 32; ++k) x2n[k] = p = multmodp(p, p);
+  VFP_CUDA(cudaMemcpyToSymbol(c_crc_table, table, sizeof(table)));
+  VFP_CUDA(cudaMemcpyToSymbol(c_x2n, x2n, sizeof(x2n)));
+  done = true;
+}
+
+// Writes the container around the body once the checksums are in: zlib trailer (Adler-32,
+// big-endian) or gzip trailer (CRC-32, size mod 2^32, little-endian).
+__global__ void trailer_kernel(uint8_t* out, const unsigned long long* adler_acc, const unsigned int* crc_acc, size_t n,
+                               DeflateContainer c) {
+  if (c == DeflateContainer::Zlib) {
+    const uint32_t a = static_cast<uint32_t>((1 + adler_acc[0]) % kAdlerMod);
+    const uint32_t b = static_cast<uint32_t>((n % kAdlerMod + adler_acc[1]) % kAdlerMod);
+    const uint32_t v = (b << 16) | a;
+    for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(v >> (24 - 8 * i));
+  } else {
+    const uint32_t v = *crc_acc, sz = static_cast<uint32_t>(n);
+    for (int i = 0; i < 4; ++i) {
+      out[i] = static_cast<uint8_t>(v >> (8 * i));
+      out[4 + i] = static_cast<uint8_t>(sz >> (8 * i));
+    }
+  }
+}
+
+// ------------------------------------------------------------------ PNG rows
+// One block per row: the five filtered versions' sums of |signed byte| (libpng's heuristic,
+// lowest filter type on ties), then the chosen one written after its filter-type byte.
+__device__ __forceinline__ uint8_t px(const uint8_t* row, int i, int ch, bool swap) {
+  if (!swap || ch < 3) return row[i];
+  const int k = i % ch;
+  return k == 3 ? row[i] : row[i - k + 2 - k];
+}
+__device__ __forceinline__ int paeth(int a, int b, int cc) {
+  const int p = a + b - cc, pa = abs(p - a), pb = abs(p - b), pc = abs(p - cc);
+  return (pa <= pb && pa <= pc) ? a : pb <= pc ? b : cc;
+}
+__device__ __forceinline__ uint8_t filtered(int f, int x, int a, int b, int cc) {
+  switch (f) {
+    case 0: return static_cast<uint8_t>(x);
+    case 1: return static_cast<uint8_t>(x - a);
+    case 2: return static_cast<uint8_t>(x - b);
+    case 3: return static_cast<uint8_t>(x - ((a + b) >> 1));
+    default: return static_cast<uint8_t>(x - paeth(a, b, cc));
+  }
+}
+__global__ void png_filter_kernel(const uint8_t* __restrict__ img, size_t pitch, int width, int height, int ch,
+                                  bool swap, uint8_t* __restrict__ outrows) {
+  const int y = blockIdx.x;
+  const int rowbytes = width * ch;
+  const uint8_t* row = img + static_cast<size_t>(y) * pitch;
+  const uint8_t* up = y > 0 ? row - pitch : nullptr;
+  uint32_t sums[5] = {0, 0, 0, 0, 0};
+  for (int i = threadIdx.x; i < rowbytes; i += blockDim.x) {
+    const int x = px(row, i, ch, swap), a = i >= ch ? px(row, i - ch, ch, swap) : 0;
+    const int b = up ? px(up, i, ch, swap) : 0, cc = up && i >= ch ? px(up, i - ch, ch, swap) : 0;
+    for (int f = 0; f < 5; ++f) {
+      const uint8_t v = filtered(f, x, a, b, cc);
+      sums[f] += v < 128 ? v : 256 - v;
+    }
+  }
+  __shared__ uint32_t tot[5];
+  if (threadIdx.x < 5) tot[threadIdx.x] = 0;
+  __syncthreads();
+  for (int f = 0; f < 5; ++f) {
+    uint32_t v = sums[f];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(&tot[f], v);
+  }
+  __syncthreads();
+  int best = 0;
+  for (int f = 1; f < 5; ++f)
+    if (tot[f] < tot[best]) best = f;
+  uint8_t* o = outrows + static_cast<size_t>(y) * (rowbytes + 1);
+  if (threadIdx.x == 0) o[0] = static_cast<uint8_t>(best);
+  for (int i = threadIdx.x; i < rowbytes; i += blockDim.x) {
+    const int x = px(row, i, ch, swap), a = i >= ch ? px(row, i - ch, ch, swap) : 0;
+    const int b = up ? px(up, i, ch, swap) : 0, cc = up && i >= ch ? px(up, i - ch, ch, swap) : 0;
+    o[1 + i] = filtered(best, x, a, b, cc);
+  }
+}
+
+struct PngFrame {  // the bytes around the zlib stream
+  uint8_t head[41];  // signature, IHDR chunk, IDAT length (patched on the device) and type
+};
+__global__ void png_finish_kernel(uint8_t* out, PngFrame f, const unsigned long long* zlen_ptr, const unsigned int* crc) {
+  const unsigned long long z = *zlen_ptr;
+  for (int i = 0; i < 41; ++i) out[i] = f.head[i];
+  for (int i = 0; i < 4; ++i) out[33 + i] = static_cast<uint8_t>(z >> (24 - 8 * i));
+  uint8_t* tail = out + 41 + z;
+  for (int i = 0; i < 4; ++i) tail[i] = static_cast<uint8_t>(*crc >> (24 - 8 * i));
+  const uint8_t iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+  for (int i = 0; i < 12; ++i) tail[4 + i] = iend[i];
+}
+
+unsigned grid_for(size_t items, unsigned block) {
+  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>((items + block - 1) / block, 65535u * 8)));
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ encoder
+struct DeflateEncoder::Impl {
+  DeviceBuffer in, dist, tokens, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
+  Event e[6];
+  void grow(DeviceBuffer& b, size_t need, const char* what) {
+    if (b.size() < need) b = DeviceBuffer(std::max(need, b.size() + b.size() / 2), what);
+  }
+};
+
+DeflateEncoder::DeflateEncoder() : impl_(new Impl) { init_crc_tables(); }
+DeflateEncoder::~DeflateEncoder() { delete impl_; }
+
+size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const deflate::Options& opt, DeflateContainer ct,
+                                       StreamHandle s, size_t prefix) {
+  Impl& m = *impl_;
+  const int level = std::clamp(opt.level, 0, 9);
+  const size_t seg = deflate::segment_size(opt);
+  const size_t head = ct == DeflateContainer::Zlib ? 2 : ct == DeflateContainer::Gzip ? 10 : 0;
+  const size_t trail = ct == DeflateContainer::Zlib ? 4 : ct == DeflateContainer::Gzip ? 8 : 0;
+  const size_t nseg_all = (n + seg - 1) / seg;
+  const size_t worst = level == 0 ? n + 5 * (n / 65535 + 1) : 2 * n + nseg_all * 700 + 64;
+  const size_t cap = (prefix + head + worst + trail + 64 + 3) / 4 * 4;
+  if (out_.size() < cap) out_ = DeviceBuffer(cap, "DEFLATE output");
+  m.grow(m.small, 64, "DEFLATE checksums");
+  auto* adler_acc = reinterpret_cast<unsigned long long*>(m.small.get());
+  auto* crc_acc = reinterpret_cast<unsigned int*>(m.small.get() + 16);
+  auto* total_dev = reinterpret_cast<unsigned long long*>(m.small.get() + 24);
+  uint8_t* out = out_.get();
+  m.e[0].record(s);
+  // The packer ORs bits into zeroed words (from the word holding the body's first byte; the
+  // container header is written after this).
+  if (n && level > 0) {
+    zero_kernel<<<grid_for(cap / 4, 256), 256, 0, s>>>(reinterpret_cast<uint32_t*>(out) + (prefix + head) / 4,
+                                                       cap / 4 - (prefix + head) / 4);
+    VFP_CUDA_LAUNCHED("zero_kernel");
+  }
+  // Container header.
+  if (head) {
+    uint8_t h[10];
+    if (ct == DeflateContainer::Zlib) {
+      const uint8_t flevel = level <= 1 ? 0 : level <= 5 ? 1 : level == 6 ? 2 : 3;
+      uint8_t flg = static_cast<uint8_t>(flevel << 6);
+      flg = static_cast<uint8_t>(flg + (31 - (0x78 * 256 + flg) % 31) % 31);
+      h[0] = 0x78;
+      h[1] = flg;
+    } else {
+      const uint8_t g[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, static_cast<uint8_t>(level >= 9 ? 2 : level <= 1 ? 4 : 0), 255};
+      std::memcpy(h, g, 10);
+    }
+    VFP_CUDA(cudaMemcpyAsync(out + prefix, h, head, cudaMemcpyHostToDevice, s));
+  }
+  // Checksums of the input.
+  memset_async(m.small.get(), 0, 24, s);
+  m.e[1].record(s);
+  if (ct == DeflateContainer::Zlib && n) {
+    adler_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d_in, n, adler_acc);
+    VFP_CUDA_LAUNCHED("adler_kernel");
+  }
+  if (ct == DeflateContainer::Gzip && n) {
+    crc_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d_in, n, crc_acc);
+    VFP_CUDA_LAUNCHED("crc_kernel");
+  }
+  m.e[2].record(s);
+  const size_t body = prefix + head;
+  size_t written = 0;
+  float t_chain = 0, t_parse = 0, t_codes = 0, t_pack = 0;
+  if (n == 0) {
+    const uint8_t empty[2] = {0x03, 0x00};
+    VFP_CUDA(cudaMemcpyAsync(out + body, empty, 2, cudaMemcpyHostToDevice, s));
+    written = 2;
+  } else if (level == 0) {
+    stored_kernel<<<grid_for(n, 256), 256, 0, s>>>(d_in, n, out + body);
+    VFP_CUDA_LAUNCHED("stored_kernel");
+    written = n + 5 * ((n + 65534) / 65535);
+  } else {
+    const c::LevelParams lp = c::level_params(level);
+    const size_t batch = std::min(n, kBatch / seg * seg);
+    const size_t bseg = (batch + seg - 1) / seg;
+    m.grow(m.dist, batch * 2, "DEFLATE chains");
+    m.grow(m.tokens, batch * 4, "DEFLATE tokens");
+    m.grow(m.ntok, (batch / c::kChunk + 2) * 4, "DEFLATE chunk token counts");
+    m.grow(m.hist, bseg * c::kNumSyms * 4, "DEFLATE histograms");
+    m.grow(m.code, bseg * c::kNumSyms * 4, "DEFLATE codes");
+    m.grow(m.header, bseg * c::kHeaderWords * 4, "DEFLATE headers");
+    m.grow(m.hbits, bseg * 4, "DEFLATE header sizes");
+    m.grow(m.bytes, (bseg + 1) * 8, "DEFLATE segment sizes");
+    m.grow(m.off, (bseg + 1) * 8, "DEFLATE segment offsets");
+    size_t scan_bytes = 0;
+    VFP_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, reinterpret_cast<unsigned long long*>(m.bytes.get()),
+                                           reinterpret_cast<unsigned long long*>(m.off.get()), bseg + 1, s));
+    m.grow(m.scan_tmp, scan_bytes, "DEFLATE scan");
+    const size_t parse_smem = seg + 16 + seg * 2;
+    VFP_CUDA(cudaFuncSetAttribute(chains_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 << c::kHashBits));
+    VFP_CUDA(cudaFuncSetAttribute(parse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(parse_smem)));
+    for (size_t b0 = 0; b0 < n; b0 += batch) {
+      const size_t bn = std::min(batch, n - b0);
+      const uint32_t ns = static_cast<uint32_t>((bn + seg - 1) / seg);
+      const bool last = b0 + bn == n;
+      const uint8_t* src = d_in + b0;
+      auto* dist = reinterpret_cast<uint16_t*>(m.dist.get());
+      auto* tokens = reinterpret_cast<uint32_t*>(m.tokens.get());
+      auto* ntok = reinterpret_cast<uint32_t*>(m.ntok.get());
+      auto* hist = reinterpret_cast<uint32_t*>(m.hist.get());
+      auto* code = reinterpret_cast<uint32_t*>(m.code.get());
+      auto* header = reinterpret_cast<uint32_t*>(m.header.get());
+      auto* hbits = reinterpret_cast<uint32_t*>(m.hbits.get());
+      auto* bytes = reinterpret_cast<unsigned long long*>(m.bytes.get());
+      auto* off = reinterpret_cast<unsigned long long*>(m.off.get());
+      m.e[3].record(s);
+      chains_kernel<<<ns, 32, 2 << c::kHashBits, s>>>(src, bn, static_cast<uint32_t>(seg), dist);
+      VFP_CUDA_LAUNCHED("chains_kernel");
+      m.e[4].record(s);
+      parse_kernel<<<ns, 32 * kChunksPerSeg, parse_smem, s>>>(src, bn, static_cast<uint32_t>(seg), dist, lp, tokens, ntok,
+                                                             hist);
+      VFP_CUDA_LAUNCHED("parse_kernel");
+      m.e[5].record(s);
+      VFP_CUDA(cudaMemsetAsync(bytes + ns, 0, 8, s));
+      codes_kernel<<<ns, 320, 0, s>>>(hist, ns, last, code, header, hbits, bytes);
+      VFP_CUDA_LAUNCHED("codes_kernel");
+      VFP_CUDA(cub::DeviceScan::ExclusiveSum(m.scan_tmp.get(), scan_bytes, bytes, off, ns + 1, s));
+      Event after_codes;
+      after_codes.record(s);
+      pack_kernel<<<ns, 32 * kChunksPerSeg, 0, s>>>(tokens, ntok, bn, static_cast<uint32_t>(seg), code, header, hbits, off,
+                                                   ns, last, reinterpret_cast<uint32_t*>(out), (body + written) * 8ull);
+      VFP_CUDA_LAUNCHED("pack_kernel");
+      unsigned long long bt = 0;
+      VFP_CUDA(cudaMemcpyAsync(&bt, off + ns, 8, cudaMemcpyDeviceToHost, s));
+      Event done;
+      done.record(s);
+      done.synchronize();
+      t_chain += Event::elapsed_ms(m.e[3], m.e[4]);
+      t_parse += Event::elapsed_ms(m.e[4], m.e[5]);
+      t_codes += Event::elapsed_ms(m.e[5], after_codes);
+      t_pack += Event::elapsed_ms(after_codes, done);
+      written += bt;
+    }
+  }
+  const unsigned long long wr = written;
+  VFP_CUDA(cudaMemcpyAsync(total_dev, &wr, 8, cudaMemcpyHostToDevice, s));
+  if (trail) {
+    trailer_kernel<<<1, 1, 0, s>>>(out + body + written, adler_acc, crc_acc, n, ct);
+    VFP_CUDA_LAUNCHED("trailer_kernel");
+  }
+  Event end;
+  end.record(s);
+  end.synchronize();
+  timings_.chains = t_chain;
+  timings_.parse = t_parse;
+  timings_.codes = t_codes;
+  timings_.pack = t_pack;
+  timings_.checksum = Event::elapsed_ms(m.e[1], m.e[2]);
+  timings_.total = Event::elapsed_ms(m.e[0], end);
+  return head + written + trail;
+}
+
+std::vector<uint8_t> DeflateEncoder::compress(const uint8_t* host, size_t n, const deflate::Options& opt,
+                                              DeflateContainer c) {
+  Stream s;
+  impl_->grow(impl_->in, std::max<size_t>(n, 1), "DEFLATE input");
+  if (n) memcpy_h2d_async(impl_->in.get(), host, n, s.get());
+  const size_t z = compress_device(impl_->in.get(), n, opt, c, s.get());
+  std::vector<uint8_t> v(z);
+  memcpy_d2h_async(v.data(), out_.get(), z, s.get());
+  s.synchronize();
+  return v;
+}
+
+std::vector<uint8_t> DeflateEncoder::encode_png(const uint8_t* d_img, size_t pitch, int width, int height, int channels,
+                                                bool swap_rb, int level, StreamHandle s) {
+  Impl& m = *impl_;
+  const size_t rowbytes = static_cast<size_t>(width) * channels + 1;
+  const size_t raw = rowbytes * height;
+  m.grow(m.png_rows, raw, "PNG rows");
+  png_filter_kernel<<<height, 256, 0, s>>>(d_img, pitch, width, height, channels, swap_rb, m.png_rows.get());
+  VFP_CUDA_LAUNCHED("png_filter_kernel");
+  deflate::Options o;
+  o.level = level;
+  const size_t z = compress_device(m.png_rows.get(), raw, o, DeflateContainer::Zlib, s, 41);
+  // CRC of "IDAT" + data; the zlib length goes in as the chunk length.
+  PngFrame f{};
+  const std::vector<uint8_t> head = png_head(width, height, channels);
+  std::memcpy(f.head, head.data(), 33);
+  std::memcpy(f.head + 37, "IDAT", 4);
+  auto* crc_acc = reinterpret_cast<unsigned int*>(m.small.get() + 16);
+  auto* zlen = reinterpret_cast<unsigned long long*>(m.small.get() + 32);
+  const unsigned long long zz = z;
+  VFP_CUDA(cudaMemcpyAsync(zlen, &zz, 8, cudaMemcpyHostToDevice, s));
+  VFP_CUDA(cudaMemcpyAsync(out_.get() + 37, "IDAT", 4, cudaMemcpyHostToDevice, s));
+  memset_async(crc_acc, 0, 4, s);
+  crc_kernel<<<grid_for((z + 4 + kPiece - 1) / kPiece, 256), 256, 0, s>>>(out_.get() + 37, z + 4, crc_acc);
+  VFP_CUDA_LAUNCHED("crc_kernel");
+  png_finish_kernel<<<1, 1, 0, s>>>(out_.get(), f, zlen, crc_acc);
+  VFP_CUDA_LAUNCHED("png_finish_kernel");
+  std::vector<uint8_t> v(41 + z + 16);
+  memcpy_d2h_async(v.data(), out_.get(), v.size(), s);
+  VFP_CUDA(cudaStreamSynchronize(s));
+  return v;
+}
+
+uint32_t adler32_device(const uint8_t* d, size_t n, StreamHandle s) {
+  DeviceBuffer acc(16, "Adler-32 sums");
+  memset_async(acc.get(), 0, 16, s);
+  if (n) {
+    adler_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d, n, reinterpret_cast<unsigned long long*>(acc.get()));
+    VFP_CUDA_LAUNCHED("adler_kernel");
+  }
+  unsigned long long h[2];
+  memcpy_d2h_async(h, acc.get(), 16, s);
+  VFP_CUDA(cudaStreamSynchronize(s));
+  const uint32_t a = static_cast<uint32_t>((1 + h[0]) % kAdlerMod), b = static_cast<uint32_t>((n % kAdlerMod + h[1]) % kAdlerMod);
+  return (b << 16) | a;
+}
+
+uint32_t crc32_device(const uint8_t* d, size_t n, StreamHandle s) {
+  init_crc_tables();
+  DeviceBuffer acc(4, "CRC-32");
+  memset_async(acc.get(), 0, 4, s);
+  if (n) {
+    crc_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d, n, reinterpret_cast<unsigned int*>(acc.get()));
+    VFP_CUDA_LAUNCHED("crc_kernel");
+  }
+  uint32_t v = 0;
+  memcpy_d2h_async(&v, acc.get(), 4, s);
+  VFP_CUDA(cudaStreamSynchronize(s));
+  return v;
+}
+
+}  // namespace vfp::cuda
