@@ -36,29 +36,41 @@ __global__ void __launch_bounds__(32) chains_kernel(const uint8_t* __restrict__ 
   __syncwarp();
   const uint8_t* seg = in + begin;
   const unsigned lower = (1u << lane) - 1;
-  for (uint32_t base = 0; base < len; base += 32) {
-    const uint32_t p = base + lane;
-    const bool has = p + 3 <= len;
-    const uint32_t h = has ? c::hash3(seg[p], seg[p + 1], seg[p + 2]) : (1u << 16) + lane;
-    const unsigned group = __match_any_sync(kFull, h);
-    const unsigned below = group & lower;
-    uint16_t d = 0;
-    if (has) {
-      uint32_t q;
-      bool found = true;
-      if (below) {
-        q = base + 31 - __clz(below);
-      } else {
-        const uint16_t hv = head[h];
-        found = hv != kNoPos;
-        q = hv;
-      }
-      if (found && p - q <= static_cast<uint32_t>(c::kWindow)) d = static_cast<uint16_t>(p - q);
+  // Four steps' hashes are loaded at once (their loads overlap), then the steps run in order.
+  constexpr int kAhead = 4;
+  for (uint32_t base0 = 0; base0 < len; base0 += 32 * kAhead) {
+    uint32_t hv[kAhead];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const uint32_t p = base0 + 32 * k + lane;
+      hv[k] = p + 3 <= len ? c::hash3(seg[p], seg[p + 1], seg[p + 2]) : (1u << 16) + lane;
     }
-    __syncwarp();
-    if (has && (group >> lane) == 1u) head[h] = static_cast<uint16_t>(p);  // last of its group
-    __syncwarp();
-    if (p < len) dist[begin + p] = d;
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const uint32_t base = base0 + 32 * k;
+      if (base >= len) break;
+      const uint32_t p = base + lane, h = hv[k];
+      const bool has = p + 3 <= len;
+      const unsigned group = __match_any_sync(kFull, h);
+      const unsigned below = group & lower;
+      uint16_t d = 0;
+      if (has) {
+        uint32_t q;
+        bool found = true;
+        if (below) {
+          q = base + 31 - __clz(below);
+        } else {
+          const uint16_t hv0 = head[h];
+          found = hv0 != kNoPos;
+          q = hv0;
+        }
+        if (found && p - q <= static_cast<uint32_t>(c::kWindow)) d = static_cast<uint16_t>(p - q);
+      }
+      __syncwarp();
+      if (has && (group >> lane) == 1u) head[h] = static_cast<uint16_t>(p);  // last of its group
+      __syncwarp();
+      if (p < len) dist[begin + p] = d;
+    }
   }
 }
 
@@ -97,7 +109,7 @@ __device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* dist, u
       if (best >= static_cast<uint32_t>(lp.nice) || best == limit) break;
     }
   }
-  return best >= static_cast<uint32_t>(c::kMinMatch) ? best : 0;
+  return best ? c::accept_match(best, *best_dist, lp) : 0;
 }
 
 // One block per segment, one warp per 4 KiB chunk. Tokens of chunk k go to tokens[chunk
@@ -200,9 +212,9 @@ __global__ void __launch_bounds__(320) codes_kernel(const uint32_t* __restrict__
   }
   const int m_ll = __syncthreads_count(used && is_ll);
   const int m_d = __syncthreads_count(used && !is_ll);
-  if (t == 0) c::package_merge(hist, sorted, m_ll, 15, bc.len, scratch[0]);
+  if (t == 0) c::code_lengths(hist, sorted, m_ll, 15, bc.len, scratch[0]);
   if (t == 32)
-    c::package_merge(hist + c::kNumLitLen, sorted + c::kNumLitLen, m_d, 15, bc.len + c::kNumLitLen, scratch[1]);
+    c::code_lengths(hist + c::kNumLitLen, sorted + c::kNumLitLen, m_d, 15, bc.len + c::kNumLitLen, scratch[1]);
   __syncthreads();
   const bool final = last_batch && seg == nseg - 1;
   if (t == 0) {
@@ -612,7 +624,7 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     VFP_CUDA_LAUNCHED("stored_kernel");
     written = n + 5 * ((n + 65534) / 65535);
   } else {
-    const c::LevelParams lp = c::level_params(level);
+    const c::LevelParams lp = c::level_params(level, opt.filtered);
     const size_t batch = std::min(n, kBatch / seg * seg);
     const size_t bseg = (batch + seg - 1) / seg;
     m.grow(m.dist, batch * 2, "DEFLATE chains");
@@ -714,6 +726,7 @@ std::vector<uint8_t> DeflateEncoder::encode_png(const uint8_t* d_img, size_t pit
   VFP_CUDA_LAUNCHED("png_filter_kernel");
   deflate::Options o;
   o.level = level;
+  o.filtered = true;
   const size_t z = compress_device(m.png_rows.get(), raw, o, DeflateContainer::Zlib, s, 41);
   // CRC of "IDAT" + data; the zlib length goes in as the chunk length.
   PngFrame f{};

@@ -40,7 +40,7 @@ uint32_t longest_match(const uint8_t* seg, const uint16_t* dist, uint32_t p, uin
       if (best >= static_cast<uint32_t>(lp.nice) || best == limit) break;
     }
   }
-  return best >= static_cast<uint32_t>(c::kMinMatch) ? best : 0;
+  return best ? c::accept_match(best, *best_dist, lp) : 0;
 }
 
 // Encodes one segment (one dynamic block, plus the aligning empty stored block when not final).
@@ -107,9 +107,9 @@ void build_block_code(const uint32_t* hist, bool final, core::BlockCode& bc) {
   uint16_t sorted[c::kNumLitLen];
   for (int s = 0; s < c::kNumSyms; ++s) bc.len[s] = 0;
   int m = c::sort_symbols(hist, c::kNumLitLen, sorted);
-  c::package_merge(hist, sorted, m, 15, bc.len, scratch);
+  c::code_lengths(hist, sorted, m, 15, bc.len, scratch);
   m = c::sort_symbols(hist + c::kNumLitLen, c::kNumDist, sorted);
-  c::package_merge(hist + c::kNumLitLen, sorted, m, 15, bc.len + c::kNumLitLen, scratch);
+  c::code_lengths(hist + c::kNumLitLen, sorted, m, 15, bc.len + c::kNumLitLen, scratch);
   c::finish_distance_lengths(bc);
   c::build_header(bc, final, scratch);
 }
@@ -121,7 +121,7 @@ std::vector<uint8_t> limited_code_lengths(const std::vector<uint32_t>& freq, int
   std::vector<uint16_t> sorted(freq.size());
   auto scratch = std::make_unique<c::MergeScratch>();
   const int m = c::sort_symbols(freq.data(), static_cast<int>(freq.size()), sorted.data());
-  c::package_merge(freq.data(), sorted.data(), m, max_bits, len.data(), *scratch);
+  c::code_lengths(freq.data(), sorted.data(), m, max_bits, len.data(), *scratch);
   return len;
 }
 
@@ -147,7 +147,7 @@ std::vector<uint8_t> compress(const uint8_t* data, size_t n, const Options& opt)
     return out;
   }
   const size_t seg = segment_size(opt);
-  const c::LevelParams lp = c::level_params(std::min(opt.level, 9));
+  const c::LevelParams lp = c::level_params(std::min(opt.level, 9), opt.filtered);
   for (size_t begin = 0; begin < n; begin += seg) {
     const size_t len = std::min(seg, n - begin);
     encode_segment(data + begin, static_cast<uint32_t>(len), lp, begin + len == n, out);

@@ -28,6 +28,7 @@ namespace vfp::deflate {
 struct Options {
   int level = 6;                   // 1 (fast) .. 9 (best); 0 = stored blocks of 65535 bytes
   size_t segment_bytes = 1 << 16;  // independent segments (the GPU's unit of work)
+  bool filtered = false;           // matches shorter than 6 not used (PNG rows; zlib's Z_FILTERED)
 };
 
 // Segment size actually used: opt.segment_bytes clamped to 4..64 KiB, rounded down to 4 KiB.

@@ -21,23 +21,36 @@ constexpr int kEob = 256;
 constexpr int kHeaderWords = 160;  // worst-case block header: 74 + 316 * 14 bits < 160 * 32
 
 struct LevelParams {
-  int depth;  // chain candidates tried per position
-  int nice;   // stop searching once a match this long is found
-  bool lazy;  // emit a literal when the next position has a longer match
+  int depth;    // chain candidates tried per position
+  int nice;     // stop searching once a match this long is found
+  bool lazy;    // emit a literal when the next position has a longer match
+  int min_len;  // shorter matches are not used (3; 6 for filtered data, as zlib's Z_FILTERED)
 };
 
-VFP_HD LevelParams level_params(int level) {
+// filtered: data that is mostly small residuals (PNG rows after their filter), where short
+// matches cost more bits than the literals they replace.
+VFP_HD LevelParams level_params(int level, bool filtered = false) {
+  const int m = filtered ? 6 : 3;
   switch (level) {
-    case 1: return {4, 32, false};
-    case 2: return {8, 64, false};
-    case 3: return {16, 128, false};
-    case 4: return {16, 64, true};
-    case 5: return {32, 128, true};
-    case 6: return {64, 128, true};
-    case 7: return {128, 258, true};
-    case 8: return {512, 258, true};
-    default: return {2048, 258, true};
+    case 1: return {4, 32, false, m};
+    case 2: return {8, 64, false, m};
+    case 3: return {16, 128, false, m};
+    case 4: return {16, 64, true, m};
+    case 5: return {32, 128, true, m};
+    case 6: return {64, 128, true, m};
+    case 7: return {128, 258, true, m};
+    case 8: return {512, 258, true, m};
+    default: return {2048, 258, true, m};
   }
+}
+
+// The longest match found at a position is used only if it is long enough, and a 3-byte
+// match only within 4 KiB (farther, its distance code costs more than 3 literals: zlib's
+// TOO_FAR rule). Returns the length to use, 0 for none.
+VFP_HD uint32_t accept_match(uint32_t len, uint32_t dist, const LevelParams& lp) {
+  if (len < static_cast<uint32_t>(lp.min_len)) return 0;
+  if (len == 3 && dist > 4096) return 0;
+  return len;
 }
 
 // Hash of the 3 bytes at p (multiplicative, top kHashBits bits).
@@ -174,6 +187,60 @@ VFP_HD void package_merge(const uint32_t* freq, const uint16_t* sorted, int m, i
   }
 }
 
+// Code lengths for the m used symbols `sorted` (ascending by (frequency, symbol)), at most
+// max_bits: a Huffman code by Moffat and Katajainen's in-place algorithm (linear after the
+// sort; on equal weights a leaf is taken before an internal node), and package-merge only
+// when that code is deeper than max_bits (rare in 64 KiB segments). Both CPU and GPU call it.
+VFP_HD void code_lengths(const uint32_t* freq, const uint16_t* sorted, int m, int max_bits, uint8_t* len,
+                         MergeScratch& s) {
+  if (m <= 2) {
+    for (int i = 0; i < m; ++i) len[sorted[i]] = 1;
+    return;
+  }
+  uint32_t* a = s.weight[0];
+  for (int i = 0; i < m; ++i) a[i] = freq[sorted[i]];
+  // Internal nodes' weights, then parent pointers.
+  a[0] += a[1];
+  int root = 0, leaf = 2;
+  for (int next = 1; next < m - 1; ++next) {
+    if (leaf >= m || a[root] < a[leaf]) {
+      a[next] = a[root];
+      a[root++] = static_cast<uint32_t>(next);
+    } else {
+      a[next] = a[leaf++];
+    }
+    if (leaf >= m || (root < next && a[root] < a[leaf])) {
+      a[next] += a[root];
+      a[root++] = static_cast<uint32_t>(next);
+    } else {
+      a[next] += a[leaf++];
+    }
+  }
+  // Depths of the internal nodes, then of the leaves.
+  a[m - 2] = 0;
+  for (int next = m - 3; next >= 0; --next) a[next] = a[a[next]] + 1;
+  int avail = 1, used = 0, depth = 0, next = m - 1;
+  root = m - 2;
+  while (avail > 0) {
+    while (root >= 0 && a[root] == static_cast<uint32_t>(depth)) {
+      ++used;
+      --root;
+    }
+    while (avail > used) {
+      a[next--] = static_cast<uint32_t>(depth);
+      --avail;
+    }
+    avail = 2 * used;
+    ++depth;
+    used = 0;
+  }
+  if (a[0] > static_cast<uint32_t>(max_bits)) {  // the rarest symbol is the deepest
+    package_merge(freq, sorted, m, max_bits, len, s);
+    return;
+  }
+  for (int i = 0; i < m; ++i) len[sorted[i]] = static_cast<uint8_t>(a[i]);
+}
+
 VFP_HD uint32_t reverse_bits(uint32_t code, int len) {
   uint32_t r = 0;
   for (int i = 0; i < len; ++i) r |= ((code >> i) & 1u) << (len - 1 - i);
@@ -266,7 +333,7 @@ VFP_HD void build_header(BlockCode& bc, bool final, MergeScratch& scratch) {
   uint16_t sorted[kNumCl];
   const int m = sort_symbols(cf, kNumCl, sorted);
   uint8_t cl[kNumCl] = {0};
-  package_merge(cf, sorted, m, 7, cl, scratch);
+  code_lengths(cf, sorted, m, 7, cl, scratch);
   uint16_t cc[kNumCl];
   canonical_codes(cl, kNumCl, cc);
   int hclen = kNumCl;

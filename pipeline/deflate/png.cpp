@@ -93,6 +93,7 @@ std::vector<uint8_t> encode_png(const uint8_t* img, size_t pitch, int width, int
   const std::vector<uint8_t> rows = png_filter_rows(img, pitch, width, height, channels, swap_rb);
   deflate::Options o;
   o.level = level;
+  o.filtered = true;
   const std::vector<uint8_t> z = deflate::compress_zlib(rows.data(), rows.size(), o);
   chunk(out, "IDAT", z.data(), z.size());
   chunk(out, "IEND", nullptr, 0);
