@@ -181,53 +181,76 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
 }
 
 // ------------------------------------------------------------------ codes
-// One block per segment: the reference's build_block_code, with the symbol sort done by
-// ranking in parallel (the same order: by frequency, then symbol).
-__global__ void __launch_bounds__(320) codes_kernel(const uint32_t* __restrict__ seg_hist, uint32_t nseg, bool last_batch,
-                                                    uint32_t* __restrict__ seg_code, uint32_t* __restrict__ seg_header,
-                                                    uint32_t* __restrict__ seg_hbits,
-                                                    unsigned long long* __restrict__ seg_bytes) {
+// One small block per segment (64 threads, ~9 KB of shared memory, so a whole batch's
+// segments are resident at once): the reference's build_block_code, with the symbol sort
+// done by ranking (the same order: by frequency, then symbol) and the canonical codes
+// computed per symbol in parallel; the code lengths and header by one thread.
+constexpr int kCodesThreads = 64;
+__global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __restrict__ seg_hist, uint32_t nseg,
+                                                              bool last_batch, uint32_t* __restrict__ seg_code,
+                                                              uint32_t* __restrict__ seg_header,
+                                                              uint32_t* __restrict__ seg_hbits,
+                                                              unsigned long long* __restrict__ seg_bytes) {
   __shared__ uint32_t hist[c::kNumSyms];
   __shared__ uint16_t sorted[c::kNumSyms];
   __shared__ c::BlockCode bc;
-  __shared__ c::MergeScratch scratch[2];
+  __shared__ c::MergeScratch scratch;
   __shared__ unsigned long long bits;
+  __shared__ int used[2];
+  __shared__ uint32_t next_code[2][16];
   const unsigned t = threadIdx.x;
   const uint32_t seg = blockIdx.x;
-  if (t < c::kNumSyms) {
-    hist[t] = t == c::kEob ? 1u : seg_hist[seg * c::kNumSyms + t];
-    bc.len[t] = 0;
+  for (unsigned i = t; i < c::kNumSyms; i += kCodesThreads) {
+    hist[i] = i == c::kEob ? 1u : seg_hist[seg * c::kNumSyms + i];
+    bc.len[i] = 0;
   }
-  if (t == 0) bits = 0;
+  if (t == 0) {
+    bits = 0;
+    used[0] = used[1] = 0;
+  }
   __syncthreads();
-  // Rank among the used symbols of the same alphabet.
-  const bool is_ll = t < c::kNumLitLen;
-  const uint32_t lo = is_ll ? 0 : c::kNumLitLen, hi = is_ll ? c::kNumLitLen : c::kNumSyms;
-  const bool used = t < c::kNumSyms && hist[t] != 0;
-  if (used) {
+  for (unsigned i = t; i < c::kNumSyms; i += kCodesThreads) {
+    if (!hist[i]) continue;
+    const bool ll = i < c::kNumLitLen;
+    const uint32_t lo = ll ? 0 : c::kNumLitLen, hi = ll ? c::kNumLitLen : c::kNumSyms, f = hist[i];
     uint32_t r = 0;
-    const uint32_t f = hist[t];
-    for (uint32_t q = lo; q < hi; ++q) r += hist[q] != 0 && (hist[q] < f || (hist[q] == f && q < t));
-    sorted[lo + r] = static_cast<uint16_t>(t - lo);
+    for (uint32_t q = lo; q < hi; ++q) r += hist[q] != 0 && (hist[q] < f || (hist[q] == f && q < i));
+    sorted[lo + r] = static_cast<uint16_t>(i - lo);
+    atomicAdd(&used[ll ? 0 : 1], 1);
   }
-  const int m_ll = __syncthreads_count(used && is_ll);
-  const int m_d = __syncthreads_count(used && !is_ll);
-  if (t == 0) c::code_lengths(hist, sorted, m_ll, 15, bc.len, scratch[0]);
-  if (t == 32)
-    c::code_lengths(hist + c::kNumLitLen, sorted + c::kNumLitLen, m_d, 15, bc.len + c::kNumLitLen, scratch[1]);
   __syncthreads();
   const bool final = last_batch && seg == nseg - 1;
   if (t == 0) {
+    c::code_lengths(hist, sorted, used[0], 15, bc.len, scratch);
+    c::code_lengths(hist + c::kNumLitLen, sorted + c::kNumLitLen, used[1], 15, bc.len + c::kNumLitLen, scratch);
     c::finish_distance_lengths(bc);
-    c::build_header(bc, final, scratch[0]);
+    c::build_header(bc, final, scratch, false);
+    // First canonical code of each length, per alphabet (RFC 1951 3.2.2).
+    for (int a = 0; a < 2; ++a) {
+      int count[16] = {0};
+      const int lo = a ? c::kNumLitLen : 0, hi = a ? c::kNumSyms : c::kNumLitLen;
+      for (int i = lo; i < hi; ++i) count[bc.len[i]]++;
+      count[0] = 0;
+      uint32_t code = 0;
+      next_code[a][0] = 0;
+      for (int l = 1; l < 16; ++l) next_code[a][l] = code = (code + static_cast<uint32_t>(count[l - 1])) << 1;
+    }
   }
   __syncthreads();
-  if (t < c::kNumSyms) {
-    const unsigned long long b = static_cast<unsigned long long>(hist[t]) * (bc.len[t] + c::symbol_extra_bits(t));
+  for (unsigned i = t; i < c::kNumSyms; i += kCodesThreads) {
+    const int l = bc.len[i];
+    uint32_t code = 0;
+    if (l) {
+      const int a = i < c::kNumLitLen ? 0 : 1;
+      uint32_t k = next_code[a][l];
+      for (unsigned q = a ? c::kNumLitLen : 0; q < i; ++q) k += bc.len[q] == l;
+      code = __brev(k) >> (32 - l);
+    }
+    const unsigned long long b = static_cast<unsigned long long>(hist[i]) * (l + c::symbol_extra_bits(static_cast<int>(i)));
     if (b) atomicAdd(&bits, b);
-    seg_code[seg * c::kNumSyms + t] = bc.code[t] | (static_cast<uint32_t>(bc.len[t]) << 16);
+    seg_code[seg * c::kNumSyms + i] = code | (static_cast<uint32_t>(l) << 16);
   }
-  for (unsigned w = t; w < c::kHeaderWords; w += blockDim.x) seg_header[seg * c::kHeaderWords + w] = bc.header[w];
+  for (unsigned w = t; w < c::kHeaderWords; w += kCodesThreads) seg_header[seg * c::kHeaderWords + w] = bc.header[w];
   __syncthreads();
   if (t == 0) {
     seg_hbits[seg] = bc.header_bits;
@@ -553,6 +576,20 @@ unsigned grid_for(size_t items, unsigned block) {
 struct DeflateEncoder::Impl {
   DeviceBuffer in, dist, tokens, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
   Event e[6];
+  uint8_t* pinned = nullptr;
+  size_t pinned_size = 0;
+  ~Impl() {
+    if (pinned) host_free_pinned(pinned);
+  }
+  uint8_t* host(size_t need) {
+    if (pinned_size < need) {
+      if (pinned) host_free_pinned(pinned);
+      pinned = nullptr;
+      pinned_size = std::max(need, pinned_size + pinned_size / 2);
+      pinned = static_cast<uint8_t*>(host_alloc_pinned(pinned_size));
+    }
+    return pinned;
+  }
   void grow(DeviceBuffer& b, size_t need, const char* what) {
     if (b.size() < need) b = DeviceBuffer(std::max(need, b.size() + b.size() / 2), what);
   }
@@ -666,7 +703,7 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       VFP_CUDA_LAUNCHED("parse_kernel");
       m.e[5].record(s);
       VFP_CUDA(cudaMemsetAsync(bytes + ns, 0, 8, s));
-      codes_kernel<<<ns, 320, 0, s>>>(hist, ns, last, code, header, hbits, bytes);
+      codes_kernel<<<ns, kCodesThreads, 0, s>>>(hist, ns, last, code, header, hbits, bytes);
       VFP_CUDA_LAUNCHED("codes_kernel");
       VFP_CUDA(cub::DeviceScan::ExclusiveSum(m.scan_tmp.get(), scan_bytes, bytes, off, ns + 1, s));
       Event after_codes;
@@ -718,6 +755,12 @@ std::vector<uint8_t> DeflateEncoder::compress(const uint8_t* host, size_t n, con
 
 std::vector<uint8_t> DeflateEncoder::encode_png(const uint8_t* d_img, size_t pitch, int width, int height, int channels,
                                                 bool swap_rb, int level, StreamHandle s) {
+  const HostBytes b = encode_png_pinned(d_img, pitch, width, height, channels, swap_rb, level, s);
+  return std::vector<uint8_t>(b.data, b.data + b.size);
+}
+
+DeflateEncoder::HostBytes DeflateEncoder::encode_png_pinned(const uint8_t* d_img, size_t pitch, int width, int height,
+                                                            int channels, bool swap_rb, int level, StreamHandle s) {
   Impl& m = *impl_;
   const size_t rowbytes = static_cast<size_t>(width) * channels + 1;
   const size_t raw = rowbytes * height;
@@ -743,10 +786,11 @@ std::vector<uint8_t> DeflateEncoder::encode_png(const uint8_t* d_img, size_t pit
   VFP_CUDA_LAUNCHED("crc_kernel");
   png_finish_kernel<<<1, 1, 0, s>>>(out_.get(), f, zlen, crc_acc);
   VFP_CUDA_LAUNCHED("png_finish_kernel");
-  std::vector<uint8_t> v(41 + z + 16);
-  memcpy_d2h_async(v.data(), out_.get(), v.size(), s);
+  const size_t total = 41 + z + 16;
+  uint8_t* host = m.host(total);
+  memcpy_d2h_async(host, out_.get(), total, s);
   VFP_CUDA(cudaStreamSynchronize(s));
-  return v;
+  return {host, total};
 }
 
 uint32_t adler32_device(const uint8_t* d, size_t n, StreamHandle s) {

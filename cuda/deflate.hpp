@@ -56,6 +56,13 @@ class DeflateEncoder {
   // as libpng), then zlib by this encoder, CRCs on the GPU. Same bytes as vfp::encode_png.
   std::vector<uint8_t> encode_png(const uint8_t* d_img, size_t pitch, int width, int height, int channels,
                                   bool swap_rb, int level, StreamHandle s);
+  // The same, into the encoder's pinned host buffer (no extra copy; valid until the next call).
+  struct HostBytes {
+    const uint8_t* data;
+    size_t size;
+  };
+  HostBytes encode_png_pinned(const uint8_t* d_img, size_t pitch, int width, int height, int channels, bool swap_rb,
+                              int level, StreamHandle s);
 
   const DeflateTimings& timings() const { return timings_; }
 

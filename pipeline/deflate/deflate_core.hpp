@@ -10,7 +10,7 @@
 
 namespace vfp::deflate::core {
 
-constexpr int kWindow = 32768, kMaxMatch = 258, kMinMatch = 3, kHashBits = 15;
+constexpr int kWindow = 32768, kMaxMatch = 258, kMinMatch = 3, kHashBits = 14;
 // Parse chunk: the greedy/lazy parse restarts at every chunk start and a match never runs past
 // the chunk's end, so chunks parse in parallel (one warp each on the GPU). Matches still reach
 // back anywhere in the segment (window 32 KiB).
@@ -289,8 +289,9 @@ VFP_HD int cl_order(int i) {
 }
 
 // Header of a block whose lengths ll (286 entries) / dl (30) are set in bc.len. The
-// code-length alphabet's lengths come from package-merge (7 bits) over the run-length symbols.
-VFP_HD void build_header(BlockCode& bc, bool final, MergeScratch& scratch) {
+// code-length alphabet's lengths come from code_lengths (7 bits) over the run-length symbols.
+// make_codes: also fill bc.code (the GPU computes them in parallel instead).
+VFP_HD void build_header(BlockCode& bc, bool final, MergeScratch& scratch, bool make_codes = true) {
   const uint8_t* ll = bc.len;
   const uint8_t* dl = bc.len + kNumLitLen;
   int hlit = kNumLitLen, hdist = kNumDist;
@@ -355,6 +356,7 @@ VFP_HD void build_header(BlockCode& bc, bool final, MergeScratch& scratch) {
     if (sym == 18) b.put(static_cast<uint32_t>(extra), 7);
   }
   bc.header_bits = b.pos;
+  if (!make_codes) return;
   canonical_codes(ll, kNumLitLen, bc.code);
   canonical_codes(dl, kNumDist, bc.code + kNumLitLen);
 }
