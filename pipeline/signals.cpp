@@ -30,6 +30,9 @@ void install_signal_handlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Over a file-size limit, write() fails with EFBIG (reported, earlier output kept) instead
+  // of the process being killed mid-file.
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 }  // namespace vfp

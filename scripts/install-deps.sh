@@ -10,6 +10,7 @@ PKGS=(cmake ninja-build g++ pkg-config
       xvfb xauth libgl1-mesa-dri libegl-mesa0  # display tests: X server and GL in software
       ffmpeg                 # tests compose vfpipe with ffmpeg pipes
       zlib1g-dev             # reads our DEFLATE streams back in the tests
+      libpng-dev             # decodes our PNGs in the tests (and the PNG size reference)
       python3-pywt python3-skimage   # outside references for the wavelet stage
       chromium)              # renders the profile's HTML report in a test
 missing=()

@@ -25,6 +25,7 @@
 #include "pipeline/registry.hpp"
 #include "pipeline/signals.hpp"
 #if VFPIPE_HAVE_CUDA
+#include "cuda/deflate.hpp"
 #include "cuda/runtime.hpp"
 #endif
 
@@ -39,6 +40,10 @@ Examples:
   # Compose with ffmpeg through Y4M pipes:
   ffmpeg -i in.mp4 -f yuv4mpegpipe - | vfpipe run -i - -f null -o - | ffmpeg -i - out.mp4
 
+  # Lossless archive of a filtered stream (PNG per frame, DEFLATE on the GPU; or .y4m.gz):
+  vfpipe run -i clip.mp4 -f "wavelet" -o frames/%06d.png --lossless
+  vfpipe run -i clip.y4m -f "median" -o filtered.y4m.gz && gzip -dc filtered.y4m.gz | ffplay -
+
   # Video file to an image sequence, on the CPU, with a JSON timing report:
   vfpipe run -i clip.mp4 -o frames/%06d.png --device cpu --report timing.json
 
@@ -52,7 +57,8 @@ Examples:
 Inputs (-i):  -  (Y4M on stdin) | file.y4m | synthetic=KEY=VAL:... | camera=N | /dev/videoN
               | video file or URL | image sequence: img_%04d.png or 'frames/*.png'
 Outputs (-o): null (default) | -  (Y4M on stdout) | file.y4m | file.mp4/.mov/.avi/.mkv
-              | image sequence: frames/%06d.png
+              | image sequence: frames/%06d.png (--lossless: vfpipe's PNG encoder, GPU DEFLATE)
+              | file.y4m.gz: bit-exact archive, gzip by vfpipe's DEFLATE (gzip -dc gives the .y4m)
 Filters (-f): FFmpeg syntax, name=key=value:key=value,name2=...  ('vfpipe filters' lists them)
 Exit status:  0 ok, 1 error, 2 bad usage, 130/143 stopped by SIGINT/SIGTERM (output closed cleanly)
 )";
@@ -95,6 +101,8 @@ struct RunArgs {
   int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
   size_t profile_frames = 100000;
   bool report_frames = false, no_progress = false, quiet = false, verbose = false;
+  bool lossless = false;
+  int compression_level = 1;
 };
 
 void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
@@ -121,6 +129,11 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")
       ->check(CLI::Range(0, 1000000));
   c->add_option("--codec", a.codec, "video output FOURCC (mp4v, MJPG, FFV1, avc1, ...)");
+  c->add_flag("--lossless", a.lossless,
+              "image sequences by vfpipe's PNG encoder (GPU DEFLATE); refuse lossy outputs (.mp4, .avi)");
+  c->add_option("--compression-level", a.compression_level, "DEFLATE level of PNG and .y4m.gz outputs (1 fast .. 9)")
+      ->check(CLI::Range(1, 9))
+      ->capture_default_str();
   c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera");
   c->add_option("--size", a.size, "capture size to request from a camera, WxH");
   c->add_option("--sendcmd", a.sendcmd,
@@ -239,7 +252,7 @@ int compare_command(const std::vector<std::string>& files, double threshold) {
 }
 
 struct CompressArgs {
-  std::string input, output, format = "gzip";
+  std::string input, output, format = "gzip", device = "auto";
   int level = 6;
   int segment_kib = 64;
 };
@@ -252,18 +265,34 @@ int compress_command(const CompressArgs& a) {
   deflate::Options o;
   o.level = a.level;
   o.segment_bytes = static_cast<size_t>(a.segment_kib) * 1024;
+  bool gpu = false;
+#if VFPIPE_HAVE_CUDA
+  gpu = a.device != "cpu" && cuda::probe().usable;
+  if (a.device == "cuda" && !gpu) log::warn("no usable GPU (%s): compressing on the CPU", cuda::probe().reason.c_str());
+  std::unique_ptr<cuda::DeflateEncoder> enc;
+  if (gpu) enc = std::make_unique<cuda::DeflateEncoder>();
+#endif
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<uint8_t> z = a.format == "zlib"  ? deflate::compress_zlib(data.data(), data.size(), o)
-                                 : a.format == "raw" ? deflate::compress(data.data(), data.size(), o)
-                                                     : deflate::compress_gzip(data.data(), data.size(), o);
+  std::vector<uint8_t> z;
+#if VFPIPE_HAVE_CUDA
+  if (gpu)
+    z = enc->compress(data.data(), data.size(), o,
+                      a.format == "zlib"  ? cuda::DeflateContainer::Zlib
+                      : a.format == "raw" ? cuda::DeflateContainer::Raw
+                                          : cuda::DeflateContainer::Gzip);
+#endif
+  if (!gpu)
+    z = a.format == "zlib"  ? deflate::compress_zlib(data.data(), data.size(), o)
+        : a.format == "raw" ? deflate::compress(data.data(), data.size(), o)
+                            : deflate::compress_gzip(data.data(), data.size(), o);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string out = !a.output.empty() ? a.output
                           : a.input + (a.format == "zlib" ? ".zz" : a.format == "raw" ? ".deflate" : ".gz");
   write_file(out, std::string(z.begin(), z.end()), "output");
-  std::fprintf(stderr, "%s: %zu -> %zu bytes (%.2f%%, ratio %.3f) in %.3f s, %.1f MB/s, level %d, %s, %d KiB segments\n",
+  std::fprintf(stderr, "%s: %zu -> %zu bytes (%.2f%%, ratio %.3f) in %.3f s, %.1f MB/s, level %d, %s, %d KiB segments, %s\n",
                out.c_str(), data.size(), z.size(), data.empty() ? 0.0 : 100.0 * z.size() / data.size(),
                z.empty() ? 0.0 : static_cast<double>(data.size()) / z.size(), s, data.size() / 1e6 / std::max(s, 1e-9),
-               a.level, a.format.c_str(), a.segment_kib);
+               a.level, a.format.c_str(), a.segment_kib, gpu ? "GPU" : "CPU");
   return 0;
 }
 
@@ -292,6 +321,9 @@ int run_command(RunArgs& a, bool live) {
   auto src = open_source(a.input, so);
   SinkOptions ko;
   ko.codec = a.codec;
+  ko.lossless = a.lossless;
+  ko.compression_level = a.compression_level;
+  ko.gpu = backend == Backend::CUDA;
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
   if (live && a.display.empty() && !a.no_display) a.display = "window";
   if (a.glass_to_glass && a.display.empty())
@@ -528,11 +560,15 @@ int main(int argc, char** argv) {
   compress->add_option("--level", comp_args.level, "0 stored .. 9 best (match search depth)")
       ->check(CLI::Range(0, 9))
       ->capture_default_str();
-  compress->add_option("--segment", comp_args.segment_kib, "independent segment size in KiB (the GPU's unit)")
+  compress->add_option("-d,--device", comp_args.device, "auto (the GPU if usable), cuda, cpu (the reference)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  compress->add_option("--segment", comp_args.segment_kib, "segment size in KiB (4..64, the GPU's unit of work)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
-  compress->footer("\nThe CPU reference of the GPU encoder (docs/deflate.md): any gzip/zlib reads its output.\n"
-                   "Example: vfpipe compress frames.raw --level 6 && gzip -t frames.raw.gz\n");
+  compress->footer("\nvfpipe's DEFLATE encoder (docs/deflate.md): on the GPU when one is usable, else its CPU\n"
+                   "reference; both write the same bytes, which any gzip/zlib reads.\n"
+                   "Example: vfpipe compress frames.raw --level 1 && gzip -t frames.raw.gz\n");
   std::string filter_name;
   auto* filters = app.add_subcommand("filters", "list the filters (stages) and their options");
   filters->add_option("name", filter_name, "show one filter in detail");

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "pipeline/error.hpp"
+#include "pipeline/io/lossless.hpp"
 #include "pipeline/io/synthetic.hpp"
 #include "pipeline/io/y4m.hpp"
 #if VFPIPE_HAVE_OPENCV
@@ -11,6 +12,23 @@
 #endif
 
 namespace vfp {
+
+bool valid_int_pattern(const std::string& p) {
+  int convs = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != '%') continue;
+    if (i + 1 < p.size() && p[i + 1] == '%') {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < p.size() && (std::isdigit(static_cast<unsigned char>(p[j])))) ++j;
+    if (j >= p.size() || p[j] != 'd') return false;
+    ++convs;
+    i = j;
+  }
+  return convs == 1;
+}
 
 namespace {
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
@@ -20,6 +38,10 @@ std::string lower_ext(const std::string& path) {
   return e;
 }
 bool is_pattern(const std::string& s) { return s.find_first_of("%*?[") != std::string::npos; }
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  return s;
+}
 
 #if !VFPIPE_HAVE_OPENCV
 [[noreturn]] void no_opencv(const std::string& what) {
@@ -81,9 +103,28 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
   if (spec == "-") return std::make_unique<Y4mSink>("-");
   std::string ext = lower_ext(spec);
+  LosslessOptions lo;
+  lo.level = opt.compression_level;
+  lo.gpu = opt.gpu;
   if (ext == ".y4m") return std::make_unique<Y4mSink>(spec);
+  if (ext == ".gz") {
+    if (spec.size() < 7 || lower(spec.substr(spec.size() - 7)) != ".y4m.gz")
+      throw Error(ErrorKind::Usage, "output '" + spec + "': compressed streams are .y4m.gz");
+    return std::make_unique<Y4mGzSink>(spec, lo);
+  }
+  const bool pattern = spec.find('%') != std::string::npos;
+  if (pattern && (opt.lossless || !VFPIPE_HAVE_OPENCV)) {
+    if (ext != ".png")
+      throw Error(ErrorKind::Usage, "output '" + spec + "': vfpipe's lossless image sequences are PNG (frames/%06d.png)");
+    if (!valid_int_pattern(spec))
+      throw Error(ErrorKind::Usage, "bad image pattern '" + spec + "' (use one %d or %0Nd, e.g. frames/%06d.png)");
+    return std::make_unique<PngSequenceSink>(spec, lo);
+  }
+  if (opt.lossless && !(ext == ".mkv" && (opt.codec.empty() || opt.codec == "FFV1")))
+    throw Error(ErrorKind::Usage, "--lossless: '" + spec +
+                                      "' would be lossy; use frames/%06d.png, .y4m, .y4m.gz or .mkv (FFV1)");
 #if VFPIPE_HAVE_OPENCV
-  if (spec.find('%') != std::string::npos) return open_image_sequence_sink(spec);
+  if (pattern) return open_image_sequence_sink(spec);
   std::string codec = opt.codec;
   if (codec.empty()) {
     if (ext == ".mp4" || ext == ".mov" || ext == ".m4v") codec = "mp4v";
@@ -98,8 +139,8 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
 #else
   (void)opt;
   throw Error(ErrorKind::Output, "output '" + spec +
-                                     "' needs OpenCV, and this build has none; use .y4m, '-' "
-                                     "(Y4M on stdout) or null");
+                                     "' needs OpenCV, and this build has none; use .y4m, .y4m.gz, "
+                                     "frames/%06d.png, '-' (Y4M on stdout) or null");
 #endif
 }
 

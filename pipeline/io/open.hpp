@@ -3,8 +3,9 @@
 // Inputs:  "-" (Y4M on stdin), "*.y4m", "synthetic=..." , "camera=0" / "/dev/video0",
 //          image sequences ("img_%04d.png", "frames/*.png"), anything else: a video file or
 //          URL opened by OpenCV.
-// Outputs: "null" (discard), "-" (Y4M on stdout), "*.y4m", "frames/%06d.png", or a video
-//          file (.mp4/.mov/.m4v: mp4v, .avi: MJPG, .mkv: FFV1, override with --codec).
+// Outputs: "null" (discard), "-" (Y4M on stdout), "*.y4m", "*.y4m.gz" (gzip, our DEFLATE),
+//          "frames/%06d.png" (OpenCV; with `lossless`, or without OpenCV, our PNG encoder),
+//          or a video file (.mp4/.mov/.m4v: mp4v, .avi: MJPG, .mkv: FFV1, override with --codec).
 #pragma once
 #include <memory>
 #include <string>
@@ -21,7 +22,10 @@ struct SourceOptions {
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);
 
 struct SinkOptions {
-  std::string codec;  // fourcc; empty: by extension
+  std::string codec;         // fourcc; empty: by extension
+  bool lossless = false;     // image sequences by vfpipe's PNG encoder; lossy outputs refused
+  int compression_level = 1; // DEFLATE level of PNG / .y4m.gz outputs
+  bool gpu = false;          // the run uses CUDA: so does the DEFLATE of those outputs
 };
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt);
 
@@ -40,5 +44,7 @@ class NullSink final : public Sink {
 };
 
 bool have_opencv();
+// An image pattern with exactly one %d-style conversion (optionally %0Nd).
+bool valid_int_pattern(const std::string& pattern);
 
 }  // namespace vfp

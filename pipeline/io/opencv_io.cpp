@@ -1,4 +1,5 @@
 #include "pipeline/io/opencv_io.hpp"
+#include "pipeline/io/open.hpp"
 
 #include <glob.h>
 
@@ -216,24 +217,6 @@ class ImageSeqSink final : public Sink {
   std::string pattern_;
   int64_t n_ = 0;
 };
-
-// Validates a printf pattern: exactly one %d-style conversion (optionally %0Nd).
-bool valid_int_pattern(const std::string& p) {
-  int convs = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] != '%') continue;
-    if (i + 1 < p.size() && p[i + 1] == '%') {
-      ++i;
-      continue;
-    }
-    size_t j = i + 1;
-    while (j < p.size() && (std::isdigit(static_cast<unsigned char>(p[j])))) ++j;
-    if (j >= p.size() || p[j] != 'd') return false;
-    ++convs;
-    i = j;
-  }
-  return convs == 1;
-}
 
 }  // namespace
 

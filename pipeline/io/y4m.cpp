@@ -198,6 +198,15 @@ bool Y4mSource::read(HostFrame& dst) {
   return true;
 }
 
+std::string y4m_header(const FrameSpec& s) {
+  const char* cs = s.format == PixelFormat::YUV420P   ? "C420jpeg XYSCSS=420JPEG"
+                   : s.format == PixelFormat::YUV444P ? "C444 XYSCSS=444"
+                   : s.format == PixelFormat::GRAY8   ? "Cmono XYSCSS=400"
+                                                      : nullptr;
+  if (!cs) throw Error(ErrorKind::Output, std::string("Y4M cannot hold ") + pix_fmt_name(s.format));
+  return log::format("YUV4MPEG2 W%d H%d F%d:%d Ip A1:1 %s\n", s.width, s.height, s.fps.num, s.fps.den, cs);
+}
+
 Y4mSink::Y4mSink(const std::string& path) : path_(path) {}
 Y4mSink::~Y4mSink() {
   try {
@@ -209,6 +218,11 @@ Y4mSink::~Y4mSink() {
 std::string Y4mSink::describe() const { return path_ == "-" ? "stdout (y4m)" : path_; }
 
 void Y4mSink::open(const FrameSpec& s) {
+  try {
+    y4m_header(s);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::Output, describe() + ": " + e.what());
+  }
   if (path_ == "-") {
     f_ = stdout;
   } else {
@@ -218,13 +232,7 @@ void Y4mSink::open(const FrameSpec& s) {
                   "cannot open output '" + path_ + "': " + std::strerror(errno));
     own_ = true;
   }
-  const char* cs = s.format == PixelFormat::YUV420P   ? "C420jpeg XYSCSS=420JPEG"
-                   : s.format == PixelFormat::YUV444P ? "C444 XYSCSS=444"
-                   : s.format == PixelFormat::GRAY8   ? "Cmono XYSCSS=400"
-                                                      : nullptr;
-  if (!cs) throw Error(ErrorKind::Output, describe() + ": Y4M cannot hold " + pix_fmt_name(s.format));
-  std::string h = log::format("YUV4MPEG2 W%d H%d F%d:%d Ip A1:1 %s\n", s.width, s.height,
-                              s.fps.num, s.fps.den, cs);
+  const std::string h = y4m_header(s);
   put(h.data(), h.size());
   payload_.resize(FrameLayout::of(s).payload_bytes);
 }

@@ -20,6 +20,9 @@ struct Y4mHeader {
 };
 // Parses the header line (without the trailing '\n'). Throws vfp::Error(Input).
 Y4mHeader parse_y4m_header(const std::string& line, const std::string& name);
+// The stream header line (with its newline) for frames of `spec`; throws vfp::Error (Output)
+// for formats Y4M cannot hold.
+std::string y4m_header(const FrameSpec& spec);
 
 class Y4mSource final : public Source {
  public:

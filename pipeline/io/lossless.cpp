@@ -1,0 +1,170 @@
+#include "pipeline/io/lossless.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "pipeline/deflate/deflate.hpp"
+#include "pipeline/deflate/png.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/io/y4m.hpp"
+#include "pipeline/log.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "cuda/deflate.hpp"
+#endif
+
+namespace vfp {
+
+// The sinks' encoder: the CUDA one where asked and usable (frames are uploaded into a
+// pitched device buffer), else the CPU reference.
+class LosslessEncoder {
+ public:
+  explicit LosslessEncoder(const LosslessOptions& opt) : level_(opt.level) {
+#if VFPIPE_HAVE_CUDA
+    if (opt.gpu && cuda::probe().usable) {
+      gpu_ = std::make_unique<cuda::DeflateEncoder>();
+      stream_ = std::make_unique<cuda::Stream>();
+    }
+#endif
+  }
+  bool on_gpu() const {
+#if VFPIPE_HAVE_CUDA
+    return gpu_ != nullptr;
+#else
+    return false;
+#endif
+  }
+  std::vector<uint8_t> png(const uint8_t* img, size_t pitch, int w, int h, int ch, bool swap_rb) {
+#if VFPIPE_HAVE_CUDA
+    if (gpu_) {
+      const size_t bytes = pitch * static_cast<size_t>(h);
+      if (dev_.size() < bytes) dev_ = cuda::DeviceBuffer(bytes, "PNG frame");
+      cuda::memcpy_h2d_async(dev_.get(), img, bytes, stream_->get());
+      return gpu_->encode_png(dev_.get(), pitch, w, h, ch, swap_rb, level_, stream_->get());
+    }
+#endif
+    return encode_png(img, pitch, w, h, ch, swap_rb, level_);
+  }
+  std::vector<uint8_t> gzip(const uint8_t* p, size_t n) {
+    deflate::Options o;
+    o.level = level_;
+#if VFPIPE_HAVE_CUDA
+    if (gpu_) return gpu_->compress(p, n, o, cuda::DeflateContainer::Gzip);
+#endif
+    return deflate::compress_gzip(p, n, o);
+  }
+
+ private:
+  int level_;
+#if VFPIPE_HAVE_CUDA
+  std::unique_ptr<cuda::DeflateEncoder> gpu_;
+  std::unique_ptr<cuda::Stream> stream_;
+  cuda::DeviceBuffer dev_;
+#endif
+};
+
+void require_output_dir(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) return;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0)
+    throw Error(ErrorKind::Output, "output directory '" + dir.string() + "' " +
+                                       (errno == ENOENT ? std::string("does not exist (create it first)")
+                                                        : std::string("cannot be used: ") + std::strerror(errno)));
+  if (!S_ISDIR(st.st_mode)) throw Error(ErrorKind::Output, "output directory '" + dir.string() + "' is not a directory");
+}
+
+// ------------------------------------------------------------------ PNG sequence
+PngSequenceSink::PngSequenceSink(std::string pattern, const LosslessOptions& opt)
+    : pattern_(std::move(pattern)), opt_(opt) {}
+PngSequenceSink::~PngSequenceSink() = default;
+
+std::string PngSequenceSink::name(int64_t i) const {
+  char buf[4096];
+  std::snprintf(buf, sizeof buf, pattern_.c_str(), static_cast<int>(i + 1));
+  return buf;
+}
+
+std::string PngSequenceSink::describe() const {
+  return pattern_ + " (PNG, DEFLATE level " + std::to_string(opt_.level) +
+         (enc_ && enc_->on_gpu() ? ", GPU)" : enc_ ? ", CPU)" : ")");
+}
+
+void PngSequenceSink::open(const FrameSpec& spec) {
+  require_output_dir(name(0));
+  if (spec.format != PixelFormat::BGR24 && spec.format != PixelFormat::GRAY8 && spec.format != PixelFormat::RGB24)
+    throw Error(ErrorKind::Output, pattern_ + ": PNG holds gray or RGB, not " + pix_fmt_name(spec.format));
+  enc_ = std::make_unique<LosslessEncoder>(opt_);
+  if (opt_.gpu && !enc_->on_gpu()) log::warn("%s: no usable GPU, PNGs are encoded on the CPU", pattern_.c_str());
+}
+
+void PngSequenceSink::write(const HostFrame& f) {
+  const ImageView v = f.view();
+  const int ch = f.spec().format == PixelFormat::GRAY8 ? 1 : 3;
+  const std::vector<uint8_t> png =
+      enc_->png(v.data[0], static_cast<size_t>(v.pitch[0]), v.pw[0], v.ph[0], ch, f.spec().format == PixelFormat::BGR24);
+  write_file_atomically(name(n_), png);
+  ++n_;
+}
+
+// ------------------------------------------------------------------ .y4m.gz
+Y4mGzSink::Y4mGzSink(std::string path, const LosslessOptions& opt) : path_(std::move(path)), opt_(opt) {}
+Y4mGzSink::~Y4mGzSink() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+std::string Y4mGzSink::describe() const {
+  return path_ + " (Y4M, gzip member per frame, DEFLATE level " + std::to_string(opt_.level) +
+         (enc_ && enc_->on_gpu() ? ", GPU)" : enc_ ? ", CPU)" : ")");
+}
+
+void Y4mGzSink::open(const FrameSpec& s) {
+  require_output_dir(path_);
+  header_ = y4m_header(s);  // throws for formats Y4M cannot hold
+  f_ = std::fopen(path_.c_str(), "wb");
+  if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + std::strerror(errno));
+  enc_ = std::make_unique<LosslessEncoder>(opt_);
+  if (opt_.gpu && !enc_->on_gpu()) log::warn("%s: no usable GPU, compressing on the CPU", path_.c_str());
+  buf_.resize(header_.size() + 6 + FrameLayout::of(s).payload_bytes);
+}
+
+void Y4mGzSink::write(const HostFrame& fr) {
+  // The first member also carries the stream header.
+  size_t at = 0;
+  if (!header_.empty()) {
+    std::memcpy(buf_.data(), header_.data(), header_.size());
+    at = header_.size();
+  }
+  std::memcpy(buf_.data() + at, "FRAME\n", 6);
+  fr.store_packed(buf_.data() + at + 6);
+  const size_t n = at + 6 + FrameLayout::of(fr.spec()).payload_bytes;
+  const std::vector<uint8_t> gz = enc_->gzip(buf_.data(), n);
+  if (std::fwrite(gz.data(), 1, gz.size(), f_) != gz.size() || std::fflush(f_) != 0) {
+    const int err = errno;
+    // Cut the partial member off: the file stays a valid .gz of the complete frames.
+    std::fclose(f_);
+    f_ = nullptr;
+    const int cut = ::truncate(path_.c_str(), static_cast<off_t>(complete_bytes_));
+    throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(err) + " (the " +
+                                       std::to_string(frames_) + " frames before this one are " +
+                                       (cut == 0 ? "complete" : "written") + ")");
+  }
+  complete_bytes_ += gz.size();
+  ++frames_;
+  header_.clear();
+}
+
+void Y4mGzSink::close() {
+  if (!f_) return;
+  FILE* f = f_;
+  f_ = nullptr;
+  if (std::fclose(f) != 0) throw Error(ErrorKind::Output, "cannot finish writing " + path_ + ": " + std::strerror(errno));
+}
+
+}  // namespace vfp
