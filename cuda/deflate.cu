@@ -21,16 +21,20 @@ namespace {
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kChunksPerSeg = c::kMaxSegment / c::kChunk;  // 16 warps per block
 constexpr uint16_t kNoPos = 0xFFFF;  // the last position of a 64 KiB segment has no hash
-constexpr size_t kBatch = size_t(256) << 20;
 
 // ------------------------------------------------------------------ chains
-// One warp per segment: dist[p] = p - (previous position with the same hash), 0 if none or
-// farther than the window. Lanes with no hash (the last two bytes) get unique dummy keys.
-__global__ void __launch_bounds__(32) chains_kernel(const uint8_t* __restrict__ in, size_t n, uint32_t seg_size,
-                                                    uint16_t* __restrict__ dist) {
+// One warp per segment: dist[p] = p - (previous position of the segment with the same hash),
+// 0 if none or farther than the window; then the segment's last position of every hash
+// (`last`, the next segment's history). The reference's chain is over the whole input: the
+// parse kernel completes it from `last` (see there). Positions whose 3 bytes run past the
+// input's end (avail) have no hash; lanes without one get unique dummy keys.
+__global__ void __launch_bounds__(32) chains_kernel(const uint8_t* __restrict__ in, size_t n, size_t avail,
+                                                    uint32_t seg_size, uint16_t* __restrict__ dist,
+                                                    uint16_t* __restrict__ last) {
   extern __shared__ uint16_t head[];
   const size_t begin = static_cast<size_t>(blockIdx.x) * seg_size;
   const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
+  const size_t seg_avail = avail - begin;
   const unsigned lane = threadIdx.x;
   for (uint32_t i = lane; i < (1u << c::kHashBits); i += 32) head[i] = kNoPos;
   __syncwarp();
@@ -43,14 +47,14 @@ __global__ void __launch_bounds__(32) chains_kernel(const uint8_t* __restrict__ 
 #pragma unroll
     for (int k = 0; k < kAhead; ++k) {
       const uint32_t p = base0 + 32 * k + lane;
-      hv[k] = p + 3 <= len ? c::hash3(seg[p], seg[p + 1], seg[p + 2]) : (1u << 16) + lane;
+      hv[k] = p < len && p + 3 <= seg_avail ? c::hash3(seg[p], seg[p + 1], seg[p + 2]) : (1u << 16) + lane;
     }
 #pragma unroll
     for (int k = 0; k < kAhead; ++k) {
       const uint32_t base = base0 + 32 * k;
       if (base >= len) break;
       const uint32_t p = base + lane, h = hv[k];
-      const bool has = p + 3 <= len;
+      const bool has = h < (1u << 16);
       const unsigned group = __match_any_sync(kFull, h);
       const unsigned below = group & lower;
       uint16_t d = 0;
@@ -72,6 +76,9 @@ __global__ void __launch_bounds__(32) chains_kernel(const uint8_t* __restrict__ 
       if (p < len) dist[begin + p] = d;
     }
   }
+  __syncwarp();
+  uint16_t* out = last + (static_cast<size_t>(blockIdx.x + 1) << c::kHashBits);
+  for (uint32_t i = lane; i < (1u << c::kHashBits); i += 32) out[i] = head[i];
 }
 
 // ------------------------------------------------------------------ parse
@@ -91,21 +98,24 @@ __device__ __forceinline__ uint32_t match_len_smem(const uint8_t* s, uint32_t a,
   return limit;
 }
 
-// The reference's longest_match (deflate.cpp), on the shared-memory segment.
-__device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* dist, uint32_t p, uint32_t limit,
-                                       c::LevelParams lp, uint32_t* best_dist) {
+// The reference's longest_match (deflate.cpp) on shared memory: s[0, H) is the history,
+// s[H, ...) the segment; the segment's chains are in sdist, the history's in hdist (global:
+// the previous segment's own chains, which are all that a walk from here can use).
+__device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* sdist, const uint16_t* hdist, int H, int p,
+                                       uint32_t limit, c::LevelParams lp, uint32_t* best_dist) {
   if (limit < static_cast<uint32_t>(c::kMinMatch)) return 0;
-  uint32_t best = 0, j = p;
+  uint32_t best = 0;
+  int j = p;
   for (int k = 0; k < lp.depth; ++k) {
-    const uint32_t d = dist[j];
-    if (d == 0) break;
+    const int d = j >= H ? sdist[j - H] : hdist[j];
+    if (d == 0 || j < d) break;  // no earlier position, or one before the history
     j -= d;
-    if (p - j > static_cast<uint32_t>(c::kWindow)) break;
+    if (p - j > c::kWindow) break;
     if (s[j + best] != s[p + best]) continue;  // cannot beat best (best < limit here)
-    const uint32_t l = match_len_smem(s, j, p, limit);
+    const uint32_t l = match_len_smem(s, static_cast<uint32_t>(j), static_cast<uint32_t>(p), limit);
     if (l > best) {
       best = l;
-      *best_dist = p - j;
+      *best_dist = static_cast<uint32_t>(p - j);
       if (best >= static_cast<uint32_t>(lp.nice) || best == limit) break;
     }
   }
@@ -114,8 +124,13 @@ __device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* dist, u
 
 // One block per segment, one warp per 4 KiB chunk. Tokens of chunk k go to tokens[chunk
 // start ...] (a chunk never has more tokens than bytes); the count to chunk_ntok.
+// `in` is the batch's first byte, batch_begin its offset in the input, avail the input's bytes
+// from `in` on (history before it is readable: the whole input is in device memory); gdist
+// holds the chains from 32 KiB before the batch; last[seg] the previous segment's table.
 __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t* __restrict__ in, size_t n,
-                                                                   uint32_t seg_size, const uint16_t* __restrict__ gdist,
+                                                                   size_t avail, size_t batch_begin, uint32_t seg_size,
+                                                                   const uint16_t* __restrict__ gdist,
+                                                                   const uint16_t* __restrict__ last,
                                                                    c::LevelParams lp, uint32_t* __restrict__ tokens,
                                                                    uint32_t* __restrict__ chunk_ntok,
                                                                    uint32_t* __restrict__ seg_hist) {
@@ -123,14 +138,26 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
   __shared__ uint32_t hist[c::kNumSyms];
   const size_t begin = static_cast<size_t>(blockIdx.x) * seg_size;
   const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
-  uint8_t* s = smem;                                                     // seg_size + 16 bytes
-  uint16_t* dist = reinterpret_cast<uint16_t*>(smem + seg_size + 16);  // seg_size entries
+  const int H = static_cast<int>(c::history_bytes(batch_begin + begin, seg_size));
+  uint8_t* s = smem;  // history, segment, 16 bytes of padding
+  uint16_t* dist = reinterpret_cast<uint16_t*>(smem + c::kWindow + seg_size + 16);  // the segment's chains
+  const uint16_t* hdist = gdist + begin - H;  // the history's chains, indexed like s
   for (uint32_t i = threadIdx.x; i < c::kNumSyms; i += blockDim.x) hist[i] = 0;
-  for (uint32_t i = threadIdx.x; i < len; i += blockDim.x) {
-    s[i] = in[begin + i];
-    dist[i] = gdist[begin + i];
+  const size_t readable = std::min<size_t>(static_cast<size_t>(H) + len + 16, H + (avail - begin));
+  for (uint32_t i = threadIdx.x; i < static_cast<uint32_t>(H) + len + 16; i += blockDim.x)
+    s[i] = i < readable ? in[static_cast<int64_t>(begin) - H + i] : 0;
+  __syncthreads();
+  // The chains across the segment start: a position of the first 32 KiB with no earlier
+  // position of its hash in the segment links to the previous segment's last one, if in reach.
+  const uint16_t* prev_last = last + (static_cast<size_t>(blockIdx.x) << c::kHashBits);
+  for (uint32_t o = threadIdx.x; o < len; o += blockDim.x) {
+    uint16_t d = gdist[begin + o];
+    if (d == 0 && H > 0 && o < static_cast<uint32_t>(c::kWindow) && o + 3 <= avail - begin) {
+      const uint16_t q = prev_last[c::hash3(s[H + o], s[H + o + 1], s[H + o + 2])];
+      if (q != kNoPos && seg_size - q + o <= static_cast<uint32_t>(c::kWindow)) d = static_cast<uint16_t>(seg_size - q + o);
+    }
+    dist[o] = d;
   }
-  for (uint32_t i = len + threadIdx.x; i < len + 16; i += blockDim.x) s[i] = 0;
   __syncthreads();
 
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -142,7 +169,8 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
     for (uint32_t base = cstart; base < cend;) {
       const uint32_t p = base + lane;
       uint32_t L = 0, D = 0;
-      if (p < cend) L = longest_match_smem(s, dist, p, std::min<uint32_t>(c::kMaxMatch, cend - p), lp, &D);
+      if (p < cend)
+        L = longest_match_smem(s, dist, hdist, H, H + static_cast<int>(p), std::min<uint32_t>(c::kMaxMatch, cend - p), lp, &D);
       const uint32_t Lnext = __shfl_down_sync(kFull, L, 1);
       const bool take = L != 0 && !(lp.lazy && lane < 31 && Lnext > L);
       const bool undecided = lp.lazy && lane == 31 && L != 0 && p + 1 < cend;  // needs p+1: restart at p
@@ -165,8 +193,8 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
           atomicAdd(&hist[257 + c::len_code(L)], 1u);
           atomicAdd(&hist[c::kNumLitLen + c::dist_code(D)], 1u);
         } else {
-          out[idx] = c::make_literal(s[p]);
-          atomicAdd(&hist[s[p]], 1u);
+          out[idx] = c::make_literal(s[H + p]);
+          atomicAdd(&hist[s[H + p]], 1u);
         }
       }
       ntok += __popc(emit_mask);
@@ -574,7 +602,7 @@ unsigned grid_for(size_t items, unsigned block) {
 
 // ------------------------------------------------------------------ encoder
 struct DeflateEncoder::Impl {
-  DeviceBuffer in, dist, tokens, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
+  DeviceBuffer in, dist, last, tokens, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
   Event e[6];
   uint8_t* pinned = nullptr;
   size_t pinned_size = 0;
@@ -662,9 +690,12 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     written = n + 5 * ((n + 65534) / 65535);
   } else {
     const c::LevelParams lp = c::level_params(level, opt.filtered);
-    const size_t batch = std::min(n, kBatch / seg * seg);
+    const size_t batch = std::min(n, std::max(batch_bytes_ / seg, size_t(2)) * seg);
     const size_t bseg = (batch + seg - 1) / seg;
-    m.grow(m.dist, batch * 2, "DEFLATE chains");
+    // Chains with 32 KiB in front (the previous batch's tail: the next batch's history), and
+    // the segments' last-position tables (entry 0: the previous batch's last segment).
+    m.grow(m.dist, (c::kWindow + batch) * 2, "DEFLATE chains");
+    m.grow(m.last, (bseg + 1) * (size_t(2) << c::kHashBits), "DEFLATE history tables");
     m.grow(m.tokens, batch * 4, "DEFLATE tokens");
     m.grow(m.ntok, (batch / c::kChunk + 2) * 4, "DEFLATE chunk token counts");
     m.grow(m.hist, bseg * c::kNumSyms * 4, "DEFLATE histograms");
@@ -677,7 +708,7 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     VFP_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, reinterpret_cast<unsigned long long*>(m.bytes.get()),
                                            reinterpret_cast<unsigned long long*>(m.off.get()), bseg + 1, s));
     m.grow(m.scan_tmp, scan_bytes, "DEFLATE scan");
-    const size_t parse_smem = seg + 16 + seg * 2;
+    const size_t parse_smem = c::kWindow + seg + 16 + seg * 2;  // history + segment + pad, segment chains
     VFP_CUDA(cudaFuncSetAttribute(chains_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 << c::kHashBits));
     VFP_CUDA(cudaFuncSetAttribute(parse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(parse_smem)));
     for (size_t b0 = 0; b0 < n; b0 += batch) {
@@ -685,7 +716,8 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       const uint32_t ns = static_cast<uint32_t>((bn + seg - 1) / seg);
       const bool last = b0 + bn == n;
       const uint8_t* src = d_in + b0;
-      auto* dist = reinterpret_cast<uint16_t*>(m.dist.get());
+      auto* dist = reinterpret_cast<uint16_t*>(m.dist.get()) + c::kWindow;
+      auto* lastpos = reinterpret_cast<uint16_t*>(m.last.get());
       auto* tokens = reinterpret_cast<uint32_t*>(m.tokens.get());
       auto* ntok = reinterpret_cast<uint32_t*>(m.ntok.get());
       auto* hist = reinterpret_cast<uint32_t*>(m.hist.get());
@@ -695,12 +727,16 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       auto* bytes = reinterpret_cast<unsigned long long*>(m.bytes.get());
       auto* off = reinterpret_cast<unsigned long long*>(m.off.get());
       m.e[3].record(s);
-      chains_kernel<<<ns, 32, 2 << c::kHashBits, s>>>(src, bn, static_cast<uint32_t>(seg), dist);
+      chains_kernel<<<ns, 32, 2 << c::kHashBits, s>>>(src, bn, n - b0, static_cast<uint32_t>(seg), dist, lastpos);
       VFP_CUDA_LAUNCHED("chains_kernel");
       m.e[4].record(s);
-      parse_kernel<<<ns, 32 * kChunksPerSeg, parse_smem, s>>>(src, bn, static_cast<uint32_t>(seg), dist, lp, tokens, ntok,
-                                                             hist);
+      parse_kernel<<<ns, 32 * kChunksPerSeg, parse_smem, s>>>(src, bn, n - b0, b0, static_cast<uint32_t>(seg), dist, lastpos,
+                                                             lp, tokens, ntok, hist);
       VFP_CUDA_LAUNCHED("parse_kernel");
+      if (!last) {  // carry the history to the next batch
+        memcpy_d2d_async(dist - c::kWindow, dist + bn - c::kWindow, c::kWindow * 2, s);
+        memcpy_d2d_async(lastpos, lastpos + (static_cast<size_t>(ns) << c::kHashBits), size_t(2) << c::kHashBits, s);
+      }
       m.e[5].record(s);
       VFP_CUDA(cudaMemsetAsync(bytes + ns, 0, 8, s));
       codes_kernel<<<ns, kCodesThreads, 0, s>>>(hist, ns, last, code, header, hbits, bytes);

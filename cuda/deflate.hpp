@@ -3,12 +3,14 @@
 //
 // One call runs, on one stream, per batch of up to 256 MiB of input:
 //   chains   one warp per segment walks it 32 positions at a time (__match_any_sync finds
-//            equal hashes inside the step, a 64 KiB shared head table the earlier ones) and
-//            writes each position's distance to the previous one with its hash;
-//   parse    one block per segment holds the segment and its chains in shared memory; each
-//            warp parses one 4 KiB chunk: 32 positions' longest matches at once, then the
-//            greedy/lazy path through them by pointer doubling (5 rounds of shuffles);
-//            tokens and the segment's histogram;
+//            equal hashes inside the step, a 32 KiB shared head table the earlier ones) and
+//            writes each position's distance to the previous one with its hash, then the
+//            segment's last position of every hash;
+//   parse    one block per segment holds 32 KiB of history, the segment and its chains in
+//            shared memory (224 KiB), linking the chains across the segment start with the
+//            previous segment's table; each warp parses one 4 KiB chunk: 32 positions'
+//            longest matches at once, then the greedy/lazy path through them by pointer
+//            doubling (5 rounds of shuffles); tokens and the segment's histogram;
 //   codes    one block per segment: symbols ranked in parallel, package-merge per alphabet,
 //            the block header; bytes of the segment known from the histogram alone;
 //   offsets  exclusive scan of segment sizes (CUB);
@@ -65,8 +67,11 @@ class DeflateEncoder {
                               int level, StreamHandle s);
 
   const DeflateTimings& timings() const { return timings_; }
+  // Input per batch of kernels (default 256 MiB; smaller in tests, to cross batch edges).
+  void set_batch_bytes(size_t bytes) { batch_bytes_ = bytes; }
 
  private:
+  size_t batch_bytes_ = size_t(256) << 20;
   struct Impl;
   Impl* impl_;
   DeviceBuffer out_;

@@ -10,42 +10,49 @@ namespace {
 
 namespace c = core;
 
-// Previous position with the same hash, as a distance (0: none within the window).
-std::vector<uint16_t> chain_distances(const uint8_t* seg, uint32_t n) {
+// Previous position of the input with the same hash, as a distance (0: none within the
+// window). One chain over the whole input: segments are encoded independently, but the
+// data before a segment is the decoder's history too, so matches may reach into it.
+std::vector<uint16_t> chain_distances(const uint8_t* data, size_t n) {
   std::vector<uint16_t> dist(n, 0);
-  std::vector<int32_t> head(1u << c::kHashBits, -1);
-  for (uint32_t p = 0; p + 3 <= n; ++p) {
-    const uint32_t h = c::hash3(seg[p], seg[p + 1], seg[p + 2]);
-    if (head[h] >= 0 && p - static_cast<uint32_t>(head[h]) <= static_cast<uint32_t>(c::kWindow))
-      dist[p] = static_cast<uint16_t>(p - static_cast<uint32_t>(head[h]));
-    head[h] = static_cast<int32_t>(p);
+  std::vector<int64_t> head(1u << c::kHashBits, -1);
+  for (size_t p = 0; p + 3 <= n; ++p) {
+    const uint32_t h = c::hash3(data[p], data[p + 1], data[p + 2]);
+    if (head[h] >= 0 && p - static_cast<size_t>(head[h]) <= static_cast<size_t>(c::kWindow))
+      dist[p] = static_cast<uint16_t>(p - static_cast<size_t>(head[h]));
+    head[h] = static_cast<int64_t>(p);
   }
   return dist;
 }
 
-// Longest match at p (first found wins ties), at most `limit` bytes; 0 when shorter than 3.
-uint32_t longest_match(const uint8_t* seg, const uint16_t* dist, uint32_t p, uint32_t limit,
+// Longest match at p (first found wins ties) with a start at or after `lo`, at most `limit`
+// bytes; 0 when none is usable (accept_match).
+uint32_t longest_match(const uint8_t* data, const uint16_t* dist, size_t p, size_t lo, uint32_t limit,
                        const c::LevelParams& lp, uint32_t* best_dist) {
   if (limit < static_cast<uint32_t>(c::kMinMatch)) return 0;
-  uint32_t best = 0, j = p;
+  uint32_t best = 0;
+  size_t j = p;
   for (int k = 0; k < lp.depth; ++k) {
     const uint32_t d = dist[j];
-    if (d == 0) break;
+    if (d == 0 || j < lo + d) break;  // no earlier position, or one before the history
     j -= d;
-    if (p - j > static_cast<uint32_t>(c::kWindow)) break;
-    const uint32_t l = c::match_length(seg + j, seg + p, limit);
+    if (p - j > static_cast<size_t>(c::kWindow)) break;
+    const uint32_t l = c::match_length(data + j, data + p, limit);
     if (l > best) {
       best = l;
-      *best_dist = p - j;
+      *best_dist = static_cast<uint32_t>(p - j);
       if (best >= static_cast<uint32_t>(lp.nice) || best == limit) break;
     }
   }
   return best ? c::accept_match(best, *best_dist, lp) : 0;
 }
 
-// Encodes one segment (one dynamic block, plus the aligning empty stored block when not final).
-void encode_segment(const uint8_t* seg, uint32_t n, const c::LevelParams& lp, bool final, std::vector<uint8_t>& out) {
-  const std::vector<uint16_t> dist = chain_distances(seg, n);
+// Encodes the segment [begin, begin + n) (one dynamic block, plus the aligning empty stored
+// block when not final). Matches may start up to history_bytes before it.
+void encode_segment(const uint8_t* data, const uint16_t* dist, size_t begin, uint32_t n, size_t history_bytes,
+                    const c::LevelParams& lp, bool final, std::vector<uint8_t>& out) {
+  const uint8_t* seg = data + begin;
+  const size_t lo = begin - history_bytes;
   std::vector<uint32_t> tokens;
   tokens.reserve(n);
   std::vector<uint32_t> hist(c::kNumSyms, 0);
@@ -54,10 +61,10 @@ void encode_segment(const uint8_t* seg, uint32_t n, const c::LevelParams& lp, bo
     auto limit_at = [&](uint32_t p) { return std::min<uint32_t>(c::kMaxMatch, end - p); };
     for (uint32_t p = chunk; p < end;) {
       uint32_t d = 0;
-      uint32_t len = longest_match(seg, dist.data(), p, limit_at(p), lp, &d);
+      uint32_t len = longest_match(data, dist, begin + p, lo, limit_at(p), lp, &d);
       if (len && lp.lazy && p + 1 < end) {
         uint32_t d1 = 0;
-        if (longest_match(seg, dist.data(), p + 1, limit_at(p + 1), lp, &d1) > len) len = 0;
+        if (longest_match(data, dist, begin + p + 1, lo, limit_at(p + 1), lp, &d1) > len) len = 0;
       }
       if (len) {
         tokens.push_back(c::make_match(len, d));
@@ -148,9 +155,11 @@ std::vector<uint8_t> compress(const uint8_t* data, size_t n, const Options& opt)
   }
   const size_t seg = segment_size(opt);
   const c::LevelParams lp = c::level_params(std::min(opt.level, 9), opt.filtered);
+  const std::vector<uint16_t> dist = chain_distances(data, n);
   for (size_t begin = 0; begin < n; begin += seg) {
     const size_t len = std::min(seg, n - begin);
-    encode_segment(data + begin, static_cast<uint32_t>(len), lp, begin + len == n, out);
+    encode_segment(data, dist.data(), begin, static_cast<uint32_t>(len), c::history_bytes(begin, seg), lp, begin + len == n,
+                   out);
   }
   return out;
 }

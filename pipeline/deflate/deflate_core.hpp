@@ -20,6 +20,14 @@ constexpr int kNumLitLen = 286, kNumDist = 30, kNumSyms = kNumLitLen + kNumDist,
 constexpr int kEob = 256;
 constexpr int kHeaderWords = 160;  // worst-case block header: 74 + 316 * 14 bits < 160 * 32
 
+// How far before a segment its matches may start: the 32 KiB window, but never more than one
+// segment back (so that, on the GPU, a segment needs only its own chains and the previous
+// segment's last-occurrence table to know its history).
+VFP_HD size_t history_bytes(size_t segment_begin, size_t segment_size) {
+  size_t h = segment_begin < static_cast<size_t>(kWindow) ? segment_begin : static_cast<size_t>(kWindow);
+  return h < segment_size ? h : segment_size;
+}
+
 struct LevelParams {
   int depth;    // chain candidates tried per position
   int nice;     // stop searching once a match this long is found
