@@ -76,9 +76,20 @@ __global__ void __launch_bounds__(32) chains_kernel(const uint8_t* __restrict__ 
       if (p < len) dist[begin + p] = d;
     }
   }
+  if (!last) return;
+  // The table keeps positions that can reach the next segment (the last 32 KiB), as
+  // offset - base + 1 (0: none). A 64 KiB segment's last position is also the head's
+  // "none" value, so it is set after the copy.
   __syncwarp();
+  const uint32_t base = seg_size > static_cast<uint32_t>(c::kWindow) ? seg_size - c::kWindow : 0;
   uint16_t* out = last + (static_cast<size_t>(blockIdx.x + 1) << c::kHashBits);
-  for (uint32_t i = lane; i < (1u << c::kHashBits); i += 32) out[i] = head[i];
+  for (uint32_t i = lane; i < (1u << c::kHashBits); i += 32) {
+    const uint16_t q = head[i];
+    out[i] = q != kNoPos && q >= base ? static_cast<uint16_t>(q - base + 1) : 0;
+  }
+  __syncwarp();
+  if (lane == 0 && len == 65536 && 65535 + 3 <= seg_avail)
+    out[c::hash3(seg[65535], seg[65536], seg[65537])] = static_cast<uint16_t>(65535 - base + 1);
 }
 
 // ------------------------------------------------------------------ parse
@@ -138,9 +149,9 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
   __shared__ uint32_t hist[c::kNumSyms];
   const size_t begin = static_cast<size_t>(blockIdx.x) * seg_size;
   const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
-  const int H = static_cast<int>(c::history_bytes(batch_begin + begin, seg_size));
+  const int H = lp.history ? static_cast<int>(c::history_bytes(batch_begin + begin, seg_size)) : 0;
   uint8_t* s = smem;  // history, segment, 16 bytes of padding
-  uint16_t* dist = reinterpret_cast<uint16_t*>(smem + c::kWindow + seg_size + 16);  // the segment's chains
+  uint16_t* dist = reinterpret_cast<uint16_t*>(smem + (lp.history ? c::kWindow : 0) + seg_size + 16);  // its chains
   const uint16_t* hdist = gdist + begin - H;  // the history's chains, indexed like s
   for (uint32_t i = threadIdx.x; i < c::kNumSyms; i += blockDim.x) hist[i] = 0;
   const size_t readable = std::min<size_t>(static_cast<size_t>(H) + len + 16, H + (avail - begin));
@@ -153,8 +164,10 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
   for (uint32_t o = threadIdx.x; o < len; o += blockDim.x) {
     uint16_t d = gdist[begin + o];
     if (d == 0 && H > 0 && o < static_cast<uint32_t>(c::kWindow) && o + 3 <= avail - begin) {
-      const uint16_t q = prev_last[c::hash3(s[H + o], s[H + o + 1], s[H + o + 2])];
-      if (q != kNoPos && seg_size - q + o <= static_cast<uint32_t>(c::kWindow)) d = static_cast<uint16_t>(seg_size - q + o);
+      const uint16_t v = prev_last[c::hash3(s[H + o], s[H + o + 1], s[H + o + 2])];
+      const uint32_t base = seg_size > static_cast<uint32_t>(c::kWindow) ? seg_size - c::kWindow : 0;
+      const uint32_t back = seg_size - (base + v - 1);  // from the segment start to that position
+      if (v != 0 && back + o <= static_cast<uint32_t>(c::kWindow)) d = static_cast<uint16_t>(back + o);
     }
     dist[o] = d;
   }
@@ -708,7 +721,8 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     VFP_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, reinterpret_cast<unsigned long long*>(m.bytes.get()),
                                            reinterpret_cast<unsigned long long*>(m.off.get()), bseg + 1, s));
     m.grow(m.scan_tmp, scan_bytes, "DEFLATE scan");
-    const size_t parse_smem = c::kWindow + seg + 16 + seg * 2;  // history + segment + pad, segment chains
+    // history + segment + pad, the segment's chains
+    const size_t parse_smem = (lp.history ? c::kWindow : 0) + seg + 16 + seg * 2;
     VFP_CUDA(cudaFuncSetAttribute(chains_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 << c::kHashBits));
     VFP_CUDA(cudaFuncSetAttribute(parse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(parse_smem)));
     for (size_t b0 = 0; b0 < n; b0 += batch) {
@@ -727,13 +741,14 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       auto* bytes = reinterpret_cast<unsigned long long*>(m.bytes.get());
       auto* off = reinterpret_cast<unsigned long long*>(m.off.get());
       m.e[3].record(s);
-      chains_kernel<<<ns, 32, 2 << c::kHashBits, s>>>(src, bn, n - b0, static_cast<uint32_t>(seg), dist, lastpos);
+      chains_kernel<<<ns, 32, 2 << c::kHashBits, s>>>(src, bn, n - b0, static_cast<uint32_t>(seg), dist,
+                                                      lp.history ? lastpos : nullptr);
       VFP_CUDA_LAUNCHED("chains_kernel");
       m.e[4].record(s);
       parse_kernel<<<ns, 32 * kChunksPerSeg, parse_smem, s>>>(src, bn, n - b0, b0, static_cast<uint32_t>(seg), dist, lastpos,
                                                              lp, tokens, ntok, hist);
       VFP_CUDA_LAUNCHED("parse_kernel");
-      if (!last) {  // carry the history to the next batch
+      if (!last && lp.history) {  // carry the history to the next batch
         memcpy_d2d_async(dist - c::kWindow, dist + bn - c::kWindow, c::kWindow * 2, s);
         memcpy_d2d_async(lastpos, lastpos + (static_cast<size_t>(ns) << c::kHashBits), size_t(2) << c::kHashBits, s);
       }

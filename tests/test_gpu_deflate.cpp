@@ -205,3 +205,31 @@ TEST(GpuDeflate, PngIdenticalToCpuEncoder) {
 }
 
 #endif
+
+#if VFPIPE_HAVE_CUDA
+#include <cstdlib>
+#include <filesystem>
+
+TEST(GpuDeflate, LosslessSinksWriteTheCpuBytes) {
+  REQUIRE_GPU();
+  // The PNG sequence and .y4m.gz sinks of a CUDA run equal those of a CPU run, byte for byte.
+  namespace fs = std::filesystem;
+  const std::string bin = VFPIPE_BIN, dir = ::testing::TempDir() + "/vfpipe_gpu_lossless";
+  fs::remove_all(dir);
+  for (const char* dev : {"cpu", "cuda"}) {
+    fs::create_directories(dir + "/" + dev);
+    const std::string base = bin + " run -q -i 'synthetic=size=643x361:frames=4:noise=gauss:sigma=4' -f median --device " + dev;
+    ASSERT_EQ(std::system((base + " --pix-fmt bgr24 -o " + dir + "/" + dev + "/%02d.png --lossless").c_str()), 0) << dev;
+    ASSERT_EQ(std::system((base + " -o " + dir + "/" + dev + "/clip.y4m.gz --compression-level 6").c_str()), 0) << dev;
+  }
+  auto bytes = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  for (const char* name : {"01.png", "04.png", "clip.y4m.gz"}) {
+    const auto a = bytes(dir + "/cpu/" + name), b = bytes(dir + "/cuda/" + name);
+    EXPECT_FALSE(a.empty()) << name;
+    EXPECT_EQ(a, b) << name;
+  }
+}
+#endif

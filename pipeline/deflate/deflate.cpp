@@ -158,7 +158,7 @@ std::vector<uint8_t> compress(const uint8_t* data, size_t n, const Options& opt)
   const std::vector<uint16_t> dist = chain_distances(data, n);
   for (size_t begin = 0; begin < n; begin += seg) {
     const size_t len = std::min(seg, n - begin);
-    encode_segment(data, dist.data(), begin, static_cast<uint32_t>(len), c::history_bytes(begin, seg), lp, begin + len == n,
+    encode_segment(data, dist.data(), begin, static_cast<uint32_t>(len), lp.history ? c::history_bytes(begin, seg) : 0, lp, begin + len == n,
                    out);
   }
   return out;

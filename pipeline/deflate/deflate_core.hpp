@@ -29,10 +29,11 @@ VFP_HD size_t history_bytes(size_t segment_begin, size_t segment_size) {
 }
 
 struct LevelParams {
-  int depth;    // chain candidates tried per position
-  int nice;     // stop searching once a match this long is found
-  bool lazy;    // emit a literal when the next position has a longer match
-  int min_len;  // shorter matches are not used (3; 6 for filtered data, as zlib's Z_FILTERED)
+  int depth;     // chain candidates tried per position
+  int nice;      // stop searching once a match this long is found
+  bool lazy;     // emit a literal when the next position has a longer match
+  int min_len;   // shorter matches are not used (3; 6 for filtered data, as zlib's Z_FILTERED)
+  bool history;  // matches may start before the segment (history_bytes); level 1 keeps to it
 };
 
 // filtered: data that is mostly small residuals (PNG rows after their filter), where short
@@ -40,15 +41,15 @@ struct LevelParams {
 VFP_HD LevelParams level_params(int level, bool filtered = false) {
   const int m = filtered ? 6 : 3;
   switch (level) {
-    case 1: return {4, 32, false, m};
-    case 2: return {8, 64, false, m};
-    case 3: return {16, 128, false, m};
-    case 4: return {16, 64, true, m};
-    case 5: return {32, 128, true, m};
-    case 6: return {64, 128, true, m};
-    case 7: return {128, 258, true, m};
-    case 8: return {512, 258, true, m};
-    default: return {2048, 258, true, m};
+    case 1: return {4, 32, false, m, false};
+    case 2: return {4, 32, false, m, true};
+    case 3: return {16, 128, false, m, true};
+    case 4: return {16, 64, true, m, true};
+    case 5: return {32, 128, true, m, true};
+    case 6: return {64, 128, true, m, true};
+    case 7: return {128, 258, true, m, true};
+    case 8: return {512, 258, true, m, true};
+    default: return {2048, 258, true, m, true};
   }
 }
 
