@@ -144,9 +144,12 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
                                                                    const uint16_t* __restrict__ last,
                                                                    c::LevelParams lp, uint32_t* __restrict__ tokens,
                                                                    uint32_t* __restrict__ chunk_ntok,
-                                                                   uint32_t* __restrict__ seg_hist) {
+                                                                   uint32_t* __restrict__ seg_hist,
+                                                                   unsigned long long* __restrict__ seg_ntok) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ uint32_t hist[c::kNumSyms];
+  __shared__ unsigned int seg_tokens;
+  if (threadIdx.x == 0) seg_tokens = 0;
   const size_t begin = static_cast<size_t>(blockIdx.x) * seg_size;
   const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
   const int H = lp.history ? static_cast<int>(c::history_bytes(batch_begin + begin, seg_size)) : 0;
@@ -215,20 +218,45 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
       const int last_nxt = __shfl_sync(kFull, nxt, last);
       base += static_cast<uint32_t>(last_nxt);  // 31 when lane 31 waits for its lazy check
     }
-    if (lane == 0) chunk_ntok[(begin + cstart) / c::kChunk] = ntok;
+    if (lane == 0) {
+      chunk_ntok[(begin + cstart) / c::kChunk] = ntok;
+      atomicAdd(&seg_tokens, ntok);
+    }
   }
   __syncthreads();
   for (uint32_t i = threadIdx.x; i < c::kNumSyms; i += blockDim.x) seg_hist[blockIdx.x * c::kNumSyms + i] = hist[i];
+  if (threadIdx.x == 0) seg_ntok[blockIdx.x] = seg_tokens;
+}
+
+// ------------------------------------------------------------------ blocks
+// One thread: which block each segment of the batch belongs to (the reference's
+// block_starts), each block's first segment (block_first[nblocks] = nseg), nblocks.
+__global__ void blocks_kernel(const unsigned long long* __restrict__ seg_ntok, uint32_t nseg,
+                              uint32_t* __restrict__ seg_block, uint32_t* __restrict__ block_first,
+                              uint32_t* __restrict__ nblocks) {
+  unsigned long long before = 0;
+  uint32_t b = 0;
+  for (uint32_t i = 0; i < nseg; ++i) {
+    if (i > 0 && c::block_of(before) != c::block_of(before - seg_ntok[i - 1])) ++b;
+    if (i == 0 || block_first[b] == 0xFFFFFFFFu) block_first[b] = i;
+    seg_block[i] = b;
+    before += seg_ntok[i];
+  }
+  *nblocks = b + 1;
+  block_first[b + 1] = nseg;
 }
 
 // ------------------------------------------------------------------ codes
-// One small block per segment (64 threads, ~9 KB of shared memory, so a whole batch's
-// segments are resident at once): the reference's build_block_code, with the symbol sort
-// done by ranking (the same order: by frequency, then symbol) and the canonical codes
-// computed per symbol in parallel; the code lengths and header by one thread.
+// One small block of threads per DEFLATE block (64 threads, ~9 KB of shared memory, so a
+// whole batch is resident at once): the histogram of its segments, then the reference's
+// build_block_code, with the symbol sort done by ranking (the same order: by frequency,
+// then symbol) and the canonical codes computed per symbol in parallel; the code lengths
+// and header by one thread. Grid: one per segment (the most blocks there can be).
 constexpr int kCodesThreads = 64;
-__global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __restrict__ seg_hist, uint32_t nseg,
-                                                              bool last_batch, uint32_t* __restrict__ seg_code,
+__global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __restrict__ seg_hist,
+                                                              const uint32_t* __restrict__ block_first,
+                                                              const uint32_t* __restrict__ nblocks_ptr, bool last_batch,
+                                                              uint32_t* __restrict__ seg_code,
                                                               uint32_t* __restrict__ seg_header,
                                                               uint32_t* __restrict__ seg_hbits,
                                                               unsigned long long* __restrict__ seg_bytes) {
@@ -240,9 +268,17 @@ __global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __
   __shared__ int used[2];
   __shared__ uint32_t next_code[2][16];
   const unsigned t = threadIdx.x;
-  const uint32_t seg = blockIdx.x;
+  const uint32_t seg = blockIdx.x;  // the block's index
+  const uint32_t nseg = *nblocks_ptr;
+  if (seg >= nseg) {
+    if (t == 0) seg_bytes[seg] = 0;
+    return;
+  }
+  const uint32_t s0 = block_first[seg], s1 = block_first[seg + 1];
   for (unsigned i = t; i < c::kNumSyms; i += kCodesThreads) {
-    hist[i] = i == c::kEob ? 1u : seg_hist[seg * c::kNumSyms + i];
+    uint32_t f = 0;
+    for (uint32_t k = s0; k < s1; ++k) f += seg_hist[static_cast<size_t>(k) * c::kNumSyms + i];
+    hist[i] = i == c::kEob ? 1u : f;
     bc.len[i] = 0;
   }
   if (t == 0) {
@@ -295,8 +331,23 @@ __global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __
   __syncthreads();
   if (t == 0) {
     seg_hbits[seg] = bc.header_bits;
-    seg_bytes[seg] = c::segment_bytes(bc.header_bits + bits, final);
+    seg_bytes[seg] = bc.header_bits + bits;  // the block's bits, end-of-block included
   }
+}
+
+// Bits of each segment's tokens under its block's code (one warp per segment).
+__global__ void seg_bits_kernel(const uint32_t* __restrict__ seg_hist, const uint32_t* __restrict__ seg_block,
+                                const uint32_t* __restrict__ block_code, uint32_t nseg,
+                                unsigned long long* __restrict__ seg_bits) {
+  const uint32_t seg = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (seg >= nseg) return;
+  const uint32_t* code = block_code + static_cast<size_t>(seg_block[seg]) * c::kNumSyms;
+  unsigned long long b = 0;
+  for (int i = static_cast<int>(lane); i < c::kNumSyms; i += 32)
+    b += static_cast<unsigned long long>(seg_hist[static_cast<size_t>(seg) * c::kNumSyms + i]) *
+         ((code[i] >> 16) + c::symbol_extra_bits(i));
+  for (int o = 16; o > 0; o >>= 1) b += __shfl_xor_sync(kFull, b, o);
+  if (lane == 0) seg_bits[seg] = b;
 }
 
 // ------------------------------------------------------------------ pack
@@ -314,9 +365,11 @@ __device__ __forceinline__ void or_bits_global(uint32_t* out, unsigned long long
 // batch's first segment in it.
 __global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
     const uint32_t* __restrict__ tokens, const uint32_t* __restrict__ chunk_ntok, size_t n, uint32_t seg_size,
-    const uint32_t* __restrict__ seg_code, const uint32_t* __restrict__ seg_header,
-    const uint32_t* __restrict__ seg_hbits, const unsigned long long* __restrict__ seg_off, uint32_t nseg,
-    bool last_batch, uint32_t* __restrict__ out, unsigned long long base_bit) {
+    const uint32_t* __restrict__ seg_block, const uint32_t* __restrict__ block_first,
+    const uint32_t* __restrict__ block_code, const uint32_t* __restrict__ block_header,
+    const uint32_t* __restrict__ block_hbits, const unsigned long long* __restrict__ block_off,
+    const unsigned long long* __restrict__ seg_scan, uint32_t nseg, bool last_batch, uint32_t* __restrict__ out,
+    unsigned long long base_bit) {
   __shared__ c::BlockCode bc;  // len and code used; the header is read from global
   __shared__ unsigned long long chunk_bits[kChunksPerSeg + 1];
   __shared__ uint32_t stage[kChunksPerSeg][64];
@@ -325,8 +378,10 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
   const size_t begin = static_cast<size_t>(seg) * seg_size;
   const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
   const uint32_t nchunks = (len + c::kChunk - 1) / c::kChunk;
+  const uint32_t blk = seg_block[seg], first = block_first[blk];
+  const bool block_end = seg + 1 == nseg || seg_block[seg + 1] != blk;
   for (unsigned i = t; i < c::kNumSyms; i += blockDim.x) {
-    const uint32_t v = seg_code[seg * c::kNumSyms + i];
+    const uint32_t v = block_code[static_cast<size_t>(blk) * c::kNumSyms + i];
     bc.code[i] = static_cast<uint16_t>(v);
     bc.len[i] = static_cast<uint8_t>(v >> 16);
   }
@@ -343,18 +398,20 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
   if (lane == 0) chunk_bits[warp + 1] = mybits;
   __syncthreads();
   if (t == 0) {
-    chunk_bits[0] = seg_hbits[seg];
+    chunk_bits[0] = 0;
     for (int k = 1; k <= kChunksPerSeg; ++k) chunk_bits[k] += chunk_bits[k - 1];  // now: start of chunk k
   }
   __syncthreads();
-  const unsigned long long seg_bit = base_bit + seg_off[seg] * 8ull;
-  // Header (words of the segment's header buffer, shifted into place).
-  const uint32_t hbits = seg_hbits[seg];
-  for (uint32_t w = t; w * 32 < hbits; w += blockDim.x) {
-    const int k = static_cast<int>(std::min<uint32_t>(32, hbits - w * 32));
-    const uint32_t v = seg_header[seg * c::kHeaderWords + w];
-    or_bits_global(out, seg_bit + w * 32ull, k == 32 ? v : v & ((1u << k) - 1), k);
-  }
+  // Where this segment's tokens start: its block's start, header, earlier segments of the block.
+  const unsigned long long block_bit = base_bit + block_off[blk];
+  const uint32_t hbits = block_hbits[blk];
+  const unsigned long long seg_bit = block_bit + hbits + (seg_scan[seg] - seg_scan[first]);
+  if (seg == first)  // the block's header (words of its header buffer, shifted into place)
+    for (uint32_t w = t; w * 32 < hbits; w += blockDim.x) {
+      const int k = static_cast<int>(std::min<uint32_t>(32, hbits - w * 32));
+      const uint32_t v = block_header[static_cast<size_t>(blk) * c::kHeaderWords + w];
+      or_bits_global(out, block_bit + w * 32ull, k == 32 ? v : v & ((1u << k) - 1), k);
+    }
   // Tokens, 32 at a time per warp: a warp scan gives each its bit position; bits are ORed
   // into a shared staging line, then each touched word goes out with one global OR.
   uint32_t* st = stage[warp];
@@ -388,11 +445,11 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
     __syncwarp();
     pos += group_bits;
   }
-  if (t == 0) {
+  if (t == 0 && block_end) {
     unsigned long long p = seg_bit + chunk_bits[nchunks];
     or_bits_global(out, p, bc.code[c::kEob], bc.len[c::kEob]);
     p += bc.len[c::kEob];
-    if (!(last_batch && seg == nseg - 1)) {  // empty stored block: 3 zero bits, align, 0000 FFFF
+    if (seg == nseg - 1 && !last_batch) {  // batch end: empty stored block, 3 zero bits, align, 0000 FFFF
       p = (p + 3 + 7) & ~7ull;
       or_bits_global(out, p + 16, 0xFFFFull, 16);
     }
@@ -615,7 +672,7 @@ unsigned grid_for(size_t items, unsigned block) {
 
 // ------------------------------------------------------------------ encoder
 struct DeflateEncoder::Impl {
-  DeviceBuffer in, dist, last, tokens, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
+  DeviceBuffer in, dist, last, tokens, seg_ntok, seg_block, block_first, seg_bits, seg_scan, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
   Event e[6];
   uint8_t* pinned = nullptr;
   size_t pinned_size = 0;
@@ -650,7 +707,7 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
   const size_t worst = level == 0 ? n + 5 * (n / 65535 + 1) : 2 * n + nseg_all * 700 + 64;
   const size_t cap = (prefix + head + worst + trail + 64 + 3) / 4 * 4;
   if (out_.size() < cap) out_ = DeviceBuffer(cap, "DEFLATE output");
-  m.grow(m.small, 64, "DEFLATE checksums");
+  m.grow(m.small, 64, "DEFLATE checksums and counters");
   auto* adler_acc = reinterpret_cast<unsigned long long*>(m.small.get());
   auto* crc_acc = reinterpret_cast<unsigned int*>(m.small.get() + 16);
   auto* total_dev = reinterpret_cast<unsigned long long*>(m.small.get() + 24);
@@ -703,7 +760,7 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     written = n + 5 * ((n + 65534) / 65535);
   } else {
     const c::LevelParams lp = c::level_params(level, opt.filtered);
-    const size_t batch = std::min(n, std::max(batch_bytes_ / seg, size_t(2)) * seg);
+    const size_t batch = std::min(n, deflate::batch_size(opt));
     const size_t bseg = (batch + seg - 1) / seg;
     // Chains with 32 KiB in front (the previous batch's tail: the next batch's history), and
     // the segments' last-position tables (entry 0: the previous batch's last segment).
@@ -715,8 +772,13 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     m.grow(m.code, bseg * c::kNumSyms * 4, "DEFLATE codes");
     m.grow(m.header, bseg * c::kHeaderWords * 4, "DEFLATE headers");
     m.grow(m.hbits, bseg * 4, "DEFLATE header sizes");
-    m.grow(m.bytes, (bseg + 1) * 8, "DEFLATE segment sizes");
-    m.grow(m.off, (bseg + 1) * 8, "DEFLATE segment offsets");
+    m.grow(m.bytes, (bseg + 1) * 8, "DEFLATE block sizes");
+    m.grow(m.off, (bseg + 1) * 8, "DEFLATE block offsets");
+    m.grow(m.seg_ntok, (bseg + 1) * 8, "DEFLATE segment token counts");
+    m.grow(m.seg_block, (bseg + 1) * 4, "DEFLATE segment blocks");
+    m.grow(m.block_first, (bseg + 2) * 4, "DEFLATE block starts");
+    m.grow(m.seg_bits, (bseg + 1) * 8, "DEFLATE segment bits");
+    m.grow(m.seg_scan, (bseg + 1) * 8, "DEFLATE segment bit offsets");
     size_t scan_bytes = 0;
     VFP_CUDA(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, reinterpret_cast<unsigned long long*>(m.bytes.get()),
                                            reinterpret_cast<unsigned long long*>(m.off.get()), bseg + 1, s));
@@ -740,30 +802,45 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       auto* hbits = reinterpret_cast<uint32_t*>(m.hbits.get());
       auto* bytes = reinterpret_cast<unsigned long long*>(m.bytes.get());
       auto* off = reinterpret_cast<unsigned long long*>(m.off.get());
+      auto* seg_ntok = reinterpret_cast<unsigned long long*>(m.seg_ntok.get());
+      auto* seg_block = reinterpret_cast<uint32_t*>(m.seg_block.get());
+      auto* block_first = reinterpret_cast<uint32_t*>(m.block_first.get());
+      auto* nblocks = reinterpret_cast<uint32_t*>(m.small.get() + 40);
+      auto* seg_bits = reinterpret_cast<unsigned long long*>(m.seg_bits.get());
+      auto* seg_scan = reinterpret_cast<unsigned long long*>(m.seg_scan.get());
       m.e[3].record(s);
       chains_kernel<<<ns, 32, 2 << c::kHashBits, s>>>(src, bn, n - b0, static_cast<uint32_t>(seg), dist,
                                                       lp.history ? lastpos : nullptr);
       VFP_CUDA_LAUNCHED("chains_kernel");
       m.e[4].record(s);
       parse_kernel<<<ns, 32 * kChunksPerSeg, parse_smem, s>>>(src, bn, n - b0, b0, static_cast<uint32_t>(seg), dist, lastpos,
-                                                             lp, tokens, ntok, hist);
+                                                             lp, tokens, ntok, hist, seg_ntok);
       VFP_CUDA_LAUNCHED("parse_kernel");
       if (!last && lp.history) {  // carry the history to the next batch
         memcpy_d2d_async(dist - c::kWindow, dist + bn - c::kWindow, c::kWindow * 2, s);
         memcpy_d2d_async(lastpos, lastpos + (static_cast<size_t>(ns) << c::kHashBits), size_t(2) << c::kHashBits, s);
       }
       m.e[5].record(s);
+      // Segments into blocks, each block's code, each segment's bits, then the offsets.
+      VFP_CUDA(cudaMemsetAsync(block_first, 0xFF, (ns + 2) * 4, s));
+      blocks_kernel<<<1, 1, 0, s>>>(seg_ntok, ns, seg_block, block_first, nblocks);
+      VFP_CUDA_LAUNCHED("blocks_kernel");
       VFP_CUDA(cudaMemsetAsync(bytes + ns, 0, 8, s));
-      codes_kernel<<<ns, kCodesThreads, 0, s>>>(hist, ns, last, code, header, hbits, bytes);
+      VFP_CUDA(cudaMemsetAsync(seg_bits + ns, 0, 8, s));
+      codes_kernel<<<ns, kCodesThreads, 0, s>>>(hist, block_first, nblocks, last, code, header, hbits, bytes);
       VFP_CUDA_LAUNCHED("codes_kernel");
+      seg_bits_kernel<<<(ns + 7) / 8, 256, 0, s>>>(hist, seg_block, code, ns, seg_bits);
+      VFP_CUDA_LAUNCHED("seg_bits_kernel");
       VFP_CUDA(cub::DeviceScan::ExclusiveSum(m.scan_tmp.get(), scan_bytes, bytes, off, ns + 1, s));
+      VFP_CUDA(cub::DeviceScan::ExclusiveSum(m.scan_tmp.get(), scan_bytes, seg_bits, seg_scan, ns + 1, s));
       Event after_codes;
       after_codes.record(s);
-      pack_kernel<<<ns, 32 * kChunksPerSeg, 0, s>>>(tokens, ntok, bn, static_cast<uint32_t>(seg), code, header, hbits, off,
-                                                   ns, last, reinterpret_cast<uint32_t*>(out), (body + written) * 8ull);
+      pack_kernel<<<ns, 32 * kChunksPerSeg, 0, s>>>(tokens, ntok, bn, static_cast<uint32_t>(seg), seg_block, block_first,
+                                                   code, header, hbits, off, seg_scan, ns, last,
+                                                   reinterpret_cast<uint32_t*>(out), (body + written) * 8ull);
       VFP_CUDA_LAUNCHED("pack_kernel");
-      unsigned long long bt = 0;
-      VFP_CUDA(cudaMemcpyAsync(&bt, off + ns, 8, cudaMemcpyDeviceToHost, s));
+      unsigned long long bits = 0;
+      VFP_CUDA(cudaMemcpyAsync(&bits, off + ns, 8, cudaMemcpyDeviceToHost, s));
       Event done;
       done.record(s);
       done.synchronize();
@@ -771,7 +848,7 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       t_parse += Event::elapsed_ms(m.e[4], m.e[5]);
       t_codes += Event::elapsed_ms(m.e[5], after_codes);
       t_pack += Event::elapsed_ms(after_codes, done);
-      written += bt;
+      written += last ? (bits + 7) / 8 : (bits + 3 + 7) / 8 + 4;  // final padding or the sync flush
     }
   }
   const unsigned long long wr = written;

@@ -11,12 +11,14 @@
 //            previous segment's table; each warp parses one 4 KiB chunk: 32 positions'
 //            longest matches at once, then the greedy/lazy path through them by pointer
 //            doubling (5 rounds of shuffles); tokens and the segment's histogram;
-//   codes    one block per segment: symbols ranked in parallel, package-merge per alphabet,
-//            the block header; bytes of the segment known from the histogram alone;
-//   offsets  exclusive scan of segment sizes (CUB);
+//   blocks   segments grouped into DEFLATE blocks of ~16 Ki tokens (one thread);
+//   codes    one small thread block per DEFLATE block: its segments' histograms summed,
+//            symbols ranked in parallel, Huffman lengths, the block header; its size in bits
+//            and each segment's bits follow from the histograms alone;
+//   offsets  exclusive scans of block and segment bits (CUB);
 //   pack     one block per segment: per-chunk bit totals and offsets, then each warp
 //            places 32 tokens' bits at a time (warp scan, shared staging, one global OR per
-//            output word), end-of-block and the byte-aligning empty stored block;
+//            output word); headers, end-of-block codes, the batch's closing sync flush;
 //   checks   Adler-32 / CRC-32 from 128-byte pieces combined arithmetically (no order).
 #pragma once
 #include <cstddef>
@@ -67,11 +69,8 @@ class DeflateEncoder {
                               int level, StreamHandle s);
 
   const DeflateTimings& timings() const { return timings_; }
-  // Input per batch of kernels (default 256 MiB; smaller in tests, to cross batch edges).
-  void set_batch_bytes(size_t bytes) { batch_bytes_ = bytes; }
 
  private:
-  size_t batch_bytes_ = size_t(256) << 20;
   struct Impl;
   Impl* impl_;
   DeviceBuffer out_;

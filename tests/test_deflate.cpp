@@ -118,6 +118,24 @@ TEST(Deflate, LengthAndDistanceCodesMatchRfc1951Tables) {
   }
 }
 
+TEST(Deflate, SegmentsShareBlocksByTokenCount) {
+  // A segment opens a block when the tokens before it cross a multiple of 16 Ki.
+  const std::vector<uint8_t> s = deflate::block_starts({100, 100, 20000, 5, 16384, 1, 40000, 7});
+  EXPECT_EQ(s, (std::vector<uint8_t>{1, 0, 0, 1, 0, 1, 0, 1}));
+#if VFPIPE_HAVE_ZLIB
+  // Many segments in few blocks, and a byte-aligned stream every batch.
+  std::vector<uint8_t> data(700000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>((i / 3000) * 7 + (i % 13 == 0));
+  for (size_t batch : {size_t(4096), size_t(5 * 4096), size_t(1) << 30}) {
+    deflate::Options o;
+    o.level = 4;
+    o.segment_bytes = 4096;
+    o.batch_bytes = batch;
+    ASSERT_EQ(inflate_all(deflate::compress_zlib(data.data(), data.size(), o), 15, data.size()), data) << batch;
+  }
+#endif
+}
+
 TEST(Deflate, ChecksumsByHand) {
   const std::string s = "Wikipedia";
   EXPECT_EQ(deflate::adler32(reinterpret_cast<const uint8_t*>(s.data()), s.size()), 0x11E60398u);

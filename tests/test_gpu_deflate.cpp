@@ -124,17 +124,17 @@ TEST(GpuDeflate, BatchEdgesKeepTheHistory) {
   REQUIRE_GPU();
   // Batches of 4 segments: the history (data, chains, last-position tables) crosses them.
   cuda::DeflateEncoder enc;
-  enc.set_batch_bytes(4 * 65536);
   const auto data = video_like(1001, 999, 2, 9);
   for (int level : {1, 6}) {
     deflate::Options o;
     o.level = level;
+    o.batch_bytes = 4 * 65536;
     ASSERT_EQ(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Zlib),
               deflate::compress_zlib(data.data(), data.size(), o)) << "level " << level;
   }
   deflate::Options o;
   o.segment_bytes = 4096;
-  enc.set_batch_bytes(3 * 4096);
+  o.batch_bytes = 3 * 4096;
   ASSERT_EQ(enc.compress(data.data(), 300000, o, cuda::DeflateContainer::Raw), deflate::compress(data.data(), 300000, o));
 }
 

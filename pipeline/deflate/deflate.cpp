@@ -47,15 +47,18 @@ uint32_t longest_match(const uint8_t* data, const uint16_t* dist, size_t p, size
   return best ? c::accept_match(best, *best_dist, lp) : 0;
 }
 
-// Encodes the segment [begin, begin + n) (one dynamic block, plus the aligning empty stored
-// block when not final). Matches may start up to history_bytes before it.
-void encode_segment(const uint8_t* data, const uint16_t* dist, size_t begin, uint32_t n, size_t history_bytes,
-                    const c::LevelParams& lp, bool final, std::vector<uint8_t>& out) {
+// Parses the segment [begin, begin + n) into tokens and its histogram. Matches may start up
+// to history_bytes before it.
+struct ParsedSegment {
+  std::vector<uint32_t> tokens;
+  std::vector<uint32_t> hist = std::vector<uint32_t>(c::kNumSyms, 0);
+};
+ParsedSegment parse_segment(const uint8_t* data, const uint16_t* dist, size_t begin, uint32_t n, size_t history_bytes,
+                            const c::LevelParams& lp) {
+  ParsedSegment ps;
   const uint8_t* seg = data + begin;
   const size_t lo = begin - history_bytes;
-  std::vector<uint32_t> tokens;
-  tokens.reserve(n);
-  std::vector<uint32_t> hist(c::kNumSyms, 0);
+  ps.tokens.reserve(n);
   for (uint32_t chunk = 0; chunk < n; chunk += c::kChunk) {
     const uint32_t end = std::min(n, chunk + c::kChunk);
     auto limit_at = [&](uint32_t p) { return std::min<uint32_t>(c::kMaxMatch, end - p); };
@@ -67,34 +70,54 @@ void encode_segment(const uint8_t* data, const uint16_t* dist, size_t begin, uin
         if (longest_match(data, dist, begin + p + 1, lo, limit_at(p + 1), lp, &d1) > len) len = 0;
       }
       if (len) {
-        tokens.push_back(c::make_match(len, d));
-        hist[257 + static_cast<size_t>(c::len_code(len))]++;
-        hist[c::kNumLitLen + static_cast<size_t>(c::dist_code(d))]++;
+        ps.tokens.push_back(c::make_match(len, d));
+        ps.hist[257 + static_cast<size_t>(c::len_code(len))]++;
+        ps.hist[c::kNumLitLen + static_cast<size_t>(c::dist_code(d))]++;
         p += len;
       } else {
-        tokens.push_back(c::make_literal(seg[p]));
-        hist[seg[p]]++;
+        ps.tokens.push_back(c::make_literal(seg[p]));
+        ps.hist[seg[p]]++;
         ++p;
       }
     }
   }
-  hist[c::kEob] = 1;
-  c::BlockCode bc{};
-  build_block_code(hist.data(), final, bc);
-  // Write header, tokens, end-of-block, then the sync flush.
-  std::vector<uint32_t> words((c::segment_bytes(bc.header_bits + c::data_bits(bc, hist.data()), final) + 8) / 4 + 2, 0);
+  return ps;
+}
+
+// One batch: its segments grouped into blocks (block_starts), each block one dynamic-Huffman
+// block over its segments' tokens, bit-contiguous; the batch ends byte-aligned (final: padding;
+// else an empty stored block, as zlib's sync flush).
+void write_batch(const std::vector<ParsedSegment>& segs, bool final, std::vector<uint8_t>& out) {
+  std::vector<uint64_t> ntok(segs.size());
+  for (size_t i = 0; i < segs.size(); ++i) ntok[i] = segs[i].tokens.size();
+  const std::vector<uint8_t> starts = block_starts(ntok);
+  size_t bits_bound = 64;
+  for (const auto& sg : segs) bits_bound += sg.tokens.size() * 48 + 8 * 700;
+  std::vector<uint32_t> words(bits_bound / 32 + 4, 0);
   c::BitBuf w{words.data(), 0};
-  for (uint32_t i = 0; i < bc.header_bits; i += 32) {
-    const int k = static_cast<int>(std::min<uint32_t>(32, bc.header_bits - i));
-    w.put(k == 32 ? bc.header[i / 32] : bc.header[i / 32] & ((1u << k) - 1), k);
+  for (size_t b0 = 0; b0 < segs.size();) {
+    size_t b1 = b0 + 1;
+    while (b1 < segs.size() && !starts[b1]) ++b1;
+    std::vector<uint32_t> hist(c::kNumSyms, 0);
+    for (size_t i = b0; i < b1; ++i)
+      for (int k = 0; k < c::kNumSyms; ++k) hist[k] += segs[i].hist[k];
+    hist[c::kEob] = 1;
+    c::BlockCode bc{};
+    build_block_code(hist.data(), final && b1 == segs.size(), bc);
+    for (uint32_t i = 0; i < bc.header_bits; i += 32) {
+      const int k = static_cast<int>(std::min<uint32_t>(32, bc.header_bits - i));
+      w.put(k == 32 ? bc.header[i / 32] : bc.header[i / 32] & ((1u << k) - 1), k);
+    }
+    for (size_t i = b0; i < b1; ++i)
+      for (uint32_t t : segs[i].tokens) {
+        uint64_t pattern = 0;
+        const uint32_t bits = c::token_bits(bc, t, &pattern);
+        w.put(static_cast<uint32_t>(pattern), static_cast<int>(std::min<uint32_t>(bits, 32)));
+        if (bits > 32) w.put(static_cast<uint32_t>(pattern >> 32), static_cast<int>(bits - 32));
+      }
+    w.put(bc.code[c::kEob], bc.len[c::kEob]);
+    b0 = b1;
   }
-  for (uint32_t t : tokens) {
-    uint64_t pattern = 0;
-    const uint32_t bits = c::token_bits(bc, t, &pattern);
-    w.put(static_cast<uint32_t>(pattern), static_cast<int>(std::min<uint32_t>(bits, 32)));
-    if (bits > 32) w.put(static_cast<uint32_t>(pattern >> 32), static_cast<int>(bits - 32));
-  }
-  w.put(bc.code[c::kEob], bc.len[c::kEob]);
   if (!final) {
     w.put(0, 3);  // empty stored block: BFINAL 0, BTYPE 00, then align, LEN 0, NLEN 0xFFFF
     w.pos = (w.pos + 7) & ~7u;
@@ -132,6 +155,21 @@ std::vector<uint8_t> limited_code_lengths(const std::vector<uint32_t>& freq, int
   return len;
 }
 
+std::vector<uint8_t> block_starts(const std::vector<uint64_t>& tokens) {
+  std::vector<uint8_t> start(tokens.size(), 0);
+  uint64_t before = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    start[i] = i == 0 || core::block_of(before) != core::block_of(before - tokens[i - 1]);
+    before += tokens[i];
+  }
+  return start;
+}
+
+size_t batch_size(const Options& opt) {
+  const size_t seg = segment_size(opt);
+  return std::max<size_t>(opt.batch_bytes / seg, 1) * seg;
+}
+
 size_t segment_size(const Options& opt) {
   const size_t s = std::clamp<size_t>(opt.segment_bytes, c::kChunk, c::kMaxSegment);
   return s / c::kChunk * c::kChunk;
@@ -153,13 +191,18 @@ std::vector<uint8_t> compress(const uint8_t* data, size_t n, const Options& opt)
     }
     return out;
   }
-  const size_t seg = segment_size(opt);
+  const size_t seg = segment_size(opt), batch = batch_size(opt);
   const c::LevelParams lp = c::level_params(std::min(opt.level, 9), opt.filtered);
   const std::vector<uint16_t> dist = chain_distances(data, n);
-  for (size_t begin = 0; begin < n; begin += seg) {
-    const size_t len = std::min(seg, n - begin);
-    encode_segment(data, dist.data(), begin, static_cast<uint32_t>(len), lp.history ? c::history_bytes(begin, seg) : 0, lp, begin + len == n,
-                   out);
+  for (size_t b0 = 0; b0 < n; b0 += batch) {
+    const size_t bn = std::min(batch, n - b0);
+    std::vector<ParsedSegment> segs;
+    for (size_t begin = b0; begin < b0 + bn; begin += seg) {
+      const size_t len = std::min(seg, b0 + bn - begin);
+      segs.push_back(parse_segment(data, dist.data(), begin, static_cast<uint32_t>(len),
+                                   lp.history ? c::history_bytes(begin, seg) : 0, lp));
+    }
+    write_batch(segs, b0 + bn == n, out);
   }
   return out;
 }

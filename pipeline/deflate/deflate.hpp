@@ -9,11 +9,11 @@
 //   * The parse (greedy, or lazy from level 4: a literal when the next position matches
 //     longer) restarts at every 4 KiB chunk and no match runs past a chunk's end, so chunks
 //     parse independently (one warp each on the GPU).
-//   * Each segment is one dynamic-Huffman block with code lengths from package-merge
-//     (optimal under the 15-bit limit; 7 bits for the code-length code), canonical codes.
-//   * Segments are joined into one stream by ending every non-final block with an empty
-//     stored block (as zlib's sync flush), which byte-aligns it: segments can be encoded
-//     in any order and concatenated.
+//   * Consecutive segments share a dynamic-Huffman block until it holds ~16 Ki tokens
+//     (core::block_of); optimal length-limited code lengths (15 bits; 7 for the code-length
+//     code), canonical codes. Blocks follow each other at exact bit offsets (the GPU packs
+//     them in parallel from prefix sums).
+//   * Every batch (256 MiB) ends byte-aligned by an empty stored block (zlib's sync flush).
 //   * Deterministic: the same input and level give the same bytes.
 #pragma once
 #include <cstddef>
@@ -29,10 +29,15 @@ struct Options {
   int level = 6;                   // 1 (fast) .. 9 (best); 0 = stored blocks of 65535 bytes
   size_t segment_bytes = 1 << 16;  // independent segments (the GPU's unit of work)
   bool filtered = false;           // matches shorter than 6 not used (PNG rows; zlib's Z_FILTERED)
+  size_t batch_bytes = size_t(256) << 20;  // the stream is byte-aligned (sync flush) every batch
 };
 
 // Segment size actually used: opt.segment_bytes clamped to 4..64 KiB, rounded down to 4 KiB.
 size_t segment_size(const Options& opt);
+// Batch size actually used: a multiple of the segment size (at least one segment).
+size_t batch_size(const Options& opt);
+// Which segments of a batch open a block, from each segment's token count (core::block_of).
+std::vector<uint8_t> block_starts(const std::vector<uint64_t>& tokens);
 
 // Code lengths, codes and header of a segment's block from its histogram (286 literal/length
 // symbols with hist[256] = 1, then 30 distance symbols). The GPU encoder builds the same.

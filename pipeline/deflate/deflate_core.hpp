@@ -18,7 +18,12 @@ constexpr uint32_t kChunk = 4096;
 constexpr uint32_t kMaxSegment = 65536;  // positions fit 16 bits
 constexpr int kNumLitLen = 286, kNumDist = 30, kNumSyms = kNumLitLen + kNumDist, kNumCl = 19;
 constexpr int kEob = 256;
-constexpr int kHeaderWords = 160;  // worst-case block header: 74 + 316 * 14 bits < 160 * 32
+constexpr int kHeaderWords = 160;
+// Segments share a block (one Huffman table) until the block holds about this many tokens
+// (zlib's blocks hold 16 Ki symbols): segment s opens a block when the tokens before it cross
+// a multiple of it. Compressible data gets few headers, varied data adaptive tables.
+constexpr uint64_t kBlockTokens = 16384;
+VFP_HD uint64_t block_of(uint64_t tokens_before) { return tokens_before / kBlockTokens; }  // worst-case block header: 74 + 316 * 14 bits < 160 * 32
 
 // How far before a segment its matches may start: the 32 KiB window, but never more than one
 // segment back (so that, on the GPU, a segment needs only its own chains and the previous
@@ -386,12 +391,6 @@ VFP_HD uint64_t data_bits(const BlockCode& bc, const uint32_t* hist) {
   for (int s = 0; s < kNumSyms; ++s)
     bits += static_cast<uint64_t>(hist[s]) * static_cast<uint64_t>(bc.len[s] + symbol_extra_bits(s));
   return bits;
-}
-
-// Bytes of a segment: block, then (non-final) an empty stored block that byte-aligns it, as
-// zlib's sync flush does: 3 header bits, padding, LEN = 0, NLEN = 0xFFFF.
-VFP_HD uint64_t segment_bytes(uint64_t block_bits, bool final) {
-  return final ? (block_bits + 7) / 8 : (block_bits + 3 + 7) / 8 + 4;
 }
 
 // Bits of one token under a block's codes, and the token's bit pattern (LSB first, <= 48 bits).
