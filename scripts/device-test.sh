@@ -46,7 +46,7 @@ fi
 
 log "GPU tests under compute-sanitizer (memcheck)"
 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/tests/vfpipe_gpu_tests \
-  --gtest_filter='-Gpu.CliRuns*:Gpu.OutOfMemory*:GpuMedian.Histogram*:GpuConv.TwoDimensional*' > "$OUT/sanitizer.log" 2>&1
+  --gtest_filter='-Gpu.CliRuns*:Gpu.OutOfMemory*:GpuMedian.Histogram*:GpuConv.TwoDimensional*:GpuDeflate.LargeInput*:GpuDeflate.LosslessSinks*' > "$OUT/sanitizer.log" 2>&1
 rc_san=$?
 tail -8 "$OUT/sanitizer.log"
 
@@ -55,6 +55,11 @@ compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/vfpipe_
   --gtest_filter='GpuWavelet.ForwardAndInverse*:GpuWavelet.NoiseEstimate*' > "$OUT/racecheck.log" 2>&1
 rc_race=$?
 tail -4 "$OUT/racecheck.log"
+log "DEFLATE kernels under compute-sanitizer (racecheck: shared head tables, histograms, staging lines)"
+compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/vfpipe_gpu_tests \
+  --gtest_filter='GpuDeflate.BatchEdges*:GpuDeflate.ChecksumsMatchCpu' > "$OUT/racecheck_deflate.log" 2>&1
+rc_race=$(( rc_race | $? ))
+tail -4 "$OUT/racecheck_deflate.log"
 
 BENCHES=${BENCHES:-engine median conv wavelet deflate}
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
@@ -84,8 +89,10 @@ fi
 
 if want deflate; then
   log "DEFLATE benchmark (vs zlib, libdeflate, libpng)"
-  build-device/vfpipe-bench-deflate --json "$OUT/bench_deflate.json" 2>&1 | tee "$OUT/bench_deflate.txt"
-  build-device/vfpipe-bench-deflate --format gray --frames 16 --levels 1,6 --png-levels 1,4 2>&1 | tee -a "$OUT/bench_deflate.txt"
+  build-device/vfpipe-bench-deflate --levels 1,2,4,6,9 --png-levels 1,2,6 --json "$OUT/bench_deflate.json" 2>&1 |
+    tee "$OUT/bench_deflate.txt"
+  build-device/vfpipe-bench-deflate --sigma 0 --levels 1,2,4,6,9 --png-levels 1,2,6 --json "$OUT/bench_deflate_clean.json" 2>&1 |
+    tee "$OUT/bench_deflate_clean.txt"
 fi
 
 echo "tests rc=$rc_tests sanitizer rc=$rc_san racecheck rc=$rc_race"

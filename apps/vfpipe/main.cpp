@@ -564,7 +564,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
   compress->add_option("--segment", comp_args.segment_kib, "segment size in KiB (4..64, the GPU's unit of work)")
-      ->check(CLI::Range(1, 65536))
+      ->check(CLI::Range(4, 64))
       ->capture_default_str();
   compress->footer("\nvfpipe's DEFLATE encoder (docs/deflate.md): on the GPU when one is usable, else its CPU\n"
                    "reference; both write the same bytes, which any gzip/zlib reads.\n"
