@@ -133,6 +133,96 @@ __device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* sdist, 
   return best ? c::accept_match(best, *best_dist, lp) : 0;
 }
 
+// One step of the parse: the longest matches at the 32 positions base..base+31 (matches may
+// run to the segment's end), then the parse's path through them from lane 0 by pointer
+// doubling. advance: how far the window moves after it (31 when lane 31 waits for the lazy
+// check of the next position).
+struct Window {
+  uint32_t L, D;       // this lane's match (L = 0: literal)
+  bool take;           // this lane's position emits its match (else a literal)
+  unsigned path;       // lanes on the path from lane 0
+  unsigned undecided;  // lane 31 when its lazy decision needs position base+32
+  uint32_t advance;
+};
+__device__ Window window_step(const uint8_t* s, const uint16_t* dist, const uint16_t* hdist, int H, uint32_t base,
+                              uint32_t len, const c::LevelParams& lp) {
+  const unsigned lane = threadIdx.x & 31;
+  const uint32_t p = base + lane;
+  Window w{};
+  if (p < len) w.L = longest_match_smem(s, dist, hdist, H, H + static_cast<int>(p), min(static_cast<uint32_t>(c::kMaxMatch), len - p), lp, &w.D);
+  const uint32_t Lnext = __shfl_down_sync(kFull, w.L, 1);
+  w.take = w.L != 0 && !(lp.lazy && lane < 31 && Lnext > w.L);
+  const bool undecided = lp.lazy && lane == 31 && w.L != 0 && p + 1 < len;
+  w.undecided = __ballot_sync(kFull, undecided);
+  const int nxt = p >= len ? 64 : undecided ? 31 : static_cast<int>(lane + (w.take ? w.L : 1));
+  // After round r the path holds the lanes reached from lane 0 in < 2^(r+1) steps.
+  unsigned path = 1;
+  int jump = nxt;
+  for (int r = 0; r < 5; ++r) {
+    const unsigned mine = ((path >> lane) & 1u) && jump < 32 ? (1u << jump) : 0u;
+    path |= __reduce_or_sync(kFull, mine);
+    const int j2 = __shfl_sync(kFull, jump, jump & 31);
+    jump = jump < 32 ? j2 : jump;
+  }
+  w.path = path;
+  w.advance = static_cast<uint32_t>(__shfl_sync(kFull, nxt, 31 - __clz(path)));
+  return w;
+}
+
+// Writes the tokens of the lanes in `emit` after the n already in out[], and counts them.
+__device__ __forceinline__ void emit_tokens(const Window& w, unsigned emit, const uint8_t* s, int H, uint32_t base,
+                                            uint32_t* out, uint32_t n, uint32_t* hist) {
+  const unsigned lane = threadIdx.x & 31;
+  if (!((emit >> lane) & 1u)) return;
+  const uint32_t idx = n + __popc(emit & ((1u << lane) - 1));
+  const uint32_t p = base + lane;
+  if (w.take) {
+    out[idx] = c::make_match(w.L, w.D);
+    atomicAdd(&hist[257 + c::len_code(w.L)], 1u);
+    atomicAdd(&hist[c::kNumLitLen + c::dist_code(w.D)], 1u);
+  } else {
+    out[idx] = c::make_literal(s[H + p]);
+    atomicAdd(&hist[s[H + p]], 1u);
+  }
+}
+__device__ __forceinline__ void unhist(uint32_t t, uint32_t* hist) {
+  if (c::token_len(t)) {
+    atomicSub(&hist[257 + c::len_code(c::token_len(t))], 1u);
+    atomicSub(&hist[c::kNumLitLen + c::dist_code(c::token_low(t))], 1u);
+  } else {
+    atomicSub(&hist[c::token_low(t)], 1u);
+  }
+}
+
+// A chunk's speculative path as a bitmap of its 4096 positions (global memory, zeroed first).
+constexpr int kBitmapWords = c::kChunk / 32;
+__device__ __forceinline__ void mark_path(uint32_t* bm, uint32_t rel, unsigned lanes) {
+  if ((threadIdx.x & 31) != 0 || !lanes) return;
+  const uint32_t w = rel >> 5, o = rel & 31;
+  atomicOr(&bm[w], lanes << o);
+  if (o && (lanes >> (32 - o)) && w + 1 < kBitmapWords) atomicOr(&bm[w + 1], lanes >> (32 - o));
+}
+__device__ __forceinline__ bool on_path(const uint32_t* bm, uint32_t rel) {
+  return rel < c::kChunk && ((bm[rel >> 5] >> (rel & 31)) & 1u);
+}
+// Bits rel..rel+31 of the bitmap (0 past its end).
+__device__ __forceinline__ unsigned path_bits(const uint32_t* bm, uint32_t rel) {
+  const uint32_t w = rel >> 5, o = rel & 31;
+  const uint32_t lo = w < kBitmapWords ? bm[w] : 0, hi = w + 1 < kBitmapWords ? bm[w + 1] : 0;
+  return __funnelshift_r(lo, hi, o);
+}
+// Path positions before rel (= the index of the token starting at rel), by the whole warp.
+__device__ uint32_t path_rank(const uint32_t* bm, uint32_t rel) {
+  const unsigned lane = threadIdx.x & 31;
+  uint32_t n = 0;
+  for (uint32_t w = lane; w < kBitmapWords; w += 32) {
+    const uint32_t bits = w < (rel >> 5) ? bm[w] : w == (rel >> 5) ? bm[w] & ((1u << (rel & 31)) - 1) : 0;
+    n += __popc(bits);
+  }
+  for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(kFull, n, o);
+  return n;
+}
+
 // One block per segment, one warp per 4 KiB chunk. Tokens of chunk k go to tokens[chunk
 // start ...] (a chunk never has more tokens than bytes); the count to chunk_ntok.
 // `in` is the batch's first byte, batch_begin its offset in the input, avail the input's bytes
@@ -145,11 +235,14 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
                                                                    c::LevelParams lp, uint32_t* __restrict__ tokens,
                                                                    uint32_t* __restrict__ chunk_ntok,
                                                                    uint32_t* __restrict__ seg_hist,
-                                                                   unsigned long long* __restrict__ seg_ntok) {
+                                                                   unsigned long long* __restrict__ seg_ntok,
+                                                                   uint32_t* __restrict__ bitmap,
+                                                                   uint32_t* __restrict__ pre_tokens,
+                                                                   uint32_t* __restrict__ chunk_start,
+                                                                   uint32_t* __restrict__ chunk_pre) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ uint32_t hist[c::kNumSyms];
-  __shared__ unsigned int seg_tokens;
-  if (threadIdx.x == 0) seg_tokens = 0;
+
   const size_t begin = static_cast<size_t>(blockIdx.x) * seg_size;
   const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
   const int H = lp.history ? static_cast<int>(c::history_bytes(batch_begin + begin, seg_size)) : 0;
@@ -177,55 +270,97 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
   __syncthreads();
 
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t nchunks = (len + c::kChunk - 1) / c::kChunk;
+  const size_t chunk0 = begin / c::kChunk;  // the segment's first chunk in the batch
+  // Phase 1, one warp per chunk: the parse as if it began at the chunk's start ("speculative"),
+  // up to the first path position at or past the chunk's end (its exit). Path positions are
+  // marked in the chunk's bitmap.
+  __shared__ uint32_t exits[kChunksPerSeg];
   const uint32_t cstart = warp * c::kChunk;
   if (cstart < len) {
     const uint32_t cend = min(len, cstart + c::kChunk);
-    uint32_t ntok = 0;
     uint32_t* out = tokens + begin + cstart;
-    for (uint32_t base = cstart; base < cend;) {
-      const uint32_t p = base + lane;
-      uint32_t L = 0, D = 0;
-      if (p < cend)
-        L = longest_match_smem(s, dist, hdist, H, H + static_cast<int>(p), std::min<uint32_t>(c::kMaxMatch, cend - p), lp, &D);
-      const uint32_t Lnext = __shfl_down_sync(kFull, L, 1);
-      const bool take = L != 0 && !(lp.lazy && lane < 31 && Lnext > L);
-      const bool undecided = lp.lazy && lane == 31 && L != 0 && p + 1 < cend;  // needs p+1: restart at p
-      const int nxt = p >= cend ? 64 : undecided ? 31 : static_cast<int>(lane + (take ? L : 1));
-      // The path from lane 0: after round r it holds the lanes reached in < 2^(r+1) steps.
-      unsigned path = 1;
-      int jump = nxt;
-      for (int r = 0; r < 5; ++r) {
-        const unsigned mine = ((path >> lane) & 1u) && jump < 32 ? (1u << jump) : 0u;
-        path |= __reduce_or_sync(kFull, mine);
-        const int j2 = __shfl_sync(kFull, jump, jump & 31);
-        jump = jump < 32 ? j2 : jump;
+    uint32_t* bm = bitmap + (chunk0 + warp) * kBitmapWords;
+    uint32_t ntok = 0, base = cstart;
+    for (;;) {
+      const Window w = window_step(s, dist, hdist, H, base, len, lp);
+      const unsigned beyond = __ballot_sync(kFull, base + lane >= cend);
+      const unsigned stop = w.path & beyond;
+      unsigned emit = w.path & ~beyond & ~w.undecided;
+      if (stop) emit &= (stop & (0u - stop)) - 1;  // path lanes before the first one past the end
+      emit_tokens(w, emit, s, H, base, out, ntok, hist);
+      mark_path(bm, base - cstart, emit);
+      ntok += __popc(emit);
+      if (stop) {
+        base += __ffs(stop) - 1;
+        break;
       }
-      const bool emit = ((path >> lane) & 1u) && p < cend && !undecided;
-      const unsigned emit_mask = __ballot_sync(kFull, emit);
-      if (emit) {
-        const uint32_t idx = ntok + __popc(emit_mask & ((1u << lane) - 1));
-        if (take) {
-          out[idx] = c::make_match(L, D);
-          atomicAdd(&hist[257 + c::len_code(L)], 1u);
-          atomicAdd(&hist[c::kNumLitLen + c::dist_code(D)], 1u);
-        } else {
-          out[idx] = c::make_literal(s[H + p]);
-          atomicAdd(&hist[s[H + p]], 1u);
-        }
-      }
-      ntok += __popc(emit_mask);
-      const int last = 31 - __clz(path);
-      const int last_nxt = __shfl_sync(kFull, nxt, last);
-      base += static_cast<uint32_t>(last_nxt);  // 31 when lane 31 waits for its lazy check
+      base += w.advance;
+      if (base >= cend) break;
     }
     if (lane == 0) {
-      chunk_ntok[(begin + cstart) / c::kChunk] = ntok;
-      atomicAdd(&seg_tokens, ntok);
+      exits[warp] = base;
+      chunk_ntok[chunk0 + warp] = ntok;
+      chunk_start[chunk0 + warp] = 0;
+      chunk_pre[chunk0 + warp] = 0;
     }
   }
   __syncthreads();
+  // Phase 2, one warp, chunk after chunk: the true parse enters chunk k where chunk k-1's
+  // left it. From there it is parsed again until it meets a position of the speculative
+  // path (the parse has no memory: from a common position on the two are the same), whose
+  // tokens from there on are kept; the earlier ones are dropped.
+  if (warp == 0) {
+    uint32_t e = exits[0];
+    for (uint32_t k = 1; k < nchunks; ++k) {
+      const uint32_t cstart_k = k * c::kChunk, cend_k = min(len, cstart_k + c::kChunk);
+      const uint32_t* bm = bitmap + (chunk0 + k) * kBitmapWords;
+      uint32_t* pre = pre_tokens + begin + cstart_k;
+      const uint32_t spec_n = chunk_ntok[chunk0 + k];
+      uint32_t npre = 0, start = spec_n, exit = e, base = e;
+      for (;;) {
+        if (base >= cend_k) {  // left the chunk without meeting the speculative path
+          exit = base;
+          break;
+        }
+        if (on_path(bm, base - cstart_k)) {
+          start = path_rank(bm, base - cstart_k);
+          exit = exits[k];
+          break;
+        }
+        const Window w = window_step(s, dist, hdist, H, base, len, lp);
+        const uint32_t rel = base - cstart_k;
+        const unsigned beyond = __ballot_sync(kFull, base + lane >= cend_k);
+        const unsigned spec = path_bits(bm, rel) & ~beyond;
+        const unsigned meet = w.path & (spec | beyond) & ~1u;  // lane 0 was checked above
+        unsigned emit = w.path & ~w.undecided;
+        if (meet) emit &= (meet & (0u - meet)) - 1;
+        emit_tokens(w, emit, s, H, base, pre, npre, hist);
+        npre += __popc(emit);
+        if (meet) {
+          base += __ffs(meet) - 1;  // the loop's top decides: merge or exit
+          continue;
+        }
+        base += w.advance;
+      }
+      // Drop the speculative tokens before the meeting point from the histogram.
+      const uint32_t* spec_tok = tokens + begin + cstart_k;
+      for (uint32_t i = lane; i < start; i += 32) unhist(spec_tok[i], hist);
+      if (lane == 0) {
+        chunk_start[chunk0 + k] = start;
+        chunk_pre[chunk0 + k] = npre;
+      }
+      e = exit;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long total = 0;
+    for (uint32_t k = 0; k < nchunks; ++k)
+      total += chunk_pre[chunk0 + k] + chunk_ntok[chunk0 + k] - chunk_start[chunk0 + k];
+    seg_ntok[blockIdx.x] = total;
+  }
   for (uint32_t i = threadIdx.x; i < c::kNumSyms; i += blockDim.x) seg_hist[blockIdx.x * c::kNumSyms + i] = hist[i];
-  if (threadIdx.x == 0) seg_ntok[blockIdx.x] = seg_tokens;
 }
 
 // ------------------------------------------------------------------ blocks
@@ -364,7 +499,9 @@ __device__ __forceinline__ void or_bits_global(uint32_t* out, unsigned long long
 // One block per segment. `out` is word-aligned device memory; base_bit = bit offset of the
 // batch's first segment in it.
 __global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
-    const uint32_t* __restrict__ tokens, const uint32_t* __restrict__ chunk_ntok, size_t n, uint32_t seg_size,
+    const uint32_t* __restrict__ tokens, const uint32_t* __restrict__ chunk_ntok,
+    const uint32_t* __restrict__ pre_tokens, const uint32_t* __restrict__ chunk_start,
+    const uint32_t* __restrict__ chunk_pre, size_t n, uint32_t seg_size,
     const uint32_t* __restrict__ seg_block, const uint32_t* __restrict__ block_first,
     const uint32_t* __restrict__ block_code, const uint32_t* __restrict__ block_header,
     const uint32_t* __restrict__ block_hbits, const unsigned long long* __restrict__ block_off,
@@ -387,12 +524,17 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
   }
   __syncthreads();
   const size_t chunk0 = begin / c::kChunk;
-  const uint32_t ntok = warp < nchunks ? chunk_ntok[chunk0 + warp] : 0;
-  const uint32_t* tok = tokens + begin + static_cast<size_t>(warp) * c::kChunk;
+  // A chunk's tokens: the re-parsed ones (pre), then the speculative ones from `start`.
+  const uint32_t npre = warp < nchunks ? chunk_pre[chunk0 + warp] : 0;
+  const uint32_t start = warp < nchunks ? chunk_start[chunk0 + warp] : 0;
+  const uint32_t ntok = warp < nchunks ? npre + chunk_ntok[chunk0 + warp] - start : 0;
+  const uint32_t* spec = tokens + begin + static_cast<size_t>(warp) * c::kChunk + start - npre;
+  const uint32_t* pre = pre_tokens + begin + static_cast<size_t>(warp) * c::kChunk;
+  auto token = [&](uint32_t i) { return i < npre ? pre[i] : spec[i]; };
   unsigned long long mybits = 0;
   for (uint32_t i = lane; i < ntok; i += 32) {
     uint64_t pat;
-    mybits += c::token_bits(bc, tok[i], &pat);
+    mybits += c::token_bits(bc, token(i), &pat);
   }
   for (int o = 16; o > 0; o >>= 1) mybits += __shfl_xor_sync(kFull, mybits, o);
   if (lane == 0) chunk_bits[warp + 1] = mybits;
@@ -419,7 +561,7 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
   for (uint32_t g = 0; g < ntok; g += 32) {
     const uint32_t i = g + lane;
     uint64_t pat = 0;
-    const uint32_t nb = i < ntok ? c::token_bits(bc, tok[i], &pat) : 0;
+    const uint32_t nb = i < ntok ? c::token_bits(bc, token(i), &pat) : 0;
     uint32_t incl = nb;
     for (int o = 1; o < 32; o <<= 1) {
       const uint32_t v = __shfl_up_sync(kFull, incl, o);
@@ -672,7 +814,7 @@ unsigned grid_for(size_t items, unsigned block) {
 
 // ------------------------------------------------------------------ encoder
 struct DeflateEncoder::Impl {
-  DeviceBuffer in, dist, last, tokens, seg_ntok, seg_block, block_first, seg_bits, seg_scan, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
+  DeviceBuffer in, dist, last, tokens, pre_tokens, chunk_start, chunk_pre, bitmap, seg_ntok, seg_block, block_first, seg_bits, seg_scan, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
   Event e[6];
   uint8_t* pinned = nullptr;
   size_t pinned_size = 0;
@@ -768,6 +910,10 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     m.grow(m.last, (bseg + 1) * (size_t(2) << c::kHashBits), "DEFLATE history tables");
     m.grow(m.tokens, batch * 4, "DEFLATE tokens");
     m.grow(m.ntok, (batch / c::kChunk + 2) * 4, "DEFLATE chunk token counts");
+    m.grow(m.chunk_start, (batch / c::kChunk + 2) * 4, "DEFLATE chunk token starts");
+    m.grow(m.chunk_pre, (batch / c::kChunk + 2) * 4, "DEFLATE chunk re-parsed counts");
+    m.grow(m.pre_tokens, batch * 4, "DEFLATE re-parsed tokens");
+    m.grow(m.bitmap, (batch / c::kChunk + 2) * kBitmapWords * 4, "DEFLATE path bitmaps");
     m.grow(m.hist, bseg * c::kNumSyms * 4, "DEFLATE histograms");
     m.grow(m.code, bseg * c::kNumSyms * 4, "DEFLATE codes");
     m.grow(m.header, bseg * c::kHeaderWords * 4, "DEFLATE headers");
@@ -808,13 +954,19 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       auto* nblocks = reinterpret_cast<uint32_t*>(m.small.get() + 40);
       auto* seg_bits = reinterpret_cast<unsigned long long*>(m.seg_bits.get());
       auto* seg_scan = reinterpret_cast<unsigned long long*>(m.seg_scan.get());
+      auto* chunk_start = reinterpret_cast<uint32_t*>(m.chunk_start.get());
+      auto* chunk_pre = reinterpret_cast<uint32_t*>(m.chunk_pre.get());
+      auto* pre_tokens = reinterpret_cast<uint32_t*>(m.pre_tokens.get());
+      auto* bitmap = reinterpret_cast<uint32_t*>(m.bitmap.get());
       m.e[3].record(s);
       chains_kernel<<<ns, 32, 2 << c::kHashBits, s>>>(src, bn, n - b0, static_cast<uint32_t>(seg), dist,
                                                       lp.history ? lastpos : nullptr);
       VFP_CUDA_LAUNCHED("chains_kernel");
       m.e[4].record(s);
+      VFP_CUDA(cudaMemsetAsync(bitmap, 0, ((bn + c::kChunk - 1) / c::kChunk) * kBitmapWords * 4, s));
       parse_kernel<<<ns, 32 * kChunksPerSeg, parse_smem, s>>>(src, bn, n - b0, b0, static_cast<uint32_t>(seg), dist, lastpos,
-                                                             lp, tokens, ntok, hist, seg_ntok);
+                                                             lp, tokens, ntok, hist, seg_ntok, bitmap, pre_tokens,
+                                                             chunk_start, chunk_pre);
       VFP_CUDA_LAUNCHED("parse_kernel");
       if (!last && lp.history) {  // carry the history to the next batch
         memcpy_d2d_async(dist - c::kWindow, dist + bn - c::kWindow, c::kWindow * 2, s);
@@ -835,7 +987,7 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       VFP_CUDA(cub::DeviceScan::ExclusiveSum(m.scan_tmp.get(), scan_bytes, seg_bits, seg_scan, ns + 1, s));
       Event after_codes;
       after_codes.record(s);
-      pack_kernel<<<ns, 32 * kChunksPerSeg, 0, s>>>(tokens, ntok, bn, static_cast<uint32_t>(seg), seg_block, block_first,
+      pack_kernel<<<ns, 32 * kChunksPerSeg, 0, s>>>(tokens, ntok, pre_tokens, chunk_start, chunk_pre, bn, static_cast<uint32_t>(seg), seg_block, block_first,
                                                    code, header, hbits, off, seg_scan, ns, last,
                                                    reinterpret_cast<uint32_t*>(out), (body + written) * 8ull);
       VFP_CUDA_LAUNCHED("pack_kernel");

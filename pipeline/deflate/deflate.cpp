@@ -59,26 +59,23 @@ ParsedSegment parse_segment(const uint8_t* data, const uint16_t* dist, size_t be
   const uint8_t* seg = data + begin;
   const size_t lo = begin - history_bytes;
   ps.tokens.reserve(n);
-  for (uint32_t chunk = 0; chunk < n; chunk += c::kChunk) {
-    const uint32_t end = std::min(n, chunk + c::kChunk);
-    auto limit_at = [&](uint32_t p) { return std::min<uint32_t>(c::kMaxMatch, end - p); };
-    for (uint32_t p = chunk; p < end;) {
-      uint32_t d = 0;
-      uint32_t len = longest_match(data, dist, begin + p, lo, limit_at(p), lp, &d);
-      if (len && lp.lazy && p + 1 < end) {
-        uint32_t d1 = 0;
-        if (longest_match(data, dist, begin + p + 1, lo, limit_at(p + 1), lp, &d1) > len) len = 0;
-      }
-      if (len) {
-        ps.tokens.push_back(c::make_match(len, d));
-        ps.hist[257 + static_cast<size_t>(c::len_code(len))]++;
-        ps.hist[c::kNumLitLen + static_cast<size_t>(c::dist_code(d))]++;
-        p += len;
-      } else {
-        ps.tokens.push_back(c::make_literal(seg[p]));
-        ps.hist[seg[p]]++;
-        ++p;
-      }
+  auto limit_at = [&](uint32_t p) { return std::min<uint32_t>(c::kMaxMatch, n - p); };
+  for (uint32_t p = 0; p < n;) {
+    uint32_t d = 0;
+    uint32_t len = longest_match(data, dist, begin + p, lo, limit_at(p), lp, &d);
+    if (len && lp.lazy && p + 1 < n) {
+      uint32_t d1 = 0;
+      if (longest_match(data, dist, begin + p + 1, lo, limit_at(p + 1), lp, &d1) > len) len = 0;
+    }
+    if (len) {
+      ps.tokens.push_back(c::make_match(len, d));
+      ps.hist[257 + static_cast<size_t>(c::len_code(len))]++;
+      ps.hist[c::kNumLitLen + static_cast<size_t>(c::dist_code(d))]++;
+      p += len;
+    } else {
+      ps.tokens.push_back(c::make_literal(seg[p]));
+      ps.hist[seg[p]]++;
+      ++p;
     }
   }
   return ps;
