@@ -133,6 +133,41 @@ __device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* sdist, 
   return best ? c::accept_match(best, *best_dist, lp) : 0;
 }
 
+// longest_match_smem by a whole warp for one position: each candidate is compared 128 bytes
+// per round (4 per lane, the first differing lane found by ballot). Same result.
+__device__ uint32_t coop_longest_match(const uint8_t* s, const uint16_t* sdist, const uint16_t* hdist, int H, int p,
+                                       uint32_t limit, c::LevelParams lp, uint32_t* best_dist) {
+  if (limit < static_cast<uint32_t>(c::kMinMatch)) return 0;
+  const unsigned lane = threadIdx.x & 31;
+  uint32_t best = 0;
+  int j = p;
+  for (int k = 0; k < lp.depth; ++k) {
+    const int d = j >= H ? sdist[j - H] : hdist[j];
+    if (d == 0 || j < d) break;
+    j -= d;
+    if (p - j > c::kWindow) break;
+    if (s[j + best] != s[p + best]) continue;
+    uint32_t l = limit;
+    for (uint32_t off = 0; off < limit; off += 128) {
+      const uint32_t at = off + 4 * lane;
+      const uint32_t x = at < limit ? load32(s, static_cast<uint32_t>(j) + at) ^ load32(s, static_cast<uint32_t>(p) + at) : 0;
+      const unsigned diff = __ballot_sync(kFull, x != 0);
+      if (diff) {
+        const int f = __ffs(diff) - 1;
+        const uint32_t xf = __shfl_sync(kFull, x, f);
+        l = min(limit, off + 4 * f + ((__ffs(xf) - 1) >> 3));
+        break;
+      }
+    }
+    if (l > best) {
+      best = l;
+      *best_dist = static_cast<uint32_t>(p - j);
+      if (best >= static_cast<uint32_t>(lp.nice) || best == limit) break;
+    }
+  }
+  return best ? c::accept_match(best, *best_dist, lp) : 0;
+}
+
 // One step of the parse: the longest matches at the 32 positions base..base+31 (matches may
 // run to the segment's end), then the parse's path through them from lane 0 by pointer
 // doubling. advance: how far the window moves after it (31 when lane 31 waits for the lazy
@@ -204,12 +239,6 @@ __device__ __forceinline__ void mark_path(uint32_t* bm, uint32_t rel, unsigned l
 }
 __device__ __forceinline__ bool on_path(const uint32_t* bm, uint32_t rel) {
   return rel < c::kChunk && ((bm[rel >> 5] >> (rel & 31)) & 1u);
-}
-// Bits rel..rel+31 of the bitmap (0 past its end).
-__device__ __forceinline__ unsigned path_bits(const uint32_t* bm, uint32_t rel) {
-  const uint32_t w = rel >> 5, o = rel & 31;
-  const uint32_t lo = w < kBitmapWords ? bm[w] : 0, hi = w + 1 < kBitmapWords ? bm[w + 1] : 0;
-  return __funnelshift_r(lo, hi, o);
 }
 // Path positions before rel (= the index of the token starting at rel), by the whole warp.
 __device__ uint32_t path_rank(const uint32_t* bm, uint32_t rel) {
@@ -328,20 +357,28 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
           exit = exits[k];
           break;
         }
-        const Window w = window_step(s, dist, hdist, H, base, len, lp);
-        const uint32_t rel = base - cstart_k;
-        const unsigned beyond = __ballot_sync(kFull, base + lane >= cend_k);
-        const unsigned spec = path_bits(bm, rel) & ~beyond;
-        const unsigned meet = w.path & (spec | beyond) & ~1u;  // lane 0 was checked above
-        unsigned emit = w.path & ~w.undecided;
-        if (meet) emit &= (meet & (0u - meet)) - 1;
-        emit_tokens(w, emit, s, H, base, pre, npre, hist);
-        npre += __popc(emit);
-        if (meet) {
-          base += __ffs(meet) - 1;  // the loop's top decides: merge or exit
-          continue;
+        // One position at a time, the whole warp on its match search: a path that is out
+        // of step with the speculative one (long runs) moves a match per step.
+        uint32_t D = 0;
+        uint32_t L = coop_longest_match(s, dist, hdist, H, H + static_cast<int>(base), min(static_cast<uint32_t>(c::kMaxMatch), len - base), lp, &D);
+        if (L && lp.lazy && base + 1 < len) {
+          uint32_t D1 = 0;
+          if (coop_longest_match(s, dist, hdist, H, H + static_cast<int>(base) + 1,
+                                 min(static_cast<uint32_t>(c::kMaxMatch), len - base - 1), lp, &D1) > L)
+            L = 0;
         }
-        base += w.advance;
+        if (lane == 0) {
+          if (L) {
+            pre[npre] = c::make_match(L, D);
+            atomicAdd(&hist[257 + c::len_code(L)], 1u);
+            atomicAdd(&hist[c::kNumLitLen + c::dist_code(D)], 1u);
+          } else {
+            pre[npre] = c::make_literal(s[H + base]);
+            atomicAdd(&hist[s[H + base]], 1u);
+          }
+        }
+        ++npre;
+        base += L ? L : 1;
       }
       // Drop the speculative tokens before the meeting point from the histogram.
       const uint32_t* spec_tok = tokens + begin + cstart_k;
