@@ -853,6 +853,7 @@ unsigned grid_for(size_t items, unsigned block) {
 struct DeflateEncoder::Impl {
   DeviceBuffer in, dist, last, tokens, pre_tokens, chunk_start, chunk_pre, bitmap, seg_ntok, seg_block, block_first, seg_bits, seg_scan, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
   Event e[6];
+  Stream side;  // checksums
   uint8_t* pinned = nullptr;
   size_t pinned_size = 0;
   ~Impl() {
@@ -914,18 +915,20 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     }
     VFP_CUDA(cudaMemcpyAsync(out + prefix, h, head, cudaMemcpyHostToDevice, s));
   }
-  // Checksums of the input.
+  // Checksums of the input, on a side stream: they overlap the encoder's kernels (which leave
+  // most of the memory bandwidth unused) and join before the trailer.
   memset_async(m.small.get(), 0, 24, s);
   m.e[1].record(s);
+  stream_wait(m.side.get(), m.e[1]);
   if (ct == DeflateContainer::Zlib && n) {
-    adler_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d_in, n, adler_acc);
+    adler_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, m.side.get()>>>(d_in, n, adler_acc);
     VFP_CUDA_LAUNCHED("adler_kernel");
   }
   if (ct == DeflateContainer::Gzip && n) {
-    crc_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d_in, n, crc_acc);
+    crc_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, m.side.get()>>>(d_in, n, crc_acc);
     VFP_CUDA_LAUNCHED("crc_kernel");
   }
-  m.e[2].record(s);
+  m.e[2].record(m.side.get());
   const size_t body = prefix + head;
   size_t written = 0;
   float t_chain = 0, t_parse = 0, t_codes = 0, t_pack = 0;
@@ -1042,6 +1045,7 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
   }
   const unsigned long long wr = written;
   VFP_CUDA(cudaMemcpyAsync(total_dev, &wr, 8, cudaMemcpyHostToDevice, s));
+  stream_wait(s, m.e[2]);  // the checksums are in
   if (trail) {
     trailer_kernel<<<1, 1, 0, s>>>(out + body + written, adler_acc, crc_acc, n, ct);
     VFP_CUDA_LAUNCHED("trailer_kernel");

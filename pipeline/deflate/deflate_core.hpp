@@ -10,7 +10,7 @@
 
 namespace vfp::deflate::core {
 
-constexpr int kWindow = 32768, kMaxMatch = 258, kMinMatch = 3, kHashBits = 14;
+constexpr int kWindow = 32768, kMaxMatch = 258, kMinMatch = 3, kHashBits = 13;
 // Parse chunk: the greedy/lazy parse restarts at every chunk start and a match never runs past
 // the chunk's end, so chunks parse in parallel (one warp each on the GPU). Matches still reach
 // back anywhere in the segment (window 32 KiB).
