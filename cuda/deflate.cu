@@ -112,8 +112,11 @@ __device__ __forceinline__ uint32_t match_len_smem(const uint8_t* s, uint32_t a,
 // The reference's longest_match (deflate.cpp) on shared memory: s[0, H) is the history,
 // s[H, ...) the segment; the segment's chains are in sdist, the history's in hdist (global:
 // the previous segment's own chains, which are all that a walk from here can use).
+// cap (<= limit): compare no further than this; with cap = nice the same candidate wins (the
+// walk stops at the first one reaching nice) and only its length is short, which the caller
+// extends when it needs it (window_step).
 __device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* sdist, const uint16_t* hdist, int H, int p,
-                                       uint32_t limit, c::LevelParams lp, uint32_t* best_dist) {
+                                       uint32_t limit, c::LevelParams lp, uint32_t* best_dist, uint32_t cap) {
   if (limit < static_cast<uint32_t>(c::kMinMatch)) return 0;
   uint32_t best = 0;
   int j = p;
@@ -122,15 +125,31 @@ __device__ uint32_t longest_match_smem(const uint8_t* s, const uint16_t* sdist, 
     if (d == 0 || j < d) break;  // no earlier position, or one before the history
     j -= d;
     if (p - j > c::kWindow) break;
-    if (s[j + best] != s[p + best]) continue;  // cannot beat best (best < limit here)
-    const uint32_t l = match_len_smem(s, static_cast<uint32_t>(j), static_cast<uint32_t>(p), limit);
+    if (s[j + best] != s[p + best]) continue;  // cannot beat best (best < cap here)
+    const uint32_t l = match_len_smem(s, static_cast<uint32_t>(j), static_cast<uint32_t>(p), cap);
     if (l > best) {
       best = l;
       *best_dist = static_cast<uint32_t>(p - j);
-      if (best >= static_cast<uint32_t>(lp.nice) || best == limit) break;
+      if (best >= static_cast<uint32_t>(lp.nice) || best == cap) break;
     }
   }
   return best ? c::accept_match(best, *best_dist, lp) : 0;
+}
+
+// Common prefix of s[a..] and s[b..] up to limit, known to be at least `from`, by the warp.
+__device__ uint32_t coop_extend(const uint8_t* s, uint32_t a, uint32_t b, uint32_t from, uint32_t limit) {
+  const unsigned lane = threadIdx.x & 31;
+  for (uint32_t off = from; off < limit; off += 128) {
+    const uint32_t at = off + 4 * lane;
+    const uint32_t x = at < limit ? load32(s, a + at) ^ load32(s, b + at) : 0;
+    const unsigned diff = __ballot_sync(kFull, x != 0);
+    if (diff) {
+      const int f = __ffs(diff) - 1;
+      const uint32_t xf = __shfl_sync(kFull, x, f);
+      return min(limit, off + 4 * f + ((__ffs(xf) - 1) >> 3));
+    }
+  }
+  return limit;
 }
 
 // longest_match_smem by a whole warp for one position: each candidate is compared 128 bytes
@@ -184,7 +203,12 @@ __device__ Window window_step(const uint8_t* s, const uint16_t* dist, const uint
   const unsigned lane = threadIdx.x & 31;
   const uint32_t p = base + lane;
   Window w{};
-  if (p < len) w.L = longest_match_smem(s, dist, hdist, H, H + static_cast<int>(p), min(static_cast<uint32_t>(c::kMaxMatch), len - p), lp, &w.D);
+  const uint32_t limit = p < len ? min(static_cast<uint32_t>(c::kMaxMatch), len - p) : 0;
+  // Greedy levels compare only up to `nice`: a longer match leaves the window, so at most the
+  // path's last lane needs its full length (extended below by the whole warp).
+  const uint32_t cap = lp.lazy ? limit : min(limit, static_cast<uint32_t>(lp.nice));
+  if (p < len) w.L = longest_match_smem(s, dist, hdist, H, H + static_cast<int>(p), limit, lp, &w.D, cap);
+  const bool capped = w.L != 0 && w.L == cap && cap < limit;
   const uint32_t Lnext = __shfl_down_sync(kFull, w.L, 1);
   w.take = w.L != 0 && !(lp.lazy && lane < 31 && Lnext > w.L);
   const bool undecided = lp.lazy && lane == 31 && w.L != 0 && p + 1 < len;
@@ -200,7 +224,15 @@ __device__ Window window_step(const uint8_t* s, const uint16_t* dist, const uint
     jump = jump < 32 ? j2 : jump;
   }
   w.path = path;
-  w.advance = static_cast<uint32_t>(__shfl_sync(kFull, nxt, 31 - __clz(path)));
+  const int last = 31 - __clz(path);
+  w.advance = static_cast<uint32_t>(__shfl_sync(kFull, nxt, last));
+  if (__shfl_sync(kFull, capped, last)) {  // only a capped lane can jump out: it is the last
+    const uint32_t pl = base + last, dl = __shfl_sync(kFull, w.D, last), cl = __shfl_sync(kFull, cap, last);
+    const uint32_t ll = __shfl_sync(kFull, limit, last);
+    const uint32_t full = coop_extend(s, static_cast<uint32_t>(H) + pl - dl, static_cast<uint32_t>(H) + pl, cl, ll);
+    if (lane == static_cast<unsigned>(last)) w.L = full;
+    w.advance = static_cast<uint32_t>(last) + full;
+  }
   return w;
 }
 
