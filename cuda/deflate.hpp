@@ -3,14 +3,16 @@
 //
 // One call runs, on one stream, per batch of up to 256 MiB of input:
 //   chains   one warp per segment walks it 32 positions at a time (__match_any_sync finds
-//            equal hashes inside the step, a 32 KiB shared head table the earlier ones) and
+//            equal hashes inside the step, a 16 KiB shared head table the earlier ones) and
 //            writes each position's distance to the previous one with its hash, then the
 //            segment's last position of every hash;
 //   parse    one block per segment holds 32 KiB of history, the segment and its chains in
 //            shared memory (224 KiB), linking the chains across the segment start with the
-//            previous segment's table; each warp parses one 4 KiB chunk: 32 positions'
-//            longest matches at once, then the greedy/lazy path through them by pointer
-//            doubling (5 rounds of shuffles); tokens and the segment's histogram;
+//            previous segment's table; each warp parses one 4 KiB chunk speculatively (32
+//            positions' longest matches at once, the greedy/lazy path through them by pointer
+//            doubling), then one warp re-joins the segment's true parse chunk by chunk
+//            (re-parsing from where the previous chunk's parse enters until it meets the
+//            speculative path); tokens and the segment's histogram;
 //   blocks   segments grouped into DEFLATE blocks of ~16 Ki tokens (one thread);
 //   codes    one small thread block per DEFLATE block: its segments' histograms summed,
 //            symbols ranked in parallel, Huffman lengths, the block header; its size in bits

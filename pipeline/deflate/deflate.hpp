@@ -7,8 +7,7 @@
 //     previous position of the segment with the same hash (window 32 KiB); the longest match
 //     along that chain (first found wins ties; depth and "nice" length set by the level).
 //   * The parse (greedy, or lazy from level 4: a literal when the next position matches
-//     longer) restarts at every 4 KiB chunk and no match runs past a chunk's end, so chunks
-//     parse independently (one warp each on the GPU).
+//     longer) runs through the segment; matches run to the segment's end at most.
 //   * Consecutive segments share a dynamic-Huffman block until it holds ~16 Ki tokens
 //     (core::block_of); optimal length-limited code lengths (15 bits; 7 for the code-length
 //     code), canonical codes. Blocks follow each other at exact bit offsets (the GPU packs

@@ -11,8 +11,8 @@
 namespace vfp::deflate::core {
 
 constexpr int kWindow = 32768, kMaxMatch = 258, kMinMatch = 3, kHashBits = 13;
-// Parse chunk: the greedy/lazy parse restarts at every chunk start and a match never runs past
-// the chunk's end, so chunks parse in parallel (one warp each on the GPU). Matches still reach
+// Parse chunk: the GPU's unit of parallel parsing (one warp each; the parse of a segment is
+// one sequential parse, which the GPU rebuilds from per-chunk speculative parses). Matches reach
 // back anywhere in the segment (window 32 KiB).
 constexpr uint32_t kChunk = 4096;
 constexpr uint32_t kMaxSegment = 65536;  // positions fit 16 bits
