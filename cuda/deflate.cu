@@ -10,6 +10,7 @@
 #include "cuda/deflate.hpp"
 #include "pipeline/deflate/deflate_core.hpp"
 #include "pipeline/deflate/png.hpp"
+#include "pipeline/deflate/png_filter.hpp"
 #include "pipeline/error.hpp"
 
 namespace vfp::cuda {
@@ -813,19 +814,6 @@ __device__ __forceinline__ uint8_t px(const uint8_t* row, int i, int ch, bool sw
   const int k = i % ch;
   return k == 3 ? row[i] : row[i - k + 2 - k];
 }
-__device__ __forceinline__ int paeth(int a, int b, int cc) {
-  const int p = a + b - cc, pa = abs(p - a), pb = abs(p - b), pc = abs(p - cc);
-  return (pa <= pb && pa <= pc) ? a : pb <= pc ? b : cc;
-}
-__device__ __forceinline__ uint8_t filtered(int f, int x, int a, int b, int cc) {
-  switch (f) {
-    case 0: return static_cast<uint8_t>(x);
-    case 1: return static_cast<uint8_t>(x - a);
-    case 2: return static_cast<uint8_t>(x - b);
-    case 3: return static_cast<uint8_t>(x - ((a + b) >> 1));
-    default: return static_cast<uint8_t>(x - paeth(a, b, cc));
-  }
-}
 __global__ void png_filter_kernel(const uint8_t* __restrict__ img, size_t pitch, int width, int height, int ch,
                                   bool swap, uint8_t* __restrict__ outrows) {
   const int y = blockIdx.x;
@@ -837,8 +825,7 @@ __global__ void png_filter_kernel(const uint8_t* __restrict__ img, size_t pitch,
     const int x = px(row, i, ch, swap), a = i >= ch ? px(row, i - ch, ch, swap) : 0;
     const int b = up ? px(up, i, ch, swap) : 0, cc = up && i >= ch ? px(up, i - ch, ch, swap) : 0;
     for (int f = 0; f < 5; ++f) {
-      const uint8_t v = filtered(f, x, a, b, cc);
-      sums[f] += v < 128 ? v : 256 - v;
+      sums[f] += png::signed_magnitude(png::filtered(f, x, a, b, cc));
     }
   }
   __shared__ uint32_t tot[5];
@@ -858,7 +845,7 @@ __global__ void png_filter_kernel(const uint8_t* __restrict__ img, size_t pitch,
   for (int i = threadIdx.x; i < rowbytes; i += blockDim.x) {
     const int x = px(row, i, ch, swap), a = i >= ch ? px(row, i - ch, ch, swap) : 0;
     const int b = up ? px(up, i, ch, swap) : 0, cc = up && i >= ch ? px(up, i - ch, ch, swap) : 0;
-    o[1 + i] = filtered(best, x, a, b, cc);
+    o[1 + i] = png::filtered(best, x, a, b, cc);
   }
 }
 

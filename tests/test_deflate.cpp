@@ -11,9 +11,7 @@
 
 #include "pipeline/deflate/deflate.hpp"
 #include "test_util.hpp"
-#if VFPIPE_HAVE_ZLIB
-#include <zlib.h>
-#endif
+#include "zlib_util.hpp"
 
 using namespace vfp;
 
@@ -43,24 +41,6 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> inputs() {
   return v;
 }
 
-#if VFPIPE_HAVE_ZLIB
-// Inflates with zlib: window_bits -15 raw, 15 zlib, 31 gzip. Fails the test on any error.
-std::vector<uint8_t> inflate_all(const std::vector<uint8_t>& z, int window_bits, size_t expect) {
-  z_stream s{};
-  EXPECT_EQ(inflateInit2(&s, window_bits), Z_OK);
-  std::vector<uint8_t> out(expect + 64);
-  s.next_in = const_cast<Bytef*>(z.data());
-  s.avail_in = static_cast<uInt>(z.size());
-  s.next_out = out.data();
-  s.avail_out = static_cast<uInt>(out.size());
-  const int rc = inflate(&s, Z_FINISH);
-  EXPECT_EQ(rc, Z_STREAM_END) << (s.msg ? s.msg : "");
-  EXPECT_EQ(s.avail_in, 0u) << "bytes left after the end of the stream";
-  out.resize(s.total_out);
-  inflateEnd(&s);
-  return out;
-}
-#endif
 
 }  // namespace
 
@@ -131,7 +111,7 @@ TEST(Deflate, SegmentsShareBlocksByTokenCount) {
     o.level = 4;
     o.segment_bytes = 4096;
     o.batch_bytes = batch;
-    ASSERT_EQ(inflate_all(deflate::compress_zlib(data.data(), data.size(), o), 15, data.size()), data) << batch;
+    ASSERT_EQ(test::inflate_all(deflate::compress_zlib(data.data(), data.size(), o), 15, data.size()), data) << batch;
   }
 #endif
 }
@@ -155,9 +135,9 @@ TEST(Deflate, ZlibInflatesEveryStream) {
         o.segment_bytes = seg;
         const std::string what = name + " level " + std::to_string(level) + " segment " + std::to_string(seg);
         const auto raw = deflate::compress(data.data(), data.size(), o);
-        ASSERT_EQ(inflate_all(raw, -15, data.size()), data) << what << " (raw)";
-        ASSERT_EQ(inflate_all(deflate::compress_zlib(data.data(), data.size(), o), 15, data.size()), data) << what;
-        ASSERT_EQ(inflate_all(deflate::compress_gzip(data.data(), data.size(), o), 31, data.size()), data) << what;
+        ASSERT_EQ(test::inflate_all(raw, -15, data.size()), data) << what << " (raw)";
+        ASSERT_EQ(test::inflate_all(deflate::compress_zlib(data.data(), data.size(), o), 15, data.size()), data) << what;
+        ASSERT_EQ(test::inflate_all(deflate::compress_gzip(data.data(), data.size(), o), 31, data.size()), data) << what;
         EXPECT_EQ(deflate::compress(data.data(), data.size(), o), raw) << what << ": not deterministic";
       }
 #endif
@@ -196,7 +176,7 @@ TEST(Deflate, CliCompressesAFile) {
   const std::vector<uint8_t> gz((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_LT(gz.size(), data.size() / 10);
 #if VFPIPE_HAVE_ZLIB
-  EXPECT_EQ(inflate_all(gz, 31, data.size()), data);
+  EXPECT_EQ(test::inflate_all(gz, 31, data.size()), data);
 #endif
   EXPECT_EQ(test::run_cmd(bin + " compress /nonexistent-file").rc, 1);
   EXPECT_EQ(test::run_cmd(bin + " compress " + in + " --level 12").rc, 2);

@@ -14,9 +14,7 @@
 #if VFPIPE_HAVE_CUDA
 #include "cuda/deflate.hpp"
 #endif
-#if VFPIPE_HAVE_ZLIB
-#include <zlib.h>
-#endif
+#include "zlib_util.hpp"
 
 using namespace vfp;
 
@@ -64,21 +62,6 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> inputs() {
   return v;
 }
 
-#if VFPIPE_HAVE_ZLIB
-std::vector<uint8_t> inflate_all(const std::vector<uint8_t>& z, int window_bits, size_t expect) {
-  z_stream s{};
-  EXPECT_EQ(inflateInit2(&s, window_bits), Z_OK);
-  std::vector<uint8_t> out(expect + 64);
-  s.next_in = const_cast<Bytef*>(z.data());
-  s.avail_in = static_cast<uInt>(z.size());
-  s.next_out = out.data();
-  s.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(inflate(&s, Z_FINISH), Z_STREAM_END) << (s.msg ? s.msg : "");
-  out.resize(s.total_out);
-  inflateEnd(&s);
-  return out;
-}
-#endif
 
 }  // namespace
 
@@ -102,7 +85,7 @@ TEST(GpuDeflate, ByteIdenticalToCpuReference) {
         ASSERT_EQ(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Gzip),
                   deflate::compress_gzip(data.data(), data.size(), o)) << what;
 #if VFPIPE_HAVE_ZLIB
-        ASSERT_EQ(inflate_all(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Zlib), 15, data.size()),
+        ASSERT_EQ(test::inflate_all(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Zlib), 15, data.size()),
                   data) << what;
 #endif
       }
@@ -157,7 +140,7 @@ TEST(GpuDeflate, LargeInputInflatesBack) {
   o.level = 1;
   const auto z = enc.compress(big.data(), big.size(), o, cuda::DeflateContainer::Gzip);
   EXPECT_LT(z.size(), big.size() / 2);
-  ASSERT_TRUE(inflate_all(z, 31, big.size()) == big);
+  ASSERT_TRUE(test::inflate_all(z, 31, big.size()) == big);
 #endif
 }
 

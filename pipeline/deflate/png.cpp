@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "pipeline/deflate/deflate.hpp"
+#include "pipeline/deflate/png_filter.hpp"
 #include "pipeline/error.hpp"
 
 namespace vfp {
@@ -22,21 +23,6 @@ void chunk(std::vector<uint8_t>& out, const char* type, const uint8_t* data, siz
   out.insert(out.end(), type, type + 4);
   out.insert(out.end(), data, data + n);
   put32(out, deflate::crc32(out.data() + start, out.size() - start));
-}
-
-int paeth(int a, int b, int c) {
-  const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
-  return (pa <= pb && pa <= pc) ? a : pb <= pc ? b : c;
-}
-
-uint8_t filtered(int f, int x, int a, int b, int c) {
-  switch (f) {
-    case 0: return static_cast<uint8_t>(x);
-    case 1: return static_cast<uint8_t>(x - a);
-    case 2: return static_cast<uint8_t>(x - b);
-    case 3: return static_cast<uint8_t>(x - ((a + b) >> 1));
-    default: return static_cast<uint8_t>(x - paeth(a, b, c));
-  }
 }
 
 }  // namespace
@@ -69,12 +55,11 @@ std::vector<uint8_t> png_filter_rows(const uint8_t* img, size_t pitch, int width
     auto at = [&](int f, size_t i) {
       const int a = i >= static_cast<size_t>(ch) ? cur[i - ch] : 0, b = prev[i];
       const int c = i >= static_cast<size_t>(ch) ? prev[i - ch] : 0;
-      return filtered(f, cur[i], a, b, c);
+      return png::filtered(f, cur[i], a, b, c);
     };
     for (size_t i = 0; i < rowbytes; ++i)
       for (int f = 0; f < 5; ++f) {
-        const uint8_t v = at(f, i);
-        sums[f] += v < 128 ? v : 256 - v;
+        sums[f] += png::signed_magnitude(at(f, i));
       }
     int best = 0;
     for (int f = 1; f < 5; ++f)
