@@ -82,6 +82,7 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
 #endif
   }
   if (lower_ext(spec) == ".y4m") return std::make_unique<Y4mSource>(spec);
+  if (spec.size() > 7 && lower(spec.substr(spec.size() - 7)) == ".y4m.gz") return std::make_unique<Y4mSource>(spec);
   if (is_pattern(spec)) {
 #if VFPIPE_HAVE_OPENCV
     return open_image_sequence_source(spec, opt.fps);

@@ -1,5 +1,9 @@
 #include "pipeline/io/y4m.hpp"
 
+#if VFPIPE_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -104,6 +108,15 @@ Y4mSource::Y4mSource(const std::string& path) : path_(path), buf_(1 << 20) {
     if (fd_ < 0)
       throw Error(ErrorKind::Input, "cannot open input '" + path + "': " + std::strerror(errno));
     own_fd_ = true;
+    if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+#if VFPIPE_HAVE_ZLIB
+      gz_ = gzdopen(fd_, "rb");
+      if (!gz_) throw Error(ErrorKind::Input, "cannot open input '" + path + "' (zlib)");
+      own_fd_ = false;  // gzclose closes it
+#else
+      throw Error(ErrorKind::Input, "input '" + path + "': this build has no zlib; use gzip -dc " + path + " | vfpipe run -i -");
+#endif
+    }
   }
   std::string line;
   if (!read_line(&line, kMaxHeader)) {
@@ -115,7 +128,25 @@ Y4mSource::Y4mSource(const std::string& path) : path_(path), buf_(1 << 20) {
 }
 
 Y4mSource::~Y4mSource() {
+#if VFPIPE_HAVE_ZLIB
+  if (gz_) gzclose(static_cast<gzFile>(gz_));
+#endif
   if (own_fd_ && fd_ >= 0) ::close(fd_);
+}
+
+long Y4mSource::raw_read(void* dst, size_t n) {
+#if VFPIPE_HAVE_ZLIB
+  if (gz_) {
+    auto* g = static_cast<gzFile>(gz_);
+    const int r = gzread(g, dst, static_cast<unsigned>(std::min<size_t>(n, 1u << 30)));
+    int err = Z_OK;
+    const char* msg = gzerror(g, &err);
+    if (r < 0 || (err != Z_OK && err != Z_BUF_ERROR))
+      throw Error(ErrorKind::Input, describe() + ": corrupt compressed data (" + (msg ? msg : "zlib") + ")");
+    return r;  // a truncated file (Z_BUF_ERROR) ends like a truncated .y4m
+  }
+#endif
+  return static_cast<long>(::read(fd_, dst, n));
 }
 
 std::string Y4mSource::describe() const { return path_ == "-" ? "stdin (y4m)" : path_; }
@@ -132,7 +163,7 @@ size_t Y4mSource::fill(uint8_t* dst, size_t n) {
     }
     // Large reads go straight to the destination.
     if (n - got >= buf_.size()) {
-      ssize_t r = ::read(fd_, dst + got, n - got);
+      const long r = raw_read(dst + got, n - got);
       if (r > 0) {
         got += static_cast<size_t>(r);
         continue;
@@ -142,7 +173,7 @@ size_t Y4mSource::fill(uint8_t* dst, size_t n) {
         throw Error(ErrorKind::Input, describe() + ": read error: " + std::strerror(errno));
       break;
     }
-    ssize_t r = ::read(fd_, buf_.data(), buf_.size());
+    const long r = raw_read(buf_.data(), buf_.size());
     if (r > 0) {
       buf_pos_ = 0;
       buf_len_ = static_cast<size_t>(r);

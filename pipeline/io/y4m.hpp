@@ -24,9 +24,11 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name);
 // for formats Y4M cannot hold.
 std::string y4m_header(const FrameSpec& spec);
 
+// Reads "-" (stdin), a .y4m file, or a gzip-compressed one (.y4m.gz, as vfpipe's Y4mGzSink
+// writes; builds with zlib), whose corrupt or truncated data is reported like a bad Y4M.
 class Y4mSource final : public Source {
  public:
-  explicit Y4mSource(const std::string& path);  // "-" reads stdin
+  explicit Y4mSource(const std::string& path);
   ~Y4mSource() override;
   FrameSpec spec() const override { return hdr_.spec; }
   std::string describe() const override;
@@ -34,10 +36,12 @@ class Y4mSource final : public Source {
 
  private:
   size_t fill(uint8_t* dst, size_t n);  // reads up to n bytes; fewer only at EOF/interrupt
+  long raw_read(void* dst, size_t n);    // read(2), or gzread for .gz
   bool read_line(std::string* line, size_t max_len);
   std::string path_;
   int fd_ = -1;
   bool own_fd_ = false;
+  void* gz_ = nullptr;  // gzFile for .y4m.gz
   Y4mHeader hdr_;
   std::vector<uint8_t> buf_;  // read buffer
   size_t buf_pos_ = 0, buf_len_ = 0;
