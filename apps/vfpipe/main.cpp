@@ -11,6 +11,9 @@
 #include "pipeline/chain.hpp"
 #include "pipeline/commands.hpp"
 #include "pipeline/deflate/deflate.hpp"
+#include "pipeline/deflate/png.hpp"
+#include "pipeline/mmp/container.hpp"
+#include "stages/convert.hpp"
 #include "pipeline/engine.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
@@ -256,6 +259,107 @@ struct CompressArgs {
   int level = 6;
   int segment_kib = 64;
 };
+
+struct MmpArgs {
+  std::string input, output, pix_fmt;
+  double lambda = 32;
+  int64_t frames = -1;
+};
+
+// A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
+void convert_frame(const HostFrame& src, HostFrame& dst) {
+  if (src.spec().format == dst.spec().format) copy_image_cpu(src.view(), dst.view());
+  else convert_cpu(src.view(), dst.view());
+}
+
+// `vfpipe mmp encode`: any vfpipe input to an .mmp file, with bits, bpp, PSNR and time per frame.
+int mmp_encode_command(const MmpArgs& a) {
+  install_signal_handlers();
+  auto src = open_source(a.input, SourceOptions{});
+  FrameSpec in = src->spec(), coded = in;
+  if (!a.pix_fmt.empty()) {
+    if (!parse_pix_fmt(a.pix_fmt, &coded.format)) throw Error(ErrorKind::Usage, "--pix-fmt: unknown format '" + a.pix_fmt + "'");
+  } else if (in.format != PixelFormat::GRAY8 && in.format != PixelFormat::YUV444P) {
+    coded.format = PixelFormat::YUV420P;
+  }
+  mmp::Params p;
+  p.lambda = a.lambda;
+  const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
+  mmp::Writer w(out, coded, p);
+  HostFrame f(in, false), c(coded, false);
+  mmp::FrameStats total;
+  int64_t n = 0;
+  while ((a.frames < 0 || n < a.frames) && !stop_flag().load() && src->read(f)) {
+    convert_frame(f, c);
+    const mmp::FrameStats st = w.write(c);
+    std::fprintf(stderr, "frame %lld: %.0f bits, %.4f bpp, PSNR %.2f dB, %.2f s\n", static_cast<long long>(n), st.bits,
+                 st.bits / (static_cast<double>(coded.width) * coded.height), st.psnr(), st.seconds);
+    total.bits += st.bits;
+    total.sse += st.sse;
+    total.samples += st.samples;
+    total.seconds += st.seconds;
+    ++n;
+  }
+  w.close();
+  std::fprintf(stderr, "%s: %lld frames %s, lambda %g: %.4f bpp, PSNR %.2f dB, %.2f s per frame\n", out.c_str(),
+               static_cast<long long>(n), coded.describe().c_str(), a.lambda,
+               n ? total.bits / (static_cast<double>(coded.width) * coded.height * n) : 0.0, total.psnr(),
+               n ? total.seconds / n : 0.0);
+  return 0;
+}
+
+// `vfpipe mmp decode`: an .mmp file to any vfpipe output, or to one PNG.
+int mmp_decode_command(const MmpArgs& a) {
+  mmp::Reader r(a.input);
+  const FrameSpec spec = r.spec();
+  HostFrame f(spec, false);
+  const std::string ext = a.output.size() > 4 ? a.output.substr(a.output.size() - 4) : "";
+  if (ext == ".png" && a.output.find('%') == std::string::npos) {  // one image
+    if (!r.read(f)) throw Error(ErrorKind::Input, a.input + ": no frames");
+    FrameSpec s = spec;
+    s.format = spec.format == PixelFormat::GRAY8 ? PixelFormat::GRAY8 : PixelFormat::BGR24;
+    HostFrame c(s, false);
+    convert_frame(f, c);
+    const ImageView v = c.view();
+    write_file_atomically(a.output, encode_png(v.data[0], static_cast<size_t>(v.pitch[0]), s.width, s.height,
+                                               s.format == PixelFormat::GRAY8 ? 1 : 3, s.format == PixelFormat::BGR24, 6));
+    std::fprintf(stderr, "%s: %s\n", a.output.c_str(), s.describe().c_str());
+    return 0;
+  }
+  auto sink = open_sink(a.output.empty() ? "-" : a.output, SinkOptions{});
+  const auto acc = sink->accepted_formats();
+  FrameSpec out = spec;
+  if (!acc.empty() && std::find(acc.begin(), acc.end(), spec.format) == acc.end()) out.format = acc.front();
+  HostFrame c(out, false);
+  sink->open(out);
+  int64_t n = 0;
+  while (r.read(f)) {
+    convert_frame(f, c);
+    sink->write(c);
+    ++n;
+  }
+  sink->close();
+  std::fprintf(stderr, "%s: %lld frames %s\n", sink->describe().c_str(), static_cast<long long>(n), out.describe().c_str());
+  return 0;
+}
+
+// `vfpipe mmp info`: the header and every frame's size.
+int mmp_info_command(const MmpArgs& a) {
+  mmp::Reader r(a.input);
+  HostFrame f(r.spec(), false);
+  std::printf("%s: MMP, %s, lambda %g, %d dictionary elements per scale\n", a.input.c_str(), r.spec().describe().c_str(),
+              r.params().lambda, r.params().max_dict);
+  std::vector<size_t> bytes;
+  int64_t n = 0;
+  while (r.read(f, &bytes)) {
+    size_t t = 0;
+    std::string planes;
+    for (size_t b : bytes) t += b, planes += (planes.empty() ? "" : " + ") + std::to_string(b);
+    std::printf("frame %lld: %zu bytes (%s), %.4f bpp\n", static_cast<long long>(n++), t, planes.c_str(),
+                8.0 * t / (static_cast<double>(r.spec().width) * r.spec().height));
+  }
+  return 0;
+}
 
 // `vfpipe compress`: our DEFLATE encoder on a file (testing, comparison with gzip/zlib).
 int compress_command(const CompressArgs& a) {
@@ -551,6 +655,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   profile->footer(kProfileHelp);
   CompressArgs comp_args;
+  MmpArgs mmp_args;
+  auto* mmp_cmd = app.add_subcommand("mmp", "MMP intra codec (docs/mmp.md): encode, decode, info")->require_subcommand(1);
+  auto* mmp_enc = mmp_cmd->add_subcommand("encode", "encode any vfpipe input into an .mmp file");
+  mmp_enc->add_option("input", mmp_args.input, "input (file, image pattern, Y4M, synthetic=...)")->required();
+  mmp_enc->add_option("-o,--output", mmp_args.output, "output .mmp (default INPUT.mmp)");
+  mmp_enc->add_option("--lambda", mmp_args.lambda, "Lagrangian multiplier: larger = fewer bits, lower quality")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt, "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
+  mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
+  auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
+  mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();
+  mmp_dec->add_option("-o,--output", mmp_args.output, "out.png (first frame), out.y4m, frames/%06d.png, '-' (Y4M stdout)");
+  auto* mmp_info = mmp_cmd->add_subcommand("info", "show an .mmp file's header and frame sizes");
+  mmp_info->add_option("input", mmp_args.input, ".mmp file")->required();
+  mmp_cmd->footer("\nExample: vfpipe mmp encode photo.y4m -o photo.mmp --lambda 40 && vfpipe mmp decode photo.mmp -o back.png\n");
   auto* compress = app.add_subcommand("compress", "compress a file with vfpipe's DEFLATE encoder (gzip, zlib or raw)");
   compress->add_option("input", comp_args.input, "file to compress")->required();
   compress->add_option("-o,--output", comp_args.output, "output file (default: INPUT.gz / .zz / .deflate)");
@@ -592,6 +712,9 @@ int main(int argc, char** argv) {
       return run_command(prof_args, false);
     }
     if (*compress) return compress_command(comp_args);
+    if (*mmp_enc) return mmp_encode_command(mmp_args);
+    if (*mmp_dec) return mmp_decode_command(mmp_args);
+    if (*mmp_info) return mmp_info_command(mmp_args);
     if (*filters) return filters_command(filter_name);
     return info_command();
   } catch (const ParseError& e) {

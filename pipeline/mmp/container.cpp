@@ -1,0 +1,150 @@
+#include "pipeline/mmp/container.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "pipeline/error.hpp"
+
+namespace vfp::mmp {
+
+namespace {
+constexpr char kMagic[4] = {'V', 'M', 'M', 'P'};
+constexpr uint8_t kVersion = 1;
+
+int format_code(PixelFormat f) {
+  return f == PixelFormat::GRAY8 ? 0 : f == PixelFormat::YUV420P ? 1 : f == PixelFormat::YUV444P ? 2 : -1;
+}
+void put_u32(std::vector<uint8_t>& v, uint32_t x) {
+  for (int i = 0; i < 4; ++i) v.push_back(static_cast<uint8_t>(x >> (8 * i)));
+}
+uint32_t get_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4;
+}  // namespace
+
+double FrameStats::psnr() const {
+  return sse <= 0 ? 99.0 : 10 * std::log10(255.0 * 255.0 * static_cast<double>(samples) / sse);
+}
+
+Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) : path_(path), spec_(spec), params_(p) {
+  if (format_code(spec.format) < 0)
+    throw Error(ErrorKind::Usage, std::string("MMP codes gray, yuv420p and yuv444p, not ") + pix_fmt_name(spec.format) +
+                                      " (add --pix-fmt yuv420p)");
+  f_ = std::fopen(path.c_str(), "wb");
+  if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
+  std::vector<uint8_t> h(kMagic, kMagic + 4);
+  h.push_back(kVersion);
+  h.push_back(static_cast<uint8_t>(format_code(spec.format)));
+  put_u32(h, static_cast<uint32_t>(spec.width));
+  put_u32(h, static_cast<uint32_t>(spec.height));
+  put_u32(h, static_cast<uint32_t>(spec.fps.num));
+  put_u32(h, static_cast<uint32_t>(spec.fps.den));
+  uint64_t lb;
+  std::memcpy(&lb, &p.lambda, 8);
+  for (int i = 0; i < 8; ++i) h.push_back(static_cast<uint8_t>(lb >> (8 * i)));
+  put_u32(h, static_cast<uint32_t>(p.max_dict));
+  put(h.data(), h.size());
+}
+
+Writer::~Writer() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void Writer::put(const void* p, size_t n) {
+  if (std::fwrite(p, 1, n, f_) != n) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
+}
+
+FrameStats Writer::write(const HostFrame& f, HostFrame* recon) {
+  FrameStats st;
+  const auto t0 = std::chrono::steady_clock::now();
+  const ImageView v = f.view();
+  for (int p = 0; p < plane_count(spec_.format); ++p) {
+    const int w = v.pw[p], h = v.ph[p];
+    std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
+    for (int y = 0; y < h; ++y) std::memcpy(&tight[static_cast<size_t>(y) * w], v.row(p, y), static_cast<size_t>(w));
+    const PlaneResult r = encode_plane(tight.data(), w, h, params_);
+    std::vector<uint8_t> len;
+    put_u32(len, static_cast<uint32_t>(r.bytes.size()));
+    put(len.data(), 4);
+    put(r.bytes.data(), r.bytes.size());
+    st.bits += 8.0 * (4 + r.bytes.size());
+    st.sse += r.sse;
+    st.samples += static_cast<int64_t>(w) * h;
+    if (recon) {
+      const ImageView o = recon->view();
+      for (int y = 0; y < h; ++y) std::memcpy(o.row(p, y), &r.recon[static_cast<size_t>(y) * w], static_cast<size_t>(w));
+    }
+  }
+  if (std::fflush(f_) != 0) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+void Writer::close() {
+  if (!f_) return;
+  FILE* f = f_;
+  f_ = nullptr;
+  if (std::fclose(f) != 0) throw Error(ErrorKind::Output, "cannot finish writing " + path_ + ": " + std::strerror(errno));
+}
+
+Reader::Reader(const std::string& path) : path_(path) {
+  f_ = std::fopen(path.c_str(), "rb");
+  if (!f_) throw Error(ErrorKind::Input, "cannot open input '" + path + "': " + std::strerror(errno));
+  std::fseek(f_, 0, SEEK_END);
+  file_size_ = std::ftell(f_);
+  std::fseek(f_, 0, SEEK_SET);
+  uint8_t h[kHeaderBytes];
+  if (std::fread(h, 1, kHeaderBytes, f_) != kHeaderBytes || std::memcmp(h, kMagic, 4) != 0)
+    throw Error(ErrorKind::Input, path + ": not an .mmp file (no VMMP header)");
+  if (h[4] != kVersion) throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]));
+  const int fmt = h[5];
+  if (fmt > 2) throw Error(ErrorKind::Input, path + ": unknown pixel format code " + std::to_string(fmt));
+  spec_.format = fmt == 0 ? PixelFormat::GRAY8 : fmt == 1 ? PixelFormat::YUV420P : PixelFormat::YUV444P;
+  const uint32_t w = get_u32(h + 6), hh = get_u32(h + 10);
+  if (w == 0 || hh == 0 || w > 16384 || hh > 16384)
+    throw Error(ErrorKind::Input, path + ": bad frame size " + std::to_string(w) + "x" + std::to_string(hh));
+  spec_.width = static_cast<int>(w);
+  spec_.height = static_cast<int>(hh);
+  spec_.fps = {static_cast<int>(std::min<uint32_t>(get_u32(h + 14), 1000000)), static_cast<int>(std::max<uint32_t>(1, std::min<uint32_t>(get_u32(h + 18), 1000000)))};
+  uint64_t lb = 0;
+  for (int i = 0; i < 8; ++i) lb |= static_cast<uint64_t>(h[22 + i]) << (8 * i);
+  std::memcpy(&params_.lambda, &lb, 8);
+  const uint32_t md = get_u32(h + 30);
+  if (md < 64 || md > 4096) throw Error(ErrorKind::Input, path + ": bad dictionary size " + std::to_string(md));
+  params_.max_dict = static_cast<int>(md);
+}
+
+Reader::~Reader() {
+  if (f_) std::fclose(f_);
+}
+
+bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
+  const ImageView v = dst.view();
+  if (plane_bytes) plane_bytes->clear();
+  for (int p = 0; p < plane_count(spec_.format); ++p) {
+    uint8_t lb[4];
+    const size_t got = std::fread(lb, 1, 4, f_);
+    if (p == 0 && got == 0) return false;  // the end, between frames
+    if (got != 4) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
+    const uint32_t n = get_u32(lb);
+    if (static_cast<long>(n) > file_size_ - std::ftell(f_))  // no allocation beyond the file
+      throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_) + " (plane of " +
+                                        std::to_string(n) + " bytes)");
+    std::vector<uint8_t> data(n);
+    if (std::fread(data.data(), 1, n, f_) != n) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
+    const std::vector<uint8_t> plane = decode_plane(data.data(), n, v.pw[p], v.ph[p], params_);
+    for (int y = 0; y < v.ph[p]; ++y) std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));
+    if (plane_bytes) plane_bytes->push_back(n);
+  }
+  ++frames_;
+  return true;
+}
+
+}  // namespace vfp::mmp

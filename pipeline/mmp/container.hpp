@@ -1,0 +1,57 @@
+// The .mmp file: a stream of MMP-coded frames (docs/mmp.md, "Container").
+//   header  "VMMP", version 1, pixel format (0 gray, 1 yuv420p, 2 yuv444p), width, height,
+//           frame rate num/den (u32 little-endian each), lambda (f64), dictionary size (u32)
+//   frame   for each plane: payload length (u32) and the plane's range-coded payload
+// Frames are independent (each plane starts from fresh dictionaries and models).
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "pipeline/frame.hpp"
+#include "pipeline/mmp/mmp.hpp"
+
+namespace vfp::mmp {
+
+struct FrameStats {
+  double bits = 0, sse = 0, seconds = 0;
+  int64_t samples = 0;
+  double psnr() const;  // over all planes (sample-weighted)
+};
+
+class Writer {
+ public:
+  // Throws vfp::Error (Output / Usage for formats other than gray, yuv420p, yuv444p).
+  Writer(const std::string& path, const FrameSpec& spec, const Params& p);
+  ~Writer();
+  // Encodes `f`; its reconstruction goes to `recon` when given (same spec).
+  FrameStats write(const HostFrame& f, HostFrame* recon = nullptr);
+  void close();
+
+ private:
+  void put(const void* p, size_t n);
+  std::string path_;
+  FrameSpec spec_;
+  Params params_;
+  FILE* f_ = nullptr;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& path);  // throws vfp::Error (Input) for a bad header
+  ~Reader();
+  const FrameSpec& spec() const { return spec_; }
+  const Params& params() const { return params_; }
+  // Next frame; false at the end. Throws vfp::Error (Input) for corrupt or truncated data.
+  bool read(HostFrame& dst, std::vector<size_t>* plane_bytes = nullptr);
+
+ private:
+  std::string path_;
+  FrameSpec spec_;
+  Params params_;
+  FILE* f_ = nullptr;
+  long file_size_ = 0;
+  int64_t frames_ = 0;
+};
+
+}  // namespace vfp::mmp
