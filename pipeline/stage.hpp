@@ -87,6 +87,9 @@ class Stage {
   void set_bypass(bool b) { bypass_ = b; }
   bool bypassed() const { return bypass_; }
 
+  // A line for the run summary after the last frame (a codec's bits and PSNR); "" for none.
+  virtual std::string report() const { return ""; }
+
   // Name shown in reports and summaries, e.g. "format(yuv420p)".
   virtual std::string label() const { return name_; }
   const std::string& name() const { return name_; }

@@ -14,6 +14,7 @@ void register_format_stage(Registry& reg);
 void register_median_stage(Registry& reg);
 void register_conv_stage(Registry& reg);
 void register_wavelet_stage(Registry& reg);
+void register_mmp_stage(Registry& reg);
 // A format stage converting to `target`, as inserted automatically by the chain builder.
 std::unique_ptr<Stage> make_format_stage(PixelFormat target);
 }  // namespace vfp

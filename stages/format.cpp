@@ -97,6 +97,7 @@ void register_format_stage(Registry& reg) {
 
 void register_builtin_stages(Registry& reg) {
   register_null_stage(reg);
+  register_mmp_stage(reg);
   register_format_stage(reg);
   register_median_stage(reg);
   register_conv_stage(reg);

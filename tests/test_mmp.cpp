@@ -178,3 +178,19 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
     EXPECT_TRUE(rr.rc == 0 || rr.rc == 1) << "byte " << i << ": " << rr.out;
   }
 }
+
+TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage");
+  std::filesystem::create_directories(dir);
+  auto r = test::run_cmd(bin + " run -i 'synthetic=size=64x48:frames=3:noise=gauss:sigma=3' -f 'mmp=lambda=30:file=" + dir +
+                         "/s.mmp' -o " + dir + "/stage.y4m --device cpu");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("mmp (lambda 30): 3 frames"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PSNR"), std::string::npos) << r.out;
+  ASSERT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/s.mmp -o " + dir + "/decoded.y4m").rc, 0);
+  std::ifstream a(dir + "/stage.y4m", std::ios::binary), b(dir + "/decoded.y4m", std::ios::binary);
+  const std::string sa((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+  const std::string sb((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(sa.empty());
+  EXPECT_EQ(sa, sb);  // what the stage passes on is what a decoder of its bitstream outputs
+}

@@ -528,6 +528,9 @@ int run_command(RunArgs& a, bool live) {
   res.report.filters = a.filters;
   // A profiled run prints the profile's fuller table instead of the summary's.
   if (!a.quiet && res.report.frames_out > 0 && a.profile.empty()) std::fputs(res.report.text().c_str(), stderr);
+  if (!a.quiet)
+    for (size_t i = 0; i < chain.size(); ++i)
+      if (const std::string r = chain.step(i).stage->report(); !r.empty()) std::fprintf(stderr, "  %s\n", r.c_str());
   if (!a.report.empty()) write_file(a.report, res.report.json(a.report_frames) + "\n", "report");
   if (!a.profile.empty() && res.report.frames_out > 0) write_profile(res.report, a, a.quiet);
   if (res.error) std::rethrow_exception(res.error);
