@@ -2,7 +2,6 @@
 // decoder's reconstruction, so a chain shows what MMP at a given lambda does to the video;
 // the run summary reports bits per frame, bpp, PSNR and encode time. `file=out.mmp` also
 // writes the bitstream (frames in order: the engine's CPU worker runs stages in order).
-#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -28,32 +27,12 @@ class MmpStage final : public Stage {
     const ImageView s = src.view();
     for (int p = 0; p < plane_count(spec_.format); ++p)
       for (int y = 0; y < s.ph[p]; ++y) std::memcpy(s.row(p, y), in.row(p, y), static_cast<size_t>(s.pw[p]));
-    mmp::FrameStats st;
-    if (writer_) {
-      st = writer_->write(src, &rec);
-    } else {
-      // The same coding without a file: each plane through the codec.
-      const ImageView r = rec.view();
-      for (int p = 0; p < plane_count(spec_.format); ++p) {
-        std::vector<uint8_t> tight(static_cast<size_t>(s.pw[p]) * s.ph[p]);
-        for (int y = 0; y < s.ph[p]; ++y) std::memcpy(&tight[static_cast<size_t>(y) * s.pw[p]], s.row(p, y), static_cast<size_t>(s.pw[p]));
-        const auto t0 = std::chrono::steady_clock::now();
-        const mmp::PlaneResult pr = mmp::encode_plane(tight.data(), s.pw[p], s.ph[p], params_);
-        st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        st.bits += 8.0 * (4 + pr.bytes.size());
-        st.sse += pr.sse;
-        st.samples += static_cast<int64_t>(s.pw[p]) * s.ph[p];
-        for (int y = 0; y < s.ph[p]; ++y) std::memcpy(r.row(p, y), &pr.recon[static_cast<size_t>(y) * s.pw[p]], static_cast<size_t>(s.pw[p]));
-      }
-    }
+    const mmp::FrameStats st = writer_ ? writer_->write(src, &rec) : mmp::encode_frame(src, params_, &rec);
     const ImageView r = rec.view();
     for (int p = 0; p < plane_count(spec_.format); ++p)
       for (int y = 0; y < r.ph[p]; ++y) std::memcpy(out.row(p, y), r.row(p, y), static_cast<size_t>(r.pw[p]));
     std::lock_guard<std::mutex> lock(mu_);
-    total_.bits += st.bits;
-    total_.sse += st.sse;
-    total_.samples += st.samples;
-    total_.seconds += st.seconds;
+    total_ += st;
     ++frames_;
   }
   std::string report() const override {

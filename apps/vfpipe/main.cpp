@@ -294,10 +294,7 @@ int mmp_encode_command(const MmpArgs& a) {
     const mmp::FrameStats st = w.write(c);
     std::fprintf(stderr, "frame %lld: %.0f bits, %.4f bpp, PSNR %.2f dB, %.2f s\n", static_cast<long long>(n), st.bits,
                  st.bits / (static_cast<double>(coded.width) * coded.height), st.psnr(), st.seconds);
-    total.bits += st.bits;
-    total.sse += st.sse;
-    total.samples += st.samples;
-    total.seconds += st.seconds;
+    total += st;
     ++n;
   }
   w.close();

@@ -61,29 +61,40 @@ void Writer::put(const void* p, size_t n) {
   if (std::fwrite(p, 1, n, f_) != n) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
 }
 
-FrameStats Writer::write(const HostFrame& f, HostFrame* recon) {
+FrameStats encode_frame(const HostFrame& f, const Params& params, HostFrame* recon,
+                        std::vector<std::vector<uint8_t>>* payloads) {
   FrameStats st;
   const auto t0 = std::chrono::steady_clock::now();
   const ImageView v = f.view();
-  for (int p = 0; p < plane_count(spec_.format); ++p) {
+  if (payloads) payloads->clear();
+  for (int p = 0; p < plane_count(f.spec().format); ++p) {
     const int w = v.pw[p], h = v.ph[p];
     std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
     for (int y = 0; y < h; ++y) std::memcpy(&tight[static_cast<size_t>(y) * w], v.row(p, y), static_cast<size_t>(w));
-    const PlaneResult r = encode_plane(tight.data(), w, h, params_);
-    std::vector<uint8_t> len;
-    put_u32(len, static_cast<uint32_t>(r.bytes.size()));
-    put(len.data(), 4);
-    put(r.bytes.data(), r.bytes.size());
-    st.bits += 8.0 * (4 + r.bytes.size());
+    PlaneResult r = encode_plane(tight.data(), w, h, params);
+    st.bits += 8.0 * (4 + r.bytes.size());  // with the container's length field
     st.sse += r.sse;
     st.samples += static_cast<int64_t>(w) * h;
     if (recon) {
       const ImageView o = recon->view();
       for (int y = 0; y < h; ++y) std::memcpy(o.row(p, y), &r.recon[static_cast<size_t>(y) * w], static_cast<size_t>(w));
     }
+    if (payloads) payloads->push_back(std::move(r.bytes));
+  }
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+FrameStats Writer::write(const HostFrame& f, HostFrame* recon) {
+  std::vector<std::vector<uint8_t>> planes;
+  const FrameStats st = encode_frame(f, params_, recon, &planes);
+  for (const auto& b : planes) {
+    std::vector<uint8_t> len;
+    put_u32(len, static_cast<uint32_t>(b.size()));
+    put(len.data(), 4);
+    put(b.data(), b.size());
   }
   if (std::fflush(f_) != 0) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
 

@@ -17,7 +17,19 @@ struct FrameStats {
   double bits = 0, sse = 0, seconds = 0;
   int64_t samples = 0;
   double psnr() const;  // over all planes (sample-weighted)
+  FrameStats& operator+=(const FrameStats& o) {
+    bits += o.bits;
+    sse += o.sse;
+    seconds += o.seconds;
+    samples += o.samples;
+    return *this;
+  }
 };
+
+// Codes every plane of `f` (independently); the payloads go to `payloads` and the
+// reconstruction to `recon` when given.
+FrameStats encode_frame(const HostFrame& f, const Params& p, HostFrame* recon,
+                        std::vector<std::vector<uint8_t>>* payloads = nullptr);
 
 class Writer {
  public:
