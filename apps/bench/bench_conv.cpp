@@ -40,9 +40,7 @@ int main(int argc, char** argv) {
 #endif
     nlohmann::json out = nlohmann::json::array();
     cuda::Stream stream;
-    std::stringstream ss(sizes);
-    std::string sz;
-    while (std::getline(ss, sz, ',')) {
+    for (const std::string& sz : bench::split_list(sizes)) {
       int w = 0, h = 0;
       if (std::sscanf(sz.c_str(), "%dx%d", &w, &h) != 2) throw std::runtime_error("bad size " + sz);
       const int pitch = (w + 255) / 256 * 256;
@@ -58,9 +56,7 @@ int main(int argc, char** argv) {
       std::printf("%s: memory floor (read + write of the frame) %.4f ms\n", sz.c_str(), copy_ms);
       std::printf("%-7s %10s %10s %10s %12s %10s %9s %9s\n", "kernel", "2-D ms", "sep ms", "auto ms",
                   "auto Mpix/s", "NPP ms", "NPP/2-D", "floor x");
-      std::stringstream ks(kernels);
-      std::string kt;
-      while (std::getline(ks, kt, ',')) {
+      for (const std::string& kt : bench::split_list(kernels)) {
         const int k = std::stoi(kt);
         // 2-D path: a non-separable kernel (random taps); separable: a Gaussian.
         ConvParams p2;

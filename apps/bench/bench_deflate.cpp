@@ -50,9 +50,7 @@ double median_s(int reps, F&& f) {
 
 std::vector<int> ints(const std::string& s) {
   std::vector<int> v;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ',')) v.push_back(std::stoi(t));
+  for (const std::string& t : bench::split_list(s)) v.push_back(std::stoi(t));
   return v;
 }
 

@@ -67,10 +67,8 @@ int main(int argc, char** argv) {
     std::printf("%-10s %7s %10s %10s %10s %11s %10s %9s\n", "size", "window", "select ms", "hist ms",
                 "auto ms", "auto Mpix/s", "NPP ms", "vs NPP");
     nlohmann::json out = nlohmann::json::array();
-    std::stringstream ss(sizes);
-    std::string sz;
     cuda::Stream stream;
-    while (std::getline(ss, sz, ',')) {
+    for (const std::string& sz : bench::split_list(sizes)) {
       int w = 0, h = 0;
       if (std::sscanf(sz.c_str(), "%dx%d", &w, &h) != 2) throw std::runtime_error("bad size " + sz);
       const int pitch = (w + 255) / 256 * 256;
@@ -80,9 +78,7 @@ int main(int argc, char** argv) {
       cuda::DeviceBuffer d_in(host.size()), d_out(host.size());
       cuda::memcpy_h2d_async(d_in.get(), host.data(), host.size(), stream.get());
       stream.synchronize();
-      std::stringstream ws(windows);
-      std::string wtok;
-      while (std::getline(ws, wtok, ',')) {
+      for (const std::string& wtok : bench::split_list(windows)) {
         const int win = std::stoi(wtok), r = win / 2;
         MedianParams p;
         p.radius = r;

@@ -1,6 +1,8 @@
 // Shared by the GPU benchmark programs: CUDA-event timing and NPP's stream context.
 #pragma once
 #include <cstdio>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "cuda/runtime.hpp"
@@ -11,6 +13,15 @@
 #endif
 
 namespace vfp::bench {
+
+// "a,b,c" -> {"a", "b", "c"} (the benchmarks' list options).
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, ',')) v.push_back(t);
+  return v;
+}
 
 // False (with a message) where no GPU is usable.
 inline bool require_gpu() {

@@ -21,16 +21,6 @@
 
 using namespace vfp;
 
-namespace {
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ',')) v.push_back(t);
-  return v;
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"vfpipe wavelet denoising benchmark (CUDA parts, CPU reference, memory floor)"};
   std::string sizes = "3840x2160,1920x1080", wavelets = "db4,haar,sym8,cdf97", method = "bayesshrink", json_path;
@@ -53,7 +43,7 @@ int main(int argc, char** argv) {
     nlohmann::json out = nlohmann::json::array();
     std::printf("%-10s %-6s %9s %9s %9s %9s %9s %9s %8s %10s\n", "size", "wave", "fwd ms", "est ms", "inv ms",
                 "total ms", "floor ms", "x floor", "Mpix/s", "CPU ms");
-    for (const auto& sz : split(sizes)) {
+    for (const auto& sz : bench::split_list(sizes)) {
       int w = 0, h = 0;
       if (std::sscanf(sz.c_str(), "%dx%d", &w, &h) != 2) throw std::runtime_error("bad size " + sz);
       const int pitch = (w + 255) / 256 * 256;
@@ -69,7 +59,7 @@ int main(int argc, char** argv) {
         }
       cuda::DeviceBuffer d_in(bytes), d_out(bytes);
       cuda::memcpy_h2d_async(d_in.get(), host.data(), bytes, stream.get());
-      for (const auto& wn : split(wavelets)) {
+      for (const auto& wn : bench::split_list(wavelets)) {
         WaveletParams p;
         p.wavelet = find_wavelet(wn);
         if (!p.wavelet) throw std::runtime_error("unknown wavelet " + wn);
