@@ -141,8 +141,6 @@ void build_block_code(const uint32_t* hist, bool final, core::BlockCode& bc) {
   c::build_header(bc, final, scratch);
 }
 
-int chain_depth(int level) { return level <= 0 ? 0 : core::level_params(level).depth; }
-
 std::vector<uint8_t> limited_code_lengths(const std::vector<uint32_t>& freq, int max_bits) {
   std::vector<uint8_t> len(freq.size(), 0);
   std::vector<uint16_t> sorted(freq.size());

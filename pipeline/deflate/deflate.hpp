@@ -42,9 +42,6 @@ std::vector<uint8_t> block_starts(const std::vector<uint64_t>& tokens);
 // symbols with hist[256] = 1, then 30 distance symbols). The GPU encoder builds the same.
 void build_block_code(const uint32_t* hist, bool final, core::BlockCode& bc);
 
-// Chain depth of each level (how many earlier positions are tried per match search).
-int chain_depth(int level);
-
 // Raw DEFLATE stream.
 std::vector<uint8_t> compress(const uint8_t* data, size_t n, const Options& opt = {});
 // zlib (RFC 1950: CMF/FLG header, DEFLATE, Adler-32) and gzip (RFC 1952: header, DEFLATE,

@@ -385,14 +385,6 @@ VFP_HD void finish_distance_lengths(BlockCode& bc) {
   if (!any) dl[0] = 1;
 }
 
-// Bits of the block's symbols (codes + extra bits), end-of-block included.
-VFP_HD uint64_t data_bits(const BlockCode& bc, const uint32_t* hist) {
-  uint64_t bits = 0;
-  for (int s = 0; s < kNumSyms; ++s)
-    bits += static_cast<uint64_t>(hist[s]) * static_cast<uint64_t>(bc.len[s] + symbol_extra_bits(s));
-  return bits;
-}
-
 // Bits of one token under a block's codes, and the token's bit pattern (LSB first, <= 48 bits).
 VFP_HD uint32_t token_bits(const BlockCode& bc, uint32_t t, uint64_t* pattern) {
   const uint32_t len = token_len(t);
