@@ -153,7 +153,8 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
     test::fill_random(src, 5);
     {
       mmp::Writer w(f2, s, p);
-      const mmp::FrameStats st = w.write(src, &rec);
+      const ImageView rv = rec.view();
+      const mmp::FrameStats st = w.write(src.view(), &rv);
       EXPECT_GT(st.bits, 0);
       w.close();
     }

@@ -17,6 +17,7 @@
 #include "pipeline/engine.hpp"
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
+#include "pipeline/io/lossless.hpp"
 #include "pipeline/io/open.hpp"
 #include "pipeline/io/synthetic.hpp"
 #include "pipeline/log.hpp"
@@ -28,7 +29,6 @@
 #include "pipeline/registry.hpp"
 #include "pipeline/signals.hpp"
 #if VFPIPE_HAVE_CUDA
-#include "cuda/deflate.hpp"
 #include "cuda/runtime.hpp"
 #endif
 
@@ -291,7 +291,7 @@ int mmp_encode_command(const MmpArgs& a) {
   int64_t n = 0;
   while ((a.frames < 0 || n < a.frames) && !stop_flag().load() && src->read(f)) {
     convert_frame(f, c);
-    const mmp::FrameStats st = w.write(c);
+    const mmp::FrameStats st = w.write(c.view());
     std::fprintf(stderr, "frame %lld: %.0f bits, %.4f bpp, PSNR %.2f dB, %.2f s\n", static_cast<long long>(n), st.bits,
                  st.bits / (static_cast<double>(coded.width) * coded.height), st.psnr(), st.seconds);
     total += st;
@@ -366,26 +366,16 @@ int compress_command(const CompressArgs& a) {
   deflate::Options o;
   o.level = a.level;
   o.segment_bytes = static_cast<size_t>(a.segment_kib) * 1024;
-  bool gpu = false;
+  LosslessEncoder enc(a.level, a.device != "cpu");
+  const bool gpu = enc.on_gpu();
 #if VFPIPE_HAVE_CUDA
-  gpu = a.device != "cpu" && cuda::probe().usable;
   if (a.device == "cuda" && !gpu) log::warn("no usable GPU (%s): compressing on the CPU", cuda::probe().reason.c_str());
-  std::unique_ptr<cuda::DeflateEncoder> enc;
-  if (gpu) enc = std::make_unique<cuda::DeflateEncoder>();
 #endif
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<uint8_t> z;
-#if VFPIPE_HAVE_CUDA
-  if (gpu)
-    z = enc->compress(data.data(), data.size(), o,
-                      a.format == "zlib"  ? cuda::DeflateContainer::Zlib
-                      : a.format == "raw" ? cuda::DeflateContainer::Raw
-                                          : cuda::DeflateContainer::Gzip);
-#endif
-  if (!gpu)
-    z = a.format == "zlib"  ? deflate::compress_zlib(data.data(), data.size(), o)
-        : a.format == "raw" ? deflate::compress(data.data(), data.size(), o)
-                            : deflate::compress_gzip(data.data(), data.size(), o);
+  const std::vector<uint8_t> z = enc.compress(data.data(), data.size(), o,
+                                              a.format == "zlib"  ? DeflateFormat::Zlib
+                                              : a.format == "raw" ? DeflateFormat::Raw
+                                                                  : DeflateFormat::Gzip);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string out = !a.output.empty() ? a.output
                           : a.input + (a.format == "zlib" ? ".zz" : a.format == "raw" ? ".deflate" : ".gz");

@@ -10,6 +10,7 @@
 #include "pipeline/deflate/deflate.hpp"
 #include "pipeline/deflate/png.hpp"
 #include "pipeline/error.hpp"
+#include "pipeline/io/open.hpp"
 #include "pipeline/io/y4m.hpp"
 #include "pipeline/log.hpp"
 #if VFPIPE_HAVE_CUDA
@@ -18,53 +19,49 @@
 
 namespace vfp {
 
-// The sinks' encoder: the CUDA one where asked and usable (frames are uploaded into a
-// pitched device buffer), else the CPU reference.
-class LosslessEncoder {
- public:
-  explicit LosslessEncoder(const LosslessOptions& opt) : level_(opt.level) {
 #if VFPIPE_HAVE_CUDA
-    if (opt.gpu && cuda::probe().usable) {
-      gpu_ = std::make_unique<cuda::DeflateEncoder>();
-      stream_ = std::make_unique<cuda::Stream>();
-    }
-#endif
-  }
-  bool on_gpu() const {
-#if VFPIPE_HAVE_CUDA
-    return gpu_ != nullptr;
-#else
-    return false;
-#endif
-  }
-  std::vector<uint8_t> png(const uint8_t* img, size_t pitch, int w, int h, int ch, bool swap_rb) {
-#if VFPIPE_HAVE_CUDA
-    if (gpu_) {
-      const size_t bytes = pitch * static_cast<size_t>(h);
-      if (dev_.size() < bytes) dev_ = cuda::DeviceBuffer(bytes, "PNG frame");
-      cuda::memcpy_h2d_async(dev_.get(), img, bytes, stream_->get());
-      return gpu_->encode_png(dev_.get(), pitch, w, h, ch, swap_rb, level_, stream_->get());
-    }
-#endif
-    return encode_png(img, pitch, w, h, ch, swap_rb, level_);
-  }
-  std::vector<uint8_t> gzip(const uint8_t* p, size_t n) {
-    deflate::Options o;
-    o.level = level_;
-#if VFPIPE_HAVE_CUDA
-    if (gpu_) return gpu_->compress(p, n, o, cuda::DeflateContainer::Gzip);
-#endif
-    return deflate::compress_gzip(p, n, o);
-  }
-
- private:
-  int level_;
-#if VFPIPE_HAVE_CUDA
-  std::unique_ptr<cuda::DeflateEncoder> gpu_;
-  std::unique_ptr<cuda::Stream> stream_;
-  cuda::DeviceBuffer dev_;
-#endif
+struct LosslessEncoder::Gpu {
+  cuda::DeflateEncoder enc;
+  cuda::Stream stream;
+  cuda::DeviceBuffer frame;  // PNG input, uploaded
 };
+#else
+struct LosslessEncoder::Gpu {};
+#endif
+
+LosslessEncoder::LosslessEncoder(int level, bool gpu) : level_(level) {
+#if VFPIPE_HAVE_CUDA
+  if (gpu && cuda::probe().usable) gpu_ = std::make_unique<Gpu>();
+#else
+  (void)gpu;
+#endif
+}
+LosslessEncoder::~LosslessEncoder() = default;
+
+std::vector<uint8_t> LosslessEncoder::png(const uint8_t* img, size_t pitch, int w, int h, int ch, bool swap_rb) {
+#if VFPIPE_HAVE_CUDA
+  if (gpu_) {
+    const size_t bytes = pitch * static_cast<size_t>(h);
+    if (gpu_->frame.size() < bytes) gpu_->frame = cuda::DeviceBuffer(bytes, "PNG frame");
+    cuda::memcpy_h2d_async(gpu_->frame.get(), img, bytes, gpu_->stream.get());
+    return gpu_->enc.encode_png(gpu_->frame.get(), pitch, w, h, ch, swap_rb, level_, gpu_->stream.get());
+  }
+#endif
+  return encode_png(img, pitch, w, h, ch, swap_rb, level_);
+}
+
+std::vector<uint8_t> LosslessEncoder::compress(const uint8_t* p, size_t n, const deflate::Options& opt, DeflateFormat f) {
+#if VFPIPE_HAVE_CUDA
+  if (gpu_)
+    return gpu_->enc.compress(p, n, opt,
+                              f == DeflateFormat::Zlib   ? cuda::DeflateContainer::Zlib
+                              : f == DeflateFormat::Gzip ? cuda::DeflateContainer::Gzip
+                                                         : cuda::DeflateContainer::Raw);
+#endif
+  return f == DeflateFormat::Zlib   ? deflate::compress_zlib(p, n, opt)
+         : f == DeflateFormat::Gzip ? deflate::compress_gzip(p, n, opt)
+                                    : deflate::compress(p, n, opt);
+}
 
 void require_output_dir(const std::string& path) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -82,11 +79,7 @@ PngSequenceSink::PngSequenceSink(std::string pattern, const LosslessOptions& opt
     : pattern_(std::move(pattern)), opt_(opt) {}
 PngSequenceSink::~PngSequenceSink() = default;
 
-std::string PngSequenceSink::name(int64_t i) const {
-  char buf[4096];
-  std::snprintf(buf, sizeof buf, pattern_.c_str(), static_cast<int>(i + 1));
-  return buf;
-}
+std::string PngSequenceSink::name(int64_t i) const { return sequence_file_name(pattern_, i); }
 
 std::string PngSequenceSink::describe() const {
   return pattern_ + " (PNG, DEFLATE level " + std::to_string(opt_.level) +
@@ -97,7 +90,7 @@ void PngSequenceSink::open(const FrameSpec& spec) {
   require_output_dir(name(0));
   if (spec.format != PixelFormat::BGR24 && spec.format != PixelFormat::GRAY8 && spec.format != PixelFormat::RGB24)
     throw Error(ErrorKind::Output, pattern_ + ": PNG holds gray or RGB, not " + pix_fmt_name(spec.format));
-  enc_ = std::make_unique<LosslessEncoder>(opt_);
+  enc_ = std::make_unique<LosslessEncoder>(opt_.level, opt_.gpu);
   if (opt_.gpu && !enc_->on_gpu()) log::warn("%s: no usable GPU, PNGs are encoded on the CPU", pattern_.c_str());
 }
 
@@ -129,7 +122,7 @@ void Y4mGzSink::open(const FrameSpec& s) {
   header_ = y4m_header(s);  // throws for formats Y4M cannot hold
   f_ = std::fopen(path_.c_str(), "wb");
   if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + std::strerror(errno));
-  enc_ = std::make_unique<LosslessEncoder>(opt_);
+  enc_ = std::make_unique<LosslessEncoder>(opt_.level, opt_.gpu);
   if (opt_.gpu && !enc_->on_gpu()) log::warn("%s: no usable GPU, compressing on the CPU", path_.c_str());
   buf_.resize(header_.size() + 6 + FrameLayout::of(s).payload_bytes);
 }
@@ -144,7 +137,9 @@ void Y4mGzSink::write(const HostFrame& fr) {
   std::memcpy(buf_.data() + at, "FRAME\n", 6);
   fr.store_packed(buf_.data() + at + 6);
   const size_t n = at + 6 + FrameLayout::of(fr.spec()).payload_bytes;
-  const std::vector<uint8_t> gz = enc_->gzip(buf_.data(), n);
+  deflate::Options o;
+  o.level = opt_.level;
+  const std::vector<uint8_t> gz = enc_->compress(buf_.data(), n, o, DeflateFormat::Gzip);
   if (std::fwrite(gz.data(), 1, gz.size(), f_) != gz.size() || std::fflush(f_) != 0) {
     const int err = errno;
     // Cut the partial member off: the file stays a valid .gz of the complete frames.

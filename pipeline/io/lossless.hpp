@@ -22,7 +22,28 @@ struct LosslessOptions {
   bool gpu = false;  // encode on the GPU (CUDA backend)
 };
 
-class LosslessEncoder;  // GPU or CPU DEFLATE/PNG behind one interface (lossless.cpp)
+namespace deflate {
+struct Options;
+}
+
+enum class DeflateFormat { Raw, Zlib, Gzip };
+
+// vfpipe's DEFLATE and PNG encoders behind one interface: the CUDA encoder when asked for and
+// a GPU is usable (host data is uploaded), else the CPU reference — the same bytes either way.
+class LosslessEncoder {
+ public:
+  LosslessEncoder(int level, bool gpu);
+  ~LosslessEncoder();
+  bool on_gpu() const { return gpu_ != nullptr; }
+  // PNG of an 8-bit image (1, 3 or 4 channels; swap_rb: BGR(A) pixels) at this level.
+  std::vector<uint8_t> png(const uint8_t* img, size_t pitch, int w, int h, int ch, bool swap_rb);
+  std::vector<uint8_t> compress(const uint8_t* p, size_t n, const deflate::Options& opt, DeflateFormat f);
+
+ private:
+  struct Gpu;
+  int level_;
+  std::unique_ptr<Gpu> gpu_;
+};
 
 class PngSequenceSink final : public Sink {
  public:

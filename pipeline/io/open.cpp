@@ -1,6 +1,7 @@
 #include "pipeline/io/open.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "pipeline/error.hpp"
@@ -28,6 +29,12 @@ bool valid_int_pattern(const std::string& p) {
     i = j;
   }
   return convs == 1;
+}
+
+std::string sequence_file_name(const std::string& pattern, int64_t index) {
+  char buf[4096];
+  std::snprintf(buf, sizeof buf, pattern.c_str(), static_cast<int>(index + 1));
+  return buf;
 }
 
 namespace {

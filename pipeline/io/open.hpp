@@ -46,5 +46,7 @@ class NullSink final : public Sink {
 bool have_opencv();
 // An image pattern with exactly one %d-style conversion (optionally %0Nd).
 bool valid_int_pattern(const std::string& pattern);
+// The file name of frame `index` (0-based) of an image-sequence output: numbered from 1, as ffmpeg.
+std::string sequence_file_name(const std::string& pattern, int64_t index);
 
 }  // namespace vfp

@@ -209,11 +209,7 @@ class ImageSeqSink final : public Sink {
   std::string describe() const override { return pattern_; }
 
  private:
-  std::string name(int64_t i) const {
-    char buf[4096];
-    std::snprintf(buf, sizeof buf, pattern_.c_str(), static_cast<int>(i + 1));
-    return buf;
-  }
+  std::string name(int64_t i) const { return sequence_file_name(pattern_, i); }
   std::string pattern_;
   int64_t n_ = 0;
 };

@@ -61,13 +61,12 @@ void Writer::put(const void* p, size_t n) {
   if (std::fwrite(p, 1, n, f_) != n) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
 }
 
-FrameStats encode_frame(const HostFrame& f, const Params& params, HostFrame* recon,
+FrameStats encode_frame(const ImageView& v, const Params& params, const ImageView* recon,
                         std::vector<std::vector<uint8_t>>* payloads) {
   FrameStats st;
   const auto t0 = std::chrono::steady_clock::now();
-  const ImageView v = f.view();
   if (payloads) payloads->clear();
-  for (int p = 0; p < plane_count(f.spec().format); ++p) {
+  for (int p = 0; p < plane_count(v.format); ++p) {
     const int w = v.pw[p], h = v.ph[p];
     std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
     for (int y = 0; y < h; ++y) std::memcpy(&tight[static_cast<size_t>(y) * w], v.row(p, y), static_cast<size_t>(w));
@@ -75,17 +74,15 @@ FrameStats encode_frame(const HostFrame& f, const Params& params, HostFrame* rec
     st.bits += 8.0 * (4 + r.bytes.size());  // with the container's length field
     st.sse += r.sse;
     st.samples += static_cast<int64_t>(w) * h;
-    if (recon) {
-      const ImageView o = recon->view();
-      for (int y = 0; y < h; ++y) std::memcpy(o.row(p, y), &r.recon[static_cast<size_t>(y) * w], static_cast<size_t>(w));
-    }
+    if (recon)
+      for (int y = 0; y < h; ++y) std::memcpy(recon->row(p, y), &r.recon[static_cast<size_t>(y) * w], static_cast<size_t>(w));
     if (payloads) payloads->push_back(std::move(r.bytes));
   }
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
 
-FrameStats Writer::write(const HostFrame& f, HostFrame* recon) {
+FrameStats Writer::write(const ImageView& f, const ImageView* recon) {
   std::vector<std::vector<uint8_t>> planes;
   const FrameStats st = encode_frame(f, params_, recon, &planes);
   for (const auto& b : planes) {

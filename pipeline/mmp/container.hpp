@@ -27,8 +27,8 @@ struct FrameStats {
 };
 
 // Codes every plane of `f` (independently); the payloads go to `payloads` and the
-// reconstruction to `recon` when given.
-FrameStats encode_frame(const HostFrame& f, const Params& p, HostFrame* recon,
+// reconstruction to `recon` (same format and size) when given.
+FrameStats encode_frame(const ImageView& f, const Params& p, const ImageView* recon,
                         std::vector<std::vector<uint8_t>>* payloads = nullptr);
 
 class Writer {
@@ -37,7 +37,7 @@ class Writer {
   Writer(const std::string& path, const FrameSpec& spec, const Params& p);
   ~Writer();
   // Encodes `f`; its reconstruction goes to `recon` when given (same spec).
-  FrameStats write(const HostFrame& f, HostFrame* recon = nullptr);
+  FrameStats write(const ImageView& f, const ImageView* recon = nullptr);
   void close();
 
  private:

@@ -243,9 +243,9 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p) {
   Models models;
   RangeEncoder enc;
   PlaneResult res;
-  auto plan = std::make_unique<Plan>();
+  auto plan = std::make_unique<Plan>(), trial = std::make_unique<Plan>();  // the best mode's, the one tried
   std::array<std::vector<double>, kScales> icost;
-  int pred[kB * kB], r[kB * kB], best_r[kB * kB], rres[kB * kB];
+  int pred[kB * kB], trial_pred[kB * kB], r[kB * kB], rres[kB * kB];
   for (int by = 0; by < H; by += kB)
     for (int bx = 0; bx < W; bx += kB) {
       index_costs(models, dict, icost);
@@ -253,15 +253,17 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p) {
       int best_mode = 0;
       double best_j = std::numeric_limits<double>::infinity();
       for (int mode = 0; mode < (1 << kModeBits); ++mode) {
-        predict(rec, W, bx, by, mode, pred);
-        for (int i = 0; i < kB * kB; ++i) r[i] = src[static_cast<size_t>(by + i / kB) * W + bx + i % kB] - pred[i];
-        optimise(r, dict, models, icost, p.lambda, *plan);
-        const double j = plan->J[kLog][kLog][0] + p.lambda * tree_cost(models.mode.data(), kModeBits, static_cast<uint32_t>(mode));
-        if (j < best_j) best_j = j, best_mode = mode;
+        predict(rec, W, bx, by, mode, trial_pred);
+        for (int i = 0; i < kB * kB; ++i) r[i] = src[static_cast<size_t>(by + i / kB) * W + bx + i % kB] - trial_pred[i];
+        optimise(r, dict, models, icost, p.lambda, *trial);
+        const double j = trial->J[kLog][kLog][0] + p.lambda * tree_cost(models.mode.data(), kModeBits, static_cast<uint32_t>(mode));
+        if (j < best_j) {  // keep this mode's plan and prediction
+          best_j = j;
+          best_mode = mode;
+          std::swap(plan, trial);
+          std::copy(trial_pred, trial_pred + kB * kB, pred);
+        }
       }
-      predict(rec, W, bx, by, best_mode, pred);
-      for (int i = 0; i < kB * kB; ++i) best_r[i] = src[static_cast<size_t>(by + i / kB) * W + bx + i % kB] - pred[i];
-      optimise(best_r, dict, models, icost, p.lambda, *plan);
       enc.encode_tree(models.mode.data(), kModeBits, static_cast<uint32_t>(best_mode));
       std::vector<Internal> inner;
       auto decide = [&](int x0, int y0, int lw, int lh, int* kind, int* index) {
