@@ -14,94 +14,179 @@ namespace {
 
 constexpr int kBankFloats = 1024;  // 31x31 = 961 taps; separable: row at 0, column at 32
 constexpr int kColOffset = 32;
+
 __constant__ float c_taps[kConvBanks][kBankFloats];
 
 std::mutex g_bank_mu;
 bool g_bank_used[kConvBanks] = {};
 
-constexpr int kBX = 32, kBY = 8, kPX = 4;  // threads; each thread 4x4 pixels
+constexpr int kBX = 32, kBY = 4, kPX = 4;  // threads; each thread 4x4 pixels
 constexpr int kPY = 4;
 constexpr int kOW = kBX * kPX;  // 128 outputs wide
-constexpr int kOH = kBY * kPY;  // 32 outputs tall per block
+constexpr int kOH = kBY * kPY;  // 16 outputs tall per block
 
-// Row pitch (floats) of the shared tile for kernel width KW: every thread reads its
-// window [4*tx, 4*tx + KW + 3) with aligned float4 loads.
+// Tile geometry for kernel width KW. The tile starts kOff columns left of the block's
+// first window column, so that its columns line up with the source's 4-byte words: an
+// interior tile is filled one aligned 32-bit load and one float4 shared store per four
+// samples, with no per-sample bounds tests.
 template <int KW>
-constexpr int tile_pitch() {
-  return ((kOW - kPX) + 4 * ((KW + 3 + 3) / 4) + 3) / 4 * 4;
+struct TileGeom {
+  static constexpr int kOff = ((KW / 2 + 3) & ~3) - KW / 2;  // x0 - kOff is 4-aligned
+  static constexpr int TW = kOW + KW - 1;                    // window columns the block reads
+  static constexpr int words = (TW + kOff + 3) / 4;          // 4-sample words per tile row
+  static constexpr int pitch = 4 * words;                    // floats per tile row
+};
+
+// Converts byte b (0..3) of a word to float without the conversion unit (a quarter-rate
+// pipe on the SM): 0x4B0000bb is the float 2^23 + bb, exactly.
+template <int B>
+__device__ __forceinline__ float byte_as_float(uint32_t word) {
+  return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7650 | B)) - 8388608.f;
 }
 
-// Loads rows [y0, y0+rows) x columns [x0, x0+kOW+KW-1) as floats, border applied.
+// Each thread issues kLoadBatch global loads before it converts and stores any of them,
+// so that a block waits about one memory latency for its tile, not one per load.
+constexpr int kLoadBatch = 8;
+
+// Loads rows [y0, y0+rows) x columns [x0, x0+TW) as floats, border applied; source column
+// x0 + c lands in tile column c + kOff.
 template <int KW>
 __device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spitch, int w, int h,
                           int x0, int y0, int rows, Border border, int value) {
-  constexpr int TW = kOW + KW - 1, TP = tile_pitch<KW>();
+  using G = TileGeom<KW>;
+  constexpr int kThreads = kBX * kBY;
   const int tid = threadIdx.y * kBX + threadIdx.x;
-  // Interior tiles of 4-byte aligned rows: 32-bit loads of the aligned words covering the
-  // tile, four samples each (a quarter of the load instructions of byte loads). Block
-  // origins are multiples of 128, so the misalignment of x0 depends on KW alone.
-  constexpr int kOff = ((KW / 2 + 3) & ~3) - KW / 2;
-  constexpr int words = (TW + kOff + 3) / 4;
-  const int xa = x0 - kOff;
-  if (xa >= 0 && y0 >= 0 && xa + 4 * words <= w && y0 + rows <= h && (spitch & 3) == 0 &&
+  const int xa = x0 - G::kOff;
+  if (xa >= 0 && y0 >= 0 && xa + G::pitch <= w && y0 + rows <= h && (spitch & 3) == 0 &&
       (reinterpret_cast<uintptr_t>(src) & 3) == 0) {
-    for (int i = tid; i < rows * words; i += kBX * kBY) {
-      const int r = i / words, wd = i - r * words;
-      const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(src + static_cast<size_t>(y0 + r) * spitch + xa) + wd);
-      const int c0 = 4 * wd - kOff;
+    const int total = rows * G::words;
+    // Word i = r * words + wd of the tile; each trip of a thread advances i by kThreads,
+    // tracked incrementally (a division and a 64-bit address per load cost more than the
+    // load's share of the arithmetic).
+    // Word i = r * words + wd of the tile lies at byte offset r * spitch + 4 * wd from the
+    // tile's origin; each trip of a thread advances i by kThreads, and the offset is
+    // advanced incrementally (a division and 64-bit address arithmetic per load cost more
+    // than the rest of the tile load together).
+    constexpr int kStepR = kThreads / G::words, kStepW = kThreads % G::words;
+    int wd = tid % G::words;
+    int off = tid / G::words * spitch + 4 * wd;
+    const int step = kStepR * spitch + 4 * kStepW, wrap = spitch - 4 * G::words;
+    const uint8_t* origin = src + static_cast<size_t>(y0) * spitch + xa;
+    for (int base = tid; base < total; base += kThreads * kLoadBatch) {
+      uint32_t v[kLoadBatch];
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int c = c0 + b;
-        if (c >= 0 && c < TW) tile[r * TP + c] = static_cast<float>((v >> (8 * b)) & 0xff);
+      for (int u = 0; u < kLoadBatch; ++u) {
+        v[u] = base + u * kThreads < total ? __ldg(reinterpret_cast<const uint32_t*>(origin + off)) : 0u;
+        wd += kStepW;
+        off += step;
+        if (wd >= G::words) wd -= G::words, off += wrap;
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int i = base + u * kThreads;
+        if (i >= total) break;
+        reinterpret_cast<float4*>(tile)[i] =
+            make_float4(byte_as_float<0>(v[u]), byte_as_float<1>(v[u]), byte_as_float<2>(v[u]), byte_as_float<3>(v[u]));
       }
     }
     return;
   }
-  const bool interior = x0 >= 0 && y0 >= 0 && x0 + TW <= w && y0 + rows <= h;
-  for (int i = tid; i < rows * TW; i += kBX * kBY) {
-    const int r = i / TW, c = i - r * TW;
-    int v;
-    if (interior) {
-      v = __ldg(src + static_cast<size_t>(y0 + r) * spitch + x0 + c);
-    } else {
-      const int gy = border_index(y0 + r, h, border), gx = border_index(x0 + c, w, border);
-      v = (gy < 0 || gx < 0) ? value : __ldg(src + static_cast<size_t>(gy) * spitch + gx);
+  // Blocks at the frame's edges (and unaligned planes): byte loads through per-column and
+  // per-row source offsets computed once per tile (the border rule has divisions in it).
+  __shared__ int s_col[kOW + kConvMaxSize - 1];
+  __shared__ int s_row[kOH + kConvMaxSize - 1];
+  for (int c = tid; c < G::TW; c += kThreads) s_col[c] = border_index(x0 + c, w, border);
+  for (int r = tid; r < rows; r += kThreads) {
+    const int gy = border_index(y0 + r, h, border);
+    s_row[r] = gy < 0 ? -1 : gy * spitch;
+  }
+  __syncthreads();
+  const int total = rows * G::TW;
+  constexpr int kStepR = kThreads / G::TW, kStepC = kThreads % G::TW;
+  int r = tid / G::TW, c = tid - r * G::TW;
+  for (int base = tid; base < total; base += kThreads * kLoadBatch) {
+    int v[kLoadBatch];
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      v[u] = value;
+      if (base + u * kThreads < total) {
+        const int ro = s_row[r], co = s_col[c];
+        if (ro >= 0 && co >= 0) v[u] = __ldg(src + ro + co);
+      }
+      c += kStepC;
+      r += kStepR;
+      if (c >= G::TW) c -= G::TW, ++r;
     }
-    tile[r * TP + c] = static_cast<float>(v);
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) {
+      const int i = base + u * kThreads;
+      if (i >= total) break;
+      tile[i / G::TW * G::pitch + i % G::TW + G::kOff] = static_cast<float>(v[u]);
+    }
   }
 }
 
-// r[0 .. KW+2] = row[0 .. KW+2] with aligned float4 loads.
+// r[0 .. KW+2] = tile columns [kOff, kOff + KW + 3) of `row` (16-byte aligned), read
+// with aligned float4 loads.
 template <int KW>
 __device__ __forceinline__ void load_window(const float* row, float* r) {
+  constexpr int kOff = TileGeom<KW>::kOff, N = KW + 3;
 #pragma unroll
-  for (int m = 0; m < (KW + 3 + 3) / 4; ++m) {
+  for (int m = 0; m < (kOff + N + 3) / 4; ++m) {
     const float4 v = *reinterpret_cast<const float4*>(row + 4 * m);
-    if (4 * m + 0 < KW + 3) r[4 * m + 0] = v.x;
-    if (4 * m + 1 < KW + 3) r[4 * m + 1] = v.y;
-    if (4 * m + 2 < KW + 3) r[4 * m + 2] = v.z;
-    if (4 * m + 3 < KW + 3) r[4 * m + 3] = v.w;
+    const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int idx = 4 * m + k - kOff;
+      if (idx >= 0 && idx < N) r[idx] = e[k];
+    }
   }
 }
 
-__device__ __forceinline__ uint8_t finish(float acc, float rdiv, float bias) {
-  const float v = floorf(fmaf(acc, rdiv, bias) + 0.5f);
-  return static_cast<uint8_t>(fminf(fmaxf(v, 0.f), 255.f));
+// The CPU reference's rounding, clamp(floor(acc * rdiv + bias + 0.5), 0, 255), with the
+// floor done by a round-down add of 2^23 (full-rate FP32 instead of a conversion): the
+// low byte of the returned bits is the 8-bit result. Clamping before the floor gives the
+// same value because 0 and 255 are integers; NaN clamps to 0 as in the reference.
+__device__ __forceinline__ uint32_t finish_bits(float acc, float rdiv, float bias) {
+  const float v = fminf(fmaxf(fmaf(acc, rdiv, bias) + 0.5f, 0.f), 255.f);
+  return __float_as_uint(__fadd_rd(v, 8388608.f));
 }
 
 __device__ __forceinline__ void store4(uint8_t* dst, int dpitch, int w, int h, int x, int y,
                                        const float* acc, float rdiv, float bias) {
   if (y >= h) return;
   uint8_t* d = dst + static_cast<size_t>(y) * dpitch;
+  const uint32_t b0 = finish_bits(acc[0], rdiv, bias), b1 = finish_bits(acc[1], rdiv, bias);
+  const uint32_t b2 = finish_bits(acc[2], rdiv, bias), b3 = finish_bits(acc[3], rdiv, bias);
   if (x + kPX <= w && ((reinterpret_cast<uintptr_t>(d + x) & 3) == 0)) {  // one 32-bit store
-    const uint32_t v = finish(acc[0], rdiv, bias) | (finish(acc[1], rdiv, bias) << 8) |
-                       (finish(acc[2], rdiv, bias) << 16) | (static_cast<uint32_t>(finish(acc[3], rdiv, bias)) << 24);
-    *reinterpret_cast<uint32_t*>(d + x) = v;
+    *reinterpret_cast<uint32_t*>(d + x) = __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
+    return;
+  }
+  const uint32_t b[4] = {b0, b1, b2, b3};
+#pragma unroll
+  for (int j = 0; j < kPX; ++j)
+    if (x + j < w) d[x + j] = static_cast<uint8_t>(b[j] & 0xff);
+}
+
+// Stores a thread's kPY x kPX outputs at (ox, oy). Blocks wholly inside an aligned plane
+// (all but the last column and row of blocks) store without per-row tests.
+__device__ __forceinline__ void store_outputs(uint8_t* dst, int dpitch, int w, int h, int ox, int oy,
+                                              const float (&acc)[kPY][kPX], float rdiv, float bias) {
+  const bool whole = (blockIdx.x + 1) * kOW <= w && (blockIdx.y + 1) * kOH <= h &&
+                     ((static_cast<uintptr_t>(dpitch) | reinterpret_cast<uintptr_t>(dst)) & 3) == 0;
+  if (whole) {
+    uint8_t* d = dst + static_cast<size_t>(oy) * dpitch + ox;
+#pragma unroll
+    for (int j = 0; j < kPY; ++j) {
+      const uint32_t b0 = finish_bits(acc[j][0], rdiv, bias), b1 = finish_bits(acc[j][1], rdiv, bias);
+      const uint32_t b2 = finish_bits(acc[j][2], rdiv, bias), b3 = finish_bits(acc[j][3], rdiv, bias);
+      *reinterpret_cast<uint32_t*>(d + j * dpitch) =
+          __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
+    }
     return;
   }
 #pragma unroll
-  for (int j = 0; j < kPX; ++j)
-    if (x + j < w) d[x + j] = finish(acc[j], rdiv, bias);
+  for (int j = 0; j < kPY; ++j) store4(dst, dpitch, w, h, ox, oy + j, acc[j], rdiv, bias);
 }
 
 // 2-D: the CPU reference's order exactly (ky outer, kx inner, fmaf). Each thread computes
@@ -116,7 +201,7 @@ __global__ void __launch_bounds__(kBX* kBY)
   const int kh = KHC > 0 ? KHC : kh_arg;
   extern __shared__ float4 smem4[];
   float* tile = reinterpret_cast<float*>(smem4);
-  constexpr int TP = tile_pitch<KW>();
+  constexpr int TP = TileGeom<KW>::pitch;
   const int x0 = blockIdx.x * kOW - KW / 2, y0 = blockIdx.y * kOH - kh / 2;
   load_tile<KW>(tile, src, spitch, w, h, x0, y0, kOH + kh - 1, border, value);
   __syncthreads();
@@ -140,8 +225,7 @@ __global__ void __launch_bounds__(kBX* kBY)
     }
   }
   const int ox = blockIdx.x * kOW + kPX * threadIdx.x, oy = blockIdx.y * kOH + ty;
-#pragma unroll
-  for (int j = 0; j < kPY; ++j) store4(dst, dpitch, w, h, ox, oy + j, acc[j], rdiv, bias);
+  store_outputs(dst, dpitch, w, h, ox, oy, acc, rdiv, bias);
 }
 
 // Separable, fused: horizontal pass of every tile row into shared memory, then the
@@ -152,7 +236,7 @@ __global__ void __launch_bounds__(kBX* kBY)
                     int w, int h, int kh, int bank, float rdiv, float bias, Border border, int value) {
   extern __shared__ float4 smem4[];
   float* tile = reinterpret_cast<float*>(smem4);
-  constexpr int TP = tile_pitch<KW>();
+  constexpr int TP = TileGeom<KW>::pitch;
   const int rows = kOH + kh - 1;
   float* hp = tile + rows * TP;  // horizontal results: rows x kOW
   const int x0 = blockIdx.x * kOW - KW / 2, y0 = blockIdx.y * kOH - kh / 2;
@@ -188,8 +272,7 @@ __global__ void __launch_bounds__(kBX* kBY)
     }
   }
   const int ox = blockIdx.x * kOW + kPX * threadIdx.x, oy = blockIdx.y * kOH + ty;
-#pragma unroll
-  for (int j = 0; j < kPY; ++j) store4(dst, dpitch, w, h, ox, oy + j, acc[j], rdiv, bias);
+  store_outputs(dst, dpitch, w, h, ox, oy, acc, rdiv, bias);
 }
 
 using KernelFn = void (*)(const uint8_t*, int, uint8_t*, int, int, int, int, int, float, float, Border, int);
@@ -198,7 +281,7 @@ template <int KW>
 void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
             int kh, int bank, float rdiv, float bias, Border border, int value, StreamHandle s) {
   const int rows = kOH + kh - 1;
-  size_t shmem = static_cast<size_t>(rows) * tile_pitch<KW>() * sizeof(float);
+  size_t shmem = static_cast<size_t>(rows) * TileGeom<KW>::pitch * sizeof(float);
   if (separable) shmem += static_cast<size_t>(rows) * kOW * sizeof(float);
   const bool fixed = !separable && kh == KW && KW <= 7;
   KernelFn fn = separable ? conv_sep_kernel<KW> : (fixed ? conv2d_kernel<KW, (KW <= 7 ? KW : 0)> : conv2d_kernel<KW, 0>);
