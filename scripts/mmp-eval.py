@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Rate-distortion of vfpipe's MMP codec against JPEG (cjpeg -optimize), JPEG 2000
-(opj_compress) and H.264 intra (ffmpeg libx264, every frame a key frame) on gray images:
-PSNR against bits per pixel for several lambdas / qualities, and each codec's PSNR at
-0.5 bpp (linear interpolation of its curve). Tables to stdout (markdown) and --json.
+(opj_compress) and H.264 intra (ffmpeg libx264, every frame a key frame) on gray and colour
+images: PSNR against bits per pixel for several lambdas / qualities, and each codec's PSNR
+at 0.5 bpp (linear interpolation of its curve). Tables to stdout (markdown) and --json.
+Colour images go to every codec as RGB and come back as RGB (MMP: vfpipe's conversion to
+yuv420p and back); their PSNR is over the three RGB channels, bpp counts all bits.
 
-    /usr/bin/python3 scripts/mmp-eval.py [--size 256] [--vfpipe build/vfpipe] [--json out.json]
+    /usr/bin/python3 scripts/mmp-eval.py [--size 512] [--set gray,color] [--only camera,text]
+                                         [--vfpipe build/vfpipe] [--json out.json]
 
 Needs: python3-skimage (images), libjpeg-turbo-progs, libopenjp2-tools, ffmpeg.
 """
@@ -17,7 +20,21 @@ import tempfile
 import time
 
 import numpy as np
-from skimage import data
+from skimage import data, io
+
+
+def color_images(size):
+    def crop(a):
+        h, w = a.shape[:2]
+        s = min(size, h, w)
+        y, x = (h - s) // 2, (w - s) // 2
+        return np.ascontiguousarray(a[y:y + s, x:x + s, :3])
+
+    return {
+        "astronaut (colour photo)": crop(data.astronaut()),
+        "coffee (colour photo)": crop(data.coffee()),
+        "chelsea (colour photo)": crop(data.chelsea()),
+    }
 
 
 def images(size):
@@ -50,9 +67,9 @@ def psnr(a, b):
     return 99.0 if mse == 0 else 10 * math.log10(255 * 255 / mse)
 
 
-def write_pgm(path, img):
+def write_pgm(path, img):  # PGM for gray, PPM for RGB
     with open(path, "wb") as f:
-        f.write(b"P5\n%d %d\n255\n" % (img.shape[1], img.shape[0]))
+        f.write(b"%s\n%d %d\n255\n" % (b"P6" if img.ndim == 3 else b"P5", img.shape[1], img.shape[0]))
         f.write(img.tobytes())
 
 
@@ -70,8 +87,9 @@ def read_pgm(path):
         while not raw[pos:pos + 1].isspace():
             pos += 1
         parts.append(raw[start:pos])
-    w, h = int(parts[1]), int(parts[2])
-    return np.frombuffer(raw[pos + 1:pos + 1 + w * h], np.uint8).reshape(h, w)
+    w, h, c = int(parts[1]), int(parts[2]), 3 if parts[0] == b"P6" else 1
+    a = np.frombuffer(raw[pos + 1:pos + 1 + w * h * c], np.uint8)
+    return a.reshape(h, w, 3) if c == 3 else a.reshape(h, w)
 
 
 def write_y4m(path, img):
@@ -92,37 +110,47 @@ def run(cmd):
 
 def curve_mmp(img, tmp, vfpipe, lambdas):
     pts = []
-    src, enc, dec = os.path.join(tmp, "in.y4m"), os.path.join(tmp, "in.mmp"), os.path.join(tmp, "out.y4m")
-    write_y4m(src, img)
+    color = img.ndim == 3
+    src = os.path.join(tmp, "in.ppm" if color else "in.y4m")
+    enc, dec = os.path.join(tmp, "in.mmp"), os.path.join(tmp, "out.png" if color else "out.y4m")
+    if color:
+        write_pgm(src, img)
+    else:
+        write_y4m(src, img)
+    planes = 3 if color else 1
     for lam in lambdas:
         t = time.time()
-        run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam)])
+        run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam)] + (["--pix-fmt", "yuv420p"] if color else []))
         secs = time.time() - t
         run([vfpipe, "mmp", "decode", enc, "-o", dec])
-        bits = (os.path.getsize(enc) - 34 - 4) * 8  # payload only: no container header, plane length
-        pts.append({"param": lam, "bpp": bits / img.size, "psnr": psnr(img, read_y4m(dec, img.shape)), "seconds": secs})
+        out = io.imread(dec) if color else read_y4m(dec, img.shape)
+        bits = (os.path.getsize(enc) - 35 - 4 * planes) * 8  # payload only: no container header, plane lengths
+        pts.append({"param": lam, "bpp": bits / (img.shape[0] * img.shape[1]), "psnr": psnr(img, out), "seconds": secs})
     return pts
 
 
 def curve_jpeg(img, tmp, qualities):
     pts = []
-    src, enc, dec = os.path.join(tmp, "in.pgm"), os.path.join(tmp, "x.jpg"), os.path.join(tmp, "x.pgm")
+    ext = "ppm" if img.ndim == 3 else "pgm"
+    src, enc, dec = os.path.join(tmp, "in." + ext), os.path.join(tmp, "x.jpg"), os.path.join(tmp, "x." + ext)
     write_pgm(src, img)
     for q in qualities:
         run(["cjpeg", "-quality", str(q), "-optimize", "-outfile", enc, src])
         run(["djpeg", "-pnm", "-outfile", dec, enc])
-        pts.append({"param": q, "bpp": os.path.getsize(enc) * 8 / img.size, "psnr": psnr(img, read_pgm(dec))})
+        pts.append({"param": q, "bpp": os.path.getsize(enc) * 8 / (img.shape[0] * img.shape[1]), "psnr": psnr(img, read_pgm(dec))})
     return pts
 
 
 def curve_j2k(img, tmp, bpps):
     pts = []
-    src, enc, dec = os.path.join(tmp, "in.pgm"), os.path.join(tmp, "x.j2k"), os.path.join(tmp, "y.pgm")
+    ext = "ppm" if img.ndim == 3 else "pgm"
+    src, enc, dec = os.path.join(tmp, "in." + ext), os.path.join(tmp, "x.j2k"), os.path.join(tmp, "y." + ext)
     write_pgm(src, img)
+    depth = 24.0 if img.ndim == 3 else 8.0  # -r is the compression ratio of the raw samples
     for b in bpps:
-        run(["opj_compress", "-i", src, "-o", enc, "-r", str(8.0 / b)])
+        run(["opj_compress", "-i", src, "-o", enc, "-r", str(depth / b)])
         run(["opj_decompress", "-i", enc, "-o", dec])
-        pts.append({"param": b, "bpp": os.path.getsize(enc) * 8 / img.size, "psnr": psnr(img, read_pgm(dec))})
+        pts.append({"param": b, "bpp": os.path.getsize(enc) * 8 / (img.shape[0] * img.shape[1]), "psnr": psnr(img, read_pgm(dec))})
     return pts
 
 
@@ -130,14 +158,15 @@ def curve_x264(img, tmp, qps):
     pts = []
     src, enc, dec = os.path.join(tmp, "in.gray"), os.path.join(tmp, "x.264"), os.path.join(tmp, "x.out")
     img.tofile(src)
-    h, w = img.shape
+    h, w = img.shape[:2]
+    fmt = "rgb24" if img.ndim == 3 else "gray"
     for qp in qps:
-        run(["ffmpeg", "-y", "-f", "rawvideo", "-pix_fmt", "gray", "-s", f"{w}x{h}", "-i", src, "-c:v", "libx264",
+        run(["ffmpeg", "-y", "-f", "rawvideo", "-pix_fmt", fmt, "-s", f"{w}x{h}", "-i", src, "-c:v", "libx264",
              "-preset", "veryslow", "-qp", str(qp), "-x264-params", "keyint=1", "-pix_fmt", "yuv420p", "-f", "h264", enc])
-        run(["ffmpeg", "-y", "-i", enc, "-f", "rawvideo", "-pix_fmt", "gray", dec])
-        out = np.fromfile(dec, np.uint8)[: w * h].reshape(h, w)
+        run(["ffmpeg", "-y", "-i", enc, "-f", "rawvideo", "-pix_fmt", fmt, dec])
+        out = np.fromfile(dec, np.uint8)[: img.size].reshape(img.shape)
         # The chroma of a gray picture costs a few bits; counted, as a user would pay them.
-        pts.append({"param": qp, "bpp": os.path.getsize(enc) * 8 / img.size, "psnr": psnr(img, out)})
+        pts.append({"param": qp, "bpp": os.path.getsize(enc) * 8 / (w * h), "psnr": psnr(img, out)})
     return pts
 
 
@@ -152,7 +181,9 @@ def at_bpp(pts, target):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--set", default="gray,color", help="image sets: gray, color")
+    ap.add_argument("--only", default="", help="comma list of image name prefixes")
     ap.add_argument("--vfpipe", default=os.path.join(os.path.dirname(__file__), "..", "build", "vfpipe"))
     ap.add_argument("--lambdas", default="6,20,60,150,400,1000")
     ap.add_argument("--json")
@@ -160,7 +191,14 @@ def main():
     lambdas = [float(x) for x in a.lambdas.split(",")]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, img in images(a.size).items():
+        todo = {}
+        if "gray" in a.set:
+            todo.update(images(a.size))
+        if "color" in a.set:
+            todo.update(color_images(a.size))
+        for name, img in todo.items():
+            if a.only and not any(name.startswith(k) for k in a.only.split(",")):
+                continue
             r = {
                 "MMP": curve_mmp(img, tmp, a.vfpipe, lambdas),
                 "JPEG": curve_jpeg(img, tmp, [5, 10, 20, 30, 45, 60, 75, 90]),
@@ -168,6 +206,9 @@ def main():
                 "H.264 intra": curve_x264(img, tmp, [48, 42, 36, 32, 28, 24, 20]),
             }
             results[name] = {"shape": list(img.shape), "curves": r}
+            if a.json:  # partial results survive an interrupted run
+                with open(a.json, "w") as f:
+                    json.dump(results, f, indent=1)
             print(f"\n### {name}, {img.shape[1]}x{img.shape[0]}\n")
             print("| codec | PSNR at 0.5 bpp | points (bpp / dB) |")
             print("|---|---|---|")

@@ -15,14 +15,20 @@ namespace vfp {
 namespace {
 class MmpStage final : public Stage {
  public:
-  explicit MmpStage(const Options& o) : file_(o.str("file")) { params_.lambda = o.number("lambda"); }
+  explicit MmpStage(const Options& o) : file_(o.str("file")) {
+    params_.lambda = o.number("lambda");
+    params_.carry = o.flag("carry");
+  }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;
     if (!file_.empty()) writer_ = std::make_unique<mmp::Writer>(file_, in, params_);
     return in;
   }
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
-    const mmp::FrameStats st = writer_ ? writer_->write(in, &out) : mmp::encode_frame(in, params_, &out);
+    // Frames arrive in order (the engine's CPU worker runs a stage's frames one after another),
+    // which carried dictionaries need.
+    const mmp::FrameStats st =
+        writer_ ? writer_->write(in, &out) : mmp::encode_frame(in, params_, &out, nullptr, params_.carry ? &states_ : nullptr);
     std::lock_guard<std::mutex> lock(mu_);
     total_ += st;
     ++frames_;
@@ -42,6 +48,7 @@ class MmpStage final : public Stage {
   std::string file_;
   FrameSpec spec_;
   std::unique_ptr<mmp::Writer> writer_;
+  mmp::PlaneStates states_;
   mutable std::mutex mu_;
   mmp::FrameStats total_;
   int64_t frames_ = 0;
@@ -60,9 +67,10 @@ void register_mmp_stage(Registry& reg) {
   s.options = {
       {"lambda", OptionSpec::Type::Float, "32", "Lagrangian multiplier (larger: fewer bits, lower quality)", 0, 1e9, {}, {}},
       {"file", OptionSpec::Type::String, "", "also write the bitstream to this .mmp file", 0, 0, {}, {}},
+      {"carry", OptionSpec::Type::Bool, "0", "keep dictionaries and models from frame to frame", 0, 0, {}, {}},
   };
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
-  s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp"};
+  s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1"};
   s.create = [](const Options& o) { return std::make_unique<MmpStage>(o); };
   reg.add(std::move(s));
 }

@@ -1,33 +1,43 @@
-// MMP intra codec core (pipeline/mmp/mmp.hpp): the decoder reproduces the encoder's
-// reconstruction bit for bit on random, flat, gradient and text-like planes of odd sizes and
-// several lambdas; rate and distortion move the right way with lambda; every prediction mode
-// and both split directions are used; the scale transform's rounding; corrupt and truncated
-// data never crash and truncation is reported.
+// MMP intra codec core (pipeline/mmp/mmp.hpp): the decoder reproduces the
+// encoder's reconstruction bit for bit on random, flat, gradient and text-like
+// planes of odd sizes and several lambdas; rate and distortion move the right
+// way with lambda; every prediction mode and both split directions are used;
+// the scale transform's rounding; corrupt and truncated data never crash and
+// truncation is reported.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "pipeline/error.hpp"
+#include "pipeline/mmp/container.hpp"
 #include "pipeline/mmp/mmp.hpp"
-
-#include <filesystem>
+#include "test_util.hpp"
 
 using namespace vfp;
 
 namespace {
 
-std::vector<uint8_t> plane(const std::string& kind, int w, int h, uint32_t seed) {
+std::vector<uint8_t> plane(const std::string &kind, int w, int h, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<uint8_t> v(static_cast<size_t>(w) * h);
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x) {
-      uint8_t& o = v[static_cast<size_t>(y) * w + x];
+      uint8_t &o = v[static_cast<size_t>(y) * w + x];
       if (kind == "random") o = static_cast<uint8_t>(rng());
       if (kind == "flat") o = 77;
       if (kind == "gradient") o = static_cast<uint8_t>(x * 3 + y * 2);
       if (kind == "text") o = ((x / 3 + y / 5) % 4 == 0 || (y % 11) == 3) ? 20 : 235;  // strokes on paper
-      if (kind == "photo") o = static_cast<uint8_t>(std::clamp(128 + 60 * std::sin(x / 9.0) * std::cos(y / 7.0) + std::normal_distribution<double>(0, 4)(rng), 0.0, 255.0));
+      if (kind == "photo")
+        o = static_cast<uint8_t>(
+            std::clamp(128 + 60 * std::sin(x / 9.0) * std::cos(y / 7.0) + std::normal_distribution<double>(0, 4)(rng),
+                       0.0, 255.0));
     }
   return v;
 }
@@ -38,16 +48,17 @@ double psnr(double sse, size_t n) { return sse == 0 ? 99 : 10 * std::log10(255.0
 
 TEST(Mmp, ScaleTransformRounding) {
   // Shrinking averages with rounding half up; enlarging repeats.
-  EXPECT_EQ(mmp::resize_element({1, 2, 3, 4}, 2, 0, 1, 0), (std::vector<int16_t>{2, 4}));      // 1.5 -> 2, 3.5 -> 4
-  EXPECT_EQ(mmp::resize_element({-1, -2, 5, 5}, 2, 0, 1, 0), (std::vector<int16_t>{-1, 5}));   // -1.5 -> -1
+  EXPECT_EQ(mmp::resize_element({1, 2, 3, 4}, 2, 0, 1, 0), (std::vector<int16_t>{2, 4}));     // 1.5 -> 2, 3.5 -> 4
+  EXPECT_EQ(mmp::resize_element({-1, -2, 5, 5}, 2, 0, 1, 0), (std::vector<int16_t>{-1, 5}));  // -1.5 -> -1
   EXPECT_EQ(mmp::resize_element({7, -3}, 1, 0, 2, 0), (std::vector<int16_t>{7, 7, -3, -3}));
-  EXPECT_EQ(mmp::resize_element({1, 2, 3, 4}, 1, 1, 0, 0), (std::vector<int16_t>{3}));        // 2.5 -> 3
+  EXPECT_EQ(mmp::resize_element({1, 2, 3, 4}, 1, 1, 0, 0), (std::vector<int16_t>{3}));  // 2.5 -> 3
   EXPECT_EQ(mmp::resize_element({9}, 0, 0, 1, 1), (std::vector<int16_t>{9, 9, 9, 9}));
-  EXPECT_EQ(mmp::resize_element({1, 2, 3, 4}, 2, 0, 0, 2), (std::vector<int16_t>{3, 3, 3, 3}));  // 2.5 -> 3, then repeated
+  EXPECT_EQ(mmp::resize_element({1, 2, 3, 4}, 2, 0, 0, 2),
+            (std::vector<int16_t>{3, 3, 3, 3}));  // 2.5 -> 3, then repeated
 }
 
 TEST(Mmp, DecoderEqualsEncoderReconstruction) {
-  for (const char* kind : {"random", "flat", "gradient", "text", "photo"})
+  for (const char *kind : {"random", "flat", "gradient", "text", "photo"})
     for (auto [w, h] : {std::pair{1, 1}, {3, 7}, {37, 21}, {48, 32}})
       for (double lambda : {0.0, 20.0, 400.0}) {
         const auto img = plane(kind, w, h, static_cast<uint32_t>(w * h));
@@ -78,26 +89,223 @@ TEST(Mmp, RateAndDistortionFollowLambda) {
   EXPECT_GT(psnr(mmp::encode_plane(img.data(), w, h, fine).sse, img.size()), 35.0);
 }
 
-TEST(Mmp, EveryModeAndSplitDirectionIsUsed) {
-  // A plane made of blocks that favour each predictor: flat with a bright top row (vertical),
-  // with a bright left column (horizontal), smooth (DC), and noise.
-  const int w = 96, h = 64;
-  auto img = plane("photo", w, h, 9);
-  const auto txt = plane("text", w, h, 1);
-  for (int y = 0; y < 32; ++y)
-    for (int x = 0; x < 48; ++x) img[static_cast<size_t>(y) * w + x] = static_cast<uint8_t>(x % 16 < 8 ? 40 : 200);
-  for (int y = 32; y < 64; ++y)
-    for (int x = 0; x < 48; ++x) img[static_cast<size_t>(y) * w + x] = static_cast<uint8_t>(y % 16 < 8 ? 60 : 180);
-  for (int y = 0; y < 32; ++y)
-    for (int x = 48; x < 96; ++x) img[static_cast<size_t>(y) * w + x] = txt[static_cast<size_t>(y) * w + x];
+TEST(Mmp, EveryModeUnitSizeAndSplitDirectionIsUsed) {
+  // Planes that favour each predictor: stripes along both diagonals and the
+  // steep and flat diagonal directions, gradients, text, a photo-like plane and
+  // noise, coded with every mode searched; each mode, unit size and split
+  // direction must be chosen somewhere.
+  const int w = 64, h = 64;
+  int64_t modes[mmp::kModes] = {}, sizes[3] = {}, splits[2] = {};
+  const std::vector<std::pair<int, int>> directions = {{1, 1}, {1, -1}, {2, 1}, {2, -1},
+                                                       {1, 2}, {1, -2}, {0, 1}, {1, 0}};
+  std::vector<std::vector<uint8_t>> planes;
+  for (auto [dx, dy] : directions) {
+    std::vector<uint8_t> v(static_cast<size_t>(w) * h);
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        v[static_cast<size_t>(y) * w + x] = static_cast<uint8_t>(((x * dx + y * dy + 256) / 3) % 4 < 2 ? 50 : 210);
+    planes.push_back(v);
+  }
+  for (const char *kind : {"gradient", "text", "photo", "random"}) planes.push_back(plane(kind, w, h, 7));
+  for (const auto &img : planes) {
+    mmp::Params p;
+    p.lambda = 8;
+    p.mode_candidates = mmp::kModes;
+    const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p);
+    ASSERT_EQ(mmp::decode_plane(r.bytes.data(), r.bytes.size(), w, h, p), r.recon);
+    for (int m = 0; m < mmp::kModes; ++m) modes[m] += r.modes[m];
+    for (int k = 0; k < 3; ++k) sizes[k] += r.unit_sizes[k];
+    for (int k = 0; k < 2; ++k) splits[k] += r.splits[k];
+    EXPECT_GT(r.dict_elements, 25 * 64);  // the dictionaries learned
+  }
+  for (int m = 0; m < mmp::kModes; ++m) EXPECT_GT(modes[m], 0) << "mode " << mmp::mode_name(m) << " never chosen";
+  for (int k = 0; k < 3; ++k) EXPECT_GT(sizes[k], 0) << "unit size " << (16 >> k) << " never chosen";
+  EXPECT_GT(splits[0], 0);
+  EXPECT_GT(splits[1], 0);
+}
+
+TEST(Mmp, PredictionModesFollowTheirDefinitions) {
+  // A 16x16 plane whose first row and column are known; the 4x4 block at (4, 4)
+  // predicts from row 3 and column 3.
+  const int W = 16, H = 16;
+  std::vector<uint8_t> rec(W * H), done(W * H, 0);
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) rec[static_cast<size_t>(y * W + x)] = static_cast<uint8_t>(10 + 3 * x + 5 * y);
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < W; ++x) done[static_cast<size_t>(y * W + x)] = 1;  // row above, incl. above-right
+  for (int y = 4; y < 8; ++y)
+    for (int x = 0; x < 4; ++x) done[static_cast<size_t>(y * W + x)] = 1;
+  auto at = [&](int x, int y) { return static_cast<int>(rec[static_cast<size_t>(y * W + x)]); };
+  int pred[256];
+  mmp::predict_block(rec.data(), done.data(), W, H, 4, 4, 4, 0, pred);  // none
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(pred[i], 128);
+  mmp::predict_block(rec.data(), done.data(), W, H, 4, 4, 4, 2,
+                     pred);  // vertical
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(pred[i], at(4 + i % 4, 3));
+  mmp::predict_block(rec.data(), done.data(), W, H, 4, 4, 4, 3,
+                     pred);  // horizontal
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(pred[i], at(3, 4 + i / 4));
+  mmp::predict_block(rec.data(), done.data(), W, H, 4, 4, 4, 1, pred);  // DC
+  int sum = 0;
+  for (int i = 0; i < 4; ++i) sum += at(4 + i, 3) + at(3, 4 + i);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(pred[i], (sum + 4) / 8);
+  // A plane (linear ramp) is reproduced by the plane mode at every unit size.
+  for (int N : {4, 8}) {
+    mmp::predict_block(rec.data(), done.data(), W, H, 8, 8, N, 4, pred);
+    for (int i = 0; i < N * N; ++i) EXPECT_NEAR(pred[i], at(8 + i % N, 8 + i / N), 1) << N;
+  }
+  // Diagonal down-left smooths the row above along the anti-diagonal (H.264 4x4
+  // formula).
+  mmp::predict_block(rec.data(), done.data(), W, H, 4, 4, 4, 5, pred);
+  EXPECT_EQ(pred[0], (at(4, 3) + 2 * at(5, 3) + at(6, 3) + 2) >> 2);
+  EXPECT_EQ(pred[15], (at(10, 3) + 3 * at(11, 3) + 2) >> 2);
+  // Diagonal down-right: the corner on the diagonal.
+  mmp::predict_block(rec.data(), done.data(), W, H, 4, 4, 4, 6, pred);
+  EXPECT_EQ(pred[0], (at(4, 3) + 2 * at(3, 3) + at(3, 4) + 2) >> 2);
+  // Without the above-right block decoded, its samples repeat the last one
+  // above.
+  std::vector<uint8_t> not_done(done);
+  for (int x = 8; x < 12; ++x) not_done[static_cast<size_t>(3 * W + x)] = 0;
+  mmp::predict_block(rec.data(), not_done.data(), W, H, 4, 4, 4, 5, pred);
+  EXPECT_EQ(pred[15], (at(7, 3) + 3 * at(7, 3) + 2) >> 2);
+  // At the plane's corner nothing is available: every mode predicts 128.
+  for (int m = 0; m < mmp::kModes; ++m) {
+    mmp::predict_block(rec.data(), done.data(), W, H, 0, 0, 4, m, pred);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(pred[i], 128) << mmp::mode_name(m);
+  }
+}
+
+TEST(Mmp, PrunedSearchMakesTheExhaustiveSearchsDecisions) {
+  for (const char *kind : {"photo", "text", "random"}) {
+    const auto img = plane(kind, 40, 36, 11);
+    mmp::Params p;
+    p.lambda = 25;
+    const mmp::PlaneResult fast = mmp::encode_plane(img.data(), 40, 36, p);
+    p.exhaustive = true;
+    const mmp::PlaneResult slow = mmp::encode_plane(img.data(), 40, 36, p);
+    EXPECT_EQ(fast.bytes, slow.bytes) << kind;
+    EXPECT_EQ(fast.recon, slow.recon) << kind;
+  }
+}
+
+TEST(Mmp, DictionariesCarriedAcrossFrames) {
+  const int w = 48, h = 32;
+  const auto img = plane("text", w, h, 2);
   mmp::Params p;
-  p.lambda = 10;
-  const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p);
-  for (int m = 0; m < 4; ++m) EXPECT_GT(r.modes[m], 0) << "mode " << m << " never chosen";
-  EXPECT_GT(r.splits[0], 0);
-  EXPECT_GT(r.splits[1], 0);
-  EXPECT_GT(r.dict_elements, 25 * 64);  // the dictionaries learned
-  EXPECT_EQ(mmp::decode_plane(r.bytes.data(), r.bytes.size(), w, h, p), r.recon);
+  p.lambda = 30;
+  mmp::PlaneState enc_state(p), dec_state(p);
+  const mmp::PlaneResult first = mmp::encode_plane(img.data(), w, h, p, &enc_state);
+  const mmp::PlaneResult second = mmp::encode_plane(img.data(), w, h, p, &enc_state);
+  EXPECT_LT(second.bytes.size(),
+            first.bytes.size());  // the second frame reuses the first's patterns
+  EXPECT_EQ(mmp::decode_plane(first.bytes.data(), first.bytes.size(), w, h, p, &dec_state), first.recon);
+  EXPECT_EQ(mmp::decode_plane(second.bytes.data(), second.bytes.size(), w, h, p, &dec_state), second.recon);
+}
+
+TEST(Mmp, ContainerCarriesDictionariesWhenAsked) {
+  const std::string dir = test::tmp_path("mmp_carry");
+  std::filesystem::create_directories(dir);
+  FrameSpec s{PixelFormat::YUV420P, 40, 24, {25, 1}};
+  HostFrame src(s, false), rec(s, false), back(s, false);
+  test::fill_random(src, 3);
+  for (bool carry : {false, true}) {
+    mmp::Params p;
+    p.lambda = 40;
+    p.carry = carry;
+    const std::string f = dir + (carry ? "/carry.mmp" : "/fresh.mmp");
+    std::deque<HostFrame> recs;  // HostFrame does not move
+    std::vector<double> bits;
+    {
+      mmp::Writer wr(f, s, p);
+      for (int i = 0; i < 3; ++i) {
+        recs.emplace_back(s, false);
+        const ImageView rv = recs.back().view();
+        bits.push_back(wr.write(src.view(), &rv).bits);
+      }
+      wr.close();
+    }
+    if (carry)
+      EXPECT_LT(bits[2], 0.7 * bits[0]);  // the same picture again: its patterns
+                                          // are in the dictionaries
+    else
+      EXPECT_EQ(bits[2], bits[0]);  // independent frames
+    mmp::Reader rd(f);
+    EXPECT_EQ(rd.params().carry, carry);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(rd.read(back));
+      EXPECT_TRUE(back.same_pixels(recs[static_cast<size_t>(i)])) << "frame " << i << " carry " << carry;
+    }
+    EXPECT_FALSE(rd.read(back));
+  }
+}
+
+// Fuzzing: mutated .mmp files (bit flips, overwritten, inserted and deleted
+// bytes, truncation; header and payload) are decoded or rejected with
+// vfp::Error, never a crash, a hang or another exception. VFPIPE_MMP_FUZZ_ITERS
+// runs it longer (docs/mmp.md).
+TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
+  const std::string dir = test::tmp_path("mmp_fuzz");
+  std::filesystem::create_directories(dir);
+  FrameSpec s{PixelFormat::YUV420P, 37, 21, {25, 1}};
+  HostFrame src(s, false), back(s, false);
+  test::fill_random(src, 9);
+  std::vector<std::vector<uint8_t>> seeds;
+  for (bool carry : {false, true}) {
+    mmp::Params p;
+    p.lambda = 30;
+    p.carry = carry;
+    const std::string f = dir + "/seed.mmp";
+    {
+      mmp::Writer wr(f, s, p);
+      wr.write(src.view());
+      wr.write(src.view());
+      wr.close();
+    }
+    std::ifstream in(f, std::ios::binary);
+    seeds.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  const char *env = std::getenv("VFPIPE_MMP_FUZZ_ITERS");
+  const int iters = env ? std::atoi(env) : 300;
+  std::mt19937 rng(2026);
+  int rejected = 0;
+  for (int it = 0; it < iters; ++it) {
+    std::vector<uint8_t> b = seeds[static_cast<size_t>(it) % seeds.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !b.empty(); ++e) {
+      const size_t at = rng() % b.size();
+      switch (rng() % 5) {
+        case 0:
+          b[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+          break;
+        case 1:
+          b[at] = static_cast<uint8_t>(rng());
+          break;
+        case 2:
+          b.insert(b.begin() + static_cast<long>(at), static_cast<uint8_t>(rng()));
+          break;
+        case 3:
+          b.erase(b.begin() + static_cast<long>(at));
+          break;
+        case 4:
+          b.resize(at);
+          break;
+      }
+    }
+    const std::string f = dir + "/fuzz.mmp";
+    std::ofstream(f, std::ios::binary)
+        .write(reinterpret_cast<const char *>(b.data()), static_cast<std::streamsize>(b.size()));
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      mmp::Reader rd(f);
+      HostFrame out(rd.spec(), false);
+      while (rd.read(out)) {
+      }
+    } catch (const Error &) {
+      ++rejected;
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0) << "iteration " << it;
+  }
+  EXPECT_GT(rejected, iters / 4);
 }
 
 TEST(Mmp, CorruptOrTruncatedDataIsRejectedWithoutCrashing) {
@@ -109,13 +317,14 @@ TEST(Mmp, CorruptOrTruncatedDataIsRejectedWithoutCrashing) {
   int rejected = 0;
   for (int trial = 0; trial < 100; ++trial) {
     std::vector<uint8_t> bad = r.bytes;
-    if (trial % 2) bad.resize(rng() % bad.size());
+    if (trial % 2)
+      bad.resize(rng() % bad.size());
     else
       for (int k = 0; k < 3; ++k) bad[1 + rng() % (bad.size() - 1)] ^= static_cast<uint8_t>(1 + rng() % 255);
     try {
       const auto out = mmp::decode_plane(bad.data(), bad.size(), w, h, p);
       EXPECT_EQ(out.size(), img.size());
-    } catch (const Error& e) {
+    } catch (const Error &e) {
       ++rejected;
       EXPECT_NE(std::string(e.what()).find("MMP"), std::string::npos);
     }
@@ -123,12 +332,6 @@ TEST(Mmp, CorruptOrTruncatedDataIsRejectedWithoutCrashing) {
   }
   EXPECT_GE(rejected, 50);  // every truncation at least
 }
-
-#include <fstream>
-#include <iterator>
-
-#include "pipeline/mmp/container.hpp"
-#include "test_util.hpp"
 
 TEST(Mmp, ContainerAndCliRoundTrip) {
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_cli");
@@ -141,6 +344,14 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
   r = test::run_cmd(bin + " mmp info " + mmpf);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("frame 1:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("independent frames"), std::string::npos) << r.out;
+  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/carry.mmp --lambda 20 --carry --modes 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = test::run_cmd(bin + " mmp info " + dir + "/carry.mmp");
+  EXPECT_NE(r.out.find("dictionaries carried across frames"), std::string::npos) << r.out;
+  EXPECT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/carry.mmp -o " + dir + "/carry.y4m").rc, 0);
+  EXPECT_NE(test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/x.mmp --modes 12").rc,
+            0);  // out of range
   ASSERT_EQ(test::run_cmd(bin + " mmp decode " + mmpf + " -o " + dir + "/out.y4m").rc, 0);
   ASSERT_EQ(test::run_cmd(bin + " mmp decode " + mmpf + " -o " + dir + "/first.png").rc, 0);
   // The reader decodes what the writer's encoder reconstructed.
@@ -163,35 +374,43 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
     EXPECT_TRUE(back.same_pixels(rec));
     EXPECT_FALSE(rd.read(back));
   }
-  // Malformed files: every truncation and header byte flipped gives an error or frames, never a crash.
+  // Malformed files: every truncation and header byte flipped gives an error or
+  // frames, never a crash.
   std::ifstream in(mmpf, std::ios::binary);
   const std::vector<uint8_t> good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (size_t cut = 0; cut < good.size(); cut += std::max<size_t>(1, good.size() / 20)) {
-    std::ofstream(dir + "/bad.mmp", std::ios::binary).write(reinterpret_cast<const char*>(good.data()), static_cast<std::streamsize>(cut));
+    std::ofstream(dir + "/bad.mmp", std::ios::binary)
+        .write(reinterpret_cast<const char *>(good.data()), static_cast<std::streamsize>(cut));
     const auto rr = test::run_cmd(bin + " mmp decode " + dir + "/bad.mmp -o " + dir + "/bad.y4m");
     EXPECT_TRUE(rr.rc == 0 || rr.rc == 1) << rr.out;
   }
-  for (size_t i = 0; i < 34; ++i) {
+  for (size_t i = 0; i < 35; ++i) {
     std::vector<uint8_t> bad = good;
     bad[i] ^= 0xFF;
-    std::ofstream(dir + "/bad.mmp", std::ios::binary).write(reinterpret_cast<const char*>(bad.data()), static_cast<std::streamsize>(bad.size()));
+    std::ofstream(dir + "/bad.mmp", std::ios::binary)
+        .write(reinterpret_cast<const char *>(bad.data()), static_cast<std::streamsize>(bad.size()));
     const auto rr = test::run_cmd(bin + " mmp info " + dir + "/bad.mmp");
     EXPECT_TRUE(rr.rc == 0 || rr.rc == 1) << "byte " << i << ": " << rr.out;
   }
 }
 
 TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
-  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage");
-  std::filesystem::create_directories(dir);
-  auto r = test::run_cmd(bin + " run -i 'synthetic=size=64x48:frames=3:noise=gauss:sigma=3' -f 'mmp=lambda=30:file=" + dir +
-                         "/s.mmp' -o " + dir + "/stage.y4m --device cpu");
-  ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("mmp (lambda 30): 3 frames"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("PSNR"), std::string::npos) << r.out;
-  ASSERT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/s.mmp -o " + dir + "/decoded.y4m").rc, 0);
-  std::ifstream a(dir + "/stage.y4m", std::ios::binary), b(dir + "/decoded.y4m", std::ios::binary);
-  const std::string sa((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
-  const std::string sb((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
-  EXPECT_FALSE(sa.empty());
-  EXPECT_EQ(sa, sb);  // what the stage passes on is what a decoder of its bitstream outputs
+  for (const std::string carry : {"0", "1"}) {
+    const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage" + carry);
+    std::filesystem::create_directories(dir);
+    auto r = test::run_cmd(bin +
+                           " run -i 'synthetic=size=64x48:frames=3:noise=gauss:sigma=3' -f "
+                           "'mmp=lambda=30:carry=" +
+                           carry + ":file=" + dir + "/s.mmp' -o " + dir + "/stage.y4m --device cpu");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("mmp (lambda 30): 3 frames"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("PSNR"), std::string::npos) << r.out;
+    ASSERT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/s.mmp -o " + dir + "/decoded.y4m").rc, 0);
+    std::ifstream a(dir + "/stage.y4m", std::ios::binary), b(dir + "/decoded.y4m", std::ios::binary);
+    const std::string sa((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+    const std::string sb((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(sa.empty());
+    EXPECT_EQ(sa, sb);  // what the stage passes on is what a decoder of its
+                        // bitstream outputs
+  }
 }

@@ -264,6 +264,8 @@ struct MmpArgs {
   std::string input, output, pix_fmt;
   double lambda = 32;
   int64_t frames = -1;
+  int mode_candidates = 4;
+  bool carry = false;
 };
 
 // A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
@@ -284,6 +286,8 @@ int mmp_encode_command(const MmpArgs& a) {
   }
   mmp::Params p;
   p.lambda = a.lambda;
+  p.mode_candidates = a.mode_candidates;
+  p.carry = a.carry;
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   mmp::Writer w(out, coded, p);
   HostFrame f(in, false), c(coded, false);
@@ -344,8 +348,9 @@ int mmp_decode_command(const MmpArgs& a) {
 int mmp_info_command(const MmpArgs& a) {
   mmp::Reader r(a.input);
   HostFrame f(r.spec(), false);
-  std::printf("%s: MMP, %s, lambda %g, %d dictionary elements per scale\n", a.input.c_str(), r.spec().describe().c_str(),
-              r.params().lambda, r.params().max_dict);
+  std::printf("%s: MMP, %s, lambda %g, %d dictionary elements per scale, %s\n", a.input.c_str(),
+              r.spec().describe().c_str(), r.params().lambda, r.params().max_dict,
+              r.params().carry ? "dictionaries carried across frames" : "independent frames");
   std::vector<size_t> bytes;
   int64_t n = 0;
   while (r.read(f, &bytes)) {
@@ -655,6 +660,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt, "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
   mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
+  mmp_enc->add_flag("--carry", mmp_args.carry,
+                    "keep each plane's dictionaries and models from frame to frame (fewer bits on video; frames "
+                    "then decode only in order)");
+  mmp_enc->add_option("--modes", mmp_args.mode_candidates,
+                      "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
+                      "slower, slightly fewer bits)")
+      ->check(CLI::Range(1, 11))
+      ->capture_default_str();
   auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
   mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();
   mmp_dec->add_option("-o,--output", mmp_args.output, "out.png (first frame), out.y4m, frames/%06d.png, '-' (Y4M stdout)");

@@ -11,7 +11,7 @@ namespace vfp::mmp {
 
 namespace {
 constexpr char kMagic[4] = {'V', 'M', 'M', 'P'};
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 
 int format_code(PixelFormat f) {
   return f == PixelFormat::GRAY8 ? 0 : f == PixelFormat::YUV420P ? 1 : f == PixelFormat::YUV444P ? 2 : -1;
@@ -23,7 +23,7 @@ uint32_t get_u32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
          static_cast<uint32_t>(p[3]) << 24;
 }
-constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4;
+constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4 + 1;
 }  // namespace
 
 double FrameStats::psnr() const {
@@ -47,6 +47,7 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   std::memcpy(&lb, &p.lambda, 8);
   for (int i = 0; i < 8; ++i) h.push_back(static_cast<uint8_t>(lb >> (8 * i)));
   put_u32(h, static_cast<uint32_t>(p.max_dict));
+  h.push_back(p.carry ? 1 : 0);
   put(h.data(), h.size());
 }
 
@@ -62,7 +63,7 @@ void Writer::put(const void* p, size_t n) {
 }
 
 FrameStats encode_frame(const ImageView& v, const Params& params, const ImageView* recon,
-                        std::vector<std::vector<uint8_t>>* payloads) {
+                        std::vector<std::vector<uint8_t>>* payloads, PlaneStates* states) {
   FrameStats st;
   const auto t0 = std::chrono::steady_clock::now();
   if (payloads) payloads->clear();
@@ -70,7 +71,12 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
     const int w = v.pw[p], h = v.ph[p];
     std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
     for (int y = 0; y < h; ++y) std::memcpy(&tight[static_cast<size_t>(y) * w], v.row(p, y), static_cast<size_t>(w));
-    PlaneResult r = encode_plane(tight.data(), w, h, params);
+    PlaneState* state = nullptr;
+    if (states) {
+      if (states->size() <= static_cast<size_t>(p)) states->push_back(std::make_unique<PlaneState>(params));
+      state = (*states)[static_cast<size_t>(p)].get();
+    }
+    PlaneResult r = encode_plane(tight.data(), w, h, params, state);
     st.bits += 8.0 * (4 + r.bytes.size());  // with the container's length field
     st.sse += r.sse;
     st.samples += static_cast<int64_t>(w) * h;
@@ -84,7 +90,7 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
 
 FrameStats Writer::write(const ImageView& f, const ImageView* recon) {
   std::vector<std::vector<uint8_t>> planes;
-  const FrameStats st = encode_frame(f, params_, recon, &planes);
+  const FrameStats st = encode_frame(f, params_, recon, &planes, params_.carry ? &states_ : nullptr);
   for (const auto& b : planes) {
     std::vector<uint8_t> len;
     put_u32(len, static_cast<uint32_t>(b.size()));
@@ -111,7 +117,8 @@ Reader::Reader(const std::string& path) : path_(path) {
   uint8_t h[kHeaderBytes];
   if (std::fread(h, 1, kHeaderBytes, f_) != kHeaderBytes || std::memcmp(h, kMagic, 4) != 0)
     throw Error(ErrorKind::Input, path + ": not an .mmp file (no VMMP header)");
-  if (h[4] != kVersion) throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]));
+  if (h[4] != kVersion) throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]) +
+                                                       " (this vfpipe reads version " + std::to_string(kVersion) + ")");
   const int fmt = h[5];
   if (fmt > 2) throw Error(ErrorKind::Input, path + ": unknown pixel format code " + std::to_string(fmt));
   spec_.format = fmt == 0 ? PixelFormat::GRAY8 : fmt == 1 ? PixelFormat::YUV420P : PixelFormat::YUV444P;
@@ -127,6 +134,10 @@ Reader::Reader(const std::string& path) : path_(path) {
   const uint32_t md = get_u32(h + 30);
   if (md < 64 || md > 4096) throw Error(ErrorKind::Input, path + ": bad dictionary size " + std::to_string(md));
   params_.max_dict = static_cast<int>(md);
+  if (h[34] > 1) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
+  params_.carry = h[34] == 1;
+  if (params_.carry)
+    for (int p = 0; p < plane_count(spec_.format); ++p) states_.push_back(std::make_unique<PlaneState>(params_));
 }
 
 Reader::~Reader() {
@@ -147,7 +158,8 @@ bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
                                         std::to_string(n) + " bytes)");
     std::vector<uint8_t> data(n);
     if (std::fread(data.data(), 1, n, f_) != n) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
-    const std::vector<uint8_t> plane = decode_plane(data.data(), n, v.pw[p], v.ph[p], params_);
+    const std::vector<uint8_t> plane =
+        decode_plane(data.data(), n, v.pw[p], v.ph[p], params_, params_.carry ? states_[static_cast<size_t>(p)].get() : nullptr);
     for (int y = 0; y < v.ph[p]; ++y) std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));
     if (plane_bytes) plane_bytes->push_back(n);
   }

@@ -1,10 +1,13 @@
 // The .mmp file: a stream of MMP-coded frames (docs/mmp.md, "Container").
-//   header  "VMMP", version 1, pixel format (0 gray, 1 yuv420p, 2 yuv444p), width, height,
-//           frame rate num/den (u32 little-endian each), lambda (f64), dictionary size (u32)
+//   header  "VMMP", version 2, pixel format (0 gray, 1 yuv420p, 2 yuv444p), width, height,
+//           frame rate num/den (u32 little-endian each), lambda (f64), dictionary size (u32),
+//           flags (u8; bit 0: dictionaries and models carried across frames)
 //   frame   for each plane: payload length (u32) and the plane's range-coded payload
-// Frames are independent (each plane starts from fresh dictionaries and models).
+// Frames are independent (each plane starts from fresh dictionaries and models) unless the
+// carry flag is set.
 #pragma once
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,10 +29,14 @@ struct FrameStats {
   }
 };
 
-// Codes every plane of `f` (independently); the payloads go to `payloads` and the
-// reconstruction to `recon` (same format and size) when given.
+// Per-plane dictionaries and models carried from frame to frame (Params::carry).
+using PlaneStates = std::vector<std::unique_ptr<PlaneState>>;
+
+// Codes every plane of `f`; the payloads go to `payloads` and the reconstruction to `recon`
+// (same format and size) when given. With `states` (created on first use) each plane
+// continues from what the previous frames learned; without, it starts fresh.
 FrameStats encode_frame(const ImageView& f, const Params& p, const ImageView* recon,
-                        std::vector<std::vector<uint8_t>>* payloads = nullptr);
+                        std::vector<std::vector<uint8_t>>* payloads = nullptr, PlaneStates* states = nullptr);
 
 class Writer {
  public:
@@ -45,6 +52,7 @@ class Writer {
   std::string path_;
   FrameSpec spec_;
   Params params_;
+  PlaneStates states_;
   FILE* f_ = nullptr;
 };
 
@@ -61,6 +69,7 @@ class Reader {
   std::string path_;
   FrameSpec spec_;
   Params params_;
+  PlaneStates states_;
   FILE* f_ = nullptr;
   long file_size_ = 0;
   int64_t frames_ = 0;

@@ -1,24 +1,61 @@
-// MMP (Multidimensional Multiscale Parser) intra coding of one 8-bit plane — the exact CPU
-// codec of issue 8, in progress (docs/mmp.md says what is built and what is not).
+// MMP (Multidimensional Multiscale Parser) intra coding of one 8-bit plane —
+// the exact CPU codec of issue 8 (docs/mmp.md defines the bitstream).
 //
-// Per 16x16 block, raster order: an intra prediction mode (none/DC/vertical/horizontal, from
-// already decoded neighbours); the residue is approximated by a binary segmentation tree whose
-// leaves are elements of multiscale dictionaries (25 scales 2^lw x 2^lh, lw, lh in 0..4),
-// the tree and the elements chosen bottom-up by J = SSE + lambda * bits (bits from the current
-// adaptive models); after each block every internal node of its tree (the concatenation of
-// its two children) becomes a new element of its scale and, resized, of every other scale,
-// unless an equal element is there already. The decoder repeats the same updates, so the
-// decoded plane equals the encoder's reconstruction bit for bit.
+// Per 16x16 block, raster order: a prediction tree (the block is predicted
+// whole, or split into four 8x8 quadrants, each predicted whole or split into
+// four 4x4, Z order); every prediction unit has an H.264-style intra mode
+// (none, DC, V, H, plane and six diagonal modes, from already decoded
+// neighbours) and its residue is approximated by a binary segmentation tree
+// whose leaves are elements of multiscale dictionaries (25 scales 2^lw x 2^lh,
+// lw, lh in 0..4). The prediction tree, modes and segmentation are chosen
+// together by J = SSE + lambda * bits (bits from the current adaptive models).
+// After each 16x16 block every internal node of its segmentation trees (the
+// concatenation of two coded siblings) becomes a new element of its scale and,
+// resized, of every other scale, unless an equal element is there already. The
+// decoder repeats the same updates, so the decoded plane equals the encoder's
+// reconstruction bit for bit.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace vfp::mmp {
 
+constexpr int kModes = 11;  // prediction modes, in bitstream order (docs/mmp.md)
+const char *mode_name(int mode);
+
 struct Params {
-  double lambda = 32;  // Lagrangian multiplier of J = SSE + lambda * bits
-  int max_dict = 4096; // elements per scale (indices are 12-bit); when full, no more are added
+  double lambda = 32;   // Lagrangian multiplier of J = SSE + lambda * bits
+  int max_dict = 4096;  // elements per scale (indices are 12-bit); when full, no
+                        // more are added
+  // Encoder only (not in the bitstream): how many of the 11 modes, ranked by
+  // the SSE of their prediction, get the full segmentation search in each
+  // prediction unit (1..11).
+  int mode_candidates = 4;
+  // Encoder only: search every dictionary element instead of pruning by the sum
+  // bound (same decisions, much slower; the tests check that both agree).
+  bool exhaustive = false;
+  // Container (.mmp) option: each plane's dictionaries and models carry over
+  // from one frame to the next instead of starting fresh (frames are then
+  // decodable only in order).
+  bool carry = false;
+};
+
+// Dictionaries and adaptive models of one plane. Passing the same state to
+// consecutive encode_plane (decode_plane) calls keeps what earlier frames
+// learned; the decoder must be given the same sequence of planes.
+class PlaneState {
+ public:
+  explicit PlaneState(const Params &p);  // p.max_dict and p.lambda shape the dictionaries
+  ~PlaneState();
+  PlaneState(const PlaneState &) = delete;
+  PlaneState &operator=(const PlaneState &) = delete;
+  struct Impl;
+  Impl &impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
 };
 
 struct PlaneResult {
@@ -26,16 +63,25 @@ struct PlaneResult {
   std::vector<uint8_t> recon;  // the decoder's output, w*h
   double sse = 0;
   int64_t blocks = 0, leaves = 0, dict_elements = 0;
-  int64_t modes[4] = {0, 0, 0, 0};  // blocks per prediction mode: none, DC, vertical, horizontal
-  int64_t splits[2] = {0, 0};       // splits into left|right, top/bottom
+  int64_t modes[kModes] = {};  // prediction units per mode
+  int64_t unit_sizes[3] = {};  // prediction units of 16x16, 8x8, 4x4
+  int64_t splits[2] = {0, 0};  // segment splits into left|right, top/bottom
 };
 
-PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p);
+// `state` null: fresh dictionaries and models (an independent plane).
+PlaneResult encode_plane(const uint8_t *img, int w, int h, const Params &p, PlaneState *state = nullptr);
 // Throws vfp::Error (Input) for corrupt or truncated data.
-std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, const Params& p);
+std::vector<uint8_t> decode_plane(const uint8_t *data, size_t n, int w, int h, const Params &p,
+                                  PlaneState *state = nullptr);
 
-// The separable scale transform between element sizes (exposed for tests): shrinking by k
-// averages k samples, rounded half up (floor((2*sum + k) / (2k))); enlarging repeats samples.
-std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int lh1, int lw2, int lh2);
+// The separable scale transform between element sizes (exposed for tests):
+// shrinking by k averages k samples, rounded half up (floor((2*sum + k) /
+// (2k))); enlarging repeats samples.
+std::vector<int16_t> resize_element(const std::vector<int16_t> &e, int lw1, int lh1, int lw2, int lh2);
+
+// The N x N prediction (N = 4, 8, 16) of `mode` for the block at (x, y) of a W
+// x H plane `rec`, whose decoded pixels are marked in `done` (exposed for
+// tests).
+void predict_block(const uint8_t *rec, const uint8_t *done, int W, int H, int x, int y, int N, int mode, int *pred);
 
 }  // namespace vfp::mmp
