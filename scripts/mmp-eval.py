@@ -59,7 +59,33 @@ def images(size):
     g[(yy % 37 < 2)] = 10
     g[(xx % 53 < 3) & (yy > size // 2)] = 200
     out["graphics (synthetic)"] = g
+    out["text (rendered)"] = rendered_text(size)
     return out
+
+
+def rendered_text(size):
+    """Black prose on white as a screen or a document page shows it: DejaVu Sans 13 px,
+    anti-aliased (Debian fonts-dejavu-core; PIL's bitmap font if it is missing)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    words = ("the quick brown fox jumps over the lazy dog while vfpipe codes every block of this "
+             "page with patterns it has seen before so that letters repeat cheaply").split()
+    img = Image.new("L", (size, size), 255)
+    d = ImageDraw.Draw(img)
+    try:
+        font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", 13)
+    except OSError:
+        font = ImageFont.load_default()
+    rng = np.random.default_rng(1)  # words in random order: letters recur, lines do not
+    y, word = 3, str(rng.choice(words))
+    while y < size - 14:
+        line = ""
+        while d.textlength(line + word, font=font) < size - 8:
+            line += word + " "
+            word = str(rng.choice(words))
+        d.text((4, y), line, fill=0, font=font)
+        y += 17
+    return np.asarray(img, np.uint8).copy()
 
 
 def psnr(a, b):
