@@ -146,7 +146,7 @@ def curve_mmp(img, tmp, vfpipe, lambdas):
     planes = 3 if color else 1
     for lam in lambdas:
         t = time.time()
-        run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam)] + (["--pix-fmt", "yuv420p"] if color else []))
+        run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam)] + (["--pix-fmt", os.environ.get("MMP_PIXFMT", "yuv420p")] if color else []))
         secs = time.time() - t
         run([vfpipe, "mmp", "decode", enc, "-o", dec])
         out = io.imread(dec) if color else read_y4m(dec, img.shape)
