@@ -238,10 +238,13 @@ __global__ void __launch_bounds__(kBX* block_rows<KW>())
 
 // Separable, fused: horizontal pass of every tile row into shared memory, then the
 // vertical pass from there. Global traffic stays one read and one write of the frame.
-template <int KW>
+// KHC > 0: the kernel height is that compile-time constant (square kernels up to 7x7),
+// which unrolls both passes; 0: runtime `kh_arg`.
+template <int KW, int KHC>
 __global__ void __launch_bounds__(kBX* block_rows<KW>())
     conv_sep_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch,
-                    int w, int h, int kh, int bank, float rdiv, float bias, Border border, int value) {
+                    int w, int h, int kh_arg, int bank, float rdiv, float bias, Border border, int value) {
+  const int kh = KHC > 0 ? KHC : kh_arg;
   extern __shared__ float4 smem4[];
   float* tile = reinterpret_cast<float*>(smem4);
   constexpr int TP = TileGeom<KW>::pitch;
@@ -252,6 +255,7 @@ __global__ void __launch_bounds__(kBX* block_rows<KW>())
   load_tile<KW>(tile, src, spitch, w, h, x0, y0, rows, border, value);
   __syncthreads();
   const float* taps = c_taps[bank];
+#pragma unroll(KHC > 0 ? (kOH + KHC - 1 + kBY - 1) / kBY : 1)
   for (int r0 = threadIdx.y; r0 < rows; r0 += kBY) {
     float win[KW + 3];
     load_window<KW>(tile + r0 * TP + kPX * threadIdx.x, win);
@@ -267,6 +271,7 @@ __global__ void __launch_bounds__(kBX* block_rows<KW>())
   __syncthreads();
   float acc[kPY][kPX] = {};
   const int ty = kPY * threadIdx.y;
+#pragma unroll(KHC > 0 ? KHC + kPY - 1 : 1)
   for (int r = 0; r < kh + kPY - 1; ++r) {
     const float4 v = *reinterpret_cast<const float4*>(hp + (ty + r) * kOW + kPX * threadIdx.x);
 #pragma unroll
@@ -293,10 +298,13 @@ void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dp
   const int rows = kOH + kh - 1;
   size_t shmem = static_cast<size_t>(rows) * TileGeom<KW>::pitch * sizeof(float);
   if (separable) shmem += static_cast<size_t>(rows) * kOW * sizeof(float);
-  const bool fixed = !separable && kh == KW && KW <= 7;
-  KernelFn fn = separable ? conv_sep_kernel<KW> : (fixed ? conv2d_kernel<KW, (KW <= 7 ? KW : 0)> : conv2d_kernel<KW, 0>);
-  static std::once_flag once[3];
-  std::call_once(once[separable ? 1 : (fixed ? 2 : 0)], [&] {
+  // Square kernels up to 7x7 get the height at compile time too.
+  constexpr int kFixedH = KW <= 7 ? KW : 0;
+  const bool fixed = kh == KW && KW <= 7;
+  KernelFn fn = separable ? (fixed ? conv_sep_kernel<KW, kFixedH> : conv_sep_kernel<KW, 0>)
+                          : (fixed ? conv2d_kernel<KW, kFixedH> : conv2d_kernel<KW, 0>);
+  static std::once_flag once[4];
+  std::call_once(once[(separable ? 2 : 0) + (fixed ? 1 : 0)], [&] {
     VFP_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
   });
