@@ -24,12 +24,12 @@ using namespace vfp;
 
 namespace {
 
-std::vector<uint8_t> plane(const std::string &kind, int w, int h, uint32_t seed) {
+std::vector<uint8_t> plane(const std::string& kind, int w, int h, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<uint8_t> v(static_cast<size_t>(w) * h);
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x) {
-      uint8_t &o = v[static_cast<size_t>(y) * w + x];
+      uint8_t& o = v[static_cast<size_t>(y) * w + x];
       if (kind == "random") o = static_cast<uint8_t>(rng());
       if (kind == "flat") o = 77;
       if (kind == "gradient") o = static_cast<uint8_t>(x * 3 + y * 2);
@@ -58,7 +58,7 @@ TEST(Mmp, ScaleTransformRounding) {
 }
 
 TEST(Mmp, DecoderEqualsEncoderReconstruction) {
-  for (const char *kind : {"random", "flat", "gradient", "text", "photo"})
+  for (const char* kind : {"random", "flat", "gradient", "text", "photo"})
     for (auto [w, h] : {std::pair{1, 1}, {3, 7}, {37, 21}, {48, 32}})
       for (double lambda : {0.0, 20.0, 400.0}) {
         const auto img = plane(kind, w, h, static_cast<uint32_t>(w * h));
@@ -106,8 +106,8 @@ TEST(Mmp, EveryModeUnitSizeAndSplitDirectionIsUsed) {
         v[static_cast<size_t>(y) * w + x] = static_cast<uint8_t>(((x * dx + y * dy + 256) / 3) % 4 < 2 ? 50 : 210);
     planes.push_back(v);
   }
-  for (const char *kind : {"gradient", "text", "photo", "random"}) planes.push_back(plane(kind, w, h, 7));
-  for (const auto &img : planes) {
+  for (const char* kind : {"gradient", "text", "photo", "random"}) planes.push_back(plane(kind, w, h, 7));
+  for (const auto& img : planes) {
     mmp::Params p;
     p.lambda = 8;
     p.mode_candidates = mmp::kModes;
@@ -176,7 +176,7 @@ TEST(Mmp, PredictionModesFollowTheirDefinitions) {
 }
 
 TEST(Mmp, PrunedSearchMakesTheExhaustiveSearchsDecisions) {
-  for (const char *kind : {"photo", "text", "random"}) {
+  for (const char* kind : {"photo", "text", "random"}) {
     const auto img = plane(kind, 40, 36, 11);
     mmp::Params p;
     p.lambda = 25;
@@ -264,7 +264,7 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
     std::ifstream in(f, std::ios::binary);
     seeds.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
-  const char *env = std::getenv("VFPIPE_MMP_FUZZ_ITERS");
+  const char* env = std::getenv("VFPIPE_MMP_FUZZ_ITERS");
   const int iters = env ? std::atoi(env) : 300;
   std::mt19937 rng(2026);
   int rejected = 0;
@@ -274,33 +274,23 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
     for (int e = 0; e < edits && !b.empty(); ++e) {
       const size_t at = rng() % b.size();
       switch (rng() % 5) {
-        case 0:
-          b[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
-          break;
-        case 1:
-          b[at] = static_cast<uint8_t>(rng());
-          break;
-        case 2:
-          b.insert(b.begin() + static_cast<long>(at), static_cast<uint8_t>(rng()));
-          break;
-        case 3:
-          b.erase(b.begin() + static_cast<long>(at));
-          break;
-        case 4:
-          b.resize(at);
-          break;
+        case 0: b[at] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
+        case 1: b[at] = static_cast<uint8_t>(rng()); break;
+        case 2: b.insert(b.begin() + static_cast<long>(at), static_cast<uint8_t>(rng())); break;
+        case 3: b.erase(b.begin() + static_cast<long>(at)); break;
+        case 4: b.resize(at); break;
       }
     }
     const std::string f = dir + "/fuzz.mmp";
     std::ofstream(f, std::ios::binary)
-        .write(reinterpret_cast<const char *>(b.data()), static_cast<std::streamsize>(b.size()));
+        .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
     const auto t0 = std::chrono::steady_clock::now();
     try {
       mmp::Reader rd(f);
       HostFrame out(rd.spec(), false);
       while (rd.read(out)) {
       }
-    } catch (const Error &) {
+    } catch (const Error&) {
       ++rejected;
     }
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0) << "iteration " << it;
@@ -324,7 +314,7 @@ TEST(Mmp, CorruptOrTruncatedDataIsRejectedWithoutCrashing) {
     try {
       const auto out = mmp::decode_plane(bad.data(), bad.size(), w, h, p);
       EXPECT_EQ(out.size(), img.size());
-    } catch (const Error &e) {
+    } catch (const Error& e) {
       ++rejected;
       EXPECT_NE(std::string(e.what()).find("MMP"), std::string::npos);
     }
@@ -380,7 +370,7 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
   const std::vector<uint8_t> good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (size_t cut = 0; cut < good.size(); cut += std::max<size_t>(1, good.size() / 20)) {
     std::ofstream(dir + "/bad.mmp", std::ios::binary)
-        .write(reinterpret_cast<const char *>(good.data()), static_cast<std::streamsize>(cut));
+        .write(reinterpret_cast<const char*>(good.data()), static_cast<std::streamsize>(cut));
     const auto rr = test::run_cmd(bin + " mmp decode " + dir + "/bad.mmp -o " + dir + "/bad.y4m");
     EXPECT_TRUE(rr.rc == 0 || rr.rc == 1) << rr.out;
   }
@@ -388,7 +378,7 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
     std::vector<uint8_t> bad = good;
     bad[i] ^= 0xFF;
     std::ofstream(dir + "/bad.mmp", std::ios::binary)
-        .write(reinterpret_cast<const char *>(bad.data()), static_cast<std::streamsize>(bad.size()));
+        .write(reinterpret_cast<const char*>(bad.data()), static_cast<std::streamsize>(bad.size()));
     const auto rr = test::run_cmd(bin + " mmp info " + dir + "/bad.mmp");
     EXPECT_TRUE(rr.rc == 0 || rr.rc == 1) << "byte " << i << ": " << rr.out;
   }

@@ -77,10 +77,11 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
       state = (*states)[static_cast<size_t>(p)].get();
     }
     // A chroma sample of 4:2:0 stands for four pixels once upsampled, so its squared error
-    // weighs four times a luma sample's in the picture: lambda scales by the plane's share
-    // of samples (1/4 for 4:2:0 chroma, 1 for 4:4:4). Encoder side only.
+    // weighs about four times a luma sample's in the picture: a chroma plane's lambda scales
+    // by its share of the samples, and by a further 1/2 found by measurement (docs/mmp.md):
+    // 1/8 for 4:2:0, 1/2 for 4:4:4. Encoder side only.
     Params plane_params = params;
-    plane_params.lambda *= static_cast<double>(w) * h / (static_cast<double>(v.pw[0]) * v.ph[0]);
+    if (p > 0) plane_params.lambda *= 0.5 * static_cast<double>(w) * h / (static_cast<double>(v.pw[0]) * v.ph[0]);
     PlaneResult r = encode_plane(tight.data(), w, h, plane_params, state);
     st.bits += 8.0 * (4 + r.bytes.size());  // with the container's length field
     st.sse += r.sse;

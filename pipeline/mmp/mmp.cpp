@@ -37,26 +37,26 @@ class Dictionary {
         for (int v = -252; v <= 252; v += 8)
           insert(scale_of(lw, lh), Elem(static_cast<size_t>(1) << (lw + lh), static_cast<int16_t>(v)));
   }
-  const std::vector<Elem> &at(int s) const { return e_[static_cast<size_t>(s)]; }
-  const std::vector<int> &sums(int s) const { return sum_[static_cast<size_t>(s)]; }
-  const std::vector<int> &by_sum(int s) const { return order_[static_cast<size_t>(s)]; }
+  const std::vector<Elem>& at(int s) const { return e_[static_cast<size_t>(s)]; }
+  const std::vector<int>& sums(int s) const { return sum_[static_cast<size_t>(s)]; }
+  const std::vector<int>& by_sum(int s) const { return order_[static_cast<size_t>(s)]; }
   // A new element of scale (lw, lh), and its resized versions at every other
   // scale.
-  void add_everywhere(const Elem &e, int lw, int lh) {
+  void add_everywhere(const Elem& e, int lw, int lh) {
     for (int lh2 = 0; lh2 <= kLog; ++lh2)
       for (int lw2 = 0; lw2 <= kLog; ++lw2)
         insert(scale_of(lw2, lh2), lw2 == lw && lh2 == lh ? e : resize_element(e, lw, lh, lw2, lh2));
   }
   int64_t total() const {
     int64_t t = 0;
-    for (const auto &v : e_) t += static_cast<int64_t>(v.size());
+    for (const auto& v : e_) t += static_cast<int64_t>(v.size());
     return t;
   }
 
  private:
   void insert(int s, Elem e) {
     const size_t si = static_cast<size_t>(s);
-    auto &list = e_[si];
+    auto& list = e_[si];
     if (static_cast<int>(list.size()) >= max_) return;
     uint64_t h = 1469598103934665603ull;
     int sum = 0;
@@ -68,8 +68,8 @@ class Dictionary {
     index_[si].emplace(h, idx);
     list.push_back(std::move(e));
     sum_[si].push_back(sum);
-    auto &ord = order_[si];
-    const auto &sums = sum_[si];
+    auto& ord = order_[si];
+    const auto& sums = sum_[si];
     ord.insert(
         std::upper_bound(ord.begin(), ord.end(), sum, [&](int v, int i) { return v < sums[static_cast<size_t>(i)]; }),
         idx);
@@ -86,26 +86,26 @@ struct Models {
   std::array<Prob, kScales> split{}, dir{};
   std::array<std::vector<Prob>, kScales> index;
   Models() {
-    for (auto &t : index) t.assign(size_t(1) << kIndexBits, Prob{});
+    for (auto& t : index) t.assign(size_t(1) << kIndexBits, Prob{});
   }
 };
 
 }  // namespace
 
 struct PlaneState::Impl {
-  explicit Impl(const Params &p) : dict(p.max_dict) {}
+  explicit Impl(const Params& p) : dict(p.max_dict) {}
   Dictionary dict;
   Models models;
 };
-PlaneState::PlaneState(const Params &p) : impl_(std::make_unique<Impl>(p)) {}
+PlaneState::PlaneState(const Params& p) : impl_(std::make_unique<Impl>(p)) {}
 PlaneState::~PlaneState() = default;
 
-const char *mode_name(int mode) {
-  static const char *names[kModes] = {"none", "DC", "V", "H", "plane", "DDL", "DDR", "VR", "HD", "VL", "HU"};
+const char* mode_name(int mode) {
+  static const char* names[kModes] = {"none", "DC", "V", "H", "plane", "DDL", "DDR", "VR", "HD", "VL", "HU"};
   return mode >= 0 && mode < kModes ? names[mode] : "?";
 }
 
-void predict_block(const uint8_t *rec, const uint8_t *done, int W, int H, int x, int y, int N, int mode, int *pred) {
+void predict_block(const uint8_t* rec, const uint8_t* done, int W, int H, int x, int y, int N, int mode, int* pred) {
   (void)H;
   // Reference samples: t[1 + i] = row above (i in -1 .. 2N-1, -1 the corner),
   // l[1 + i] = column to the left (l[0] the corner too). Missing neighbours are
@@ -120,8 +120,8 @@ void predict_block(const uint8_t *rec, const uint8_t *done, int W, int H, int x,
   const bool above_right = top && x + 2 * N <= W && done[static_cast<size_t>(y - 1) * W + x + N];
   for (int i = N; i < 2 * N; ++i) tbuf[1 + i] = above_right ? px(x + i, y - 1) : tbuf[N];
   tbuf[0] = lbuf[0] = top && left ? px(x - 1, y - 1) : tbuf[1];  // corner (tbuf[1] holds the substitute)
-  const int *t = tbuf + 1;                                       // t[-1] .. t[2N-1]
-  const int *l = lbuf + 1;                                       // l[-1] .. l[N-1]
+  const int* t = tbuf + 1;                                       // t[-1] .. t[2N-1]
+  const int* l = lbuf + 1;                                       // l[-1] .. l[N-1]
   const int tl = tbuf[0];
   int dc = 0, b = 0, c = 0, a = 0;
   if (mode == kDC) {
@@ -145,21 +145,11 @@ void predict_block(const uint8_t *rec, const uint8_t *done, int W, int H, int x,
     for (int xx = 0; xx < N; ++xx) {
       int v = 128;
       switch (mode) {
-        case kNone:
-          v = 128;
-          break;
-        case kDC:
-          v = dc;
-          break;
-        case kVert:
-          v = t[xx];
-          break;
-        case kHorz:
-          v = l[yy];
-          break;
-        case kPlane:
-          v = std::clamp((a + b * (xx - (N / 2 - 1)) + c * (yy - (N / 2 - 1)) + 16) >> 5, 0, 255);
-          break;
+        case kNone: v = 128; break;
+        case kDC: v = dc; break;
+        case kVert: v = t[xx]; break;
+        case kHorz: v = l[yy]; break;
+        case kPlane: v = std::clamp((a + b * (xx - (N / 2 - 1)) + c * (yy - (N / 2 - 1)) + 16) >> 5, 0, 255); break;
         case kDDL:
           v = xx == N - 1 && yy == N - 1 ? (t[2 * N - 2] + 3 * t[2 * N - 1] + 2) >> 2
                                          : f3(t[xx + yy], t[xx + yy + 1], t[xx + yy + 2]);
@@ -210,10 +200,10 @@ struct IndexCosts {
   std::array<double, kScales> min_bits{};
 };
 
-void index_costs(const Models &m, const Dictionary &d, IndexCosts &out) {
+void index_costs(const Models& m, const Dictionary& d, IndexCosts& out) {
   std::vector<double> node(size_t(2) << kIndexBits);
   for (int s = 0; s < kScales; ++s) {
-    const Prob *tree = m.index[static_cast<size_t>(s)].data();
+    const Prob* tree = m.index[static_cast<size_t>(s)].data();
     // Path costs down the bit tree, root first (the same sums as tree_cost()).
     node[1] = 0;
     for (size_t k = 1; k < (size_t(1) << kIndexBits); ++k) {
@@ -221,7 +211,7 @@ void index_costs(const Models &m, const Dictionary &d, IndexCosts &out) {
       node[2 * k + 1] = node[k] + bit_cost(tree[k], 1);
     }
     const size_t n = d.at(s).size();
-    auto &b = out.bits[static_cast<size_t>(s)];
+    auto& b = out.bits[static_cast<size_t>(s)];
     b.assign(node.begin() + (1 << kIndexBits), node.begin() + (1 << kIndexBits) + static_cast<long>(n));
     out.min_bits[static_cast<size_t>(s)] = n ? *std::min_element(b.begin(), b.end()) : 0;
   }
@@ -241,16 +231,16 @@ struct Plan {
 // pruned search visits elements in order of |sum(e) - sum(r)| and stops where
 // (sum difference)^2 / n, a lower bound of the SSE, plus the cheapest rate
 // exceeds the best J: the same answer as trying every element.
-void best_leaf(const int *r, int N, int w, int h, int64_t rsum, const Dictionary &d, int s, const IndexCosts &ic,
-               double lambda, double leaf_bits, bool exhaustive, double *best_j, int *best_i) {
-  const auto &elems = d.at(s);
-  const auto &bits = ic.bits[static_cast<size_t>(s)];
+void best_leaf(const int* r, int N, int w, int h, int64_t rsum, const Dictionary& d, int s, const IndexCosts& ic,
+               double lambda, double leaf_bits, bool exhaustive, double* best_j, int* best_i) {
+  const auto& elems = d.at(s);
+  const auto& bits = ic.bits[static_cast<size_t>(s)];
   double best = std::numeric_limits<double>::infinity();
   int bi = -1;
   auto try_elem = [&](int i) {
     const double rate = lambda * (bits[static_cast<size_t>(i)] + leaf_bits);
     if (rate > best) return;
-    const int16_t *e = elems[static_cast<size_t>(i)].data();
+    const int16_t* e = elems[static_cast<size_t>(i)].data();
     double dsum = 0;
     for (int y = 0; y < h; ++y) {
       for (int x = 0; x < w; ++x) {
@@ -265,8 +255,8 @@ void best_leaf(const int *r, int N, int w, int h, int64_t rsum, const Dictionary
   if (exhaustive) {
     for (int i = 0; i < static_cast<int>(elems.size()); ++i) try_elem(i);
   } else {
-    const auto &order = d.by_sum(s);
-    const auto &sums = d.sums(s);
+    const auto& order = d.by_sum(s);
+    const auto& sums = d.sums(s);
     const double n = static_cast<double>(w * h), base = lambda * (ic.min_bits[static_cast<size_t>(s)] + leaf_bits);
     long hi = std::lower_bound(order.begin(), order.end(), rsum,
                                [&](int i, int64_t v) { return sums[static_cast<size_t>(i)] < v; }) -
@@ -288,8 +278,8 @@ void best_leaf(const int *r, int N, int w, int h, int64_t rsum, const Dictionary
   *best_i = bi;
 }
 
-void optimise(const int *r, int L, const Dictionary &d, const Models &m, const IndexCosts &ic, double lambda,
-              bool exhaustive, Plan &plan) {
+void optimise(const int* r, int L, const Dictionary& d, const Models& m, const IndexCosts& ic, double lambda,
+              bool exhaustive, Plan& plan) {
   const int N = 1 << L;
   // Integral image of the residue (segment sums for the search's bound).
   int64_t sat[(kB + 1) * (kB + 1)];
@@ -358,12 +348,12 @@ struct Internal {
 };
 
 template <typename Decide>
-void walk(int N, int x0, int y0, int lw, int lh, Decide &&decide, const Dictionary &d, int *rres,
-          std::vector<Internal> &inner, int64_t &leaves) {
+void walk(int N, int x0, int y0, int lw, int lh, Decide&& decide, const Dictionary& d, int* rres,
+          std::vector<Internal>& inner, int64_t& leaves) {
   int kind = 0, index = 0;
   decide(lw, lh, &kind, &index);
   if (kind == 0) {
-    const Elem &e = d.at(scale_of(lw, lh))[static_cast<size_t>(index)];
+    const Elem& e = d.at(scale_of(lw, lh))[static_cast<size_t>(index)];
     const int w = 1 << lw, h = 1 << lh;
     for (int y = 0; y < h; ++y)
       for (int x = 0; x < w; ++x) rres[(y0 + y) * N + x0 + x] = e[static_cast<size_t>(y * w + x)];
@@ -388,9 +378,9 @@ struct Learned {
   std::vector<Internal> inner;
 };
 
-void learn(const std::vector<Learned> &units, Dictionary &d) {
-  for (const Learned &u : units)
-    for (const Internal &n : u.inner) {
+void learn(const std::vector<Learned>& units, Dictionary& d) {
+  for (const Learned& u : units)
+    for (const Internal& n : u.inner) {
       const int w = 1 << n.lw, h = 1 << n.lh;
       Elem e(static_cast<size_t>(w * h));
       for (int y = 0; y < h; ++y)
@@ -402,7 +392,7 @@ void learn(const std::vector<Learned> &units, Dictionary &d) {
 }
 
 // The plane padded to whole blocks by repeating its last column and row.
-std::vector<uint8_t> pad(const uint8_t *img, int w, int h, int W, int H) {
+std::vector<uint8_t> pad(const uint8_t* img, int w, int h, int W, int H) {
   std::vector<uint8_t> p(static_cast<size_t>(W) * H);
   for (int y = 0; y < H; ++y)
     for (int x = 0; x < W; ++x)
@@ -411,7 +401,7 @@ std::vector<uint8_t> pad(const uint8_t *img, int w, int h, int W, int H) {
 }
 
 // Writes an N x N unit's reconstruction into the plane and marks it decoded.
-void put_unit(std::vector<uint8_t> &rec, std::vector<uint8_t> &done, int W, int x, int y, int N, const int *v) {
+void put_unit(std::vector<uint8_t>& rec, std::vector<uint8_t>& done, int W, int x, int y, int N, const int* v) {
   for (int yy = 0; yy < N; ++yy)
     for (int xx = 0; xx < N; ++xx) {
       rec[static_cast<size_t>(y + yy) * W + x + xx] = static_cast<uint8_t>(v[yy * N + xx]);
@@ -423,14 +413,14 @@ void put_unit(std::vector<uint8_t> &rec, std::vector<uint8_t> &done, int W, int 
 // the block's start (the decoder's state for every decision in it).
 class BlockSearch {
  public:
-  BlockSearch(const std::vector<uint8_t> &src, std::vector<uint8_t> &rec, std::vector<uint8_t> &done, int W, int H,
-              const Dictionary &d, const Models &m, const IndexCosts &ic, const Params &p)
+  BlockSearch(const std::vector<uint8_t>& src, std::vector<uint8_t>& rec, std::vector<uint8_t>& done, int W, int H,
+              const Dictionary& d, const Models& m, const IndexCosts& ic, const Params& p)
       : src_(src), rec_(rec), done_(done), W_(W), H_(H), d_(d), m_(m), ic_(ic), p_(p) {}
 
   // Best prediction tree of the 2^L area at (x, y): its J; the area's
   // reconstruction is in the plane afterwards (the units after it predict from
   // it).
-  double area(int x, int y, int L, Area &out) {
+  double area(int x, int y, int L, Area& out) {
     const int N = 1 << L;
     Area leaf;
     int leaf_rec[kB * kB];
@@ -456,9 +446,9 @@ class BlockSearch {
  private:
   // Best mode and segmentation of the unit predicted whole; `recon` gets its
   // reconstruction.
-  double unit(int x, int y, int L, Unit &u, int *recon) {
+  double unit(int x, int y, int L, Unit& u, int* recon) {
     const int N = 1 << L, ctx = kLog - L;
-    const Prob *mtree = m_.mode[static_cast<size_t>(ctx)].data();
+    const Prob* mtree = m_.mode[static_cast<size_t>(ctx)].data();
     std::array<std::array<int, kB * kB>, kModes> preds;
     std::array<std::pair<double, int>, kModes> rank;
     for (int mode = 0; mode < kModes; ++mode) {
@@ -472,13 +462,13 @@ class BlockSearch {
       rank[static_cast<size_t>(mode)] = {sse + p_.lambda * tree_cost(mtree, kModeBits, static_cast<uint32_t>(mode)),
                                          mode};
     }
-    std::stable_sort(rank.begin(), rank.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+    std::stable_sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const int candidates = std::clamp(p_.mode_candidates, 1, kModes);
     double best = std::numeric_limits<double>::infinity();
     int r[kB * kB];
     for (int c = 0; c < candidates; ++c) {
       const int mode = rank[static_cast<size_t>(c)].second;
-      const int *pred = preds[static_cast<size_t>(mode)].data();
+      const int* pred = preds[static_cast<size_t>(mode)].data();
       for (int i = 0; i < N * N; ++i) r[i] = src_[static_cast<size_t>(y + i / N) * W_ + x + i % N] - pred[i];
       optimise(r, L, d_, m_, ic_, p_.lambda, p_.exhaustive, *plan_);
       const double j = plan_->J[L][L][0] + p_.lambda * tree_cost(mtree, kModeBits, static_cast<uint32_t>(mode));
@@ -493,12 +483,12 @@ class BlockSearch {
     }
     return best;
   }
-  void extract(int N, int x0, int y0, int lw, int lh, Unit &u, int *rres) {
+  void extract(int N, int x0, int y0, int lw, int lh, Unit& u, int* rres) {
     const int at = (x0 >> lw) + (y0 >> lh) * (N >> lw);
     const int kind = plan_->kind[lw][lh][at], index = plan_->index[lw][lh][at];
     u.tree.emplace_back(static_cast<uint8_t>(kind), index);
     if (kind == 0) {
-      const Elem &e = d_.at(scale_of(lw, lh))[static_cast<size_t>(index)];
+      const Elem& e = d_.at(scale_of(lw, lh))[static_cast<size_t>(index)];
       const int w = 1 << lw, h = 1 << lh;
       for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x) rres[(y0 + y) * N + x0 + x] = e[static_cast<size_t>(y * w + x)];
@@ -511,32 +501,32 @@ class BlockSearch {
     }
   }
 
-  const std::vector<uint8_t> &src_;
-  std::vector<uint8_t> &rec_;
-  std::vector<uint8_t> &done_;
+  const std::vector<uint8_t>& src_;
+  std::vector<uint8_t>& rec_;
+  std::vector<uint8_t>& done_;
   int W_, H_;
-  const Dictionary &d_;
-  const Models &m_;
-  const IndexCosts &ic_;
-  const Params &p_;
+  const Dictionary& d_;
+  const Models& m_;
+  const IndexCosts& ic_;
+  const Params& p_;
   std::unique_ptr<Plan> plan_ = std::make_unique<Plan>();
 };
 
 // Codes an area's prediction tree and units; collects what the block's update
 // learns.
-void emit_area(const Area &a, int L, RangeEncoder &enc, Models &m, const Dictionary &d, PlaneResult &res,
-               std::vector<Learned> &learned) {
+void emit_area(const Area& a, int L, RangeEncoder& enc, Models& m, const Dictionary& d, PlaneResult& res,
+               std::vector<Learned>& learned) {
   if (L > kMinLog) enc.encode(m.psplit[static_cast<size_t>(kLog - L)], a.split ? 1 : 0);
   if (a.split && L > kMinLog) {
-    for (const Area &k : a.kids) emit_area(k, L - 1, enc, m, d, res, learned);
+    for (const Area& k : a.kids) emit_area(k, L - 1, enc, m, d, res, learned);
     return;
   }
-  const Unit &u = a.unit;
+  const Unit& u = a.unit;
   enc.encode_tree(m.mode[static_cast<size_t>(kLog - L)].data(), kModeBits, static_cast<uint32_t>(u.mode));
   ++res.modes[u.mode];
   ++res.unit_sizes[kLog - L];
   size_t next = 0;
-  auto decide = [&](int lw, int lh, int *kind, int *index) {
+  auto decide = [&](int lw, int lh, int* kind, int* index) {
     const int s = scale_of(lw, lh);
     *kind = u.tree[next].first;
     *index = u.tree[next].second;
@@ -562,7 +552,7 @@ void emit_area(const Area &a, int L, RangeEncoder &enc, Models &m, const Diction
 
 }  // namespace
 
-std::vector<int16_t> resize_element(const std::vector<int16_t> &e, int lw1, int lh1, int lw2, int lh2) {
+std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int lh1, int lw2, int lh2) {
   const int w1 = 1 << lw1, h1 = 1 << lh1, w2 = 1 << lw2, h2 = 1 << lh2;
   std::vector<int> tmp(static_cast<size_t>(w2 * h1));
   for (int y = 0; y < h1; ++y)
@@ -593,15 +583,15 @@ std::vector<int16_t> resize_element(const std::vector<int16_t> &e, int lw1, int 
   return out;
 }
 
-PlaneResult encode_plane(const uint8_t *img, int w, int h, const Params &p, PlaneState *state) {
+PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, PlaneState* state) {
   const int W = (w + kB - 1) / kB * kB, H = (h + kB - 1) / kB * kB;
   const std::vector<uint8_t> src = pad(img, w, h, W, H);
   std::vector<uint8_t> rec(src.size(), 0), done(src.size(), 0);
   std::unique_ptr<PlaneState> fresh;
   if (!state) state = (fresh = std::make_unique<PlaneState>(p)).get();
-  PlaneState::Impl &st = state->impl();
-  Dictionary &dict = st.dict;
-  Models &models = st.models;
+  PlaneState::Impl& st = state->impl();
+  Dictionary& dict = st.dict;
+  Models& models = st.models;
   RangeEncoder enc;
   PlaneResult res;
   IndexCosts ic;
@@ -633,14 +623,14 @@ PlaneResult encode_plane(const uint8_t *img, int w, int h, const Params &p, Plan
   return res;
 }
 
-std::vector<uint8_t> decode_plane(const uint8_t *data, size_t n, int w, int h, const Params &p, PlaneState *state) {
+std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, const Params& p, PlaneState* state) {
   const int W = (w + kB - 1) / kB * kB, H = (h + kB - 1) / kB * kB;
   std::vector<uint8_t> rec(static_cast<size_t>(W) * H, 0), done(rec.size(), 0);
   std::unique_ptr<PlaneState> fresh;
   if (!state) state = (fresh = std::make_unique<PlaneState>(p)).get();
-  PlaneState::Impl &st = state->impl();
-  Dictionary &dict = st.dict;
-  Models &models = st.models;
+  PlaneState::Impl& st = state->impl();
+  Dictionary& dict = st.dict;
+  Models& models = st.models;
   RangeDecoder dec(data, n);
   std::vector<Learned> learned;
   int64_t leaves = 0;
@@ -649,7 +639,7 @@ std::vector<uint8_t> decode_plane(const uint8_t *data, size_t n, int w, int h, c
       learned.clear();
       // The block's prediction tree, depth first in Z order, as the encoder
       // wrote it.
-      auto area = [&](auto &&self, int x, int y, int L) -> void {
+      auto area = [&](auto&& self, int x, int y, int L) -> void {
         const int N = 1 << L;
         if (L > kMinLog && dec.decode(models.psplit[static_cast<size_t>(kLog - L)])) {
           for (int q = 0; q < 4; ++q) self(self, x + (q & 1) * N / 2, y + (q >> 1) * N / 2, L - 1);
@@ -660,7 +650,7 @@ std::vector<uint8_t> decode_plane(const uint8_t *data, size_t n, int w, int h, c
         if (mode >= kModes || dec.overrun()) corrupt(bx, by);
         int pred[kB * kB];
         predict_block(rec.data(), done.data(), W, H, x, y, N, mode, pred);
-        auto decide = [&](int lw, int lh, int *kind, int *index) {
+        auto decide = [&](int lw, int lh, int* kind, int* index) {
           const int s = scale_of(lw, lh);
           *kind = 0;
           if (lw + lh > 0 && dec.decode(models.split[static_cast<size_t>(s)])) {

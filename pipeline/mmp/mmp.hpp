@@ -23,7 +23,7 @@
 namespace vfp::mmp {
 
 constexpr int kModes = 11;  // prediction modes, in bitstream order (docs/mmp.md)
-const char *mode_name(int mode);
+const char* mode_name(int mode);
 
 struct Params {
   double lambda = 32;   // Lagrangian multiplier of J = SSE + lambda * bits
@@ -47,12 +47,12 @@ struct Params {
 // learned; the decoder must be given the same sequence of planes.
 class PlaneState {
  public:
-  explicit PlaneState(const Params &p);  // p.max_dict and p.lambda shape the dictionaries
+  explicit PlaneState(const Params& p);  // p.max_dict and p.lambda shape the dictionaries
   ~PlaneState();
-  PlaneState(const PlaneState &) = delete;
-  PlaneState &operator=(const PlaneState &) = delete;
+  PlaneState(const PlaneState&) = delete;
+  PlaneState& operator=(const PlaneState&) = delete;
   struct Impl;
-  Impl &impl() { return *impl_; }
+  Impl& impl() { return *impl_; }
 
  private:
   std::unique_ptr<Impl> impl_;
@@ -69,19 +69,19 @@ struct PlaneResult {
 };
 
 // `state` null: fresh dictionaries and models (an independent plane).
-PlaneResult encode_plane(const uint8_t *img, int w, int h, const Params &p, PlaneState *state = nullptr);
+PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, PlaneState* state = nullptr);
 // Throws vfp::Error (Input) for corrupt or truncated data.
-std::vector<uint8_t> decode_plane(const uint8_t *data, size_t n, int w, int h, const Params &p,
-                                  PlaneState *state = nullptr);
+std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, const Params& p,
+                                  PlaneState* state = nullptr);
 
 // The separable scale transform between element sizes (exposed for tests):
 // shrinking by k averages k samples, rounded half up (floor((2*sum + k) /
 // (2k))); enlarging repeats samples.
-std::vector<int16_t> resize_element(const std::vector<int16_t> &e, int lw1, int lh1, int lw2, int lh2);
+std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int lh1, int lw2, int lh2);
 
 // The N x N prediction (N = 4, 8, 16) of `mode` for the block at (x, y) of a W
 // x H plane `rec`, whose decoded pixels are marked in `done` (exposed for
 // tests).
-void predict_block(const uint8_t *rec, const uint8_t *done, int W, int H, int x, int y, int N, int mode, int *pred);
+void predict_block(const uint8_t* rec, const uint8_t* done, int W, int H, int x, int y, int N, int mode, int* pred);
 
 }  // namespace vfp::mmp
