@@ -461,10 +461,10 @@ constexpr int kCodesThreads = 64;
 __global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __restrict__ seg_hist,
                                                               const uint32_t* __restrict__ block_first,
                                                               const uint32_t* __restrict__ nblocks_ptr, bool last_batch,
-                                                              uint32_t* __restrict__ seg_code,
-                                                              uint32_t* __restrict__ seg_header,
-                                                              uint32_t* __restrict__ seg_hbits,
-                                                              unsigned long long* __restrict__ seg_bytes) {
+                                                              uint32_t* __restrict__ block_code,
+                                                              uint32_t* __restrict__ block_header,
+                                                              uint32_t* __restrict__ block_hbits,
+                                                              unsigned long long* __restrict__ block_bits) {
   __shared__ uint32_t hist[c::kNumSyms];
   __shared__ uint16_t sorted[c::kNumSyms];
   __shared__ c::BlockCode bc;
@@ -473,13 +473,13 @@ __global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __
   __shared__ int used[2];
   __shared__ uint32_t next_code[2][16];
   const unsigned t = threadIdx.x;
-  const uint32_t seg = blockIdx.x;  // the block's index
-  const uint32_t nseg = *nblocks_ptr;
-  if (seg >= nseg) {
-    if (t == 0) seg_bytes[seg] = 0;
+  const uint32_t blk = blockIdx.x;  // the DEFLATE block this CUDA block builds
+  const uint32_t nblocks = *nblocks_ptr;
+  if (blk >= nblocks) {
+    if (t == 0) block_bits[blk] = 0;
     return;
   }
-  const uint32_t s0 = block_first[seg], s1 = block_first[seg + 1];
+  const uint32_t s0 = block_first[blk], s1 = block_first[blk + 1];  // its segments
   for (unsigned i = t; i < c::kNumSyms; i += kCodesThreads) {
     uint32_t f = 0;
     for (uint32_t k = s0; k < s1; ++k) f += seg_hist[static_cast<size_t>(k) * c::kNumSyms + i];
@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __
     atomicAdd(&used[ll ? 0 : 1], 1);
   }
   __syncthreads();
-  const bool final = last_batch && seg == nseg - 1;
+  const bool final = last_batch && blk == nblocks - 1;
   if (t == 0) {
     c::code_lengths(hist, sorted, used[0], 15, bc.len, scratch);
     c::code_lengths(hist + c::kNumLitLen, sorted + c::kNumLitLen, used[1], 15, bc.len + c::kNumLitLen, scratch);
@@ -530,13 +530,13 @@ __global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __
     }
     const unsigned long long b = static_cast<unsigned long long>(hist[i]) * (l + c::symbol_extra_bits(static_cast<int>(i)));
     if (b) atomicAdd(&bits, b);
-    seg_code[seg * c::kNumSyms + i] = code | (static_cast<uint32_t>(l) << 16);
+    block_code[blk * c::kNumSyms + i] = code | (static_cast<uint32_t>(l) << 16);
   }
-  for (unsigned w = t; w < c::kHeaderWords; w += kCodesThreads) seg_header[seg * c::kHeaderWords + w] = bc.header[w];
+  for (unsigned w = t; w < c::kHeaderWords; w += kCodesThreads) block_header[blk * c::kHeaderWords + w] = bc.header[w];
   __syncthreads();
   if (t == 0) {
-    seg_hbits[seg] = bc.header_bits;
-    seg_bytes[seg] = bc.header_bits + bits;  // the block's bits, end-of-block included
+    block_hbits[blk] = bc.header_bits;
+    block_bits[blk] = bc.header_bits + bits;  // the block's bits, end-of-block included
   }
 }
 
@@ -788,14 +788,36 @@ void init_crc_tables() {
   done = true;
 }
 
+unsigned grid_for(size_t items, unsigned block) {
+  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>((items + block - 1) / block, 65535u * 8)));
+}
+
+// Adler-32 from the kernel's accumulated sums of n bytes (a = 1 + sum, b = n + weighted sum).
+__host__ __device__ inline uint32_t adler_value(const unsigned long long* acc, size_t n) {
+  const uint32_t a = static_cast<uint32_t>((1 + acc[0]) % kAdlerMod);
+  const uint32_t b = static_cast<uint32_t>((n % kAdlerMod + acc[1]) % kAdlerMod);
+  return (b << 16) | a;
+}
+
+// The checksum kernels over n bytes, one thread per 128-byte piece, into `acc` (zeroed by
+// the caller).
+void launch_adler(const uint8_t* d, size_t n, unsigned long long* acc, StreamHandle s) {
+  if (!n) return;
+  adler_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d, n, acc);
+  VFP_CUDA_LAUNCHED("adler_kernel");
+}
+void launch_crc(const uint8_t* d, size_t n, unsigned int* acc, StreamHandle s) {
+  if (!n) return;
+  crc_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d, n, acc);
+  VFP_CUDA_LAUNCHED("crc_kernel");
+}
+
 // Writes the container around the body once the checksums are in: zlib trailer (Adler-32,
 // big-endian) or gzip trailer (CRC-32, size mod 2^32, little-endian).
 __global__ void trailer_kernel(uint8_t* out, const unsigned long long* adler_acc, const unsigned int* crc_acc, size_t n,
                                DeflateContainer c) {
   if (c == DeflateContainer::Zlib) {
-    const uint32_t a = static_cast<uint32_t>((1 + adler_acc[0]) % kAdlerMod);
-    const uint32_t b = static_cast<uint32_t>((n % kAdlerMod + adler_acc[1]) % kAdlerMod);
-    const uint32_t v = (b << 16) | a;
+    const uint32_t v = adler_value(adler_acc, n);
     for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(v >> (24 - 8 * i));
   } else {
     const uint32_t v = *crc_acc, sz = static_cast<uint32_t>(n);
@@ -860,10 +882,6 @@ __global__ void png_finish_kernel(uint8_t* out, PngFrame f, const unsigned long 
   for (int i = 0; i < 4; ++i) tail[i] = static_cast<uint8_t>(*crc >> (24 - 8 * i));
   const uint8_t iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
   for (int i = 0; i < 12; ++i) tail[4 + i] = iend[i];
-}
-
-unsigned grid_for(size_t items, unsigned block) {
-  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>((items + block - 1) / block, 65535u * 8)));
 }
 
 }  // namespace
@@ -939,14 +957,8 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
   memset_async(m.small.get(), 0, 24, s);
   m.e[1].record(s);
   stream_wait(m.side.get(), m.e[1]);
-  if (ct == DeflateContainer::Zlib && n) {
-    adler_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, m.side.get()>>>(d_in, n, adler_acc);
-    VFP_CUDA_LAUNCHED("adler_kernel");
-  }
-  if (ct == DeflateContainer::Gzip && n) {
-    crc_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, m.side.get()>>>(d_in, n, crc_acc);
-    VFP_CUDA_LAUNCHED("crc_kernel");
-  }
+  if (ct == DeflateContainer::Zlib) launch_adler(d_in, n, adler_acc, m.side.get());
+  if (ct == DeflateContainer::Gzip) launch_crc(d_in, n, crc_acc, m.side.get());
   m.e[2].record(m.side.get());
   const size_t body = prefix + head;
   size_t written = 0;
@@ -1122,8 +1134,7 @@ DeflateEncoder::HostBytes DeflateEncoder::encode_png_pinned(const uint8_t* d_img
   VFP_CUDA(cudaMemcpyAsync(zlen, &zz, 8, cudaMemcpyHostToDevice, s));
   VFP_CUDA(cudaMemcpyAsync(out_.get() + 37, "IDAT", 4, cudaMemcpyHostToDevice, s));
   memset_async(crc_acc, 0, 4, s);
-  crc_kernel<<<grid_for((z + 4 + kPiece - 1) / kPiece, 256), 256, 0, s>>>(out_.get() + 37, z + 4, crc_acc);
-  VFP_CUDA_LAUNCHED("crc_kernel");
+  launch_crc(out_.get() + 37, z + 4, crc_acc, s);
   png_finish_kernel<<<1, 1, 0, s>>>(out_.get(), f, zlen, crc_acc);
   VFP_CUDA_LAUNCHED("png_finish_kernel");
   const size_t total = 41 + z + 16;
@@ -1136,25 +1147,18 @@ DeflateEncoder::HostBytes DeflateEncoder::encode_png_pinned(const uint8_t* d_img
 uint32_t adler32_device(const uint8_t* d, size_t n, StreamHandle s) {
   DeviceBuffer acc(16, "Adler-32 sums");
   memset_async(acc.get(), 0, 16, s);
-  if (n) {
-    adler_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d, n, reinterpret_cast<unsigned long long*>(acc.get()));
-    VFP_CUDA_LAUNCHED("adler_kernel");
-  }
+  launch_adler(d, n, reinterpret_cast<unsigned long long*>(acc.get()), s);
   unsigned long long h[2];
   memcpy_d2h_async(h, acc.get(), 16, s);
   VFP_CUDA(cudaStreamSynchronize(s));
-  const uint32_t a = static_cast<uint32_t>((1 + h[0]) % kAdlerMod), b = static_cast<uint32_t>((n % kAdlerMod + h[1]) % kAdlerMod);
-  return (b << 16) | a;
+  return adler_value(h, n);
 }
 
 uint32_t crc32_device(const uint8_t* d, size_t n, StreamHandle s) {
   init_crc_tables();
   DeviceBuffer acc(4, "CRC-32");
   memset_async(acc.get(), 0, 4, s);
-  if (n) {
-    crc_kernel<<<grid_for((n + kPiece - 1) / kPiece, 256), 256, 0, s>>>(d, n, reinterpret_cast<unsigned int*>(acc.get()));
-    VFP_CUDA_LAUNCHED("crc_kernel");
-  }
+  launch_crc(d, n, reinterpret_cast<unsigned int*>(acc.get()), s);
   uint32_t v = 0;
   memcpy_d2h_async(&v, acc.get(), 4, s);
   VFP_CUDA(cudaStreamSynchronize(s));
