@@ -33,7 +33,7 @@ constexpr int kMaxOH = 8 * kPY;  // tallest block, in output rows
 
 // Tile geometry for kernel width KW. The tile starts kOff columns left of the block's
 // first window column, so that its columns line up with the source's 4-byte words: an
-// interior tile is filled one aligned 32-bit load and one float4 shared store per four
+// interior tile is filled with one aligned 32-bit load and one float4 shared store per four
 // samples, with no per-sample bounds tests.
 template <int KW>
 struct TileGeom {
@@ -51,7 +51,7 @@ __device__ __forceinline__ float byte_as_float(uint32_t word) {
 }
 
 // Each thread issues kLoadBatch global loads before it converts and stores any of them,
-// so that a block waits about one memory latency for its tile, not one per load.
+// so that its loads overlap (the other resident blocks hide most of that latency anyway).
 constexpr int kLoadBatch = 8;
 
 // Loads rows [y0, y0+rows) x columns [x0, x0+TW) as floats, border applied; source column
