@@ -158,7 +158,6 @@ __device__ uint32_t coop_extend(const uint8_t* s, uint32_t a, uint32_t b, uint32
 __device__ uint32_t coop_longest_match(const uint8_t* s, const uint16_t* sdist, const uint16_t* hdist, int H, int p,
                                        uint32_t limit, c::LevelParams lp, uint32_t* best_dist) {
   if (limit < static_cast<uint32_t>(c::kMinMatch)) return 0;
-  const unsigned lane = threadIdx.x & 31;
   uint32_t best = 0;
   int j = p;
   for (int k = 0; k < lp.depth; ++k) {
@@ -167,18 +166,7 @@ __device__ uint32_t coop_longest_match(const uint8_t* s, const uint16_t* sdist, 
     j -= d;
     if (p - j > c::kWindow) break;
     if (s[j + best] != s[p + best]) continue;
-    uint32_t l = limit;
-    for (uint32_t off = 0; off < limit; off += 128) {
-      const uint32_t at = off + 4 * lane;
-      const uint32_t x = at < limit ? load32(s, static_cast<uint32_t>(j) + at) ^ load32(s, static_cast<uint32_t>(p) + at) : 0;
-      const unsigned diff = __ballot_sync(kFull, x != 0);
-      if (diff) {
-        const int f = __ffs(diff) - 1;
-        const uint32_t xf = __shfl_sync(kFull, x, f);
-        l = min(limit, off + 4 * f + ((__ffs(xf) - 1) >> 3));
-        break;
-      }
-    }
+    const uint32_t l = coop_extend(s, static_cast<uint32_t>(j), static_cast<uint32_t>(p), 0, limit);
     if (l > best) {
       best = l;
       *best_dist = static_cast<uint32_t>(p - j);
