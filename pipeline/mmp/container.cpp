@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
 
 #include "pipeline/error.hpp"
 
@@ -67,22 +68,31 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
   FrameStats st;
   const auto t0 = std::chrono::steady_clock::now();
   if (payloads) payloads->clear();
-  for (int p = 0; p < plane_count(v.format); ++p) {
+  const int planes = plane_count(v.format);
+  if (states)
+    while (states->size() < static_cast<size_t>(planes)) states->push_back(std::make_unique<PlaneState>(params));
+  // Planes are independent (own dictionaries, models and stream): the chroma planes are
+  // coded on threads of their own while this one codes luma.
+  auto code = [&](int p) {
     const int w = v.pw[p], h = v.ph[p];
     std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
     for (int y = 0; y < h; ++y) std::memcpy(&tight[static_cast<size_t>(y) * w], v.row(p, y), static_cast<size_t>(w));
-    PlaneState* state = nullptr;
-    if (states) {
-      if (states->size() <= static_cast<size_t>(p)) states->push_back(std::make_unique<PlaneState>(params));
-      state = (*states)[static_cast<size_t>(p)].get();
-    }
     // A chroma sample of 4:2:0 stands for four pixels once upsampled, so its squared error
     // weighs about four times a luma sample's in the picture: a chroma plane's lambda scales
     // by its share of the samples, and by a further 1/2 found by measurement (docs/mmp.md):
     // 1/8 for 4:2:0, 1/2 for 4:4:4. Encoder side only.
     Params plane_params = params;
     if (p > 0) plane_params.lambda *= 0.5 * static_cast<double>(w) * h / (static_cast<double>(v.pw[0]) * v.ph[0]);
-    PlaneResult r = encode_plane(tight.data(), w, h, plane_params, state);
+    return encode_plane(tight.data(), w, h, plane_params, states ? (*states)[static_cast<size_t>(p)].get() : nullptr);
+  };
+  std::vector<std::future<PlaneResult>> chroma;
+  for (int p = 1; p < planes; ++p) chroma.push_back(std::async(std::launch::async, code, p));
+  std::vector<PlaneResult> results;
+  results.push_back(code(0));
+  for (auto& f : chroma) results.push_back(f.get());
+  for (int p = 0; p < planes; ++p) {
+    PlaneResult& r = results[static_cast<size_t>(p)];
+    const int w = v.pw[p], h = v.ph[p];
     st.bits += 8.0 * (4 + r.bytes.size());  // with the container's length field
     st.sse += r.sse;
     st.samples += static_cast<int64_t>(w) * h;
