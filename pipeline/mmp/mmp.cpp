@@ -339,8 +339,8 @@ struct Area {
 };
 
 // Walks a unit's segmentation tree (from the encoder's decisions or from the
-// stream): `decide(lw, lh, &kind, &index)` gives each node's decision in
-// pre-order; fills the residue reconstruction (stride 2^L) and collects the
+// stream, or the search's plan): `decide(x0, y0, lw, lh, &kind, &index)` gives
+// each node's decision in pre-order; fills the residue reconstruction (stride 2^L) and collects the
 // internal nodes (post-order), whose concatenations become new dictionary
 // elements.
 struct Internal {
@@ -351,7 +351,7 @@ template <typename Decide>
 void walk(int N, int x0, int y0, int lw, int lh, Decide&& decide, const Dictionary& d, int* rres,
           std::vector<Internal>& inner, int64_t& leaves) {
   int kind = 0, index = 0;
-  decide(lw, lh, &kind, &index);
+  decide(x0, y0, lw, lh, &kind, &index);
   if (kind == 0) {
     const Elem& e = d.at(scale_of(lw, lh))[static_cast<size_t>(index)];
     const int w = 1 << lw, h = 1 << lh;
@@ -360,10 +360,10 @@ void walk(int N, int x0, int y0, int lw, int lh, Decide&& decide, const Dictiona
     ++leaves;
     return;
   }
-  if (kind == 1) {
+  if (kind == 1 && lw > 0) {  // (kind 1 needs lw > 0, kind 2 lh > 0: every caller's rule)
     walk(N, x0, y0, lw - 1, lh, decide, d, rres, inner, leaves);
     walk(N, x0 + (1 << (lw - 1)), y0, lw - 1, lh, decide, d, rres, inner, leaves);
-  } else {
+  } else if (lh > 0) {
     walk(N, x0, y0, lw, lh - 1, decide, d, rres, inner, leaves);
     walk(N, x0, y0 + (1 << (lh - 1)), lw, lh - 1, decide, d, rres, inner, leaves);
   }
@@ -477,28 +477,19 @@ class BlockSearch {
         u.x = x, u.y = y, u.L = L, u.mode = mode;
         u.tree.clear();
         int rres[kB * kB];
-        extract(N, 0, 0, L, L, u, rres);
+        auto from_plan = [&](int x0, int y0, int lw, int lh, int* kind, int* index) {
+          const int at = (x0 >> lw) + (y0 >> lh) * (N >> lw);
+          *kind = plan_->kind[lw][lh][at];
+          *index = plan_->index[lw][lh][at];
+          u.tree.emplace_back(static_cast<uint8_t>(*kind), *index);
+        };
+        std::vector<Internal> inner;  // learned only once the block is coded
+        int64_t leaves = 0;
+        walk(N, 0, 0, L, L, from_plan, d_, rres, inner, leaves);
         for (int i = 0; i < N * N; ++i) recon[i] = std::clamp(pred[i] + rres[i], 0, 255);
       }
     }
     return best;
-  }
-  void extract(int N, int x0, int y0, int lw, int lh, Unit& u, int* rres) {
-    const int at = (x0 >> lw) + (y0 >> lh) * (N >> lw);
-    const int kind = plan_->kind[lw][lh][at], index = plan_->index[lw][lh][at];
-    u.tree.emplace_back(static_cast<uint8_t>(kind), index);
-    if (kind == 0) {
-      const Elem& e = d_.at(scale_of(lw, lh))[static_cast<size_t>(index)];
-      const int w = 1 << lw, h = 1 << lh;
-      for (int y = 0; y < h; ++y)
-        for (int x = 0; x < w; ++x) rres[(y0 + y) * N + x0 + x] = e[static_cast<size_t>(y * w + x)];
-    } else if (kind == 1 && lw > 0) {
-      extract(N, x0, y0, lw - 1, lh, u, rres);
-      extract(N, x0 + (1 << (lw - 1)), y0, lw - 1, lh, u, rres);
-    } else if (lh > 0) {
-      extract(N, x0, y0, lw, lh - 1, u, rres);
-      extract(N, x0, y0 + (1 << (lh - 1)), lw, lh - 1, u, rres);
-    }
   }
 
   const std::vector<uint8_t>& src_;
@@ -526,7 +517,7 @@ void emit_area(const Area& a, int L, RangeEncoder& enc, Models& m, const Diction
   ++res.modes[u.mode];
   ++res.unit_sizes[kLog - L];
   size_t next = 0;
-  auto decide = [&](int lw, int lh, int* kind, int* index) {
+  auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
     const int s = scale_of(lw, lh);
     *kind = u.tree[next].first;
     *index = u.tree[next].second;
@@ -650,7 +641,7 @@ std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, c
         if (mode >= kModes || dec.overrun()) corrupt(bx, by);
         int pred[kB * kB];
         predict_block(rec.data(), done.data(), W, H, x, y, N, mode, pred);
-        auto decide = [&](int lw, int lh, int* kind, int* index) {
+        auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
           const int s = scale_of(lw, lh);
           *kind = 0;
           if (lw + lh > 0 && dec.decode(models.split[static_cast<size_t>(s)])) {
