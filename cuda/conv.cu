@@ -158,20 +158,25 @@ __device__ __forceinline__ uint32_t finish_bits(float acc, float rdiv, float bia
   return __float_as_uint(__fadd_rd(v, 8388608.f));
 }
 
+// The four 8-bit results of a thread's output row, packed into one word (byte j = acc[j]).
+__device__ __forceinline__ uint32_t pack4(const float* acc, float rdiv, float bias) {
+  const uint32_t b0 = finish_bits(acc[0], rdiv, bias), b1 = finish_bits(acc[1], rdiv, bias);
+  const uint32_t b2 = finish_bits(acc[2], rdiv, bias), b3 = finish_bits(acc[3], rdiv, bias);
+  return __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
+}
+
 __device__ __forceinline__ void store4(uint8_t* dst, int dpitch, int w, int h, int x, int y,
                                        const float* acc, float rdiv, float bias) {
   if (y >= h) return;
   uint8_t* d = dst + static_cast<size_t>(y) * dpitch;
-  const uint32_t b0 = finish_bits(acc[0], rdiv, bias), b1 = finish_bits(acc[1], rdiv, bias);
-  const uint32_t b2 = finish_bits(acc[2], rdiv, bias), b3 = finish_bits(acc[3], rdiv, bias);
+  const uint32_t v = pack4(acc, rdiv, bias);
   if (x + kPX <= w && ((reinterpret_cast<uintptr_t>(d + x) & 3) == 0)) {  // one 32-bit store
-    *reinterpret_cast<uint32_t*>(d + x) = __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
+    *reinterpret_cast<uint32_t*>(d + x) = v;
     return;
   }
-  const uint32_t b[4] = {b0, b1, b2, b3};
 #pragma unroll
   for (int j = 0; j < kPX; ++j)
-    if (x + j < w) d[x + j] = static_cast<uint8_t>(b[j] & 0xff);
+    if (x + j < w) d[x + j] = static_cast<uint8_t>(v >> (8 * j));
 }
 
 // Stores a thread's kPY x kPX outputs at (ox, oy). Blocks wholly inside an aligned plane
@@ -184,12 +189,7 @@ __device__ __forceinline__ void store_outputs(uint8_t* dst, int dpitch, int w, i
   if (whole) {
     uint8_t* d = dst + static_cast<size_t>(oy) * dpitch + ox;
 #pragma unroll
-    for (int j = 0; j < kPY; ++j) {
-      const uint32_t b0 = finish_bits(acc[j][0], rdiv, bias), b1 = finish_bits(acc[j][1], rdiv, bias);
-      const uint32_t b2 = finish_bits(acc[j][2], rdiv, bias), b3 = finish_bits(acc[j][3], rdiv, bias);
-      *reinterpret_cast<uint32_t*>(d + j * dpitch) =
-          __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
-    }
+    for (int j = 0; j < kPY; ++j) *reinterpret_cast<uint32_t*>(d + j * dpitch) = pack4(acc[j], rdiv, bias);
     return;
   }
 #pragma unroll
