@@ -18,6 +18,7 @@ class MmpStage final : public Stage {
   explicit MmpStage(const Options& o) : file_(o.str("file")) {
     params_.lambda = o.number("lambda");
     params_.carry = o.flag("carry");
+    params_.shared_chroma = !o.flag("independent_chroma");
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;
@@ -68,6 +69,8 @@ void register_mmp_stage(Registry& reg) {
       {"lambda", OptionSpec::Type::Float, "32", "Lagrangian multiplier (larger: fewer bits, lower quality)", 0, 1e9, {}, {}},
       {"file", OptionSpec::Type::String, "", "also write the bitstream to this .mmp file", 0, 0, {}, {}},
       {"carry", OptionSpec::Type::Bool, "0", "keep dictionaries and models from frame to frame", 0, 0, {}, {}},
+      {"independent_chroma", OptionSpec::Type::Bool, "0",
+       "code Cr with dictionaries of its own instead of continuing Cb's (more bits)", 0, 0, {}, {}},
   };
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
   s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1"};

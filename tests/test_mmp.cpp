@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -208,11 +209,13 @@ TEST(Mmp, ContainerCarriesDictionariesWhenAsked) {
   FrameSpec s{PixelFormat::YUV420P, 40, 24, {25, 1}};
   HostFrame src(s, false), rec(s, false), back(s, false);
   test::fill_random(src, 3);
-  for (bool carry : {false, true}) {
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool carry = (mode & 1) != 0, shared = (mode & 2) != 0;
     mmp::Params p;
     p.lambda = 40;
     p.carry = carry;
-    const std::string f = dir + (carry ? "/carry.mmp" : "/fresh.mmp");
+    p.shared_chroma = shared;
+    const std::string f = dir + (carry ? "/carry" : "/fresh") + (shared ? "_shared.mmp" : ".mmp");
     std::deque<HostFrame> recs;  // HostFrame does not move
     std::vector<double> bits;
     {
@@ -231,12 +234,36 @@ TEST(Mmp, ContainerCarriesDictionariesWhenAsked) {
       EXPECT_EQ(bits[2], bits[0]);  // independent frames
     mmp::Reader rd(f);
     EXPECT_EQ(rd.params().carry, carry);
+    EXPECT_EQ(rd.params().shared_chroma, shared);
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(rd.read(back));
-      EXPECT_TRUE(back.same_pixels(recs[static_cast<size_t>(i)])) << "frame " << i << " carry " << carry;
+      EXPECT_TRUE(back.same_pixels(recs[static_cast<size_t>(i)])) << "frame " << i << " carry " << carry << " shared " << shared;
     }
     EXPECT_FALSE(rd.read(back));
   }
+}
+
+// Params::shared_chroma: Cr starts from the dictionaries and models Cb left. With Cr a copy
+// of Cb, Cr's patterns are all in the dictionaries; luma and Cb are coded as before.
+TEST(Mmp, CrContinuesCbsDictionariesWhenShared) {
+  FrameSpec s{PixelFormat::YUV420P, 64, 48, {25, 1}};
+  HostFrame src(s, false);
+  test::fill_random(src, 11);
+  const ImageView v = src.view();
+  for (int y = 0; y < v.ph[1]; ++y) std::memcpy(v.row(2, y), v.row(1, y), static_cast<size_t>(v.pw[1]));
+  std::vector<std::vector<uint8_t>> own, shared;
+  mmp::Params p;
+  p.lambda = 30;
+  p.shared_chroma = false;
+  mmp::encode_frame(v, p, nullptr, &own);
+  p.shared_chroma = true;
+  mmp::encode_frame(v, p, nullptr, &shared);
+  ASSERT_EQ(own.size(), 3u);
+  ASSERT_EQ(shared.size(), 3u);
+  EXPECT_EQ(own[0], shared[0]);
+  EXPECT_EQ(own[1], shared[1]);
+  EXPECT_EQ(own[2], own[1]);  // same plane, fresh state: same bytes
+  EXPECT_LT(shared[2].size(), own[2].size() / 2) << shared[2].size() << " vs " << own[2].size();
 }
 
 // Fuzzing: mutated .mmp files (bit flips, overwritten, inserted and deleted
@@ -335,6 +362,11 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("frame 1:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("independent frames"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Cr continues Cb's dictionaries"), std::string::npos) << r.out;
+  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/own.mmp --lambda 20 --independent-chroma -n 1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = test::run_cmd(bin + " mmp info " + dir + "/own.mmp");
+  EXPECT_NE(r.out.find("each plane with dictionaries of its own"), std::string::npos) << r.out;
   r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/carry.mmp --lambda 20 --carry --modes 2");
   ASSERT_EQ(r.rc, 0) << r.out;
   r = test::run_cmd(bin + " mmp info " + dir + "/carry.mmp");

@@ -266,6 +266,7 @@ struct MmpArgs {
   int64_t frames = -1;
   int mode_candidates = 4;
   bool carry = false;
+  bool independent_chroma = false;
 };
 
 // A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
@@ -288,6 +289,7 @@ int mmp_encode_command(const MmpArgs& a) {
   p.lambda = a.lambda;
   p.mode_candidates = a.mode_candidates;
   p.carry = a.carry;
+  p.shared_chroma = !a.independent_chroma;
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   mmp::Writer w(out, coded, p);
   HostFrame f(in, false), c(coded, false);
@@ -351,6 +353,9 @@ int mmp_info_command(const MmpArgs& a) {
   std::printf("%s: MMP, %s, lambda %g, %d dictionary elements per scale, %s\n", a.input.c_str(),
               r.spec().describe().c_str(), r.params().lambda, r.params().max_dict,
               r.params().carry ? "dictionaries carried across frames" : "independent frames");
+  if (plane_count(r.spec().format) == 3)
+    std::printf("chroma: %s\n", r.params().shared_chroma ? "Cr continues Cb's dictionaries and models"
+                                                         : "each plane with dictionaries of its own");
   std::vector<size_t> bytes;
   int64_t n = 0;
   while (r.read(f, &bytes)) {
@@ -663,6 +668,9 @@ int main(int argc, char** argv) {
   mmp_enc->add_flag("--carry", mmp_args.carry,
                     "keep each plane's dictionaries and models from frame to frame (fewer bits on video; frames "
                     "then decode only in order)");
+  mmp_enc->add_flag("--independent-chroma", mmp_args.independent_chroma,
+                    "code Cr with dictionaries of its own instead of continuing Cb's (the two chroma planes "
+                    "then encode and decode in parallel; Cr costs more bits)");
   mmp_enc->add_option("--modes", mmp_args.mode_candidates,
                       "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
                       "slower, slightly fewer bits)")

@@ -48,7 +48,7 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   std::memcpy(&lb, &p.lambda, 8);
   for (int i = 0; i < 8; ++i) h.push_back(static_cast<uint8_t>(lb >> (8 * i)));
   put_u32(h, static_cast<uint32_t>(p.max_dict));
-  h.push_back(p.carry ? 1 : 0);
+  h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0)));
   put(h.data(), h.size());
 }
 
@@ -71,8 +71,11 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
   const int planes = plane_count(v.format);
   if (states)
     while (states->size() < static_cast<size_t>(planes)) states->push_back(std::make_unique<PlaneState>(params));
-  // Planes are independent (own dictionaries, models and stream): the chroma planes are
-  // coded on threads of their own while this one codes luma.
+  // Luma is coded on this thread while the chroma planes are coded on threads of their own
+  // (independent planes), or on one thread, Cr after Cb with Cb's state (shared_chroma).
+  const bool shared = params.shared_chroma && planes == 3;
+  std::unique_ptr<PlaneState> frame_chroma;  // shared chroma state of this frame (no carry)
+  if (shared && !states) frame_chroma = std::make_unique<PlaneState>(params);
   auto code = [&](int p) {
     const int w = v.pw[p], h = v.ph[p];
     std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
@@ -83,13 +86,27 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
     // 1/8 for 4:2:0, 1/2 for 4:4:4. Encoder side only.
     Params plane_params = params;
     if (p > 0) plane_params.lambda *= 0.5 * static_cast<double>(w) * h / (static_cast<double>(v.pw[0]) * v.ph[0]);
-    return encode_plane(tight.data(), w, h, plane_params, states ? (*states)[static_cast<size_t>(p)].get() : nullptr);
+    PlaneState* state = states ? (*states)[static_cast<size_t>(shared && p == 2 ? 1 : p)].get() : nullptr;
+    if (shared && p > 0 && !states) state = frame_chroma.get();
+    return encode_plane(tight.data(), w, h, plane_params, state);
   };
-  std::vector<std::future<PlaneResult>> chroma;
-  for (int p = 1; p < planes; ++p) chroma.push_back(std::async(std::launch::async, code, p));
+  std::future<std::vector<PlaneResult>> cbcr;         // Cb then Cr on one thread
+  std::vector<std::future<PlaneResult>> independent;  // or each on a thread of its own
+  if (shared) {
+    cbcr = std::async(std::launch::async, [&] {
+      std::vector<PlaneResult> r;
+      r.push_back(code(1));
+      r.push_back(code(2));
+      return r;
+    });
+  } else {
+    for (int p = 1; p < planes; ++p) independent.push_back(std::async(std::launch::async, code, p));
+  }
   std::vector<PlaneResult> results;
   results.push_back(code(0));
-  for (auto& f : chroma) results.push_back(f.get());
+  if (shared)
+    for (PlaneResult& r : cbcr.get()) results.push_back(std::move(r));
+  for (auto& f : independent) results.push_back(f.get());
   for (int p = 0; p < planes; ++p) {
     PlaneResult& r = results[static_cast<size_t>(p)];
     const int w = v.pw[p], h = v.ph[p];
@@ -150,8 +167,9 @@ Reader::Reader(const std::string& path) : path_(path) {
   const uint32_t md = get_u32(h + 30);
   if (md < 64 || md > 4096) throw Error(ErrorKind::Input, path + ": bad dictionary size " + std::to_string(md));
   params_.max_dict = static_cast<int>(md);
-  if (h[34] > 1) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
-  params_.carry = h[34] == 1;
+  if (h[34] > 3) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
+  params_.carry = (h[34] & 1) != 0;
+  params_.shared_chroma = (h[34] & 2) != 0;
   if (params_.carry)
     for (int p = 0; p < plane_count(spec_.format); ++p) states_.push_back(std::make_unique<PlaneState>(params_));
 }
@@ -163,6 +181,7 @@ Reader::~Reader() {
 bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
   const ImageView v = dst.view();
   if (plane_bytes) plane_bytes->clear();
+  std::unique_ptr<PlaneState> frame_chroma;  // shared chroma state of this frame (no carry)
   for (int p = 0; p < plane_count(spec_.format); ++p) {
     uint8_t lb[4];
     const size_t got = std::fread(lb, 1, 4, f_);
@@ -174,8 +193,14 @@ bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
                                         std::to_string(n) + " bytes)");
     std::vector<uint8_t> data(n);
     if (std::fread(data.data(), 1, n, f_) != n) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
-    const std::vector<uint8_t> plane =
-        decode_plane(data.data(), n, v.pw[p], v.ph[p], params_, params_.carry ? states_[static_cast<size_t>(p)].get() : nullptr);
+    PlaneState* state = nullptr;
+    if (params_.carry) {
+      state = states_[static_cast<size_t>(params_.shared_chroma && p == 2 ? 1 : p)].get();
+    } else if (params_.shared_chroma && p > 0) {
+      if (!frame_chroma) frame_chroma = std::make_unique<PlaneState>(params_);
+      state = frame_chroma.get();
+    }
+    const std::vector<uint8_t> plane = decode_plane(data.data(), n, v.pw[p], v.ph[p], params_, state);
     for (int y = 0; y < v.ph[p]; ++y) std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));
     if (plane_bytes) plane_bytes->push_back(n);
   }

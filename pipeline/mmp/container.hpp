@@ -1,7 +1,8 @@
 // The .mmp file: a stream of MMP-coded frames (docs/mmp.md, "Container").
 //   header  "VMMP", version 2, pixel format (0 gray, 1 yuv420p, 2 yuv444p), width, height,
 //           frame rate num/den (u32 little-endian each), lambda (f64), dictionary size (u32),
-//           flags (u8; bit 0: dictionaries and models carried across frames)
+//           flags (u8; bit 0: dictionaries and models carried across frames; bit 1: the
+//           second chroma plane continues the first's dictionaries and models)
 //   frame   for each plane: payload length (u32) and the plane's range-coded payload
 // Frames are independent (each plane starts from fresh dictionaries and models) unless the
 // carry flag is set.
@@ -29,12 +30,14 @@ struct FrameStats {
   }
 };
 
-// Per-plane dictionaries and models carried from frame to frame (Params::carry).
+// Per-plane dictionaries and models carried from frame to frame (Params::carry; with
+// Params::shared_chroma, entry 1 serves both chroma planes).
 using PlaneStates = std::vector<std::unique_ptr<PlaneState>>;
 
 // Codes every plane of `f`; the payloads go to `payloads` and the reconstruction to `recon`
 // (same format and size) when given. With `states` (created on first use) each plane
-// continues from what the previous frames learned; without, it starts fresh.
+// continues from what the previous frames learned; without, it starts fresh (Cr from what
+// Cb learned in this frame, with Params::shared_chroma).
 FrameStats encode_frame(const ImageView& f, const Params& p, const ImageView* recon,
                         std::vector<std::vector<uint8_t>>* payloads = nullptr, PlaneStates* states = nullptr);
 
