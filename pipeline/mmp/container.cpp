@@ -25,6 +25,18 @@ uint32_t get_u32(const uint8_t* p) {
          static_cast<uint32_t>(p[3]) << 24;
 }
 constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4 + 1;
+// The state plane `plane` is coded with, the same rule for the encoder and the decoder:
+// its carried state (Cr shares Cb's with shared_chroma), or without carry, nothing for luma
+// and independent chroma, and for shared chroma one fresh state per frame, created here
+// when Cb asks first.
+PlaneState* plane_state(const Params& p, int plane, PlaneStates* carried, std::unique_ptr<PlaneState>& frame_chroma) {
+  const bool shared = p.shared_chroma && plane > 0;
+  if (carried) return (*carried)[static_cast<size_t>(shared ? 1 : plane)].get();
+  if (!shared) return nullptr;
+  if (!frame_chroma) frame_chroma = std::make_unique<PlaneState>(p);
+  return frame_chroma.get();
+}
+
 }  // namespace
 
 double FrameStats::psnr() const {
@@ -74,8 +86,7 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
   // Luma is coded on this thread while the chroma planes are coded on threads of their own
   // (independent planes), or on one thread, Cr after Cb with Cb's state (shared_chroma).
   const bool shared = params.shared_chroma && planes == 3;
-  std::unique_ptr<PlaneState> frame_chroma;  // shared chroma state of this frame (no carry)
-  if (shared && !states) frame_chroma = std::make_unique<PlaneState>(params);
+  std::unique_ptr<PlaneState> frame_chroma;  // only the chroma thread touches it
   auto code = [&](int p) {
     const int w = v.pw[p], h = v.ph[p];
     std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
@@ -86,9 +97,7 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
     // 1/8 for 4:2:0, 1/2 for 4:4:4. Encoder side only.
     Params plane_params = params;
     if (p > 0) plane_params.lambda *= 0.5 * static_cast<double>(w) * h / (static_cast<double>(v.pw[0]) * v.ph[0]);
-    PlaneState* state = states ? (*states)[static_cast<size_t>(shared && p == 2 ? 1 : p)].get() : nullptr;
-    if (shared && p > 0 && !states) state = frame_chroma.get();
-    return encode_plane(tight.data(), w, h, plane_params, state);
+    return encode_plane(tight.data(), w, h, plane_params, plane_state(params, p, states, frame_chroma));
   };
   std::future<std::vector<PlaneResult>> cbcr;         // Cb then Cr on one thread
   std::vector<std::future<PlaneResult>> independent;  // or each on a thread of its own
@@ -181,7 +190,7 @@ Reader::~Reader() {
 bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
   const ImageView v = dst.view();
   if (plane_bytes) plane_bytes->clear();
-  std::unique_ptr<PlaneState> frame_chroma;  // shared chroma state of this frame (no carry)
+  std::unique_ptr<PlaneState> frame_chroma;
   for (int p = 0; p < plane_count(spec_.format); ++p) {
     uint8_t lb[4];
     const size_t got = std::fread(lb, 1, 4, f_);
@@ -193,14 +202,8 @@ bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
                                         std::to_string(n) + " bytes)");
     std::vector<uint8_t> data(n);
     if (std::fread(data.data(), 1, n, f_) != n) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
-    PlaneState* state = nullptr;
-    if (params_.carry) {
-      state = states_[static_cast<size_t>(params_.shared_chroma && p == 2 ? 1 : p)].get();
-    } else if (params_.shared_chroma && p > 0) {
-      if (!frame_chroma) frame_chroma = std::make_unique<PlaneState>(params_);
-      state = frame_chroma.get();
-    }
-    const std::vector<uint8_t> plane = decode_plane(data.data(), n, v.pw[p], v.ph[p], params_, state);
+    const std::vector<uint8_t> plane = decode_plane(data.data(), n, v.pw[p], v.ph[p], params_,
+                                                    plane_state(params_, p, params_.carry ? &states_ : nullptr, frame_chroma));
     for (int y = 0; y < v.ph[p]; ++y) std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));
     if (plane_bytes) plane_bytes->push_back(n);
   }
