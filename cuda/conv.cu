@@ -50,6 +50,15 @@ __device__ __forceinline__ float byte_as_float(uint32_t word) {
   return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7650 | B)) - 8388608.f;
 }
 
+// Whether the tile of `rows` rows starting at (x0, y0) lies inside the plane as whole,
+// aligned 4-byte words (the word loads need no border rule and no per-sample test).
+template <int KW>
+__device__ __forceinline__ bool aligned_interior(const uint8_t* src, int spitch, int w, int h, int x0, int y0, int rows) {
+  const int xa = x0 - TileGeom<KW>::kOff;
+  return xa >= 0 && y0 >= 0 && xa + TileGeom<KW>::pitch <= w && y0 + rows <= h && (spitch & 3) == 0 &&
+         (reinterpret_cast<uintptr_t>(src) & 3) == 0;
+}
+
 // Each thread issues kLoadBatch global loads before it converts and stores any of them,
 // so that its loads overlap (the other resident blocks hide most of that latency anyway).
 constexpr int kLoadBatch = 8;
@@ -63,8 +72,7 @@ __device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spit
   constexpr int kThreads = kBX * block_rows<KW>();
   const int tid = threadIdx.y * kBX + threadIdx.x;
   const int xa = x0 - G::kOff;
-  if (xa >= 0 && y0 >= 0 && xa + G::pitch <= w && y0 + rows <= h && (spitch & 3) == 0 &&
-      (reinterpret_cast<uintptr_t>(src) & 3) == 0) {
+  if (aligned_interior<KW>(src, spitch, w, h, x0, y0, rows)) {
     const int total = rows * G::words;
     // Word i = r * words + wd of the tile; each trip of a thread advances i by kThreads,
     // tracked incrementally (a division and a 64-bit address per load cost more than the
@@ -144,11 +152,8 @@ __device__ __forceinline__ bool fill_tile_interior(float* tile, const uint8_t* _
   using G = TileGeom<KW>;
   constexpr int BY = block_rows<KW>(), kThreads = kBX * BY, kExtra = G::words - kBX;
   static_assert(kExtra >= 0, "tile rows are at least one warp of words wide");
-  const int xa = x0 - G::kOff;
-  if (!(xa >= 0 && y0 >= 0 && xa + G::pitch <= w && y0 + ROWS <= h && (spitch & 3) == 0 &&
-        (reinterpret_cast<uintptr_t>(src) & 3) == 0))
-    return false;
-  const uint8_t* origin = src + static_cast<size_t>(y0) * spitch + xa;
+  if (!aligned_interior<KW>(src, spitch, w, h, x0, y0, ROWS)) return false;
+  const uint8_t* origin = src + static_cast<size_t>(y0) * spitch + (x0 - G::kOff);
   const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * kBX + lane;
   // (kE: kExtra as a divisor; the extra-word loops are empty when kExtra is 0.)
   constexpr int kE = kExtra > 0 ? kExtra : 1;
@@ -178,6 +183,16 @@ __device__ __forceinline__ bool fill_tile_interior(float* tile, const uint8_t* _
                                                          byte_as_float<2>(e[q]), byte_as_float<3>(e[q]));
   }
   return true;
+}
+
+// The block's tile of `rows` rows at (x0, y0): the interior fill where the height is a
+// compile-time constant (KHC > 0) and the tile lies inside the plane, load_tile otherwise.
+template <int KW, int KHC>
+__device__ __forceinline__ void fill_tile(float* tile, const uint8_t* __restrict__ src, int spitch, int w, int h,
+                                          int x0, int y0, int rows, Border border, int value) {
+  if constexpr (KHC > 0)
+    if (fill_tile_interior<KW, block_rows<KW>() * kPY + KHC - 1>(tile, src, spitch, w, h, x0, y0)) return;
+  load_tile<KW>(tile, src, spitch, w, h, x0, y0, rows, border, value);
 }
 
 // r[0 .. KW+2] = tile columns [kOff, kOff + KW + 3) of `row` (16-byte aligned), read
@@ -261,9 +276,7 @@ __global__ void __launch_bounds__(kBX* block_rows<KW>())
   constexpr int TP = TileGeom<KW>::pitch;
   constexpr int kOH = block_rows<KW>() * kPY;
   const int x0 = blockIdx.x * kOW - KW / 2, y0 = blockIdx.y * kOH - kh / 2;
-  bool filled = false;
-  if constexpr (KHC > 0) filled = fill_tile_interior<KW, kOH + KHC - 1>(tile, src, spitch, w, h, x0, y0);
-  if (!filled) load_tile<KW>(tile, src, spitch, w, h, x0, y0, kOH + kh - 1, border, value);
+  fill_tile<KW, KHC>(tile, src, spitch, w, h, x0, y0, kOH + kh - 1, border, value);
   __syncthreads();
   const float* taps = c_taps[bank];
   float acc[kPY][kPX] = {};
@@ -304,9 +317,7 @@ __global__ void __launch_bounds__(kBX* block_rows<KW>())
   const int rows = kOH + kh - 1;
   float* hp = tile + rows * TP;  // horizontal results: rows x kOW
   const int x0 = blockIdx.x * kOW - KW / 2, y0 = blockIdx.y * kOH - kh / 2;
-  bool filled = false;
-  if constexpr (KHC > 0) filled = fill_tile_interior<KW, kOH + KHC - 1>(tile, src, spitch, w, h, x0, y0);
-  if (!filled) load_tile<KW>(tile, src, spitch, w, h, x0, y0, rows, border, value);
+  fill_tile<KW, KHC>(tile, src, spitch, w, h, x0, y0, rows, border, value);
   __syncthreads();
   const float* taps = c_taps[bank];
 #pragma unroll(KHC > 0 ? (kOH + KHC - 1 + kBY - 1) / kBY : 1)
