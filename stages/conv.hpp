@@ -3,7 +3,8 @@
 //
 // Arithmetic (the CPU reference defines it; float32, fused multiply-add, fixed order):
 //   acc = 0; for ky in 0..H-1: for kx in 0..W-1: acc = fmaf(k[ky][kx], s(x+kx-W/2, y+ky-H/2), acc)
-//   out = clamp(floor(fmaf(acc, rdiv, bias) + 0.5), 0, 255)            (round half up)
+//   out = clamp(floor(fmaf(acc, rdiv, bias + 0.5)), 0, 255)   (round half up, one rounding;
+//         bias + 0.5 is rounded to float first; NaN gives 0)
 // Separable kernels (k = col * row, found by rank-1 factorisation or built that way) run
 // as two passes with a float intermediate, each in the same fixed order:
 //   t(x, y) = sum over kx of fmaf(row[kx], s(x+kx-W/2, y), .)   for every row y needed

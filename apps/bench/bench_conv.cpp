@@ -3,7 +3,8 @@
 // same run (when built with NPP), on a random 8-bit gray plane, kernels 3x3..31x31, plus
 // the memory floor: one read and one write of the frame at the device bandwidth measured
 // in the same run (512 MiB device-to-device copy). vfpipe handles borders (reflect101) over
-// the full frame; NPP filters the interior ROI only.
+// the full frame; NPP filters the interior ROI only. The 2-D path is also timed without
+// programmatic dependent launch (each call then pays the full launch gap, as NPP's do).
 //
 //   vfpipe-bench-conv [--sizes 1920x1080,3840x2160] [--kernels 3,5,7,9,15,31] [--iters 30] [--json f]
 #include <CLI/CLI.hpp>
@@ -54,8 +55,8 @@ int main(int argc, char** argv) {
       static const double gbps = bench::measure_bandwidth_gbps(stream);
       const double copy_ms = 2.0 * w * h / (gbps * 1e6);
       std::printf("%s: memory floor (read + write of the frame) %.4f ms\n", sz.c_str(), copy_ms);
-      std::printf("%-7s %10s %10s %10s %12s %10s %9s %9s\n", "kernel", "2-D ms", "sep ms", "auto ms",
-                  "auto Mpix/s", "NPP ms", "NPP/2-D", "floor x");
+      std::printf("%-7s %10s %12s %10s %10s %12s %10s %9s %9s %12s\n", "kernel", "2-D ms", "2-D noPDL ms", "sep ms",
+                  "auto ms", "auto Mpix/s", "NPP ms", "NPP/2-D", "floor x", "noPDL floor x");
       for (const std::string& kt : bench::split_list(kernels)) {
         const int k = std::stoi(kt);
         // 2-D path: a non-separable kernel (random taps); separable: a Gaussian.
@@ -82,6 +83,11 @@ int main(int argc, char** argv) {
           });
         };
         const double t2 = timed(p2, false);
+        // The same without programmatic dependent launch: each call waits for the previous
+        // kernel's end before its blocks are scheduled (the launch gap is not hidden).
+        cuda::conv_set_programmatic_launch(false);
+        const double t2_plain = timed(p2, false);
+        cuda::conv_set_programmatic_launch(true);
         const double tsep = timed(ps, true);
         // What the stage runs for a Gaussian of this size (separable from 7x7 up).
         const double tauto = k * k >= 49 ? tsep : timed(ps, false);
@@ -107,11 +113,13 @@ int main(int argc, char** argv) {
         }
 #endif
         const double mpix = static_cast<double>(w) * h / (tauto * 1e3);
-        std::printf("%3dx%-3d %10.4f %10.4f %10.4f %12.0f %10s %9s %8.2fx\n", k, k, t2, tsep, tauto, mpix,
-                    tnpp > 0 ? std::to_string(tnpp).substr(0, 7).c_str() : "-",
-                    tnpp > 0 ? (std::to_string(tnpp / t2).substr(0, 5) + "x").c_str() : "-", tauto / copy_ms);
+        std::printf("%3dx%-3d %10.4f %12.4f %10.4f %10.4f %12.0f %10s %9s %8.2fx %11.2fx\n", k, k, t2, t2_plain, tsep,
+                    tauto, mpix, tnpp > 0 ? std::to_string(tnpp).substr(0, 7).c_str() : "-",
+                    tnpp > 0 ? (std::to_string(tnpp / t2).substr(0, 5) + "x").c_str() : "-", tauto / copy_ms,
+                    t2_plain / copy_ms);
         std::fflush(stdout);
-        out.push_back({{"size", sz}, {"kernel", k}, {"conv2d_ms", t2}, {"separable_ms", tsep},
+        out.push_back({{"size", sz}, {"kernel", k}, {"conv2d_ms", t2}, {"conv2d_no_pdl_ms", t2_plain},
+                       {"separable_ms", tsep},
                        {"auto_gauss_ms", tauto}, {"auto_mpix_s", mpix}, {"npp_ms", tnpp},
                        {"npp_over_2d", tnpp > 0 ? tnpp / t2 : 0}, {"floor_ms", copy_ms},
                        {"copy_GBps", gbps}, {"device", cuda::probe().name}});
