@@ -60,18 +60,62 @@ __device__ __forceinline__ float byte_as_float(uint32_t word) {
   return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7650 | B)) - 8388608.f;
 }
 
+// Whether the plane's rows can be read as aligned 4-byte words.
+__device__ __forceinline__ bool words_aligned(const uint8_t* src, int spitch) {
+  return ((static_cast<uintptr_t>(spitch) | reinterpret_cast<uintptr_t>(src)) & 3) == 0;
+}
+
 // Whether the tile of `rows` rows starting at (x0, y0) lies inside the plane as whole,
 // aligned 4-byte words (the word loads need no border rule and no per-sample test).
 template <int KW>
 __device__ __forceinline__ bool aligned_interior(const uint8_t* src, int spitch, int w, int h, int x0, int y0, int rows) {
   const int xa = x0 - TileGeom<KW>::kOff;
-  return xa >= 0 && y0 >= 0 && xa + TileGeom<KW>::pitch <= w && y0 + rows <= h && (spitch & 3) == 0 &&
-         (reinterpret_cast<uintptr_t>(src) & 3) == 0;
+  return xa >= 0 && y0 >= 0 && xa + TileGeom<KW>::pitch <= w && y0 + rows <= h && words_aligned(src, spitch);
 }
 
 // Each thread issues kLoadBatch global loads before it converts and stores any of them,
 // so that its loads overlap (the other resident blocks hide most of that latency anyway).
 constexpr int kLoadBatch = 8;
+
+// Tiles at the frame's edge (or in an unaligned plane) first evaluate the border rule,
+// which has divisions in it, once per tile column and row into shared tables: s_col[t] =
+// source column of tile column t (xa + t under the rule), s_row[r] = byte offset of tile
+// row r's source row; -1 in either: the constant. One call site per table, not unrolled
+// (inlined per word, the rule made the kernels too large for the instruction cache).
+template <int KW>
+__device__ __forceinline__ void build_border_tables(int* s_col, int* s_row, int rows, int xa, int y0, int w, int h,
+                                                    int spitch, Border border) {
+  constexpr int kThreads = kBX * block_rows<KW>();
+  const int tid = threadIdx.y * kBX + threadIdx.x;
+#pragma unroll 1
+  for (int c = tid; c < 4 * TileGeom<KW>::words; c += kThreads) s_col[c] = border_index(xa + c, w, border);
+#pragma unroll 1
+  for (int r = tid; r < rows; r += kThreads) {
+    const int gy = border_index(y0 + r, h, border);
+    s_row[r] = gy < 0 ? -1 : gy * spitch;
+  }
+  __syncthreads();
+}
+
+// Tile word wd of tile row r (tile columns 4 wd .. 4 wd + 3) of an edge tile: one whole-word
+// load where it lies inside the plane, bytes through the column table elsewhere.
+__device__ __forceinline__ uint32_t edge_word(const uint8_t* __restrict__ src, const int* s_col, const int* s_row,
+                                              int r, int wd, int xa, int w, bool aligned, int value) {
+  const int ro = s_row[r], xs = xa + 4 * wd;
+  if (ro < 0) return static_cast<uint32_t>(value) * 0x01010101u;  // a constant-border row
+  if (aligned && xs >= 0 && xs + 4 <= w) return __ldg(reinterpret_cast<const uint32_t*>(src + ro + xs));
+  uint32_t v = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int c = s_col[4 * wd + j];
+    v |= static_cast<uint32_t>(c < 0 ? value : __ldg(src + ro + c)) << (8 * j);
+  }
+  return v;
+}
+
+__device__ __forceinline__ float4 word_as_float4(uint32_t v) {
+  return make_float4(byte_as_float<0>(v), byte_as_float<1>(v), byte_as_float<2>(v), byte_as_float<3>(v));
+}
 
 // Loads rows [y0, y0+rows) x columns [x0, x0+TW) as floats, border applied; source column
 // x0 + c lands in tile column c + kOff.
@@ -84,9 +128,6 @@ __device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spit
   const int xa = x0 - G::kOff;
   if (aligned_interior<KW>(src, spitch, w, h, x0, y0, rows)) {
     const int total = rows * G::words;
-    // Word i = r * words + wd of the tile; each trip of a thread advances i by kThreads,
-    // tracked incrementally (a division and a 64-bit address per load cost more than the
-    // load's share of the arithmetic).
     // Word i = r * words + wd of the tile lies at byte offset r * spitch + 4 * wd from the
     // tile's origin; each trip of a thread advances i by kThreads, and the offset is
     // advanced incrementally (a division and 64-bit address arithmetic per load cost more
@@ -109,43 +150,35 @@ __device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spit
       for (int u = 0; u < kLoadBatch; ++u) {
         const int i = base + u * kThreads;
         if (i >= total) break;
-        reinterpret_cast<float4*>(tile)[i] =
-            make_float4(byte_as_float<0>(v[u]), byte_as_float<1>(v[u]), byte_as_float<2>(v[u]), byte_as_float<3>(v[u]));
+        reinterpret_cast<float4*>(tile)[i] = word_as_float4(v[u]);
       }
     }
     return;
   }
-  // Blocks at the frame's edges (and unaligned planes): byte loads through per-column and
-  // per-row source offsets computed once per tile (the border rule has divisions in it).
-  __shared__ int s_col[kOW + kConvMaxSize - 1];
-  __shared__ int s_row[kMaxOH + kConvMaxSize - 1];
-  for (int c = tid; c < G::TW; c += kThreads) s_col[c] = border_index(x0 + c, w, border);
-  for (int r = tid; r < rows; r += kThreads) {
-    const int gy = border_index(y0 + r, h, border);
-    s_row[r] = gy < 0 ? -1 : gy * spitch;
-  }
-  __syncthreads();
-  const int total = rows * G::TW;
-  constexpr int kStepR = kThreads / G::TW, kStepC = kThreads % G::TW;
-  int r = tid / G::TW, c = tid - r * G::TW;
+  // Blocks at the frame's edges (and unaligned planes): the border tables, then the same
+  // walk over the tile's words as above, each word through edge_word (the per-sample loads
+  // this replaced made the edge blocks several times slower than the rest, and the last
+  // row of blocks, scheduled last, the kernel's tail).
+  __shared__ int s_col[4 * G::words], s_row[kMaxOH + kConvMaxSize - 1];
+  build_border_tables<KW>(s_col, s_row, rows, xa, y0, w, h, spitch, border);
+  const bool aligned = words_aligned(src, spitch);
+  const int total = rows * G::words;
+  constexpr int kStepR = kThreads / G::words, kStepW = kThreads % G::words;
+  int r = tid / G::words, wd = tid % G::words;
   for (int base = tid; base < total; base += kThreads * kLoadBatch) {
-    int v[kLoadBatch];
+    uint32_t v[kLoadBatch];
 #pragma unroll
     for (int u = 0; u < kLoadBatch; ++u) {
-      v[u] = value;
-      if (base + u * kThreads < total) {
-        const int ro = s_row[r], co = s_col[c];
-        if (ro >= 0 && co >= 0) v[u] = __ldg(src + ro + co);
-      }
-      c += kStepC;
+      v[u] = base + u * kThreads < total ? edge_word(src, s_col, s_row, r, wd, xa, w, aligned, value) : 0u;
+      wd += kStepW;
       r += kStepR;
-      if (c >= G::TW) c -= G::TW, ++r;
+      if (wd >= G::words) wd -= G::words, ++r;
     }
 #pragma unroll
     for (int u = 0; u < kLoadBatch; ++u) {
       const int i = base + u * kThreads;
       if (i >= total) break;
-      tile[i / G::TW * G::pitch + i % G::TW + G::kOff] = static_cast<float>(v[u]);
+      reinterpret_cast<float4*>(tile)[i] = word_as_float4(v[u]);
     }
   }
 }
@@ -153,10 +186,11 @@ __device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spit
 // Tiles of a compile-time height ROWS: warp y fills tile rows y, y + BY, ... with one word
 // per lane (tile words 0..31 of the row), and the words past 32 (two for kernels up to 9
 // wide) are spread over the block. Every load is issued before any store. Interior tiles
-// (all but the frame's outermost blocks) load aligned words with no test.
+// (all but the frame's outermost blocks) load aligned words with no test; edge tiles go
+// through the border tables and edge_word.
 template <int KW, int ROWS, bool EDGE>
 __device__ __forceinline__ void fill_tile_rows(float* tile, const uint8_t* __restrict__ src, int spitch, int w,
-                                               int h, int x0, int y0, bool words_aligned, Border border,
+                                               int h, int x0, int y0, bool aligned, Border border,
                                                int value) {
   using G = TileGeom<KW>;
   constexpr int BY = block_rows<KW>(), kThreads = kBX * BY, kExtra = G::words - kBX;
@@ -185,61 +219,32 @@ __device__ __forceinline__ void fill_tile_rows(float* tile, const uint8_t* __res
         e[q] = __ldg(reinterpret_cast<const uint32_t*>(origin + i / kE * spitch + 4 * (kBX + i % kE)));
     }
   } else {
-    // Tiles at the frame's edge (or in an unaligned plane): the border rule, which has
-    // divisions in it, once per tile row and column into shared tables (one call site,
-    // not unrolled: inlined per word it made the kernel too large for the instruction
-    // cache), then whole-word loads wherever a word lies inside the plane and byte loads
-    // through the column table elsewhere, all issued before any is used.
     __shared__ int s_col[4 * G::words], s_row[ROWS];
-#pragma unroll 1
-    for (int c = tid; c < 4 * G::words; c += kThreads) s_col[c] = border_index(xa + c, w, border);
-#pragma unroll 1
-    for (int r = tid; r < ROWS; r += kThreads) {
-      const int gy = border_index(y0 + r, h, border);
-      s_row[r] = gy < 0 ? -1 : gy * spitch;
-    }
-    __syncthreads();
-    const uint32_t fill = static_cast<uint32_t>(value) * 0x01010101u;  // a constant-border word
-    auto word = [&](int r, int wd) -> uint32_t {
-      const int ro = s_row[r], xs = xa + 4 * wd;
-      if (ro < 0) return fill;
-      if (words_aligned && xs >= 0 && xs + 4 <= w) return __ldg(reinterpret_cast<const uint32_t*>(src + ro + xs));
-      uint32_t v = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = s_col[4 * wd + j];
-        v |= static_cast<uint32_t>(c < 0 ? value : __ldg(src + ro + c)) << (8 * j);
-      }
-      return v;
-    };
+    build_border_tables<KW>(s_col, s_row, ROWS, xa, y0, w, h, spitch, border);
 #pragma unroll
     for (int k = 0; k < kRowsPerWarp; ++k)
-      if (warp + k * BY < ROWS) v[k] = word(warp + k * BY, lane);
+      if (warp + k * BY < ROWS) v[k] = edge_word(src, s_col, s_row, warp + k * BY, lane, xa, w, aligned, value);
 #pragma unroll
     for (int q = 0; q < kExtraPasses; ++q) {
       const int i = tid + q * kThreads;
-      if (i < ROWS * kExtra) e[q] = word(i / kE, kBX + i % kE);
+      if (i < ROWS * kExtra) e[q] = edge_word(src, s_col, s_row, i / kE, kBX + i % kE, xa, w, aligned, value);
     }
   }
   float4* t4 = reinterpret_cast<float4*>(tile);
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k)
     if (warp + k * BY < ROWS)
-      t4[(warp + k * BY) * G::words + lane] = make_float4(byte_as_float<0>(v[k]), byte_as_float<1>(v[k]),
-                                                          byte_as_float<2>(v[k]), byte_as_float<3>(v[k]));
+      t4[(warp + k * BY) * G::words + lane] = word_as_float4(v[k]);
 #pragma unroll
   for (int q = 0; q < kExtraPasses; ++q) {
     const int i = tid + q * kThreads;
     if (i < ROWS * kExtra)
-      t4[i / kE * G::words + kBX + i % kE] = make_float4(byte_as_float<0>(e[q]), byte_as_float<1>(e[q]),
-                                                         byte_as_float<2>(e[q]), byte_as_float<3>(e[q]));
+      t4[i / kE * G::words + kBX + i % kE] = word_as_float4(e[q]);
   }
 }
 
-// The block's tile of `rows` rows at (x0, y0). Compile-time heights (KHC > 0) take
-// fill_tile_rows: the word path inside the plane, border tables at its edges (those blocks
-// had been a tenth of the 4K 5x5 kernel's instructions through load_tile's per-sample
-// path); runtime heights take load_tile.
+// The block's tile of `rows` rows at (x0, y0): fill_tile_rows for compile-time heights
+// (KHC > 0), load_tile's batched word walk for runtime heights.
 template <int KW, int KHC>
 __device__ __forceinline__ void fill_tile(float* tile, const uint8_t* __restrict__ src, int spitch, int w, int h,
                                           int x0, int y0, int rows, Border border, int value) {
@@ -248,8 +253,7 @@ __device__ __forceinline__ void fill_tile(float* tile, const uint8_t* __restrict
     if (aligned_interior<KW>(src, spitch, w, h, x0, y0, ROWS)) {
       fill_tile_rows<KW, ROWS, false>(tile, src, spitch, w, h, x0, y0, true, border, value);
     } else {
-      const bool words_aligned = ((static_cast<uintptr_t>(spitch) | reinterpret_cast<uintptr_t>(src)) & 3) == 0;
-      fill_tile_rows<KW, ROWS, true>(tile, src, spitch, w, h, x0, y0, words_aligned, border, value);
+      fill_tile_rows<KW, ROWS, true>(tile, src, spitch, w, h, x0, y0, words_aligned(src, spitch), border, value);
     }
   } else {
     load_tile<KW>(tile, src, spitch, w, h, x0, y0, rows, border, value);
@@ -310,8 +314,7 @@ __device__ __forceinline__ void store4(uint8_t* dst, int dpitch, int w, int h, i
 template <int OH>
 __device__ __forceinline__ void store_outputs(uint8_t* dst, int dpitch, int w, int h, int ox, int oy,
                                               const float (&acc)[kPY][kPX], float rdiv, float bias_half) {
-  const bool whole = (blockIdx.x + 1) * kOW <= w && (blockIdx.y + 1) * OH <= h &&
-                     ((static_cast<uintptr_t>(dpitch) | reinterpret_cast<uintptr_t>(dst)) & 3) == 0;
+  const bool whole = (blockIdx.x + 1) * kOW <= w && (blockIdx.y + 1) * OH <= h && words_aligned(dst, dpitch);
   if (whole) {
     uint8_t* d = dst + static_cast<size_t>(oy) * dpitch + ox;
 #pragma unroll
