@@ -19,6 +19,7 @@ class MmpStage final : public Stage {
     params_.lambda = o.number("lambda");
     params_.carry = o.flag("carry");
     params_.shared_chroma = !o.flag("independent_chroma");
+    params_.post_filter = o.flag("post_filter");
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;
@@ -71,6 +72,8 @@ void register_mmp_stage(Registry& reg) {
       {"carry", OptionSpec::Type::Bool, "0", "keep dictionaries and models from frame to frame", 0, 0, {}, {}},
       {"independent_chroma", OptionSpec::Type::Bool, "0",
        "code Cr with dictionaries of its own instead of continuing Cb's (more bits)", 0, 0, {}, {}},
+      {"post_filter", OptionSpec::Type::Bool, "1",
+       "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)", 0, 0, {}, {}},
   };
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
   s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1"};

@@ -267,6 +267,7 @@ struct MmpArgs {
   int mode_candidates = 4;
   bool carry = false;
   bool independent_chroma = false;
+  bool no_post_filter = false;
 };
 
 // A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
@@ -290,6 +291,7 @@ int mmp_encode_command(const MmpArgs& a) {
   p.mode_candidates = a.mode_candidates;
   p.carry = a.carry;
   p.shared_chroma = !a.independent_chroma;
+  p.post_filter = !a.no_post_filter;
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   mmp::Writer w(out, coded, p);
   HostFrame f(in, false), c(coded, false);
@@ -356,6 +358,7 @@ int mmp_info_command(const MmpArgs& a) {
   if (plane_count(r.spec().format) == 3)
     std::printf("chroma: %s\n", r.params().shared_chroma ? "Cr continues Cb's dictionaries and models"
                                                          : "each plane with dictionaries of its own");
+  std::printf("post-filter: %s\n", r.params().post_filter ? "on (each plane's taps in its stream)" : "off");
   std::vector<size_t> bytes;
   int64_t n = 0;
   while (r.read(f, &bytes)) {
@@ -671,6 +674,9 @@ int main(int argc, char** argv) {
   mmp_enc->add_flag("--independent-chroma", mmp_args.independent_chroma,
                     "code Cr with dictionaries of its own instead of continuing Cb's (the two chroma planes "
                     "then encode and decode in parallel; Cr costs more bits)");
+  mmp_enc->add_flag("--no-post-filter", mmp_args.no_post_filter,
+                    "leave out the restoration post-filter (least-squares taps per activity class, sent with "
+                    "each plane; about +0.3 dB on photographs at 0.5 bpp)");
   mmp_enc->add_option("--modes", mmp_args.mode_candidates,
                       "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
                       "slower, slightly fewer bits)")

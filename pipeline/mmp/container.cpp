@@ -60,7 +60,7 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   std::memcpy(&lb, &p.lambda, 8);
   for (int i = 0; i < 8; ++i) h.push_back(static_cast<uint8_t>(lb >> (8 * i)));
   put_u32(h, static_cast<uint32_t>(p.max_dict));
-  h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0)));
+  h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0) | (p.post_filter ? 4 : 0)));
   put(h.data(), h.size());
 }
 
@@ -176,9 +176,10 @@ Reader::Reader(const std::string& path) : path_(path) {
   const uint32_t md = get_u32(h + 30);
   if (md < 64 || md > 4096) throw Error(ErrorKind::Input, path + ": bad dictionary size " + std::to_string(md));
   params_.max_dict = static_cast<int>(md);
-  if (h[34] > 3) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
+  if (h[34] > 7) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
   params_.carry = (h[34] & 1) != 0;
   params_.shared_chroma = (h[34] & 2) != 0;
+  params_.post_filter = (h[34] & 4) != 0;
   if (params_.carry)
     for (int p = 0; p < plane_count(spec_.format); ++p) states_.push_back(std::make_unique<PlaneState>(params_));
 }

@@ -2,7 +2,8 @@
 //   header  "VMMP", version 2, pixel format (0 gray, 1 yuv420p, 2 yuv444p), width, height,
 //           frame rate num/den (u32 little-endian each), lambda (f64), dictionary size (u32),
 //           flags (u8; bit 0: dictionaries and models carried across frames; bit 1: the
-//           second chroma plane continues the first's dictionaries and models)
+//           second chroma plane continues the first's dictionaries and models; bit 2: each
+//           plane's stream ends with a post-filter the decoder applies)
 //   frame   for each plane: payload length (u32) and the plane's range-coded payload
 // Frames are independent (each plane starts from fresh dictionaries and models) unless the
 // carry flag is set.

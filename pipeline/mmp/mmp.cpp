@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "pipeline/error.hpp"
+#include "pipeline/mmp/postfilter.hpp"
 #include "pipeline/mmp/range_coder.hpp"
 
 namespace vfp::mmp {
@@ -601,15 +602,25 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
       learn(learned, dict);
       ++res.blocks;
     }
-  res.bytes = enc.finish();
-  res.recon.resize(static_cast<size_t>(w) * h);
+  // The plane as decoded, cropped; then the post-filter, designed against the original and
+  // sent after the last block (it does not touch the prediction loop above).
+  std::vector<uint8_t> decoded(static_cast<size_t>(w) * h);
   for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      const uint8_t v = rec[static_cast<size_t>(y) * W + x];
-      res.recon[static_cast<size_t>(y) * w + x] = v;
-      const double d = static_cast<double>(v) - img[static_cast<size_t>(y) * w + x];
-      res.sse += d * d;
-    }
+    std::memcpy(&decoded[static_cast<size_t>(y) * w], &rec[static_cast<size_t>(y) * W], static_cast<size_t>(w));
+  res.recon.resize(decoded.size());
+  if (p.post_filter) {
+    const PostFilter f = design_post_filter(decoded.data(), img, w, h, p.lambda);
+    write_post_filter(enc, f);
+    apply_post_filter(f, decoded.data(), w, h, res.recon.data());
+    for (int c = 0; c < kPostClasses; ++c) res.post_filter_classes += f.on[c] ? 1 : 0;
+  } else {
+    res.recon = decoded;
+  }
+  res.bytes = enc.finish();
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    const double d = static_cast<double>(res.recon[i]) - img[i];
+    res.sse += d * d;
+  }
   res.dict_elements = dict.total();
   return res;
 }
@@ -666,7 +677,12 @@ std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, c
   std::vector<uint8_t> out(static_cast<size_t>(w) * h);
   for (int y = 0; y < h; ++y)
     std::memcpy(&out[static_cast<size_t>(y) * w], &rec[static_cast<size_t>(y) * W], static_cast<size_t>(w));
-  return out;
+  if (!p.post_filter) return out;
+  const PostFilter f = read_post_filter(dec);
+  if (dec.overrun()) corrupt(W, H);
+  std::vector<uint8_t> filtered(out.size());
+  apply_post_filter(f, out.data(), w, h, filtered.data());
+  return filtered;
 }
 
 }  // namespace vfp::mmp

@@ -46,6 +46,10 @@ struct Params {
   // luma in parallel with Cb-then-Cr. Cr costs 13-25% fewer bytes at lower error on the
   // test photographs (docs/mmp.md).
   bool shared_chroma = true;
+  // Container (.mmp) option: each plane's stream ends with a restoration post-filter
+  // (pipeline/mmp/postfilter.hpp) that the decoder applies to the decoded plane; the
+  // encoder designs it by least squares against the original.
+  bool post_filter = true;
 };
 
 // Dictionaries and adaptive models of one plane. Passing the same state to
@@ -72,6 +76,7 @@ struct PlaneResult {
   int64_t modes[kModes] = {};  // prediction units per mode
   int64_t unit_sizes[3] = {};  // prediction units of 16x16, 8x8, 4x4
   int64_t splits[2] = {0, 0};  // segment splits into left|right, top/bottom
+  int post_filter_classes = 0; // activity classes the post-filter changes (0..4)
 };
 
 // `state` null: fresh dictionaries and models (an independent plane).
