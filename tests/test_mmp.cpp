@@ -485,11 +485,15 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   for (const std::string carry : {"0", "1"}) {
     const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage" + carry);
     std::filesystem::create_directories(dir);
+    // With carried dictionaries, also without the post-filter (stage option post_filter=0).
+    const std::string post = carry == "1" ? "0" : "1";
     auto r = test::run_cmd(bin +
                            " run -i 'synthetic=size=64x48:frames=3:noise=gauss:sigma=3' -f "
                            "'mmp=lambda=30:carry=" +
-                           carry + ":file=" + dir + "/s.mmp' -o " + dir + "/stage.y4m --device cpu");
+                           carry + ":post_filter=" + post + ":file=" + dir + "/s.mmp' -o " + dir +
+                           "/stage.y4m --device cpu");
     ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(mmp::Reader(dir + "/s.mmp").params().post_filter, post == "1");
     EXPECT_NE(r.out.find("mmp (lambda 30): 3 frames"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("PSNR"), std::string::npos) << r.out;
     ASSERT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/s.mmp -o " + dir + "/decoded.y4m").rc, 0);
