@@ -331,7 +331,7 @@ __device__ __forceinline__ void store_outputs(uint8_t* dst, int dpitch, int w, i
 // the previous grid has completed and its writes are visible, so only the launch latency
 // (about 1 us between back-to-back kernels on the H100) is overlapped, never the data.
 __device__ __forceinline__ void wait_for_previous_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(VFP_CONV_NO_PDL)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -533,7 +533,7 @@ void ConvTaps::run(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int
   const size_t i = static_cast<size_t>(slot) % banks_.size();
   const ConvParams& p = params_[i];
   dispatch(p.kernel.w, separable_[i] != 0, src, spitch, dst, dpitch, w, h, p.kernel.h, banks_[i], p.rdiv,
-           p.bias + 0.5f, p.border, p.value, s);
+           p.rounding_bias(), p.border, p.value, s);
 }
 
 void conv_set_programmatic_launch(bool on) { g_programmatic_launch = on; }

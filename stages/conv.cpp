@@ -270,7 +270,7 @@ BorderMaps make_maps(const PlaneRef& p, int ax, int ay, Border b) {
 // Round half up with one rounding: floor(fmaf(acc, rdiv, bias + 0.5)), where bias + 0.5 is
 // rounded to float first; clamped to 0..255, NaN (overflowing taps) to 0.
 inline uint8_t finish(float acc, const ConvParams& p) {
-  const float v = std::floor(__builtin_fmaf(acc, p.rdiv, p.bias + 0.5f));
+  const float v = std::floor(__builtin_fmaf(acc, p.rdiv, p.rounding_bias()));
   return static_cast<uint8_t>(v >= 0.f ? (v > 255.f ? 255.f : v) : 0.f);
 }
 

@@ -38,6 +38,9 @@ struct ConvParams {
   int planes = 0xF;
   Border border = Border::Reflect101;
   int value = 0;
+  // bias + 0.5 rounded to float: the addend of the reference's one-rounding finish,
+  // floor(fmaf(acc, rdiv, rounding_bias())), on the CPU and in the CUDA kernels alike.
+  float rounding_bias() const { return bias + 0.5f; }
 };
 
 // Kernel builders. Each throws vfp::OptionError naming the option at fault.
