@@ -27,36 +27,21 @@ void launch(const ImageView& s, const ImageView& d, StreamHandle st) {
   VFP_CUDA_LAUNCHED("convert_kernel");
 }
 
-template <int SF>
-void launch_to(const ImageView& s, const ImageView& d, StreamHandle st) {
-  switch (static_cast<int>(d.format)) {
-    case conv::kGray: return launch<SF, conv::kGray>(s, d, st);
-    case conv::k420: return launch<SF, conv::k420>(s, d, st);
-    case conv::k444: return launch<SF, conv::k444>(s, d, st);
-    case conv::kBGR: return launch<SF, conv::kBGR>(s, d, st);
-    case conv::kRGB: return launch<SF, conv::kRGB>(s, d, st);
-  }
-  throw Error(ErrorKind::Internal, "convert_async: bad destination format");
-}
-
 }  // namespace
 
 void convert_async(const ImageView& s, const ImageView& d, StreamHandle st) {
   if (s.width != d.width || s.height != d.height)
     throw Error(ErrorKind::Internal, "convert_async: size mismatch");
-  switch (static_cast<int>(s.format)) {
-    case conv::kGray: return launch_to<conv::kGray>(s, d, st);
-    case conv::k420: return launch_to<conv::k420>(s, d, st);
-    case conv::k444: return launch_to<conv::k444>(s, d, st);
-    case conv::kBGR: return launch_to<conv::kBGR>(s, d, st);
-    case conv::kRGB: return launch_to<conv::kRGB>(s, d, st);
-  }
-  throw Error(ErrorKind::Internal, "convert_async: bad source format");
+  bool ok = false;
+  conv::with_format(s.format, [&](auto SF) {
+    ok = conv::with_format(d.format, [&](auto DF) { launch<decltype(SF)::value, decltype(DF)::value>(s, d, st); });
+  });
+  if (!ok) throw Error(ErrorKind::Internal, "convert_async: bad pixel format");
 }
 
 void copy_image_async(const ImageView& s, const ImageView& d, StreamHandle st) {
   const int planes = plane_count(s.format);
-  const int bpp = is_packed_rgb(s.format) ? 3 : 1;
+  const int bpp = sample_bytes(s.format);
   for (int p = 0; p < planes; ++p)
     VFP_CUDA(cudaMemcpy2DAsync(d.data[p], d.pitch[p], s.data[p], s.pitch[p],
                                static_cast<size_t>(s.pw[p]) * bpp, s.ph[p],

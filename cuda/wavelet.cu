@@ -42,8 +42,10 @@ struct BandCounts {
 __device__ __forceinline__ int floor_div2(int a) { return a >= 0 ? a / 2 : -((1 - a) / 2); }
 
 __device__ __forceinline__ float load_sample(const uint8_t* p) { return static_cast<float>(*p); }
+__device__ __forceinline__ float load_sample(const uint16_t* p) { return wavelet_load16(*p); }
 __device__ __forceinline__ float load_sample(const float* p) { return *p; }
 __device__ __forceinline__ void store_sample(uint8_t* p, float v) { *p = wavelet_quantise(v); }
+__device__ __forceinline__ void store_sample(uint16_t* p, float v) { *p = wavelet_quantise16(v); }
 __device__ __forceinline__ void store_sample(float* p, float v) { *p = v; }
 
 // Sums three values over the block and adds them to dst[0..2].
@@ -357,8 +359,10 @@ float* WaveletWorkspace::band_mut(int level, int which) const {
 }
 const float* WaveletWorkspace::band(int level, int which) const { return band_mut(level, which); }
 
-void WaveletWorkspace::forward(const uint8_t* src, int spitch, int w, int h, const WaveletFilter& f,
-                               WaveletBoundary b, int levels, bool band_sums, StreamHandle s) {
+template <typename InT>
+void WaveletWorkspace::forward_impl(const InT* src, int spitch, int w, int h, const WaveletFilter& f,
+                                    WaveletBoundary b, int levels, bool band_sums, StreamHandle s) {
+  spitch /= static_cast<int>(sizeof(InT));  // bytes -> samples
   if (levels < 1 || levels > kMaxLevels)
     throw Error(ErrorKind::Internal, log::format("wavelet: %d levels (1..%d)", levels, kMaxLevels));
   geom_ = dwt_geometry(w, h, f.taps, b, levels);
@@ -383,7 +387,7 @@ void WaveletWorkspace::forward(const uint8_t* src, int spitch, int w, int h, con
       const dim3 grid((g.cw + kFwdTX - 1) / kFwdTX, (g.ch + kFwdTY - 1) / kFwdTY);
       double* sums = band_sums ? st->sums + 3 * l : nullptr;
       if (l == 0)
-        dwt2_forward_kernel<decltype(F)::value, uint8_t><<<grid, block, 0, s>>>(
+        dwt2_forward_kernel<decltype(F)::value, InT><<<grid, block, 0, s>>>(
             src, spitch, g.w, g.h, g.cw, g.ch, b, t, band_mut(0, 0), band_mut(0, 1), band_mut(0, 2),
             band_mut(0, 3), sums);
       else
@@ -393,6 +397,15 @@ void WaveletWorkspace::forward(const uint8_t* src, int spitch, int w, int h, con
       VFP_CUDA_LAUNCHED("dwt2_forward_kernel");
     }
   });
+}
+
+void WaveletWorkspace::forward(const uint8_t* src, int spitch, int w, int h, const WaveletFilter& f,
+                               WaveletBoundary b, int levels, bool band_sums, StreamHandle s) {
+  forward_impl(src, spitch, w, h, f, b, levels, band_sums, s);
+}
+void WaveletWorkspace::forward(const uint16_t* src, int spitch, int w, int h, const WaveletFilter& f,
+                               WaveletBoundary b, int levels, bool band_sums, StreamHandle s) {
+  forward_impl(src, spitch, w, h, f, b, levels, band_sums, s);
 }
 
 void WaveletWorkspace::estimate(const WaveletParams& p, StreamHandle s) {
@@ -433,7 +446,7 @@ void WaveletWorkspace::inverse_impl(OutT* dst, int dpitch, const WaveletParams& 
       if (l == 0)
         idwt2_inverse_kernel<decltype(F)::value, OutT><<<grid, block, 0, s>>>(
             band(0, 0), band(0, 1), band(0, 2), band(0, 3), g.cw, g.ch, boundary_, t, thr, p.mode, pct, dst,
-            dpitch, g.w, g.h);
+            dpitch / static_cast<int>(sizeof(OutT)), g.w, g.h);
       else  // into the approximation of the next finer level
         idwt2_inverse_kernel<decltype(F)::value, float><<<grid, block, 0, s>>>(
             band(l, 0), band(l, 1), band(l, 2), band(l, 3), g.cw, g.ch, boundary_, t, thr, p.mode, pct,
@@ -446,11 +459,20 @@ void WaveletWorkspace::inverse_impl(OutT* dst, int dpitch, const WaveletParams& 
 void WaveletWorkspace::inverse(uint8_t* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s) {
   inverse_impl(dst, dpitch, p, shrink, s);
 }
-void WaveletWorkspace::inverse_float(float* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s) {
+void WaveletWorkspace::inverse(uint16_t* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s) {
   inverse_impl(dst, dpitch, p, shrink, s);
+}
+void WaveletWorkspace::inverse_float(float* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s) {
+  inverse_impl(dst, dpitch * static_cast<int>(sizeof(float)), p, shrink, s);
 }
 
 void WaveletWorkspace::denoise(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                               const WaveletParams& p, int levels, StreamHandle s) {
+  forward(src, spitch, w, h, *p.wavelet, p.boundary, levels, p.method == ShrinkMethod::BayesShrink, s);
+  estimate(p, s);
+  inverse(dst, dpitch, p, true, s);
+}
+void WaveletWorkspace::denoise(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h,
                                const WaveletParams& p, int levels, StreamHandle s) {
   forward(src, spitch, w, h, *p.wavelet, p.boundary, levels, p.method == ShrinkMethod::BayesShrink, s);
   estimate(p, s);

@@ -33,14 +33,20 @@ class WaveletWorkspace {
   // `levels` is p.levels_for(w, h).
   void denoise(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const WaveletParams& p,
                int levels, StreamHandle s);
+  // 16-bit planes (pitches in bytes), on the 8-bit scale as the CPU reference.
+  void denoise(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const WaveletParams& p,
+               int levels, StreamHandle s);
 
   // The parts, for tests and the benchmark. forward() decomposes with `levels` levels;
   // estimate() computes the thresholds of p for the last forward(); inverse() reconstructs,
   // shrinking the details with them when `shrink` (else the plain inverse transform).
   void forward(const uint8_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,
                int levels, bool band_sums, StreamHandle s);
+  void forward(const uint16_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,
+               int levels, bool band_sums, StreamHandle s);
   void estimate(const WaveletParams& p, StreamHandle s);
   void inverse(uint8_t* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s);
+  void inverse(uint16_t* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s);
   void inverse_float(float* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s);
 
   // Layout of the last forward(): device pointers of level l's subbands (l = 0 finest),
@@ -53,6 +59,9 @@ class WaveletWorkspace {
  private:
   template <typename OutT>
   void inverse_impl(OutT* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s);
+  template <typename InT>
+  void forward_impl(const InT* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b, int levels,
+                    bool band_sums, StreamHandle s);
   float* band_mut(int level, int which) const;
 
   DeviceBuffer coeffs_, stats_;

@@ -18,12 +18,17 @@ bool contains(const std::vector<PixelFormat>& v, PixelFormat f) {
 PixelFormat pick_conversion(PixelFormat from, const std::vector<PixelFormat>& accepted) {
   using F = PixelFormat;
   std::vector<F> pref;
+  // A 16-bit frame first tries its own layout at 8 bits, then what that layout would.
+  if (is_16bit(from)) {
+    pref.push_back(with_depth(from, 8));
+    from = with_depth(from, 8);
+  }
   switch (from) {
-    case F::BGR24: pref = {F::RGB24, F::YUV444P, F::YUV420P, F::GRAY8}; break;
-    case F::RGB24: pref = {F::BGR24, F::YUV444P, F::YUV420P, F::GRAY8}; break;
-    case F::YUV444P: pref = {F::BGR24, F::RGB24, F::YUV420P, F::GRAY8}; break;
-    case F::YUV420P: pref = {F::YUV444P, F::BGR24, F::RGB24, F::GRAY8}; break;
-    default: pref = {F::YUV420P, F::YUV444P, F::BGR24, F::RGB24}; break;
+    case F::BGR24: pref.insert(pref.end(), {F::RGB24, F::YUV444P, F::YUV420P, F::GRAY8}); break;
+    case F::RGB24: pref.insert(pref.end(), {F::BGR24, F::YUV444P, F::YUV420P, F::GRAY8}); break;
+    case F::YUV444P: pref.insert(pref.end(), {F::BGR24, F::RGB24, F::YUV420P, F::GRAY8}); break;
+    case F::YUV420P: pref.insert(pref.end(), {F::YUV444P, F::BGR24, F::RGB24, F::GRAY8}); break;
+    default: pref.insert(pref.end(), {F::YUV420P, F::YUV444P, F::BGR24, F::RGB24}); break;
   }
   for (F f : pref)
     if (contains(accepted, f)) return f;

@@ -17,8 +17,9 @@ struct FmtInfo {
   const char* name;
   int planes;
 };
-constexpr FmtInfo kFmt[] = {
-    {"gray", 1}, {"yuv420p", 3}, {"yuv444p", 3}, {"bgr24", 1}, {"rgb24", 1}};
+constexpr FmtInfo kFmt[] = {{"gray", 1},     {"yuv420p", 3},     {"yuv444p", 3},     {"bgr24", 1},
+                            {"rgb24", 1},    {"gray16le", 1},    {"yuv420p16le", 3}, {"yuv444p16le", 3}};
+static_assert(sizeof(kFmt) / sizeof(kFmt[0]) == static_cast<size_t>(PixelFormat::Count), "one row per format");
 }  // namespace
 
 const char* pix_fmt_name(PixelFormat f) {
@@ -39,6 +40,11 @@ bool parse_pix_fmt(const std::string& s, PixelFormat* out) {
       {"444", PixelFormat::YUV444P},     {"bgr24", PixelFormat::BGR24},
       {"bgr", PixelFormat::BGR24},       {"rgb24", PixelFormat::RGB24},
       {"rgb", PixelFormat::RGB24},
+      {"gray16le", PixelFormat::GRAY16}, {"gray16", PixelFormat::GRAY16},
+      {"mono16", PixelFormat::GRAY16},   {"yuv420p16le", PixelFormat::YUV420P16},
+      {"yuv420p16", PixelFormat::YUV420P16}, {"420p16", PixelFormat::YUV420P16},
+      {"yuv444p16le", PixelFormat::YUV444P16}, {"yuv444p16", PixelFormat::YUV444P16},
+      {"444p16", PixelFormat::YUV444P16},
   };
   for (const auto& a : aliases)
     if (s == a.name) {
@@ -62,6 +68,19 @@ bool is_planar_yuv(PixelFormat f) {
   return f == PixelFormat::GRAY8 || f == PixelFormat::YUV420P || f == PixelFormat::YUV444P;
 }
 bool is_packed_rgb(PixelFormat f) { return f == PixelFormat::BGR24 || f == PixelFormat::RGB24; }
+bool is_16bit(PixelFormat f) {
+  return f == PixelFormat::GRAY16 || f == PixelFormat::YUV420P16 || f == PixelFormat::YUV444P16;
+}
+int sample_bytes(PixelFormat f) { return is_packed_rgb(f) ? 3 : is_16bit(f) ? 2 : 1; }
+PixelFormat with_depth(PixelFormat f, int bits) {
+  using F = PixelFormat;
+  switch (f) {
+    case F::GRAY8: case F::GRAY16: return bits == 16 ? F::GRAY16 : F::GRAY8;
+    case F::YUV420P: case F::YUV420P16: return bits == 16 ? F::YUV420P16 : F::YUV420P;
+    case F::YUV444P: case F::YUV444P16: return bits == 16 ? F::YUV444P16 : F::YUV444P;
+    default: return f;
+  }
+}
 
 std::string FrameSpec::describe() const {
   std::string r = log::format("%dx%d %s", width, height, pix_fmt_name(format));
@@ -94,9 +113,9 @@ FrameLayout FrameLayout::of(const FrameSpec& s) {
   size_t off = 0;
   for (int p = 0; p < L.planes; ++p) {
     PlaneLayout& pl = L.plane[p];
-    int w = s.width, h = s.height, bpp = 1;
-    if (is_packed_rgb(s.format)) bpp = 3;
-    if (s.format == PixelFormat::YUV420P && p > 0) {
+    int w = s.width, h = s.height;
+    const int bpp = sample_bytes(s.format);
+    if ((s.format == PixelFormat::YUV420P || s.format == PixelFormat::YUV420P16) && p > 0) {
       w = (s.width + 1) / 2;  // chroma of odd sizes rounds up, as in ffmpeg
       h = (s.height + 1) / 2;
     }

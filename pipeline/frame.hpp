@@ -14,19 +14,27 @@
 
 namespace vfp {
 
-// 8-bit formats today; the layout code works in bytes-per-sample so 16-bit formats
-// (gray16, yuv420p10) only add enum values and kernels.
-enum class PixelFormat : int { GRAY8 = 0, YUV420P, YUV444P, BGR24, RGB24, Count };
+// 8-bit formats, and 16-bit planar ones (little-endian samples, as ffmpeg's gray16le /
+// yuv420p16le / yuv444p16le) for stages that compute in float and should not round their
+// result to 8 bits. A 16-bit sample holds the 8-bit scale times 257 (0..255 -> 0..65535).
+enum class PixelFormat : int { GRAY8 = 0, YUV420P, YUV444P, BGR24, RGB24, GRAY16, YUV420P16, YUV444P16, Count };
 
 constexpr int kMaxPlanes = 3;
 constexpr size_t kPitchAlign = 256;
 
 const char* pix_fmt_name(PixelFormat f);            // ffmpeg spelling: "gray", "yuv420p", ...
 bool parse_pix_fmt(const std::string& s, PixelFormat* out);  // accepts ffmpeg names + aliases
-std::string pix_fmt_list();                          // "gray, yuv420p, yuv444p, bgr24, rgb24"
+std::string pix_fmt_list();                          // "gray, yuv420p, ..., yuv444p16le"
 int plane_count(PixelFormat f);
-bool is_planar_yuv(PixelFormat f);   // gray, yuv420p, yuv444p
+bool is_planar_yuv(PixelFormat f);   // gray, yuv420p, yuv444p (8-bit)
 bool is_packed_rgb(PixelFormat f);   // bgr24, rgb24
+bool is_16bit(PixelFormat f);        // gray16le, yuv420p16le, yuv444p16le
+int sample_bytes(PixelFormat f);     // bytes of one sample of one plane: 1, 2, or 3 (packed RGB)
+PixelFormat with_depth(PixelFormat f, int bits);  // the same layout at 8 or 16 bits (RGB: 8 only)
+// Converting between the 8- and 16-bit scales (exact up; round half up down).
+constexpr int kScale16 = 257;
+VFP_HD int to16(int v8) { return v8 * kScale16; }
+VFP_HD int to8(int v16) { return (v16 + kScale16 / 2) / kScale16; }
 
 struct Rational {
   int num = 25, den = 1;
@@ -50,7 +58,7 @@ constexpr int kMaxDimension = 32768;
 void validate_spec(const FrameSpec& s, const char* what);
 
 struct PlaneLayout {
-  int width_bytes = 0;  // bytes of real data per row
+  int width_bytes = 0;  // bytes of real data per row (width * sample_bytes)
   int width = 0;        // samples per row (pixels for planar, pixels for packed too)
   int height = 0;
   size_t pitch = 0;
@@ -76,6 +84,8 @@ struct ImageView {
   PixelFormat format = PixelFormat::GRAY8;
 
   VFP_HD uint8_t* row(int p, int y) const { return data[p] + static_cast<size_t>(y) * pitch[p]; }
+  // Rows of the 16-bit formats (pitch stays in bytes).
+  VFP_HD uint16_t* row16(int p, int y) const { return reinterpret_cast<uint16_t*>(row(p, y)); }
   static ImageView over(uint8_t* base, const FrameSpec& s);
 };
 

@@ -5,8 +5,10 @@ Natural photographs shipped with scikit-image (8-bit gray), Gaussian noise of si
 30 (fixed seed), rounded and clipped to 8 bits. Both denoisers get the same noisy image,
 wavelet, levels (scikit-image's default rule, which is also ours), BayesShrink, soft, and
 estimate sigma themselves. vfpipe runs as a program (Y4M through a pipe, CPU backend
-unless --device says otherwise); its output is 8-bit. scikit-image's output is float: the
-table gives its PSNR as is and rounded to 8 bits.
+unless --device says otherwise), twice: with 8-bit output, and with 16-bit output
+(`format=gray16le,wavelet=...`, Cmono16 out, read as value / 257), which keeps its float
+result unrounded. scikit-image's output is float (unclipped, as it returns it for float
+input): the table gives its PSNR as is and rounded to 8 bits.
 
     /usr/bin/python3 scripts/wavelet-eval.py [--vfpipe build/vfpipe] [--device cpu]
                                              [--json docs/results/wavelet_quality.json]
@@ -50,7 +52,11 @@ def y4m_gray(img):
 
 
 def read_y4m_gray(buf, w, h):
+    """8-bit (Cmono) or 16-bit (Cmono16, returned as value / 257) gray frame."""
+    header = buf[:buf.index(b"\n")]
     frame = buf.index(b"FRAME\n") + 6
+    if b" Cmono16" in header:
+        return np.frombuffer(buf[frame:frame + 2 * w * h], dtype="<u2").reshape(h, w) / 257.0
     return np.frombuffer(buf[frame:frame + w * h], dtype=np.uint8).reshape(h, w)
 
 
@@ -73,8 +79,9 @@ def main():
     a = ap.parse_args()
     rng = np.random.default_rng(2026)
     rows = []
-    print("| image | size | wavelet | levels | sigma | noisy dB | vfpipe dB | skimage dB (float) | skimage dB (8-bit) | vfpipe - skimage |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| image | size | wavelet | levels | sigma | noisy dB | vfpipe 8-bit dB | vfpipe 16-bit dB | skimage dB (float) "
+          "| skimage dB (8-bit) | vfpipe 8-bit - skimage 8-bit | vfpipe 16-bit - skimage float |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, load in IMAGES.items():
         clean = to_u8(load())
         h, w = clean.shape
@@ -82,21 +89,29 @@ def main():
             noisy = np.clip(np.round(clean + rng.normal(0, sigma, clean.shape)), 0, 255).astype(np.uint8)
             for wav in a.wavelets.split(","):
                 levels = max(pywt.dwtn_max_level(clean.shape, wav) - 3, 1)
-                ours = vfpipe_denoise(a.vfpipe, a.device, noisy,
-                                      "wavelet=%s:levels=%d:method=bayesshrink:mode=soft" % (wav, levels))
+                filt = "wavelet=%s:levels=%d:method=bayesshrink:mode=soft" % (wav, levels)
+                ours = vfpipe_denoise(a.vfpipe, a.device, noisy, filt)
+                ours16 = vfpipe_denoise(a.vfpipe, a.device, noisy, "format=gray16le," + filt)
                 sk = denoise_wavelet(noisy / 255.0, wavelet=wav, method="BayesShrink", mode="soft",
                                      wavelet_levels=levels) * 255.0
                 r = {"image": name, "size": "%dx%d" % (w, h), "wavelet": wav, "levels": levels, "sigma": sigma,
                      "psnr_noisy": psnr(clean, noisy), "psnr_vfpipe": psnr(clean, ours),
+                     "psnr_vfpipe16": psnr(clean, ours16),
                      "psnr_skimage": psnr(clean, sk),
                      "psnr_skimage_8bit": psnr(clean, np.clip(np.round(sk), 0, 255))}
                 rows.append(r)
-                print("| %s | %s | %s | %d | %g | %.2f | %.2f | %.2f | %.2f | %+.3f |" % (
-                    name, r["size"], wav, levels, sigma, r["psnr_noisy"], r["psnr_vfpipe"], r["psnr_skimage"],
-                    r["psnr_skimage_8bit"], r["psnr_vfpipe"] - r["psnr_skimage"]), flush=True)
-    worst = min(r["psnr_vfpipe"] - r["psnr_skimage"] for r in rows)
-    print("\nworst vfpipe - skimage(float): %+.3f dB over %d cases (scikit-image %s, PyWavelets %s)" %
-          (worst, len(rows), skimage.__version__, pywt.__version__))
+                print("| %s | %s | %s | %d | %g | %.2f | %.3f | %.3f | %.3f | %.3f | %+.4f | %+.4f |" % (
+                    name, r["size"], wav, levels, sigma, r["psnr_noisy"], r["psnr_vfpipe"], r["psnr_vfpipe16"],
+                    r["psnr_skimage"], r["psnr_skimage_8bit"], r["psnr_vfpipe"] - r["psnr_skimage_8bit"],
+                    r["psnr_vfpipe16"] - r["psnr_skimage"]), flush=True)
+    print()
+    for wav in a.wavelets.split(","):
+        d = [r["psnr_vfpipe16"] - r["psnr_skimage"] for r in rows if r["wavelet"] == wav]
+        d8 = [r["psnr_vfpipe"] - r["psnr_skimage_8bit"] for r in rows if r["wavelet"] == wav]
+        print("%s: vfpipe 16-bit - skimage float: worst %+.4f, mean %+.4f dB, >= 0 in %d/%d; "
+              "8-bit vs 8-bit: worst %+.4f, mean %+.4f dB" % (wav, min(d), sum(d) / len(d),
+                                                             sum(x >= 0 for x in d), len(d), min(d8), sum(d8) / len(d8)))
+    print("(scikit-image %s, PyWavelets %s)" % (skimage.__version__, pywt.__version__))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -13,7 +13,11 @@
 //   gray <-> YUV: the Y plane is carried unchanged, chroma set to 128
 //   RGB -> gray: full-range BT.601 luma (77R + 150G + 29B + 128) >> 8; gray -> RGB: R=G=B
 // Odd widths/heights: the last chroma column/row averages the samples that exist.
+// 16-bit formats (value = 8-bit value * 257): 8 -> 16 multiplies by 257, 16 -> 8 is
+// (v + 128) / 257; between two 16-bit layouts the rules above run on 16-bit samples.
 #pragma once
+#include <type_traits>
+
 #include "pipeline/frame.hpp"
 #include "pipeline/hd.hpp"
 
@@ -43,12 +47,44 @@ constexpr int k420 = static_cast<int>(PixelFormat::YUV420P);
 constexpr int k444 = static_cast<int>(PixelFormat::YUV444P);
 constexpr int kBGR = static_cast<int>(PixelFormat::BGR24);
 constexpr int kRGB = static_cast<int>(PixelFormat::RGB24);
+constexpr int kGray16 = static_cast<int>(PixelFormat::GRAY16);
+constexpr int k420_16 = static_cast<int>(PixelFormat::YUV420P16);
+constexpr int k444_16 = static_cast<int>(PixelFormat::YUV444P16);
+
+constexpr bool is16(int f) { return f == kGray16 || f == k420_16 || f == k444_16; }
+// The 8-bit format of the same layout (16-bit formats differ from theirs only in depth).
+constexpr int layout_of(int f) { return f == kGray16 ? kGray : f == k420_16 ? k420 : f == k444_16 ? k444 : f; }
+
+// Sample access in the conversion's working scale: 16-bit samples as they are when both
+// ends are 16-bit (`raw16`), otherwise on the 8-bit scale (16-bit reads are rounded down to
+// 8 bits, 16-bit writes scaled up by 257).
+template <int F, bool raw16>
+VFP_HD int load(const ImageView& v, int p, int x, int y) {
+  if constexpr (is16(F)) {
+    const int s = v.row16(p, y)[x];
+    return raw16 ? s : to8(s);
+  } else {
+    return v.row(p, y)[x];
+  }
+}
+template <int F, bool raw16>
+VFP_HD void store(const ImageView& v, int p, int x, int y, int val) {
+  if constexpr (is16(F))
+    v.row16(p, y)[x] = static_cast<unsigned short>(raw16 ? val : to16(val));
+  else
+    v.row(p, y)[x] = static_cast<unsigned char>(val);
+}
 
 // Converts the 2x2 block (bx, by) of `s` (format SF) into `d` (format DF). One call per
-// block covers every output sample exactly once, including 4:2:0 chroma.
+// block covers every output sample exactly once, including 4:2:0 chroma. Between two 16-bit
+// formats the planar rules (copy Y, average or repeat chroma, neutral chroma 128 * 257) work
+// on the 16-bit samples; every other pair works on 8 bits (RGB is 8-bit only).
 template <int SF, int DF>
 VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by) {
-  constexpr bool src_rgb = (SF == kBGR || SF == kRGB);
+  constexpr bool w16 = is16(SF) && is16(DF);
+  constexpr int SL = layout_of(SF), DL = layout_of(DF);
+  constexpr int neutral = w16 ? 128 * kScale16 : 128;
+  constexpr bool src_rgb = (SL == kBGR || SL == kRGB);
   int csum_u = 0, csum_v = 0, n = 0;
   const int x0 = 2 * bx, y0 = 2 * by;
   for (int dy = 0; dy < 2; ++dy) {
@@ -57,38 +93,38 @@ VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by
     for (int dx = 0; dx < 2; ++dx) {
       const int x = x0 + dx;
       if (x >= s.width) break;
-      int Y = 0, U = 128, V = 128, R = 0, G = 0, B = 0;
-      if (SF == kGray) {
-        Y = s.row(0, y)[x];
-      } else if (SF == k420) {
-        Y = s.row(0, y)[x];
-        U = s.row(1, y >> 1)[x >> 1];
-        V = s.row(2, y >> 1)[x >> 1];
-      } else if (SF == k444) {
-        Y = s.row(0, y)[x];
-        U = s.row(1, y)[x];
-        V = s.row(2, y)[x];
+      int Y = 0, U = neutral, V = neutral, R = 0, G = 0, B = 0;
+      if (SL == kGray) {
+        Y = load<SF, w16>(s, 0, x, y);
+      } else if (SL == k420) {
+        Y = load<SF, w16>(s, 0, x, y);
+        U = load<SF, w16>(s, 1, x >> 1, y >> 1);
+        V = load<SF, w16>(s, 2, x >> 1, y >> 1);
+      } else if (SL == k444) {
+        Y = load<SF, w16>(s, 0, x, y);
+        U = load<SF, w16>(s, 1, x, y);
+        V = load<SF, w16>(s, 2, x, y);
       } else {
         const unsigned char* p = s.row(0, y) + 3 * x;
-        if (SF == kBGR) {
+        if (SL == kBGR) {
           B = p[0]; G = p[1]; R = p[2];
         } else {
           R = p[0]; G = p[1]; B = p[2];
         }
       }
-      if (DF == kGray) {
-        d.row(0, y)[x] = static_cast<unsigned char>(src_rgb ? rgb_to_gray(R, G, B) : Y);
-      } else if (DF == k444 || DF == k420) {
+      if (DL == kGray) {
+        store<DF, w16>(d, 0, x, y, src_rgb ? rgb_to_gray(R, G, B) : Y);
+      } else if (DL == k444 || DL == k420) {
         int u_num = 0, v_num = 0;
         if (src_rgb) {
           Y = rgb_to_y(R, G, B);
           u_num = rgb_to_u_num(R, G, B);
           v_num = rgb_to_v_num(R, G, B);
         }
-        d.row(0, y)[x] = static_cast<unsigned char>(Y);
-        if (DF == k444) {
-          d.row(1, y)[x] = static_cast<unsigned char>(src_rgb ? chroma_from_num(u_num, 1) : U);
-          d.row(2, y)[x] = static_cast<unsigned char>(src_rgb ? chroma_from_num(v_num, 1) : V);
+        store<DF, w16>(d, 0, x, y, Y);
+        if (DL == k444) {
+          store<DF, w16>(d, 1, x, y, src_rgb ? chroma_from_num(u_num, 1) : U);
+          store<DF, w16>(d, 2, x, y, src_rgb ? chroma_from_num(v_num, 1) : V);
         } else {
           csum_u += src_rgb ? u_num : U;
           csum_v += src_rgb ? v_num : V;
@@ -96,14 +132,14 @@ VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by
         }
       } else {  // packed RGB destination
         if (!src_rgb) {
-          if (SF == kGray) {
+          if (SL == kGray) {
             R = G = B = Y;
           } else {
             yuv_to_rgb(Y, U, V, R, G, B);
           }
         }
         unsigned char* p = d.row(0, y) + 3 * x;
-        if (DF == kBGR) {
+        if (DL == kBGR) {
           p[0] = static_cast<unsigned char>(B); p[1] = static_cast<unsigned char>(G); p[2] = static_cast<unsigned char>(R);
         } else {
           p[0] = static_cast<unsigned char>(R); p[1] = static_cast<unsigned char>(G); p[2] = static_cast<unsigned char>(B);
@@ -111,12 +147,28 @@ VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by
       }
     }
   }
-  if (DF == k420 && n > 0) {
+  if (DL == k420 && n > 0) {
     int u = src_rgb ? chroma_from_num(csum_u, n) : (csum_u + n / 2) / n;
     int v = src_rgb ? chroma_from_num(csum_v, n) : (csum_v + n / 2) / n;
-    d.row(1, by)[bx] = static_cast<unsigned char>(u);
-    d.row(2, by)[bx] = static_cast<unsigned char>(v);
+    store<DF, w16>(d, 1, bx, by, u);
+    store<DF, w16>(d, 2, bx, by, v);
   }
+}
+
+// Calls fn(std::integral_constant<int, F>) for a runtime format; false for an unknown one.
+template <typename Fn>
+bool with_format(PixelFormat f, Fn&& fn) {
+  switch (static_cast<int>(f)) {
+    case kGray: fn(std::integral_constant<int, kGray>{}); return true;
+    case k420: fn(std::integral_constant<int, k420>{}); return true;
+    case k444: fn(std::integral_constant<int, k444>{}); return true;
+    case kBGR: fn(std::integral_constant<int, kBGR>{}); return true;
+    case kRGB: fn(std::integral_constant<int, kRGB>{}); return true;
+    case kGray16: fn(std::integral_constant<int, kGray16>{}); return true;
+    case k420_16: fn(std::integral_constant<int, k420_16>{}); return true;
+    case k444_16: fn(std::integral_constant<int, k444_16>{}); return true;
+  }
+  return false;
 }
 
 }  // namespace vfp::conv

@@ -73,11 +73,12 @@ void register_format_stage(Registry& reg) {
   StageInfo s;
   s.name = "format";
   s.aliases = {"convert"};
-  s.summary = "convert to a pixel format (gray, yuv420p, yuv444p, bgr24, rgb24)";
+  s.summary = "convert to a pixel format (gray, yuv420p, yuv444p, bgr24, rgb24, 16-bit gray/yuv)";
   s.description =
       "Converts frames to the first listed pixel format, unless they already are in one of "
       "the listed formats. BT.601 limited-range YUV, integer arithmetic identical on CPU and "
-      "GPU; gray <-> YUV keeps the Y plane unchanged (docs/formats.md).";
+      "GPU; gray <-> YUV keeps the Y plane unchanged. 16-bit formats (gray16le, yuv420p16le, "
+      "yuv444p16le) hold the 8-bit scale times 257 (docs/formats.md).";
   OptionSpec o;
   o.name = "pix_fmts";
   o.aliases = {"pix_fmt", "fmt"};
@@ -85,10 +86,10 @@ void register_format_stage(Registry& reg) {
   o.default_value = "yuv420p";
   o.help = "target format, or a '|'-separated list of acceptable formats";
   s.options = {o};
-  s.formats = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,
-               PixelFormat::BGR24, PixelFormat::RGB24};
+  s.formats = {PixelFormat::GRAY8,  PixelFormat::YUV420P,   PixelFormat::YUV444P,   PixelFormat::BGR24,
+               PixelFormat::RGB24,  PixelFormat::GRAY16,    PixelFormat::YUV420P16, PixelFormat::YUV444P16};
   s.cuda = true;
-  s.examples = {"format=gray", "format=pix_fmts=yuv420p|yuv444p"};
+  s.examples = {"format=gray", "format=pix_fmts=yuv420p|yuv444p", "format=gray16le,wavelet=db4"};
   s.create = [](const Options& opts) {
     return std::make_unique<FormatStage>(parse_list(opts.str("pix_fmts")));
   };

@@ -35,8 +35,8 @@ void register_null_stage(Registry& reg) {
   s.description =
       "Forwards every frame untouched. Useful to measure the engine alone (upload, "
       "download, copy/compute overlap) or to convert formats with --pix-fmt only.";
-  s.formats = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,
-               PixelFormat::BGR24, PixelFormat::RGB24};
+  s.formats = {PixelFormat::GRAY8,  PixelFormat::YUV420P,   PixelFormat::YUV444P,   PixelFormat::BGR24,
+               PixelFormat::RGB24,  PixelFormat::GRAY16,    PixelFormat::YUV420P16, PixelFormat::YUV444P16};
   s.cuda = true;
   s.examples = {"null"};
   s.create = [](const Options&) { return std::make_unique<NullStage>(); };

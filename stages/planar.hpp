@@ -13,10 +13,11 @@
 
 namespace vfp {
 
-// Throws for packed formats, and an OptionError("planes") when the mask selects none of
-// the input's planes. Returns `in` (these stages keep the spec).
-inline FrameSpec check_planar_input(const char* stage, const FrameSpec& in, int planes) {
-  if (!is_planar_yuv(in.format))
+// Throws for packed formats (and 16-bit ones unless `high_depth`), and an
+// OptionError("planes") when the mask selects none of the input's planes. Returns `in`
+// (these stages keep the spec).
+inline FrameSpec check_planar_input(const char* stage, const FrameSpec& in, int planes, bool high_depth = false) {
+  if (!is_planar_yuv(in.format) && !(high_depth && is_16bit(in.format)))
     throw Error(ErrorKind::Input, std::string(stage) + ": unsupported pixel format " + pix_fmt_name(in.format));
   const int np = plane_count(in.format);
   if ((planes & ((1 << np) - 1)) == 0)
@@ -25,15 +26,16 @@ inline FrameSpec check_planar_input(const char* stage, const FrameSpec& in, int 
   return in;
 }
 
-// filter(src, spitch, dst, dpitch, w, h) for each selected plane; unselected planes are
-// copied on the host.
+// filter(src, spitch, dst, dpitch, w, h) for each selected plane (pitches in bytes, w in
+// samples); unselected planes are copied on the host.
 template <typename F>
 void for_each_plane_cpu(const ImageView& in, const ImageView& out, int planes, F&& filter) {
   for (int pl = 0; pl < plane_count(in.format); ++pl) {
     if (planes & (1 << pl)) {
       filter(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl]);
     } else {
-      for (int y = 0; y < in.ph[pl]; ++y) std::memcpy(out.row(pl, y), in.row(pl, y), static_cast<size_t>(in.pw[pl]));
+      for (int y = 0; y < in.ph[pl]; ++y)
+        std::memcpy(out.row(pl, y), in.row(pl, y), static_cast<size_t>(in.pw[pl]) * sample_bytes(in.format));
     }
   }
 }
@@ -47,7 +49,8 @@ void for_each_plane_cuda(const ImageView& in, const ImageView& out, int planes, 
     if (planes & (1 << pl))
       filter(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl]);
     else
-      cuda::copy_plane_async(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], stream);
+      cuda::copy_plane_async(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl],
+                             in.pw[pl] * sample_bytes(in.format), in.ph[pl], stream);
   }
 }
 #endif

@@ -222,12 +222,21 @@ WaveletThresholds wavelet_thresholds_cpu(const WaveletCoeffs& c, const WaveletPa
   return r;
 }
 
-WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p) {
+namespace {
+float load_sample(uint8_t v) { return v; }
+float load_sample(uint16_t v) { return wavelet_load16(v); }
+void store_sample(uint8_t* d, float v) { *d = wavelet_quantise(v); }
+void store_sample(uint16_t* d, float v) { *d = wavelet_quantise16(v); }
+
+template <typename T>
+WaveletThresholds denoise_plane(const T* src, int spitch, T* dst, int dpitch, int w, int h, const WaveletParams& p) {
+  spitch /= static_cast<int>(sizeof(T));  // bytes -> samples
+  dpitch /= static_cast<int>(sizeof(T));
   const int levels = p.levels_for(w, h);
   std::vector<float> img(static_cast<size_t>(w) * h);
   for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) img[static_cast<size_t>(y) * w + x] = src[static_cast<size_t>(y) * spitch + x];
+    for (int x = 0; x < w; ++x)
+      img[static_cast<size_t>(y) * w + x] = load_sample(src[static_cast<size_t>(y) * spitch + x]);
   WaveletCoeffs c = wavedec2_cpu(img.data(), w, h, w, *p.wavelet, p.boundary, levels);
   WaveletThresholds t = wavelet_thresholds_cpu(c, p, w, h);
   const float pct = static_cast<float>(p.percent / 100.0);
@@ -239,8 +248,18 @@ WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint
   waverec2_cpu(c, *p.wavelet, p.boundary, img.data());
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
-      dst[static_cast<size_t>(y) * dpitch + x] = wavelet_quantise(img[static_cast<size_t>(y) * w + x]);
+      store_sample(&dst[static_cast<size_t>(y) * dpitch + x], img[static_cast<size_t>(y) * w + x]);
   return t;
+}
+}  // namespace
+
+WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
+                                            int h, const WaveletParams& p) {
+  return denoise_plane(src, spitch, dst, dpitch, w, h, p);
+}
+WaveletThresholds wavelet_denoise_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w,
+                                            int h, const WaveletParams& p) {
+  return denoise_plane(src, spitch, dst, dpitch, w, h, p);
 }
 
 namespace {
@@ -284,7 +303,7 @@ class WaveletStage final : public Stage {
   explicit WaveletStage(WaveletParams p) : p_(p) {}
 
   FrameSpec configure(const FrameSpec& in) override {
-    check_planar_input("wavelet", in, p_.planes);
+    check_planar_input("wavelet", in, p_.planes, /*high_depth=*/true);
     spec_ = in;
     check_levels(p_);
     return in;
@@ -292,8 +311,13 @@ class WaveletStage final : public Stage {
   bool has_cuda() const override { return true; }
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
+    const bool deep = is_16bit(in.format);
     for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
-      wavelet_denoise_plane_cpu(s, sp, d, dp, w, h, p_);
+      if (deep)
+        wavelet_denoise_plane_cpu(reinterpret_cast<const uint16_t*>(s), sp, reinterpret_cast<uint16_t*>(d), dp, w,
+                                  h, p_);
+      else
+        wavelet_denoise_plane_cpu(s, sp, d, dp, w, h, p_);
     });
   }
 #if VFPIPE_HAVE_CUDA
@@ -304,9 +328,14 @@ class WaveletStage final : public Stage {
   }
   void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     cuda::WaveletWorkspace& ws = *work_[static_cast<size_t>(ctx.slot) % work_.size()];
+    const bool deep = is_16bit(in.format);
     for_each_plane_cuda(in, out, p_.planes, ctx.stream,
                         [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
-                          ws.denoise(s, sp, d, dp, w, h, p_, p_.levels_for(w, h), ctx.stream);
+                          if (deep)
+                            ws.denoise(reinterpret_cast<const uint16_t*>(s), sp, reinterpret_cast<uint16_t*>(d), dp,
+                                       w, h, p_, p_.levels_for(w, h), ctx.stream);
+                          else
+                            ws.denoise(s, sp, d, dp, w, h, p_, p_.levels_for(w, h), ctx.stream);
                         });
   }
 #endif
@@ -353,7 +382,9 @@ void register_wavelet_stage(Registry& reg) {
       "the same wavelet and boundary), shrinks the detail coefficients and reconstructs. The "
       "noise sigma is estimated per plane from the finest diagonal subband (median absolute "
       "value / 0.6745) unless given, on the GPU as well. FFmpeg vaguedenoiser spellings: "
-      "nsteps (levels), method=soft|hard|garrote, threshold, percent (docs/wavelet.md).";
+      "nsteps (levels), method=soft|hard|garrote, threshold, percent (docs/wavelet.md). "
+      "16-bit input (format=gray16le or yuv420p16le/yuv444p16le before it) is denoised on the "
+      "8-bit scale and written back at 16 bits, so the result is not rounded to 8 bits.";
   std::vector<std::string> wavelets = wavelet_names();
   wavelets.push_back("db1");
   wavelets.push_back("bior4.4");
@@ -367,13 +398,14 @@ void register_wavelet_stage(Registry& reg) {
        0, 0, {"bayesshrink", "visushrink", "fixed", "soft", "hard", "garrote"}, {}},
       {"mode", T::Choice, "soft", "shrinkage: soft, hard, garrote", 0, 0, {"soft", "hard", "garrote"}, {}},
       {"threshold", T::Float, "0", "fixed threshold in 8-bit sample units (implies method=fixed)", 0, 1e6, {}, {"t"}},
-      {"sigma", T::Float, "0", "noise standard deviation in sample units, 0 = estimate per plane", 0, 255, {}, {}},
+      {"sigma", T::Float, "0", "noise standard deviation in 8-bit sample units, 0 = estimate per plane", 0, 255, {}, {}},
       {"percent", T::Float, "100", "partial shrinkage in percent (vaguedenoiser; 100 = full)", 0, 100, {}, {}},
       {"planes", T::Int, "15", "bit mask of planes to denoise (others are copied)", 0, 15, {}, {}},
       {"boundary", T::Choice, "symmetric", "signal extension: symmetric or periodization (pywt modes)", 0, 0,
        {"symmetric", "periodization"}, {"extension"}},
   };
-  s.formats = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P};
+  s.formats = {PixelFormat::GRAY8,  PixelFormat::YUV420P,   PixelFormat::YUV444P,
+               PixelFormat::GRAY16, PixelFormat::YUV420P16, PixelFormat::YUV444P16};
   s.cuda = true;
   s.examples = {"wavelet", "wavelet=db4:levels=3", "wavelet=sym8:method=visushrink:mode=hard",
                 "wdenoise=threshold=8:method=garrote:percent=85", "wavelet=cdf97:sigma=20:planes=1"};

@@ -135,6 +135,16 @@ VFP_HD unsigned char wavelet_quantise(float x) {
   return r <= 0.f ? 0 : (r >= 255.f ? 255 : static_cast<unsigned char>(static_cast<int>(r)));
 }
 
+// 16-bit planes are denoised on the 8-bit scale (sample / 257), so sigma, thresholds and
+// every option mean the same at both depths; the result goes back as floor(x * 257 + 0.5),
+// clamped to 0..65535. Explicitly rounded operations: the GPU may not fuse them.
+constexpr float kWaveletInv257 = 1.0f / 257.0f;
+VFP_HD float wavelet_load16(unsigned short v) { return rn_mul(static_cast<float>(v), kWaveletInv257); }
+VFP_HD unsigned short wavelet_quantise16(float x) {
+  const float r = rn_add(rn_mul(x, 257.f), 0.5f);
+  return r <= 0.f ? 0 : (r >= 65535.f ? 65535 : static_cast<unsigned short>(static_cast<int>(r)));
+}
+
 struct WaveletParams {
   const WaveletFilter* wavelet = nullptr;  // default db4
   WaveletBoundary boundary = WaveletBoundary::Symmetric;
@@ -194,6 +204,9 @@ WaveletThresholds wavelet_thresholds_cpu(const WaveletCoeffs& c, const WaveletPa
 
 // Denoises one 8-bit plane (the stage's CPU path). Returns the thresholds used.
 WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
+                                            int h, const WaveletParams& p);
+// The same for a 16-bit plane (pitches in bytes), computed on the 8-bit scale.
+WaveletThresholds wavelet_denoise_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w,
                                             int h, const WaveletParams& p);
 
 }  // namespace vfp

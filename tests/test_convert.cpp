@@ -7,8 +7,9 @@
 using namespace vfp;
 
 namespace {
-const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,
-                            PixelFormat::BGR24, PixelFormat::RGB24};
+const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P,   PixelFormat::YUV444P,
+                            PixelFormat::BGR24, PixelFormat::RGB24,     PixelFormat::GRAY16,
+                            PixelFormat::YUV420P16, PixelFormat::YUV444P16};
 
 std::unique_ptr<HostFrame> solid_bgr(int w, int h, uint8_t b, uint8_t g, uint8_t r) {
   auto f = std::make_unique<HostFrame>(FrameSpec{PixelFormat::BGR24, w, h, {25, 1}}, false);
@@ -137,4 +138,70 @@ TEST(Convert, EveryPairRunsOnEveryOddSize) {
         EXPECT_NO_THROW(convert_cpu(s.view(), d.view()));
         if (sf == df) EXPECT_TRUE(s.same_pixels(d)) << pix_fmt_name(sf);
       }
+}
+
+TEST(Convert, SixteenBitScale) {
+  // 8 -> 16 is v * 257 (0 -> 0, 255 -> 65535); 16 -> 8 rounds v / 257 half up, so 8 -> 16 -> 8
+  // is exact and every 16-bit value lands on its nearest 8-bit level.
+  HostFrame g8({PixelFormat::GRAY8, 256, 1, {25, 1}}, false), g16({PixelFormat::GRAY16, 256, 1, {25, 1}}, false),
+      back({PixelFormat::GRAY8, 256, 1, {25, 1}}, false);
+  for (int x = 0; x < 256; ++x) g8.view().row(0, 0)[x] = static_cast<uint8_t>(x);
+  convert_cpu(g8.view(), g16.view());
+  for (int x = 0; x < 256; ++x) ASSERT_EQ(g16.view().row16(0, 0)[x], x * 257);
+  convert_cpu(g16.view(), back.view());
+  EXPECT_TRUE(g8.same_pixels(back));
+  HostFrame all16({PixelFormat::GRAY16, 65536, 1, {25, 1}}, false), all8({PixelFormat::GRAY8, 65536, 1, {25, 1}}, false);
+  for (int v = 0; v < 65536; ++v) all16.view().row16(0, 0)[v] = static_cast<uint16_t>(v);
+  convert_cpu(all16.view(), all8.view());
+  for (int v = 0; v < 65536; ++v) {
+    const int got = all8.view().row(0, 0)[v];
+    ASSERT_LE(std::abs(got * 257 - v), 128) << v;  // nearest level (ties: 128.5 cannot occur)
+  }
+}
+
+TEST(Convert, SixteenBitLayoutsStayAtSixteenBits) {
+  for (auto [w, h] : {std::pair{1, 1}, {3, 7}, {17, 9}}) {
+    // yuv420p16 -> yuv444p16 -> yuv420p16 is exact, with samples that are not multiples of 257.
+    HostFrame a({PixelFormat::YUV420P16, w, h, {25, 1}}, false), b({PixelFormat::YUV444P16, w, h, {25, 1}}, false),
+        c({PixelFormat::YUV420P16, w, h, {25, 1}}, false);
+    test::fill_random(a, 3);
+    convert_cpu(a.view(), b.view());
+    convert_cpu(b.view(), c.view());
+    EXPECT_TRUE(a.same_pixels(c)) << w << "x" << h;
+    // gray16 -> yuv444p16: Y kept bit for bit, chroma neutral at 128 * 257.
+    HostFrame g({PixelFormat::GRAY16, w, h, {25, 1}}, false);
+    test::fill_random(g, 4);
+    convert_cpu(g.view(), b.view());
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        ASSERT_EQ(b.view().row16(0, y)[x], g.view().row16(0, y)[x]);
+        ASSERT_EQ(b.view().row16(1, y)[x], 32896);
+        ASSERT_EQ(b.view().row16(2, y)[x], 32896);
+      }
+  }
+  // 4:4:4 -> 4:2:0 at 16 bits averages 16-bit samples: (1000 + 1001 + 1002 + 1003 + 2) / 4.
+  HostFrame q({PixelFormat::YUV444P16, 2, 2, {25, 1}}, false), r({PixelFormat::YUV420P16, 2, 2, {25, 1}}, false);
+  for (int p = 0; p < 3; ++p)
+    for (int i = 0; i < 4; ++i) q.view().row16(p, i / 2)[i % 2] = static_cast<uint16_t>(1000 + i);
+  convert_cpu(q.view(), r.view());
+  EXPECT_EQ(r.view().row16(1, 0)[0], 1002);
+  EXPECT_EQ(r.view().row16(2, 0)[0], 1002);
+}
+
+TEST(Convert, SixteenBitToRgbGoesThroughEightBits) {
+  // RGB is 8-bit: yuv420p16 -> bgr24 equals yuv420p16 -> yuv420p -> bgr24.
+  const int w = 19, h = 11;
+  HostFrame a({PixelFormat::YUV420P16, w, h, {25, 1}}, false), m({PixelFormat::YUV420P, w, h, {25, 1}}, false),
+      direct({PixelFormat::BGR24, w, h, {25, 1}}, false), two({PixelFormat::BGR24, w, h, {25, 1}}, false);
+  test::fill_random(a, 8);
+  convert_cpu(a.view(), direct.view());
+  convert_cpu(a.view(), m.view());
+  convert_cpu(m.view(), two.view());
+  EXPECT_TRUE(direct.same_pixels(two));
+  // And back: bgr24 -> gray16 is the 8-bit luma times 257.
+  HostFrame g16({PixelFormat::GRAY16, w, h, {25, 1}}, false), g8({PixelFormat::GRAY8, w, h, {25, 1}}, false);
+  convert_cpu(direct.view(), g16.view());
+  convert_cpu(direct.view(), g8.view());
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) ASSERT_EQ(g16.view().row16(0, y)[x], g8.view().row(0, y)[x] * 257);
 }

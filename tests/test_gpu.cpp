@@ -18,8 +18,9 @@ using namespace vfp::test;
 
 #if VFPIPE_HAVE_CUDA
 namespace {
-const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,
-                            PixelFormat::BGR24, PixelFormat::RGB24};
+const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P,   PixelFormat::YUV444P,
+                            PixelFormat::BGR24, PixelFormat::RGB24,     PixelFormat::GRAY16,
+                            PixelFormat::YUV420P16, PixelFormat::YUV444P16};
 
 // Uploads, runs fn on the device, downloads into `out`.
 void on_device(const HostFrame& in, HostFrame& out,
@@ -78,7 +79,7 @@ TEST(Gpu, ConvertMatchesCpuOnStructuredInput) {
       FrameSpec ss{sf, 259, 257, {25, 1}}, ds{df, 259, 257, {25, 1}};
       HostFrame in(ss, false), want(ds, false), got(ds, false);
       ImageView v = in.view();
-      int bpp = is_packed_rgb(sf) ? 3 : 1;
+      int bpp = sample_bytes(sf);
       for (int p = 0; p < plane_count(sf); ++p)
         for (int y = 0; y < v.ph[p]; ++y)
           for (int x = 0; x < v.pw[p] * bpp; ++x)

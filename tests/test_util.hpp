@@ -20,7 +20,7 @@ namespace vfp::test {
 inline void fill_random(HostFrame& f, uint32_t seed) {
   std::mt19937 rng(seed);
   ImageView v = f.view();
-  int bpp = is_packed_rgb(v.format) ? 3 : 1;
+  int bpp = sample_bytes(v.format);
   for (int p = 0; p < plane_count(v.format); ++p)
     for (int y = 0; y < v.ph[p]; ++y)
       for (int x = 0; x < v.pw[p] * bpp; ++x) v.row(p, y)[x] = static_cast<uint8_t>(rng());
@@ -29,13 +29,13 @@ inline void fill_random(HostFrame& f, uint32_t seed) {
 // Writes the frame number into the first bytes of plane 0 (for order checks).
 inline void stamp(HostFrame& f, uint32_t n) {
   ImageView v = f.view();
-  int bytes = v.pw[0] * (is_packed_rgb(v.format) ? 3 : 1);
+  int bytes = v.pw[0] * (sample_bytes(v.format));
   for (int i = 0; i < 4 && i < bytes; ++i) v.row(0, 0)[i] = static_cast<uint8_t>(n >> (8 * i));
 }
 inline uint32_t read_stamp(const HostFrame& f) {
   ImageView v = f.view();
   uint32_t n = 0;
-  int bytes = v.pw[0] * (is_packed_rgb(v.format) ? 3 : 1);
+  int bytes = v.pw[0] * (sample_bytes(v.format));
   for (int i = 0; i < 4 && i < bytes; ++i) n |= static_cast<uint32_t>(v.row(0, 0)[i]) << (8 * i);
   return n;
 }
@@ -80,7 +80,7 @@ class CaptureSink : public Sink {
     if (keep_) {
       frames.push_back(std::make_shared<HostFrame>(f.spec(), false));
       ImageView s = f.view(), d = frames.back()->view();
-      int bpp = is_packed_rgb(s.format) ? 3 : 1;
+      int bpp = sample_bytes(s.format);
       for (int p = 0; p < plane_count(s.format); ++p)
         for (int y = 0; y < s.ph[p]; ++y)
           std::copy(s.row(p, y), s.row(p, y) + s.pw[p] * bpp, d.row(p, y));

@@ -117,7 +117,9 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("-d,--device", a.device, "backend: auto (CUDA if a GPU is usable), cuda, cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  c->add_option("--pix-fmt", a.pix_fmt, "output pixel format (gray, yuv420p, yuv444p, bgr24, rgb24)");
+  c->add_option("--pix-fmt", a.pix_fmt,
+                "output pixel format (gray, yuv420p, yuv444p, bgr24, rgb24; 16-bit: gray16le, yuv420p16le, "
+                "yuv444p16le)");
   c->add_option("-n,--frames", a.frames, "stop after N input frames");
   c->add_option("--policy", a.policy, "batch: never drop (back-pressure); live: keep the newest frame")
       ->check(CLI::IsMember({"batch", "live"}));
@@ -283,8 +285,10 @@ int mmp_encode_command(const MmpArgs& a) {
   FrameSpec in = src->spec(), coded = in;
   if (!a.pix_fmt.empty()) {
     if (!parse_pix_fmt(a.pix_fmt, &coded.format)) throw Error(ErrorKind::Usage, "--pix-fmt: unknown format '" + a.pix_fmt + "'");
-  } else if (in.format != PixelFormat::GRAY8 && in.format != PixelFormat::YUV444P) {
-    coded.format = PixelFormat::YUV420P;
+  } else {
+    // MMP codes 8-bit planes: 16-bit input keeps its layout at 8 bits; RGB becomes yuv420p.
+    coded.format = with_depth(in.format, 8);
+    if (coded.format != PixelFormat::GRAY8 && coded.format != PixelFormat::YUV444P) coded.format = PixelFormat::YUV420P;
   }
   mmp::Params p;
   p.lambda = a.lambda;

@@ -1,5 +1,7 @@
 #include "pipeline/display/display_sink.hpp"
 
+#include <algorithm>
+
 #include <GLFW/glfw3.h>
 
 #include <thread>
@@ -38,7 +40,13 @@ DisplaySink::DisplaySink(DisplaySinkOptions opts, std::unique_ptr<Sink> inner, L
 DisplaySink::~DisplaySink() = default;
 
 std::vector<PixelFormat> DisplaySink::accepted_formats() const {
-  return inner_ ? inner_->accepted_formats() : std::vector<PixelFormat>{};
+  // The display draws 8-bit frames: a 16-bit chain output is converted before it (and so
+  // before the file it also writes).
+  std::vector<PixelFormat> f = inner_ ? inner_->accepted_formats() : std::vector<PixelFormat>{};
+  if (f.empty())
+    f = {PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::GRAY8, PixelFormat::BGR24, PixelFormat::RGB24};
+  f.erase(std::remove_if(f.begin(), f.end(), [](PixelFormat x) { return is_16bit(x); }), f.end());
+  return f;
 }
 
 void DisplaySink::open(const FrameSpec& spec) {

@@ -70,7 +70,8 @@ class Y4mGzSink final : public Sink {
   Y4mGzSink(std::string path, const LosslessOptions& opt);
   ~Y4mGzSink() override;
   std::vector<PixelFormat> accepted_formats() const override {
-    return {PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::GRAY8};
+    return {PixelFormat::YUV420P,   PixelFormat::YUV444P,   PixelFormat::GRAY8,
+            PixelFormat::YUV420P16, PixelFormat::YUV444P16, PixelFormat::GRAY16};
   }
   void open(const FrameSpec& spec) override;
   void write(const HostFrame& f) override;

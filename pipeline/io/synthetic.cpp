@@ -109,9 +109,10 @@ SyntheticParams parse_synthetic(const std::string& text) {
   if (!parse_rate(o.str("rate"), &p.spec.fps))
     throw ParseError("synthetic: bad rate '" + o.str("rate") + "'", text, at("rate").first,
                      at("rate").second);
-  if (!parse_pix_fmt(o.str("format"), &p.spec.format))
-    throw ParseError("synthetic: unsupported format '" + o.str("format") + "' (supported: " +
-                         pix_fmt_list() + ")",
+  if (!parse_pix_fmt(o.str("format"), &p.spec.format) || is_16bit(p.spec.format))
+    throw ParseError("synthetic: unsupported format '" + o.str("format") +
+                         "' (supported: gray, yuv420p, yuv444p, bgr24, rgb24; for 16 bits add a filter, "
+                         "e.g. -f format=gray16le)",
                      text, at("format").first, at("format").second);
   p.frames = o.integer("frames");
   p.noise = o.str("noise");

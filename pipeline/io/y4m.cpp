@@ -88,11 +88,17 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
     h.spec.format = PixelFormat::YUV444P;
   else if (c == "mono")
     h.spec.format = PixelFormat::GRAY8;
+  else if (c == "420p16")
+    h.spec.format = PixelFormat::YUV420P16;
+  else if (c == "444p16")
+    h.spec.format = PixelFormat::YUV444P16;
+  else if (c == "mono16")
+    h.spec.format = PixelFormat::GRAY16;
   else
     throw Error(ErrorKind::Input,
                 name + ": unsupported Y4M colorspace 'C" + c +
-                    "' (supported: C420jpeg, C420paldv, C420mpeg2, C420, C444, Cmono; 8-bit). "
-                    "Convert with ffmpeg, e.g. -pix_fmt yuv420p");
+                    "' (supported: C420jpeg, C420paldv, C420mpeg2, C420, C444, Cmono, and 16-bit "
+                    "C420p16, C444p16, Cmono16). Convert with ffmpeg, e.g. -pix_fmt yuv420p");
   validate_spec(h.spec, name.c_str());
   if (h.interlace != 'p' && h.interlace != '?')
     log::warn("%s: interlaced Y4M (I%c) is processed as progressive frames", name.c_str(),
@@ -233,7 +239,10 @@ std::string y4m_header(const FrameSpec& s) {
   const char* cs = s.format == PixelFormat::YUV420P   ? "C420jpeg XYSCSS=420JPEG"
                    : s.format == PixelFormat::YUV444P ? "C444 XYSCSS=444"
                    : s.format == PixelFormat::GRAY8   ? "Cmono XYSCSS=400"
-                                                      : nullptr;
+                   : s.format == PixelFormat::YUV420P16 ? "C420p16 XYSCSS=420P16"
+                   : s.format == PixelFormat::YUV444P16 ? "C444p16 XYSCSS=444P16"
+                   : s.format == PixelFormat::GRAY16    ? "Cmono16 XYSCSS=400"
+                                                        : nullptr;
   if (!cs) throw Error(ErrorKind::Output, std::string("Y4M cannot hold ") + pix_fmt_name(s.format));
   return log::format("YUV4MPEG2 W%d H%d F%d:%d Ip A1:1 %s\n", s.width, s.height, s.fps.num, s.fps.den, cs);
 }
