@@ -85,6 +85,8 @@ if want wavelet; then
   build-device/vfpipe-bench-wavelet --json "$OUT/bench_wavelet.json" 2>&1 | tee "$OUT/bench_wavelet.txt"
   build-device/vfpipe-bench-wavelet --sizes 3840x2160 --wavelets db4 --method visushrink --cpu-iters 0 2>&1 | tail -1 |
     sed 's/^/visushrink: /' | tee -a "$OUT/bench_wavelet.txt"
+  build-device/vfpipe-bench-wavelet --sizes 3840x2160 --wavelets db4 --bits 16 --cpu-iters 0 2>&1 | tail -1 |
+    sed 's/^/16-bit: /' | tee -a "$OUT/bench_wavelet.txt"
 fi
 
 if want deflate; then

@@ -4,7 +4,7 @@
 // part must move at the device bandwidth measured in the same run (512 MiB copy).
 //
 //   vfpipe-bench-wavelet [--sizes 3840x2160,1920x1080] [--wavelets db4,haar,sym8,cdf97]
-//                        [--levels 3] [--method bayesshrink] [--iters 30] [--cpu-iters 1] [--json f]
+//                        [--levels 3] [--method bayesshrink] [--bits 8|16] [--iters 30] [--cpu-iters 1] [--json f]
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -24,20 +24,23 @@ using namespace vfp;
 int main(int argc, char** argv) {
   CLI::App app{"vfpipe wavelet denoising benchmark (CUDA parts, CPU reference, memory floor)"};
   std::string sizes = "3840x2160,1920x1080", wavelets = "db4,haar,sym8,cdf97", method = "bayesshrink", json_path;
-  int iters = 30, cpu_iters = 1, levels = 3;
+  int iters = 30, cpu_iters = 1, levels = 3, bits = 8;
   app.add_option("--sizes", sizes, "plane sizes")->capture_default_str();
   app.add_option("--wavelets", wavelets, "wavelets")->capture_default_str();
   app.add_option("--levels", levels, "decomposition levels")->capture_default_str();
   app.add_option("--method", method, "bayesshrink | visushrink")->capture_default_str();
+  app.add_option("--bits", bits, "sample depth of the plane: 8 or 16 (gray16le)")->check(CLI::IsMember({8, 16}))
+      ->capture_default_str();
   app.add_option("--iters", iters, "timed GPU runs per case (median reported)")->capture_default_str();
   app.add_option("--cpu-iters", cpu_iters, "CPU reference runs per case (0 = skip)")->capture_default_str();
   app.add_option("--json", json_path, "write results as JSON");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!bench::require_gpu()) return 1;
-    std::printf("vfpipe wavelet benchmark on %s: %d levels, %s soft, 8-bit gray plane with Gaussian noise "
+    std::printf("vfpipe wavelet benchmark on %s: %d levels, %s soft, %d-bit gray plane with Gaussian noise "
                 "(sigma 20); ms per call = median of %d batches of 10\n",
-                cuda::probe().name.c_str(), levels, method.c_str(), iters);
+                cuda::probe().name.c_str(), levels, method.c_str(), bits, iters);
+    const int sb = bits / 8;  // bytes per sample
     cuda::Stream stream;
     const double gbps = bench::measure_bandwidth_gbps(stream);
     nlohmann::json out = nlohmann::json::array();
@@ -46,18 +49,24 @@ int main(int argc, char** argv) {
     for (const auto& sz : bench::split_list(sizes)) {
       int w = 0, h = 0;
       if (std::sscanf(sz.c_str(), "%dx%d", &w, &h) != 2) throw std::runtime_error("bad size " + sz);
-      const int pitch = (w + 255) / 256 * 256;
+      const int pitch = (w * sb + 255) / 256 * 256;  // bytes
       const size_t bytes = static_cast<size_t>(pitch) * h;
       // A smooth pattern plus Gaussian noise: realistic coefficient statistics.
       std::vector<uint8_t> host(bytes);
+      cuda::DeviceBuffer d_in(bytes), d_out(bytes);
       std::mt19937 rng(1);
       std::normal_distribution<float> noise(0.f, 20.f);
       for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x) {
           const float v = 128.f + 60.f * std::sin(x * 0.01f) * std::cos(y * 0.013f) + noise(rng);
-          host[static_cast<size_t>(y) * pitch + x] = static_cast<uint8_t>(std::lround(std::fmin(255.f, std::fmax(0.f, v))));
+          const auto q = static_cast<uint8_t>(std::lround(std::fmin(255.f, std::fmax(0.f, v))));
+          if (sb == 2)
+            reinterpret_cast<uint16_t*>(host.data() + static_cast<size_t>(y) * pitch)[x] = static_cast<uint16_t>(q * 257);
+          else
+            host[static_cast<size_t>(y) * pitch + x] = q;
         }
-      cuda::DeviceBuffer d_in(bytes), d_out(bytes);
+      const auto in16 = reinterpret_cast<const uint16_t*>(d_in.get());
+      const auto out16 = reinterpret_cast<uint16_t*>(d_out.get());
       cuda::memcpy_h2d_async(d_in.get(), host.data(), bytes, stream.get());
       for (const auto& wn : bench::split_list(wavelets)) {
         WaveletParams p;
@@ -68,25 +77,36 @@ int main(int argc, char** argv) {
         const int lv = p.levels_for(w, h);
         cuda::WaveletWorkspace ws;
         const bool sums = p.method == ShrinkMethod::BayesShrink;
-        auto fwd = [&] { ws.forward(d_in.get(), pitch, w, h, *p.wavelet, p.boundary, lv, sums, stream.get()); };
+        auto fwd = [&] {
+          if (sb == 2)
+            ws.forward(in16, pitch, w, h, *p.wavelet, p.boundary, lv, sums, stream.get());
+          else
+            ws.forward(d_in.get(), pitch, w, h, *p.wavelet, p.boundary, lv, sums, stream.get());
+        };
         const double t_fwd = bench::time_ms(iters, stream, fwd);
         const double t_est = bench::time_ms(iters, stream, [&] { ws.estimate(p, stream.get()); });
         // The inverse consumes the approximation band it overwrites: re-run forward, time both, subtract.
         const double t_fi = bench::time_ms(iters, stream, [&] {
           fwd();
-          ws.inverse(d_out.get(), pitch, p, true, stream.get());
+          if (sb == 2)
+            ws.inverse(out16, pitch, p, true, stream.get());
+          else
+            ws.inverse(d_out.get(), pitch, p, true, stream.get());
         });
         const double t_inv = t_fi - t_fwd;
         const double t_all = bench::time_ms(iters, stream, [&] {
-          ws.denoise(d_in.get(), pitch, d_out.get(), pitch, w, h, p, lv, stream.get());
+          if (sb == 2)
+            ws.denoise(in16, pitch, out16, pitch, w, h, p, lv, stream.get());
+          else
+            ws.denoise(d_in.get(), pitch, d_out.get(), pitch, w, h, p, lv, stream.get());
         });
         // Bytes the parts must move: forward reads each level's input and writes its four
         // subbands; the estimate reads dd1 three times; the inverse reads the subbands and
-        // writes each level's output (8-bit at the finest level).
+        // writes each level's output (8- or 16-bit samples at the finest level).
         double b_fwd = 0, b_inv = 0;
         for (size_t l = 0; l < ws.geometry().size(); ++l) {
           const DwtLevel& g = ws.geometry()[l];
-          const double in = static_cast<double>(g.w) * g.h * (l == 0 ? 1 : 4);
+          const double in = static_cast<double>(g.w) * g.h * (l == 0 ? sb : 4);
           const double sub = 4.0 * g.cw * g.ch * 4;
           b_fwd += in + sub;
           b_inv += sub + in;
@@ -97,14 +117,20 @@ int main(int argc, char** argv) {
         if (cpu_iters > 0) {
           std::vector<uint8_t> cpu_out(bytes);
           const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < cpu_iters; ++i) wavelet_denoise_plane_cpu(host.data(), pitch, cpu_out.data(), pitch, w, h, p);
+          for (int i = 0; i < cpu_iters; ++i) {
+            if (sb == 2)
+              wavelet_denoise_plane_cpu(reinterpret_cast<const uint16_t*>(host.data()), pitch,
+                                        reinterpret_cast<uint16_t*>(cpu_out.data()), pitch, w, h, p);
+            else
+              wavelet_denoise_plane_cpu(host.data(), pitch, cpu_out.data(), pitch, w, h, p);
+          }
           t_cpu = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / cpu_iters;
         }
         const double mpix = static_cast<double>(w) * h / (t_all * 1e3);
         std::printf("%-10s %-6s %9.4f %9.4f %9.4f %9.4f %9.4f %8.2fx %8.0f %10.1f\n", sz.c_str(), wn.c_str(), t_fwd,
                     t_est, t_inv, t_all, floor_ms, t_all / floor_ms, mpix, t_cpu);
         std::fflush(stdout);
-        out.push_back({{"size", sz}, {"wavelet", wn}, {"levels", lv}, {"method", method}, {"forward_ms", t_fwd},
+        out.push_back({{"size", sz}, {"wavelet", wn}, {"levels", lv}, {"method", method}, {"bits", bits}, {"forward_ms", t_fwd},
                        {"estimate_ms", t_est}, {"inverse_ms", t_inv}, {"total_ms", t_all},
                        {"bytes_forward", b_fwd}, {"bytes_estimate", b_est}, {"bytes_inverse", b_inv},
                        {"floor_ms", floor_ms}, {"copy_GBps", gbps}, {"mpix_s", mpix}, {"cpu_ms", t_cpu},
