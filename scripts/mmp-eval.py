@@ -49,7 +49,11 @@ def images(size):
         "camera (photo)": crop(data.camera()),
         "astronaut (photo)": crop(gray(data.astronaut())),
         "coffee (photo)": crop(gray(data.coffee())),
+        # scikit-image's `text`: a photograph of handwritten formulas on lined paper (blur,
+        # perspective, paper texture) -- text by content, a photograph by statistics.
         "text (scan)": np.ascontiguousarray(data.text()[:, :min(size, data.text().shape[1])]),
+        # scikit-image's `page`: a scanned page of printed text (uneven illumination).
+        "text (printed page)": np.ascontiguousarray(data.page()[:190, :min(size, data.page().shape[1])]),  # even: x264 4:2:0
     }
     # Graphics: flat shapes, lines and lettering-like strokes.
     g = np.full((size, size), 235, np.uint8)

@@ -20,6 +20,9 @@ class MmpStage final : public Stage {
     params_.carry = o.flag("carry");
     params_.shared_chroma = !o.flag("independent_chroma");
     params_.post_filter = o.flag("post_filter");
+    const long long block = o.integer("block");
+    if (block != 8 && block != 16 && block != 32) throw OptionError("block", "mmp: block=" + std::to_string(block) + " (8, 16 or 32)");
+    params_.block_log = block == 8 ? 3 : block == 32 ? 5 : 4;
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;
@@ -72,6 +75,7 @@ void register_mmp_stage(Registry& reg) {
       {"carry", OptionSpec::Type::Bool, "0", "keep dictionaries and models from frame to frame", 0, 0, {}, {}},
       {"independent_chroma", OptionSpec::Type::Bool, "0",
        "code Cr with dictionaries of its own instead of continuing Cb's (more bits)", 0, 0, {}, {}},
+      {"block", OptionSpec::Type::Int, "16", "block size: 8, 16 or 32", 8, 32, {}, {}},
       {"post_filter", OptionSpec::Type::Bool, "1",
        "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)", 0, 0, {}, {}},
   };

@@ -98,7 +98,7 @@ TEST(Mmp, EveryModeUnitSizeAndSplitDirectionIsUsed) {
   // noise, coded with every mode searched; each mode, unit size and split
   // direction must be chosen somewhere.
   const int w = 64, h = 64;
-  int64_t modes[mmp::kModes] = {}, sizes[3] = {}, splits[2] = {};
+  int64_t modes[mmp::kModes] = {}, sizes[4] = {}, splits[2] = {};
   const std::vector<std::pair<int, int>> directions = {{1, 1}, {1, -1}, {2, 1}, {2, -1},
                                                        {1, 2}, {1, -2}, {0, 1}, {1, 0}};
   std::vector<std::vector<uint8_t>> planes;
@@ -117,14 +117,68 @@ TEST(Mmp, EveryModeUnitSizeAndSplitDirectionIsUsed) {
     const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p);
     ASSERT_EQ(mmp::decode_plane(r.bytes.data(), r.bytes.size(), w, h, p), r.recon);
     for (int m = 0; m < mmp::kModes; ++m) modes[m] += r.modes[m];
-    for (int k = 0; k < 3; ++k) sizes[k] += r.unit_sizes[k];
+    for (int k = 0; k < 4; ++k) sizes[k] += r.unit_sizes[k];
     for (int k = 0; k < 2; ++k) splits[k] += r.splits[k];
     EXPECT_GT(r.dict_elements, 25 * 64);  // the dictionaries learned
   }
   for (int m = 0; m < mmp::kModes; ++m) EXPECT_GT(modes[m], 0) << "mode " << mmp::mode_name(m) << " never chosen";
-  for (int k = 0; k < 3; ++k) EXPECT_GT(sizes[k], 0) << "unit size " << (16 >> k) << " never chosen";
+  EXPECT_EQ(sizes[0], 0);  // no 32x32 units in 16x16 blocks
+  for (int k = 1; k < 4; ++k) EXPECT_GT(sizes[k], 0) << "unit size " << (32 >> k) << " never chosen";
   EXPECT_GT(splits[0], 0);
   EXPECT_GT(splits[1], 0);
+}
+
+TEST(Mmp, BlockSizes8And32DecodeExactly) {
+  // 8x8 and 32x32 blocks on odd sizes (padding cropped), several lambdas: decoder ==
+  // encoder; 32x32 blocks choose 32x32 units on smooth content, 8x8 blocks never have
+  // units above 8x8.
+  for (int block_log : {3, 5}) {
+    int64_t sizes[4] = {};
+    for (auto [w, h] : {std::pair{1, 1}, {37, 21}, {45, 70}})
+      for (const char* kind : {"gradient", "text", "photo", "random"})
+        for (double lambda : {5.0, 60.0, 600.0}) {
+          const auto img = plane(kind, w, h, static_cast<uint32_t>(w + h));
+          mmp::Params p;
+          p.lambda = lambda;
+          p.block_log = block_log;
+          const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p);
+          ASSERT_EQ(mmp::decode_plane(r.bytes.data(), r.bytes.size(), w, h, p), r.recon)
+              << "block " << (1 << block_log) << " " << kind << " " << w << "x" << h << " lambda " << lambda;
+          const int B = 1 << block_log;
+          EXPECT_EQ(r.blocks, static_cast<int64_t>((w + B - 1) / B) * ((h + B - 1) / B));
+          for (int k = 0; k < 4; ++k) sizes[k] += r.unit_sizes[k];
+        }
+    if (block_log == 5) {
+      EXPECT_GT(sizes[0], 0) << "no 32x32 unit chosen";
+    } else {
+      EXPECT_EQ(sizes[0] + sizes[1], 0);
+      EXPECT_GT(sizes[2], 0);
+      EXPECT_GT(sizes[3], 0);
+    }
+  }
+  mmp::Params bad;
+  bad.block_log = 6;
+  const auto img = plane("flat", 8, 8, 1);
+  EXPECT_THROW(mmp::encode_plane(img.data(), 8, 8, bad), Error);
+}
+
+TEST(Mmp, PlanePredictionOf32x32FollowsARamp) {
+  // Neighbours on the plane v = 40 + 2x + y: the 32x32 plane mode (slopes in 1/1024)
+  // continues it within one level.
+  const int W = 64, H = 64;
+  std::vector<uint8_t> rec(W * H), done(W * H, 0);
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) {
+      rec[static_cast<size_t>(y) * W + x] = static_cast<uint8_t>(40 + (2 * x + y) / 2);
+      if (y < 16 || x < 16) done[static_cast<size_t>(y) * W + x] = 1;
+    }
+  int pred[32 * 32];
+  mmp::predict_block(rec.data(), done.data(), W, H, 16, 16, 32, 4 /* plane */, pred);
+  int worst = 0;
+  for (int y = 0; y < 32; ++y)
+    for (int x = 0; x < 32; ++x)
+      worst = std::max(worst, std::abs(pred[y * 32 + x] - rec[static_cast<size_t>(16 + y) * W + 16 + x]));
+  EXPECT_LE(worst, 1);
 }
 
 TEST(Mmp, PredictionModesFollowTheirDefinitions) {
@@ -218,6 +272,7 @@ TEST(Mmp, ContainerCarriesDictionariesWhenAsked) {
     p.carry = carry;
     p.shared_chroma = shared;
     p.post_filter = post;
+    p.block_log = 3 + mode % 3;  // 8, 16 and 32 blocks across the combinations
     const std::string f = dir + (carry ? "/carry" : "/fresh") + (shared ? "_shared" : "") + (post ? "_post.mmp" : ".mmp");
     std::deque<HostFrame> recs;  // HostFrame does not move
     std::vector<double> bits;
@@ -239,6 +294,7 @@ TEST(Mmp, ContainerCarriesDictionariesWhenAsked) {
     EXPECT_EQ(rd.params().carry, carry);
     EXPECT_EQ(rd.params().shared_chroma, shared);
     EXPECT_EQ(rd.params().post_filter, post);
+    EXPECT_EQ(rd.params().block_log, p.block_log);
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(rd.read(back));
       EXPECT_TRUE(back.same_pixels(recs[static_cast<size_t>(i)]))
@@ -431,6 +487,13 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
   r = test::run_cmd(bin + " mmp info " + dir + "/own.mmp");
   EXPECT_NE(r.out.find("each plane with dictionaries of its own"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("post-filter: off"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("blocks: 16x16"), std::string::npos) << r.out;
+  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/b32.mmp --lambda 20 --block 32 -n 1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = test::run_cmd(bin + " mmp info " + dir + "/b32.mmp");
+  EXPECT_NE(r.out.find("blocks: 32x32"), std::string::npos) << r.out;
+  EXPECT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/b32.mmp -o " + dir + "/b32.y4m").rc, 0);
+  EXPECT_NE(test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/x.mmp --block 64").rc, 0);
   EXPECT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/own.mmp -o " + dir + "/own.y4m").rc, 0);
   r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/carry.mmp --lambda 20 --carry --modes 2");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -485,15 +548,17 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   for (const std::string carry : {"0", "1"}) {
     const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage" + carry);
     std::filesystem::create_directories(dir);
-    // With carried dictionaries, also without the post-filter (stage option post_filter=0).
-    const std::string post = carry == "1" ? "0" : "1";
+    // With carried dictionaries, also without the post-filter (stage option post_filter=0)
+    // and with 8x8 blocks (block=8).
+    const std::string post = carry == "1" ? "0" : "1", block = carry == "1" ? "8" : "16";
     auto r = test::run_cmd(bin +
                            " run -i 'synthetic=size=64x48:frames=3:noise=gauss:sigma=3' -f "
                            "'mmp=lambda=30:carry=" +
-                           carry + ":post_filter=" + post + ":file=" + dir + "/s.mmp' -o " + dir +
+                           carry + ":post_filter=" + post + ":block=" + block + ":file=" + dir + "/s.mmp' -o " + dir +
                            "/stage.y4m --device cpu");
     ASSERT_EQ(r.rc, 0) << r.out;
     EXPECT_EQ(mmp::Reader(dir + "/s.mmp").params().post_filter, post == "1");
+    EXPECT_EQ(1 << mmp::Reader(dir + "/s.mmp").params().block_log, std::stoi(block));
     EXPECT_NE(r.out.find("mmp (lambda 30): 3 frames"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("PSNR"), std::string::npos) << r.out;
     ASSERT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/s.mmp -o " + dir + "/decoded.y4m").rc, 0);

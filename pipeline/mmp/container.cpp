@@ -25,6 +25,10 @@ uint32_t get_u32(const uint8_t* p) {
          static_cast<uint32_t>(p[3]) << 24;
 }
 constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4 + 1;
+// The block size in the flags byte, bits 3-4: 0 = 16x16 (what files before the option
+// hold), 1 = 8x8, 2 = 32x32.
+int block_code(int block_log) { return block_log == 4 ? 0 : block_log == 3 ? 1 : 2; }
+int block_log_of(int code) { return code == 0 ? 4 : code == 1 ? 3 : 5; }
 // The state plane `plane` is coded with, the same rule for the encoder and the decoder:
 // its carried state (Cr shares Cb's with shared_chroma), or without carry, nothing for luma
 // and independent chroma, and for shared chroma one fresh state per frame, created here
@@ -47,6 +51,8 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   if (format_code(spec.format) < 0)
     throw Error(ErrorKind::Usage, std::string("MMP codes gray, yuv420p and yuv444p, not ") + pix_fmt_name(spec.format) +
                                       " (add --pix-fmt yuv420p)");
+  if (p.block_log < kMinBlockLog || p.block_log > kMaxBlockLog)
+    throw Error(ErrorKind::Usage, "MMP: block size " + std::to_string(1 << p.block_log) + " (8, 16 or 32)");
   f_ = std::fopen(path.c_str(), "wb");
   if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
   std::vector<uint8_t> h(kMagic, kMagic + 4);
@@ -60,7 +66,8 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   std::memcpy(&lb, &p.lambda, 8);
   for (int i = 0; i < 8; ++i) h.push_back(static_cast<uint8_t>(lb >> (8 * i)));
   put_u32(h, static_cast<uint32_t>(p.max_dict));
-  h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0) | (p.post_filter ? 4 : 0)));
+  h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0) | (p.post_filter ? 4 : 0) |
+                                   block_code(p.block_log) << 3));
   put(h.data(), h.size());
 }
 
@@ -176,7 +183,8 @@ Reader::Reader(const std::string& path) : path_(path) {
   const uint32_t md = get_u32(h + 30);
   if (md < 64 || md > 4096) throw Error(ErrorKind::Input, path + ": bad dictionary size " + std::to_string(md));
   params_.max_dict = static_cast<int>(md);
-  if (h[34] > 7) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
+  if (h[34] >= 3 << 3) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
+  params_.block_log = block_log_of(h[34] >> 3);
   params_.carry = (h[34] & 1) != 0;
   params_.shared_chroma = (h[34] & 2) != 0;
   params_.post_filter = (h[34] & 4) != 0;

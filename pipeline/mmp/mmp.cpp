@@ -16,13 +16,16 @@ namespace vfp::mmp {
 
 namespace {
 
-constexpr int kLog = 4, kB = 1 << kLog, kScales = 25, kIndexBits = 12, kModeBits = 4;
+// Sizes are bounded by the largest block (32x32: 36 scales); a plane uses the scales up to
+// its block's size.
+constexpr int kMaxLog = kMaxBlockLog, kB = 1 << kMaxLog, kScales = (kMaxLog + 1) * (kMaxLog + 1);
+constexpr int kIndexBits = 12, kModeBits = 4;
 constexpr int kMinLog = 2;  // smallest prediction unit: 4x4
 using Elem = std::vector<int16_t>;
 
 enum Mode { kNone, kDC, kVert, kHorz, kPlane, kDDL, kDDR, kVR, kHD, kVL, kHU };
 
-int scale_of(int lw, int lh) { return lw + 5 * lh; }
+int scale_of(int lw, int lh) { return lw + (kMaxLog + 1) * lh; }
 int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // One dictionary per scale; exact duplicates are not inserted; a full scale
@@ -31,10 +34,10 @@ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 // cannot win.
 class Dictionary {
  public:
-  explicit Dictionary(int max) : max_(max) {
+  Dictionary(int max, int log) : max_(max), log_(log) {
     // Flat elements over the residue range, every 8 levels.
-    for (int lh = 0; lh <= kLog; ++lh)
-      for (int lw = 0; lw <= kLog; ++lw)
+    for (int lh = 0; lh <= log_; ++lh)
+      for (int lw = 0; lw <= log_; ++lw)
         for (int v = -252; v <= 252; v += 8)
           insert(scale_of(lw, lh), Elem(static_cast<size_t>(1) << (lw + lh), static_cast<int16_t>(v)));
   }
@@ -44,8 +47,8 @@ class Dictionary {
   // A new element of scale (lw, lh), and its resized versions at every other
   // scale.
   void add_everywhere(const Elem& e, int lw, int lh) {
-    for (int lh2 = 0; lh2 <= kLog; ++lh2)
-      for (int lw2 = 0; lw2 <= kLog; ++lw2)
+    for (int lh2 = 0; lh2 <= log_; ++lh2)
+      for (int lw2 = 0; lw2 <= log_; ++lw2)
         insert(scale_of(lw2, lh2), lw2 == lw && lh2 == lh ? e : resize_element(e, lw, lh, lw2, lh2));
   }
   int64_t total() const {
@@ -75,15 +78,16 @@ class Dictionary {
         std::upper_bound(ord.begin(), ord.end(), sum, [&](int v, int i) { return v < sums[static_cast<size_t>(i)]; }),
         idx);
   }
-  int max_;
+  int max_, log_;
   std::array<std::vector<Elem>, kScales> e_;
   std::array<std::vector<int>, kScales> sum_, order_;
   std::array<std::unordered_multimap<uint64_t, int>, kScales> index_;
 };
 
 struct Models {
-  std::array<std::array<Prob, 1 << kModeBits>, 3> mode{};  // per unit size 16, 8, 4
-  std::array<Prob, 2> psplit{};                            // prediction split of 16x16, of 8x8
+  // Indexed by unit size: [L - kMinLog] for 4x4 .. 32x32 units; splits exist from 8x8 up.
+  std::array<std::array<Prob, 1 << kModeBits>, kMaxLog - kMinLog + 1> mode{};
+  std::array<Prob, kMaxLog - kMinLog> psplit{};  // [L - kMinLog - 1]
   std::array<Prob, kScales> split{}, dir{};
   std::array<std::vector<Prob>, kScales> index;
   Models() {
@@ -94,7 +98,7 @@ struct Models {
 }  // namespace
 
 struct PlaneState::Impl {
-  explicit Impl(const Params& p) : dict(p.max_dict) {}
+  explicit Impl(const Params& p) : dict(p.max_dict, p.block_log) {}
   Dictionary dict;
   Models models;
 };
@@ -130,14 +134,16 @@ void predict_block(const uint8_t* rec, const uint8_t* done, int W, int H, int x,
     dc = (dc + N) / (2 * N);
   }
   if (mode == kPlane) {
-    const int half = N / 2, mult = N == 16 ? 5 : N == 8 ? 34 : 205;  // ~ 16 / sum(i^2) in 1/64
+    // Slopes ~ 16 * H / sum(i^2): in 1/64 for N <= 16 (H.264's 5, 34 and 205), in 1/1024
+    // for 32 (11 = 16 * 1024 / 1496, rounded), where 1/64 is too coarse.
+    const int half = N / 2, mult = N == 32 ? 11 : N == 16 ? 5 : N == 8 ? 34 : 205, shift = N == 32 ? 10 : 6;
     int hs = 0, vs = 0;
     for (int i = 1; i <= half; ++i) {
       hs += i * (t[half - 1 + i] - t[half - 1 - i]);
       vs += i * (l[half - 1 + i] - l[half - 1 - i]);
     }
-    b = (mult * hs + 32) >> 6;
-    c = (mult * vs + 32) >> 6;
+    b = (mult * hs + (1 << (shift - 1))) >> shift;
+    c = (mult * vs + (1 << (shift - 1))) >> shift;
     a = 16 * (l[N - 1] + t[N - 1]);
   }
   const auto f3 = [](int p, int q, int r) { return (p + 2 * q + r + 2) >> 2; };
@@ -201,9 +207,10 @@ struct IndexCosts {
   std::array<double, kScales> min_bits{};
 };
 
-void index_costs(const Models& m, const Dictionary& d, IndexCosts& out) {
+void index_costs(const Models& m, const Dictionary& d, int log, IndexCosts& out) {
   std::vector<double> node(size_t(2) << kIndexBits);
   for (int s = 0; s < kScales; ++s) {
+    if (s % (kMaxLog + 1) > log || s / (kMaxLog + 1) > log) continue;  // scale unused at this block size
     const Prob* tree = m.index[static_cast<size_t>(s)].data();
     // Path costs down the bit tree, root first (the same sums as tree_cost()).
     node[1] = 0;
@@ -222,9 +229,9 @@ void index_costs(const Models& m, const Dictionary& d, IndexCosts& out) {
 // (scale, position) the best J, its choice (0 leaf, 1 split into left|right, 2
 // into top|bottom) and leaf index.
 struct Plan {
-  double J[kLog + 1][kLog + 1][kB * kB];
-  uint8_t kind[kLog + 1][kLog + 1][kB * kB];
-  int index[kLog + 1][kLog + 1][kB * kB];
+  double J[kMaxLog + 1][kMaxLog + 1][kB * kB];
+  uint8_t kind[kMaxLog + 1][kMaxLog + 1][kB * kB];
+  int index[kMaxLog + 1][kMaxLog + 1][kB * kB];
 };
 
 // The element of scale s closest to residue segment `r` (stride N) by J = SSE +
@@ -410,7 +417,7 @@ void put_unit(std::vector<uint8_t>& rec, std::vector<uint8_t>& done, int W, int 
     }
 }
 
-// The encoder's search over one 16x16 block, with the models and dictionary of
+// The encoder's search over one block, with the models and dictionary of
 // the block's start (the decoder's state for every decision in it).
 class BlockSearch {
  public:
@@ -426,12 +433,12 @@ class BlockSearch {
     Area leaf;
     int leaf_rec[kB * kB];
     double jl = unit(x, y, L, leaf.unit, leaf_rec);
-    if (L > kMinLog) jl += p_.lambda * bit_cost(m_.psplit[static_cast<size_t>(kLog - L)], 0);
+    if (L > kMinLog) jl += p_.lambda * bit_cost(m_.psplit[static_cast<size_t>(L - kMinLog - 1)], 0);
     if (L > kMinLog) {
       Area sp;
       sp.split = true;
       sp.kids.resize(4);
-      double js = p_.lambda * bit_cost(m_.psplit[static_cast<size_t>(kLog - L)], 1);
+      double js = p_.lambda * bit_cost(m_.psplit[static_cast<size_t>(L - kMinLog - 1)], 1);
       for (int q = 0; q < 4 && js < jl; ++q)
         js += area(x + (q & 1) * N / 2, y + (q >> 1) * N / 2, L - 1, sp.kids[static_cast<size_t>(q)]);
       if (js < jl) {
@@ -448,7 +455,7 @@ class BlockSearch {
   // Best mode and segmentation of the unit predicted whole; `recon` gets its
   // reconstruction.
   double unit(int x, int y, int L, Unit& u, int* recon) {
-    const int N = 1 << L, ctx = kLog - L;
+    const int N = 1 << L, ctx = L - kMinLog;
     const Prob* mtree = m_.mode[static_cast<size_t>(ctx)].data();
     std::array<std::array<int, kB * kB>, kModes> preds;
     std::array<std::pair<double, int>, kModes> rank;
@@ -501,22 +508,22 @@ class BlockSearch {
   const Models& m_;
   const IndexCosts& ic_;
   const Params& p_;
-  std::unique_ptr<Plan> plan_ = std::make_unique<Plan>();
+  std::unique_ptr<Plan> plan_{new Plan};  // default-initialised: optimise() writes before it reads
 };
 
 // Codes an area's prediction tree and units; collects what the block's update
 // learns.
 void emit_area(const Area& a, int L, RangeEncoder& enc, Models& m, const Dictionary& d, PlaneResult& res,
                std::vector<Learned>& learned) {
-  if (L > kMinLog) enc.encode(m.psplit[static_cast<size_t>(kLog - L)], a.split ? 1 : 0);
+  if (L > kMinLog) enc.encode(m.psplit[static_cast<size_t>(L - kMinLog - 1)], a.split ? 1 : 0);
   if (a.split && L > kMinLog) {
     for (const Area& k : a.kids) emit_area(k, L - 1, enc, m, d, res, learned);
     return;
   }
   const Unit& u = a.unit;
-  enc.encode_tree(m.mode[static_cast<size_t>(kLog - L)].data(), kModeBits, static_cast<uint32_t>(u.mode));
+  enc.encode_tree(m.mode[static_cast<size_t>(L - kMinLog)].data(), kModeBits, static_cast<uint32_t>(u.mode));
   ++res.modes[u.mode];
-  ++res.unit_sizes[kLog - L];
+  ++res.unit_sizes[kMaxLog - L];
   size_t next = 0;
   auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
     const int s = scale_of(lw, lh);
@@ -575,8 +582,17 @@ std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int 
   return out;
 }
 
+namespace {
+int checked_block_log(const Params& p) {
+  if (p.block_log < kMinBlockLog || p.block_log > kMaxBlockLog)
+    throw Error(ErrorKind::Usage, "MMP: block size 2^" + std::to_string(p.block_log) + " (8, 16 or 32)");
+  return p.block_log;
+}
+}  // namespace
+
 PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, PlaneState* state) {
-  const int W = (w + kB - 1) / kB * kB, H = (h + kB - 1) / kB * kB;
+  const int BL = checked_block_log(p), B = 1 << BL;
+  const int W = (w + B - 1) / B * B, H = (h + B - 1) / B * B;
   const std::vector<uint8_t> src = pad(img, w, h, W, H);
   std::vector<uint8_t> rec(src.size(), 0), done(src.size(), 0);
   std::unique_ptr<PlaneState> fresh;
@@ -588,17 +604,16 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   PlaneResult res;
   IndexCosts ic;
   std::vector<Learned> learned;
-  for (int by = 0; by < H; by += kB)
-    for (int bx = 0; bx < W; bx += kB) {
-      index_costs(models, dict, ic);
+  for (int by = 0; by < H; by += B)
+    for (int bx = 0; bx < W; bx += B) {
+      index_costs(models, dict, BL, ic);
       Area area;
       {
         BlockSearch search(src, rec, done, W, H, dict, models, ic, p);
-        search.area(bx, by, kLog,
-                    area);  // leaves the block's reconstruction in `rec`
+        search.area(bx, by, BL, area);  // leaves the block's reconstruction in `rec`
       }
       learned.clear();
-      emit_area(area, kLog, enc, models, dict, res, learned);
+      emit_area(area, BL, enc, models, dict, res, learned);
       learn(learned, dict);
       ++res.blocks;
     }
@@ -626,7 +641,8 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
 }
 
 std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, const Params& p, PlaneState* state) {
-  const int W = (w + kB - 1) / kB * kB, H = (h + kB - 1) / kB * kB;
+  const int BL = checked_block_log(p), B = 1 << BL;
+  const int W = (w + B - 1) / B * B, H = (h + B - 1) / B * B;
   std::vector<uint8_t> rec(static_cast<size_t>(W) * H, 0), done(rec.size(), 0);
   std::unique_ptr<PlaneState> fresh;
   if (!state) state = (fresh = std::make_unique<PlaneState>(p)).get();
@@ -636,19 +652,19 @@ std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, c
   RangeDecoder dec(data, n);
   std::vector<Learned> learned;
   int64_t leaves = 0;
-  for (int by = 0; by < H; by += kB)
-    for (int bx = 0; bx < W; bx += kB) {
+  for (int by = 0; by < H; by += B)
+    for (int bx = 0; bx < W; bx += B) {
       learned.clear();
       // The block's prediction tree, depth first in Z order, as the encoder
       // wrote it.
       auto area = [&](auto&& self, int x, int y, int L) -> void {
         const int N = 1 << L;
-        if (L > kMinLog && dec.decode(models.psplit[static_cast<size_t>(kLog - L)])) {
+        if (L > kMinLog && dec.decode(models.psplit[static_cast<size_t>(L - kMinLog - 1)])) {
           for (int q = 0; q < 4; ++q) self(self, x + (q & 1) * N / 2, y + (q >> 1) * N / 2, L - 1);
           return;
         }
         const int mode =
-            static_cast<int>(dec.decode_tree(models.mode[static_cast<size_t>(kLog - L)].data(), kModeBits));
+            static_cast<int>(dec.decode_tree(models.mode[static_cast<size_t>(L - kMinLog)].data(), kModeBits));
         if (mode >= kModes || dec.overrun()) corrupt(bx, by);
         int pred[kB * kB];
         predict_block(rec.data(), done.data(), W, H, x, y, N, mode, pred);
@@ -671,7 +687,7 @@ std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, c
         put_unit(rec, done, W, x, y, N, v);
         learned.push_back(std::move(l));
       };
-      area(area, bx, by, kLog);
+      area(area, bx, by, BL);
       learn(learned, dict);
     }
   std::vector<uint8_t> out(static_cast<size_t>(w) * h);

@@ -1,15 +1,15 @@
 // MMP (Multidimensional Multiscale Parser) intra coding of one 8-bit plane —
 // the exact CPU codec of issue 8 (docs/mmp.md defines the bitstream).
 //
-// Per 16x16 block, raster order: a prediction tree (the block is predicted
-// whole, or split into four 8x8 quadrants, each predicted whole or split into
-// four 4x4, Z order); every prediction unit has an H.264-style intra mode
-// (none, DC, V, H, plane and six diagonal modes, from already decoded
+// Per B x B block (B = 16, or 8 / 32 by option), raster order: a prediction tree
+// (the block is predicted whole, or split into four quadrants, each predicted whole
+// or split again, down to 4x4, Z order); every prediction unit has an H.264-style
+// intra mode (none, DC, V, H, plane and six diagonal modes, from already decoded
 // neighbours) and its residue is approximated by a binary segmentation tree
-// whose leaves are elements of multiscale dictionaries (25 scales 2^lw x 2^lh,
-// lw, lh in 0..4). The prediction tree, modes and segmentation are chosen
+// whose leaves are elements of multiscale dictionaries (scales 2^lw x 2^lh,
+// lw, lh in 0..log2 B: 25 for B = 16). The prediction tree, modes and segmentation are chosen
 // together by J = SSE + lambda * bits (bits from the current adaptive models).
-// After each 16x16 block every internal node of its segmentation trees (the
+// After each block every internal node of its segmentation trees (the
 // concatenation of two coded siblings) becomes a new element of its scale and,
 // resized, of every other scale, unless an equal element is there already. The
 // decoder repeats the same updates, so the decoded plane equals the encoder's
@@ -23,10 +23,12 @@
 namespace vfp::mmp {
 
 constexpr int kModes = 11;  // prediction modes, in bitstream order (docs/mmp.md)
+constexpr int kMinBlockLog = 3, kMaxBlockLog = 5;  // block sizes 8, 16, 32
 const char* mode_name(int mode);
 
 struct Params {
   double lambda = 32;   // Lagrangian multiplier of J = SSE + lambda * bits
+  int block_log = 4;    // block size 2^block_log: 8, 16 (default) or 32; in the container
   int max_dict = 4096;  // elements per scale (indices are 12-bit); when full, no
                         // more are added
   // Encoder only (not in the bitstream): how many of the 11 modes, ranked by
@@ -74,7 +76,7 @@ struct PlaneResult {
   double sse = 0;
   int64_t blocks = 0, leaves = 0, dict_elements = 0;
   int64_t modes[kModes] = {};  // prediction units per mode
-  int64_t unit_sizes[3] = {};  // prediction units of 16x16, 8x8, 4x4
+  int64_t unit_sizes[4] = {};  // prediction units of 32x32, 16x16, 8x8, 4x4
   int64_t splits[2] = {0, 0};  // segment splits into left|right, top/bottom
   int post_filter_classes = 0; // activity classes the post-filter changes (0..4)
 };
@@ -90,7 +92,7 @@ std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, c
 // (2k))); enlarging repeats samples.
 std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int lh1, int lw2, int lh2);
 
-// The N x N prediction (N = 4, 8, 16) of `mode` for the block at (x, y) of a W
+// The N x N prediction (N = 4, 8, 16, 32) of `mode` for the block at (x, y) of a W
 // x H plane `rec`, whose decoded pixels are marked in `done` (exposed for
 // tests).
 void predict_block(const uint8_t* rec, const uint8_t* done, int W, int H, int x, int y, int N, int mode, int* pred);
