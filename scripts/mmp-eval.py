@@ -7,7 +7,7 @@ Colour images go to every codec as RGB and come back as RGB (MMP: vfpipe's conve
 yuv420p and back); their PSNR is over the three RGB channels, bpp counts all bits.
 
     /usr/bin/python3 scripts/mmp-eval.py [--size 512] [--set gray,color] [--only camera,text]
-                                         [--vfpipe build/vfpipe] [--json out.json]
+                                         [--block 8|16|32] [--vfpipe build/vfpipe] [--json out.json]
 
 Needs: python3-skimage (images), libjpeg-turbo-progs, libopenjp2-tools, ffmpeg.
 """
@@ -138,7 +138,7 @@ def run(cmd):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def curve_mmp(img, tmp, vfpipe, lambdas):
+def curve_mmp(img, tmp, vfpipe, lambdas, block=16):
     pts = []
     color = img.ndim == 3
     src = os.path.join(tmp, "in.ppm" if color else "in.y4m")
@@ -150,7 +150,7 @@ def curve_mmp(img, tmp, vfpipe, lambdas):
     planes = 3 if color else 1
     for lam in lambdas:
         t = time.time()
-        run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam)] + (["--pix-fmt", os.environ.get("MMP_PIXFMT", "yuv420p")] if color else []))
+        run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam), "--block", str(block)] + (["--pix-fmt", os.environ.get("MMP_PIXFMT", "yuv420p")] if color else []))
         secs = time.time() - t
         run([vfpipe, "mmp", "decode", enc, "-o", dec])
         out = io.imread(dec) if color else read_y4m(dec, img.shape)
@@ -209,6 +209,19 @@ def at_bpp(pts, target):
     return None
 
 
+def bd_psnr(a, b):
+    """Bjontegaard delta PSNR of curve a over curve b: cubic fits of PSNR over log10(bpp),
+    the mean difference over the rates both cover; None without an overlap of 4+ points."""
+    if len(a) < 4 or len(b) < 4:
+        return None
+    ra, rb = np.log10([p["bpp"] for p in a]), np.log10([p["bpp"] for p in b])
+    lo, hi = max(ra.min(), rb.min()), min(ra.max(), rb.max())
+    if hi <= lo:
+        return None
+    fa, fb = np.polyint(np.polyfit(ra, [p["psnr"] for p in a], 3)), np.polyint(np.polyfit(rb, [p["psnr"] for p in b], 3))
+    return ((np.polyval(fa, hi) - np.polyval(fa, lo)) - (np.polyval(fb, hi) - np.polyval(fb, lo))) / (hi - lo), 10 ** lo, 10 ** hi
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=512)
@@ -216,6 +229,7 @@ def main():
     ap.add_argument("--only", default="", help="comma list of image name prefixes")
     ap.add_argument("--vfpipe", default=os.path.join(os.path.dirname(__file__), "..", "build", "vfpipe"))
     ap.add_argument("--lambdas", default="6,20,60,150,400,1000")
+    ap.add_argument("--block", type=int, default=16, choices=[8, 16, 32], help="MMP block size")
     ap.add_argument("--json")
     a = ap.parse_args()
     lambdas = [float(x) for x in a.lambdas.split(",")]
@@ -230,7 +244,7 @@ def main():
             if a.only and not any(name.startswith(k) for k in a.only.split(",")):
                 continue
             r = {
-                "MMP": curve_mmp(img, tmp, a.vfpipe, lambdas),
+                "MMP": curve_mmp(img, tmp, a.vfpipe, lambdas, a.block),
                 "JPEG": curve_jpeg(img, tmp, [5, 10, 20, 30, 45, 60, 75, 90]),
                 "JPEG 2000": curve_j2k(img, tmp, [0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.5]),
                 "H.264 intra": curve_x264(img, tmp, [48, 42, 36, 32, 28, 24, 20]),
@@ -246,6 +260,11 @@ def main():
                 v = at_bpp(pts, 0.5)
                 pp = ", ".join(f"{p['bpp']:.3f}/{p['psnr']:.2f}" for p in sorted(pts, key=lambda p: p["bpp"]))
                 print(f"| {codec} | {'%.2f dB' % v if v is not None else 'n/a'} | {pp} |")
+            for peer in ("JPEG", "JPEG 2000", "H.264 intra"):
+                bd = bd_psnr(r["MMP"], r[peer])
+                if bd:
+                    print(f"\nMMP vs {peer}: BD-PSNR {bd[0]:+.2f} dB over {bd[1]:.3f}..{bd[2]:.3f} bpp", end="")
+            print()
             secs = [p["seconds"] for p in r["MMP"]]
             print(f"\nMMP encode time per image: {min(secs):.1f}..{max(secs):.1f} s (one core)")
     if a.json:
