@@ -125,6 +125,24 @@ TEST(GpuWavelet, NoiseEstimateAndThresholdsEqualCpu) {
       }
 }
 
+// GPU against CPU denoised samples: equal when `bit_exact`, else each within `tol` and at
+// most 1/`per` of them different.
+template <typename T>
+void expect_denoised_equal(const std::vector<T>& got, const std::vector<T>& want, bool bit_exact, int tol,
+                           size_t per, const std::string& what) {
+  if (bit_exact) {
+    ASSERT_EQ(got, want) << what;
+    return;
+  }
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t diff = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_LE(std::abs(static_cast<int>(got[i]) - static_cast<int>(want[i])), tol) << what << " at " << i;
+    diff += got[i] != want[i];
+  }
+  EXPECT_LE(diff, got.size() / per) << what;
+}
+
 TEST(GpuWavelet, DenoisedPlanesEqualCpu) {
   REQUIRE_GPU();
   cuda::Stream s;
@@ -163,18 +181,9 @@ TEST(GpuWavelet, DenoisedPlanesEqualCpu) {
       ws.denoise(src.buf.get(), src.pitch, dst.buf.get(), dst.pitch, w, h, p, p.levels_for(w, h), s.get());
       auto got = dst.download(s.get());
       const std::string what = std::string(c.wavelet) + " " + std::to_string(w) + "x" + std::to_string(h);
-      if (c.method != ShrinkMethod::BayesShrink) {
-        ASSERT_EQ(got, want) << what;  // no sums involved: bit for bit
-      } else {
-        // Bound (docs/wavelet.md): thresholds within 1e-5 relative -> outputs within 1 level,
-        // on at most 0.1% of the samples.
-        size_t diff = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_LE(std::abs(got[i] - want[i]), 1) << what << " at " << i;
-          diff += got[i] != want[i];
-        }
-        EXPECT_LE(diff, got.size() / 1000) << what;
-      }
+      // Bound (docs/wavelet.md): thresholds within 1e-5 relative -> outputs within 1 level,
+      // on at most 0.1% of the samples; without sums (not BayesShrink) bit for bit.
+      expect_denoised_equal(got, want, c.method != ShrinkMethod::BayesShrink, 1, 1000, what);
     }
 }
 
@@ -205,18 +214,9 @@ TEST(GpuWavelet, SixteenBitPlanesEqualCpu) {
       std::memcpy(got.data(), out.data(), out.size());
       const std::string what = std::to_string(static_cast<int>(method)) + " " + std::to_string(w) + "x" +
                                std::to_string(h);
-      if (method != ShrinkMethod::BayesShrink) {
-        ASSERT_EQ(got, want) << what;
-      } else {
-        // The BayesShrink bound of docs/wavelet.md at 16 bits: within 2 units (1/128 of an
-        // 8-bit level) on at most 1% of the samples.
-        size_t diff = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_LE(std::abs(got[i] - want[i]), 2) << what << " at " << i;
-          diff += got[i] != want[i];
-        }
-        EXPECT_LE(diff, got.size() / 100) << what;
-      }
+      // The BayesShrink bound of docs/wavelet.md at 16 bits: within 2 units (1/128 of an
+      // 8-bit level) on at most 1% of the samples.
+      expect_denoised_equal(got, want, method != ShrinkMethod::BayesShrink, 2, 100, what);
     }
 }
 
