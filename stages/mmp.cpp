@@ -20,9 +20,9 @@ class MmpStage final : public Stage {
     params_.carry = o.flag("carry");
     params_.shared_chroma = !o.flag("independent_chroma");
     params_.post_filter = o.flag("post_filter");
-    const long long block = o.integer("block");
-    if (block != 8 && block != 16 && block != 32) throw OptionError("block", "mmp: block=" + std::to_string(block) + " (8, 16 or 32)");
-    params_.block_log = block == 8 ? 3 : block == 32 ? 5 : 4;
+    params_.block_log = mmp::block_log_of_size(o.integer("block"));
+    if (params_.block_log < 0)
+      throw OptionError("block", "mmp: block=" + std::to_string(o.integer("block")) + " (8, 16 or 32)");
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;

@@ -569,4 +569,7 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
     EXPECT_EQ(sa, sb);  // what the stage passes on is what a decoder of its
                         // bitstream outputs
   }
+  const auto bad = test::run_cmd(std::string(VFPIPE_BIN) + " run -i synthetic -f 'mmp=block=12' --device cpu");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("block=12 (8, 16 or 32)"), std::string::npos) << bad.out;
 }

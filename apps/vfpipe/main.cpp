@@ -297,7 +297,7 @@ int mmp_encode_command(const MmpArgs& a) {
   p.carry = a.carry;
   p.shared_chroma = !a.independent_chroma;
   p.post_filter = !a.no_post_filter;
-  p.block_log = a.block == 8 ? 3 : a.block == 32 ? 5 : 4;
+  p.block_log = mmp::block_log_of_size(a.block);  // 8, 16 or 32: the option's check
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   mmp::Writer w(out, coded, p);
   HostFrame f(in, false), c(coded, false);

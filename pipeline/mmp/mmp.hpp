@@ -24,6 +24,8 @@ namespace vfp::mmp {
 
 constexpr int kModes = 11;  // prediction modes, in bitstream order (docs/mmp.md)
 constexpr int kMinBlockLog = 3, kMaxBlockLog = 5;  // block sizes 8, 16, 32
+// log2 of a block size of 8, 16 or 32; -1 for any other size.
+inline int block_log_of_size(long long size) { return size == 8 ? 3 : size == 16 ? 4 : size == 32 ? 5 : -1; }
 const char* mode_name(int mode);
 
 struct Params {
