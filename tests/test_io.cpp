@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "pipeline/engine.hpp"
 #include "pipeline/error.hpp"
@@ -83,6 +85,48 @@ TEST(Io, ImageSequenceRoundTripIsLossless) {
   EXPECT_NE(error_of([&] { open_source(dir + "/none_%03d.png", {}); }).find("no image matches"), std::string::npos);
   EXPECT_NE(error_of([&] { open_source(dir, {}); }).find("is a directory"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST(Io, SixteenBitGrayImagesRoundTrip) {
+  // gray16le frames go to PNG (and TIFF) as 16-bit gray and come back bit for bit as gray16le;
+  // formats without 16 bits (JPEG) do not offer it, so the chain converts to 8 bits first.
+  if (!have_opencv()) GTEST_SKIP() << "built without OpenCV";
+  const std::string dir = tmp_path("seq16");
+  std::filesystem::remove_all(dir);
+  FrameSpec s{PixelFormat::GRAY16, 33, 19, {25, 1}};
+  for (const char* ext : {"png", "tif"}) {
+    std::vector<std::unique_ptr<HostFrame>> frames;
+    const std::string pattern = dir + "/g_%02d." + ext;
+    {
+      auto sink = open_sink(pattern, {});
+      const auto acc = sink->accepted_formats();
+      ASSERT_NE(std::find(acc.begin(), acc.end(), PixelFormat::GRAY16), acc.end()) << ext;
+      sink->open(s);
+      for (int i = 0; i < 2; ++i) {
+        frames.push_back(std::make_unique<HostFrame>(s, false));
+        fill_random(*frames.back(), static_cast<uint32_t>(i + 40));
+        sink->write(*frames.back());
+      }
+      sink->close();
+    }
+    if (std::string(ext) == "png") {  // IHDR: bit depth 16, colour type 0 (gray)
+      std::ifstream f(dir + "/g_01.png", std::ios::binary);
+      std::string png((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      ASSERT_GT(png.size(), 26u);
+      EXPECT_EQ(static_cast<int>(png[24]), 16);
+      EXPECT_EQ(static_cast<int>(png[25]), 0);
+    }
+    auto src = open_source(pattern, {});
+    ASSERT_EQ(src->spec(), s) << ext;
+    HostFrame f(s, false);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(src->read(f));
+      EXPECT_TRUE(f.same_pixels(*frames[static_cast<size_t>(i)])) << ext << " " << i;
+    }
+    std::filesystem::remove_all(dir);
+  }
+  const auto jpg = open_sink(dir + "/g_%02d.jpg", {})->accepted_formats();
+  EXPECT_EQ(std::find(jpg.begin(), jpg.end(), PixelFormat::GRAY16), jpg.end());
 }
 
 TEST(Io, VideoFileRoundTrip) {

@@ -4,6 +4,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <opencv2/core.hpp>
@@ -28,8 +29,14 @@ void quiet_opencv() {
   (void)once;
 }
 
-// Copies an 8-bit BGR/gray/BGRA Mat into a frame of `spec` (BGR24 or GRAY8).
+// Copies an 8-bit BGR/gray/BGRA Mat into a frame of `spec` (BGR24 or GRAY8), or a 16-bit
+// gray Mat into a GRAY16 frame.
 void mat_to_frame(const cv::Mat& m0, HostFrame& dst) {
+  if (dst.spec().format == PixelFormat::GRAY16) {
+    const ImageView v = dst.view();
+    for (int y = 0; y < v.height; ++y) std::memcpy(v.row(0, y), m0.ptr(y), static_cast<size_t>(v.pw[0]) * 2);
+    return;
+  }
   cv::Mat m = m0;
   if (m.channels() == 4) cv::cvtColor(m0, m, cv::COLOR_BGRA2BGR);
   if (dst.spec().format == PixelFormat::GRAY8 && m.channels() == 3)
@@ -43,7 +50,8 @@ void mat_to_frame(const cv::Mat& m0, HostFrame& dst) {
 
 cv::Mat frame_to_mat(const HostFrame& f) {
   ImageView v = f.view();
-  int type = f.spec().format == PixelFormat::GRAY8 ? CV_8UC1 : CV_8UC3;
+  const PixelFormat fmt = f.spec().format;
+  int type = fmt == PixelFormat::GRAY8 ? CV_8UC1 : fmt == PixelFormat::GRAY16 ? CV_16UC1 : CV_8UC3;
   return cv::Mat(v.height, v.width, type, v.data[0], static_cast<size_t>(v.pitch[0]));
 }
 
@@ -109,7 +117,7 @@ class ImageSeqSource final : public Source {
   ImageSeqSource(std::vector<std::string> files, std::string pattern, double fps)
       : files_(std::move(files)), pattern_(std::move(pattern)) {
     cv::Mat m = load(0);
-    spec_.format = m.channels() == 1 ? PixelFormat::GRAY8 : PixelFormat::BGR24;
+    spec_.format = m.depth() == CV_16U ? PixelFormat::GRAY16 : m.channels() == 1 ? PixelFormat::GRAY8 : PixelFormat::BGR24;
     spec_.width = m.cols;
     spec_.height = m.rows;
     if (fps > 0) spec_.fps = {static_cast<int>(std::lround(fps * 1000)), 1000};
@@ -128,6 +136,8 @@ class ImageSeqSource final : public Source {
       throw Error(ErrorKind::Input, log::format("%s: size %dx%d differs from the first image (%dx%d)",
                                                 files_[next_].c_str(), m.cols, m.rows, spec_.width,
                                                 spec_.height));
+    if ((m.depth() == CV_16U) != (spec_.format == PixelFormat::GRAY16))
+      throw Error(ErrorKind::Input, files_[next_] + ": bit depth differs from the first image's");
     mat_to_frame(m, dst);
     ++next_;
     return true;
@@ -138,8 +148,10 @@ class ImageSeqSource final : public Source {
     cv::Mat m = cv::imread(files_[i], cv::IMREAD_UNCHANGED);
     if (m.empty())
       throw Error(ErrorKind::Input, "cannot read image '" + files_[i] + "' (missing, corrupt or unsupported)");
-    if (m.depth() != CV_8U)
-      throw Error(ErrorKind::Input, "'" + files_[i] + "': only 8-bit images are supported");
+    if (m.depth() == CV_16U && m.channels() != 1)
+      throw Error(ErrorKind::Input, "'" + files_[i] + "': 16-bit colour images are not supported (16-bit gray is)");
+    if (m.depth() != CV_8U && m.depth() != CV_16U)
+      throw Error(ErrorKind::Input, "'" + files_[i] + "': only 8-bit images and 16-bit gray images are supported");
     return m;
   }
   std::vector<std::string> files_;
@@ -182,6 +194,11 @@ class ImageSeqSink final : public Sink {
  public:
   explicit ImageSeqSink(std::string pattern) : pattern_(std::move(pattern)) {}
   std::vector<PixelFormat> accepted_formats() const override {
+    // PNG, TIFF and PGM hold 16-bit gray: a gray16le chain output is written as it is.
+    std::string ext = std::filesystem::path(pattern_).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (ext == ".png" || ext == ".tif" || ext == ".tiff" || ext == ".pgm")
+      return {PixelFormat::BGR24, PixelFormat::GRAY8, PixelFormat::GRAY16};
     return {PixelFormat::BGR24, PixelFormat::GRAY8};
   }
   void open(const FrameSpec&) override {
