@@ -395,10 +395,11 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
   HostFrame src(s, false), back(s, false);
   test::fill_random(src, 9);
   std::vector<std::vector<uint8_t>> seeds;
-  for (bool carry : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {  // independent / carried frames, 16 / 8 / 32 blocks
     mmp::Params p;
     p.lambda = 30;
-    p.carry = carry;
+    p.carry = variant % 2 == 1;
+    p.block_log = variant < 2 ? 4 : variant == 2 ? 3 : 5;
     const std::string f = dir + "/seed.mmp";
     {
       mmp::Writer wr(f, s, p);
