@@ -8,6 +8,8 @@ yuv420p and back); their PSNR is over the three RGB channels, bpp counts all bit
 
     /usr/bin/python3 scripts/mmp-eval.py [--size 512] [--set gray,color] [--only camera,text]
                                          [--block 8|16|32] [--vfpipe build/vfpipe] [--json out.json]
+                                         [--plot rd.png]
+    /usr/bin/python3 scripts/mmp-eval.py --from a.json,b.json --plot rd.png   # plot saved results
 
 Needs: python3-skimage (images), libjpeg-turbo-progs, libopenjp2-tools, ffmpeg.
 """
@@ -222,6 +224,38 @@ def bd_psnr(a, b):
     return ((np.polyval(fa, hi) - np.polyval(fa, lo)) - (np.polyval(fb, hi) - np.polyval(fb, lo))) / (hi - lo), 10 ** lo, 10 ** hi
 
 
+def plot(results, path):
+    """One panel per image: PSNR against bpp for every codec, 0.5 bpp marked (matplotlib)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(results)
+    cols = min(3, len(names))
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    style = {"MMP": ("tab:red", "o"), "JPEG": ("tab:gray", "s"), "JPEG 2000": ("tab:blue", "^"),
+             "H.264 intra": ("tab:green", "d")}
+    for ax, name in zip(axes.flat, names):
+        r = results[name]
+        for codec, pts in r["curves"].items():
+            pts = sorted(pts, key=lambda p: p["bpp"])
+            c, m = style.get(codec, ("black", "."))
+            ax.plot([p["bpp"] for p in pts], [p["psnr"] for p in pts], marker=m, ms=3, lw=1.2, color=c, label=codec)
+        ax.axvline(0.5, color="0.8", lw=0.8, zorder=0)
+        ax.set_xlim(0, 2.0)
+        ax.set_title(f"{name}, {r['shape'][1]}x{r['shape'][0]}", fontsize=9)
+        ax.set_xlabel("bits per pixel", fontsize=8)
+        ax.set_ylabel("PSNR (dB)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    print(f"plot: {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=512)
@@ -231,9 +265,19 @@ def main():
     ap.add_argument("--lambdas", default="6,20,60,150,400,1000")
     ap.add_argument("--block", type=int, default=16, choices=[8, 16, 32], help="MMP block size")
     ap.add_argument("--json")
+    ap.add_argument("--plot", help="write the curves as a PNG (matplotlib)")
+    ap.add_argument("--from", dest="from_json", help="comma list of saved --json results: plot them, code nothing")
     a = ap.parse_args()
     lambdas = [float(x) for x in a.lambdas.split(",")]
     results = {}
+    if a.from_json:
+        for f in a.from_json.split(","):
+            with open(f) as fh:
+                results.update(json.load(fh))
+        if a.only:
+            results = {k: v for k, v in results.items() if any(k.startswith(o) for o in a.only.split(","))}
+        plot(results, a.plot or "rd.png")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         todo = {}
         if "gray" in a.set:
@@ -270,6 +314,8 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
+    if a.plot:
+        plot(results, a.plot)
 
 
 if __name__ == "__main__":
