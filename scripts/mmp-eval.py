@@ -11,7 +11,7 @@ yuv420p and back); their PSNR is over the three RGB channels, bpp counts all bit
                                          [--plot rd.png]
     /usr/bin/python3 scripts/mmp-eval.py --from a.json,b.json --plot rd.png   # plot saved results
 
-Needs: python3-skimage (images), libjpeg-turbo-progs, libopenjp2-tools, ffmpeg.
+Needs: python3-skimage (images), libjpeg-turbo-progs, libopenjp2-tools, ffmpeg; python3-matplotlib for --plot.
 """
 import argparse
 import json
