@@ -40,6 +40,7 @@ class WaveletWorkspace {
   // The parts, for tests and the benchmark. forward() decomposes with `levels` levels;
   // estimate() computes the thresholds of p for the last forward(); inverse() reconstructs,
   // shrinking the details with them when `shrink` (else the plain inverse transform).
+  // Sample pitches are in bytes, except inverse_float's, which counts floats.
   void forward(const uint8_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,
                int levels, bool band_sums, StreamHandle s);
   void forward(const uint16_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,

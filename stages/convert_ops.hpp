@@ -56,8 +56,8 @@ constexpr bool is16(int f) { return f == kGray16 || f == k420_16 || f == k444_16
 constexpr int layout_of(int f) { return f == kGray16 ? kGray : f == k420_16 ? k420 : f == k444_16 ? k444 : f; }
 
 // Sample access in the conversion's working scale: 16-bit samples as they are when both
-// ends are 16-bit (`raw16`), otherwise on the 8-bit scale (16-bit reads are rounded down to
-// 8 bits, 16-bit writes scaled up by 257).
+// ends are 16-bit (`raw16`), otherwise on the 8-bit scale (16-bit reads are rounded to the
+// nearest 8-bit level, 16-bit writes scaled up by 257).
 template <int F, bool raw16>
 VFP_HD int load(const ImageView& v, int p, int x, int y) {
   if constexpr (is16(F)) {
