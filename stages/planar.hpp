@@ -26,6 +26,16 @@ inline FrameSpec check_planar_input(const char* stage, const FrameSpec& in, int 
   return in;
 }
 
+// Calls fn(src, dst) with the plane pointers typed by the sample size: uint16_t for the
+// 16-bit formats (`deep`), uint8_t otherwise.
+template <typename Fn>
+void with_samples(bool deep, const uint8_t* src, uint8_t* dst, Fn&& fn) {
+  if (deep)
+    fn(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(dst));
+  else
+    fn(src, dst);
+}
+
 // filter(src, spitch, dst, dpitch, w, h) for each selected plane (pitches in bytes, w in
 // samples); unselected planes are copied on the host.
 template <typename F>

@@ -313,11 +313,7 @@ class WaveletStage final : public Stage {
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
     const bool deep = is_16bit(in.format);
     for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
-      if (deep)
-        wavelet_denoise_plane_cpu(reinterpret_cast<const uint16_t*>(s), sp, reinterpret_cast<uint16_t*>(d), dp, w,
-                                  h, p_);
-      else
-        wavelet_denoise_plane_cpu(s, sp, d, dp, w, h, p_);
+      with_samples(deep, s, d, [&](auto src, auto dst) { wavelet_denoise_plane_cpu(src, sp, dst, dp, w, h, p_); });
     });
   }
 #if VFPIPE_HAVE_CUDA
@@ -331,11 +327,9 @@ class WaveletStage final : public Stage {
     const bool deep = is_16bit(in.format);
     for_each_plane_cuda(in, out, p_.planes, ctx.stream,
                         [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
-                          if (deep)
-                            ws.denoise(reinterpret_cast<const uint16_t*>(s), sp, reinterpret_cast<uint16_t*>(d), dp,
-                                       w, h, p_, p_.levels_for(w, h), ctx.stream);
-                          else
-                            ws.denoise(s, sp, d, dp, w, h, p_, p_.levels_for(w, h), ctx.stream);
+                          with_samples(deep, s, d, [&](auto src, auto dst) {
+                            ws.denoise(src, sp, dst, dp, w, h, p_, p_.levels_for(w, h), ctx.stream);
+                          });
                         });
   }
 #endif

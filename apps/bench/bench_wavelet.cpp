@@ -17,6 +17,7 @@
 #include "apps/bench/bench_util.hpp"
 #include "cuda/runtime.hpp"
 #include "cuda/wavelet.hpp"
+#include "stages/planar.hpp"
 #include "stages/wavelet.hpp"
 
 using namespace vfp;
@@ -65,8 +66,6 @@ int main(int argc, char** argv) {
           else
             host[static_cast<size_t>(y) * pitch + x] = q;
         }
-      const auto in16 = reinterpret_cast<const uint16_t*>(d_in.get());
-      const auto out16 = reinterpret_cast<uint16_t*>(d_out.get());
       cuda::memcpy_h2d_async(d_in.get(), host.data(), bytes, stream.get());
       for (const auto& wn : bench::split_list(wavelets)) {
         WaveletParams p;
@@ -77,28 +76,23 @@ int main(int argc, char** argv) {
         const int lv = p.levels_for(w, h);
         cuda::WaveletWorkspace ws;
         const bool sums = p.method == ShrinkMethod::BayesShrink;
+        const bool deep = sb == 2;
         auto fwd = [&] {
-          if (sb == 2)
-            ws.forward(in16, pitch, w, h, *p.wavelet, p.boundary, lv, sums, stream.get());
-          else
-            ws.forward(d_in.get(), pitch, w, h, *p.wavelet, p.boundary, lv, sums, stream.get());
+          with_samples(deep, d_in.get(), d_out.get(), [&](auto in, auto) {
+            ws.forward(in, pitch, w, h, *p.wavelet, p.boundary, lv, sums, stream.get());
+          });
         };
         const double t_fwd = bench::time_ms(iters, stream, fwd);
         const double t_est = bench::time_ms(iters, stream, [&] { ws.estimate(p, stream.get()); });
         // The inverse consumes the approximation band it overwrites: re-run forward, time both, subtract.
         const double t_fi = bench::time_ms(iters, stream, [&] {
           fwd();
-          if (sb == 2)
-            ws.inverse(out16, pitch, p, true, stream.get());
-          else
-            ws.inverse(d_out.get(), pitch, p, true, stream.get());
+          with_samples(deep, d_in.get(), d_out.get(), [&](auto, auto out) { ws.inverse(out, pitch, p, true, stream.get()); });
         });
         const double t_inv = t_fi - t_fwd;
         const double t_all = bench::time_ms(iters, stream, [&] {
-          if (sb == 2)
-            ws.denoise(in16, pitch, out16, pitch, w, h, p, lv, stream.get());
-          else
-            ws.denoise(d_in.get(), pitch, d_out.get(), pitch, w, h, p, lv, stream.get());
+          with_samples(deep, d_in.get(), d_out.get(),
+                       [&](auto in, auto out) { ws.denoise(in, pitch, out, pitch, w, h, p, lv, stream.get()); });
         });
         // Bytes the parts must move: forward reads each level's input and writes its four
         // subbands; the estimate reads dd1 three times; the inverse reads the subbands and
@@ -117,13 +111,9 @@ int main(int argc, char** argv) {
         if (cpu_iters > 0) {
           std::vector<uint8_t> cpu_out(bytes);
           const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < cpu_iters; ++i) {
-            if (sb == 2)
-              wavelet_denoise_plane_cpu(reinterpret_cast<const uint16_t*>(host.data()), pitch,
-                                        reinterpret_cast<uint16_t*>(cpu_out.data()), pitch, w, h, p);
-            else
-              wavelet_denoise_plane_cpu(host.data(), pitch, cpu_out.data(), pitch, w, h, p);
-          }
+          for (int i = 0; i < cpu_iters; ++i)
+            with_samples(deep, host.data(), cpu_out.data(),
+                         [&](auto in, auto out) { wavelet_denoise_plane_cpu(in, pitch, out, pitch, w, h, p); });
           t_cpu = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / cpu_iters;
         }
         const double mpix = static_cast<double>(w) * h / (t_all * 1e3);
