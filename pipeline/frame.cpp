@@ -68,19 +68,7 @@ bool is_planar_yuv(PixelFormat f) {
   return f == PixelFormat::GRAY8 || f == PixelFormat::YUV420P || f == PixelFormat::YUV444P;
 }
 bool is_packed_rgb(PixelFormat f) { return f == PixelFormat::BGR24 || f == PixelFormat::RGB24; }
-bool is_16bit(PixelFormat f) {
-  return f == PixelFormat::GRAY16 || f == PixelFormat::YUV420P16 || f == PixelFormat::YUV444P16;
-}
 int sample_bytes(PixelFormat f) { return is_packed_rgb(f) ? 3 : is_16bit(f) ? 2 : 1; }
-PixelFormat with_depth(PixelFormat f, int bits) {
-  using F = PixelFormat;
-  switch (f) {
-    case F::GRAY8: case F::GRAY16: return bits == 16 ? F::GRAY16 : F::GRAY8;
-    case F::YUV420P: case F::YUV420P16: return bits == 16 ? F::YUV420P16 : F::YUV420P;
-    case F::YUV444P: case F::YUV444P16: return bits == 16 ? F::YUV444P16 : F::YUV444P;
-    default: return f;
-  }
-}
 
 std::string FrameSpec::describe() const {
   std::string r = log::format("%dx%d %s", width, height, pix_fmt_name(format));

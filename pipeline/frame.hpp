@@ -28,9 +28,21 @@ std::string pix_fmt_list();                          // "gray, yuv420p, ..., yuv
 int plane_count(PixelFormat f);
 bool is_planar_yuv(PixelFormat f);   // gray, yuv420p, yuv444p (8-bit)
 bool is_packed_rgb(PixelFormat f);   // bgr24, rgb24
-bool is_16bit(PixelFormat f);        // gray16le, yuv420p16le, yuv444p16le
 int sample_bytes(PixelFormat f);     // bytes of one sample of one plane: 1, 2, or 3 (packed RGB)
-PixelFormat with_depth(PixelFormat f, int bits);  // the same layout at 8 or 16 bits (RGB: 8 only)
+// gray16le, yuv420p16le, yuv444p16le (constexpr: the conversion kernels use them at compile time)
+constexpr VFP_HD bool is_16bit(PixelFormat f) {
+  return f == PixelFormat::GRAY16 || f == PixelFormat::YUV420P16 || f == PixelFormat::YUV444P16;
+}
+// The same layout at 8 or 16 bits (RGB: 8 only).
+constexpr VFP_HD PixelFormat with_depth(PixelFormat f, int bits) {
+  using F = PixelFormat;
+  switch (f) {
+    case F::GRAY8: case F::GRAY16: return bits == 16 ? F::GRAY16 : F::GRAY8;
+    case F::YUV420P: case F::YUV420P16: return bits == 16 ? F::YUV420P16 : F::YUV420P;
+    case F::YUV444P: case F::YUV444P16: return bits == 16 ? F::YUV444P16 : F::YUV444P;
+    default: return f;
+  }
+}
 // Converting between the 8- and 16-bit scales (exact up; round half up down).
 constexpr int kScale16 = 257;
 VFP_HD int to16(int v8) { return v8 * kScale16; }

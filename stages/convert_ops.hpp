@@ -51,9 +51,9 @@ constexpr int kGray16 = static_cast<int>(PixelFormat::GRAY16);
 constexpr int k420_16 = static_cast<int>(PixelFormat::YUV420P16);
 constexpr int k444_16 = static_cast<int>(PixelFormat::YUV444P16);
 
-constexpr bool is16(int f) { return f == kGray16 || f == k420_16 || f == k444_16; }
+constexpr bool is16(int f) { return is_16bit(static_cast<PixelFormat>(f)); }
 // The 8-bit format of the same layout (16-bit formats differ from theirs only in depth).
-constexpr int layout_of(int f) { return f == kGray16 ? kGray : f == k420_16 ? k420 : f == k444_16 ? k444 : f; }
+constexpr int layout_of(int f) { return static_cast<int>(with_depth(static_cast<PixelFormat>(f), 8)); }
 
 // Sample access in the conversion's working scale: 16-bit samples as they are when both
 // ends are 16-bit (`raw16`), otherwise on the 8-bit scale (16-bit reads are rounded to the
