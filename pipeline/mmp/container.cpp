@@ -51,8 +51,7 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   if (format_code(spec.format) < 0)
     throw Error(ErrorKind::Usage, std::string("MMP codes gray, yuv420p and yuv444p, not ") + pix_fmt_name(spec.format) +
                                       " (add --pix-fmt yuv420p)");
-  if (p.block_log < kMinBlockLog || p.block_log > kMaxBlockLog)
-    throw Error(ErrorKind::Usage, "MMP: block size 2^" + std::to_string(p.block_log) + " (8, 16 or 32)");
+  checked_block_log(p);  // before the file is created
   f_ = std::fopen(path.c_str(), "wb");
   if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
   std::vector<uint8_t> h(kMagic, kMagic + 4);

@@ -582,13 +582,11 @@ std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int 
   return out;
 }
 
-namespace {
 int checked_block_log(const Params& p) {
   if (p.block_log < kMinBlockLog || p.block_log > kMaxBlockLog)
     throw Error(ErrorKind::Usage, "MMP: block size 2^" + std::to_string(p.block_log) + " (8, 16 or 32)");
   return p.block_log;
 }
-}  // namespace
 
 PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, PlaneState* state) {
   const int BL = checked_block_log(p), B = 1 << BL;

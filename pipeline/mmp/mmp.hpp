@@ -56,6 +56,9 @@ struct Params {
   bool post_filter = true;
 };
 
+// Returns p.block_log; throws vfp::Error (Usage) when it is not 3, 4 or 5.
+int checked_block_log(const Params& p);
+
 // Dictionaries and adaptive models of one plane. Passing the same state to
 // consecutive encode_plane (decode_plane) calls keeps what earlier frames
 // learned; the decoder must be given the same sequence of planes.
