@@ -147,6 +147,7 @@ float Event::elapsed_ms(const Event& a, const Event& b) {
 }
 
 void stream_wait(StreamHandle s, const Event& e) { VFP_CUDA(cudaStreamWaitEvent(s, e.get(), 0)); }
+void launch_host_func(StreamHandle s, void (*fn)(void*), void* arg) { VFP_CUDA(cudaLaunchHostFunc(s, fn, arg)); }
 
 void memcpy_h2d_async(void* dst, const void* src, size_t n, StreamHandle s) {
   VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));

@@ -81,6 +81,9 @@ class Event {
 
 // Makes `s` wait (on the device, not the host) until `e` has completed.
 void stream_wait(StreamHandle s, const Event& e);
+// Runs fn(arg) on a CUDA-owned host thread once the work queued on `s` before it is done
+// (cudaLaunchHostFunc). fn must not call CUDA and should return quickly: `s` waits for it.
+void launch_host_func(StreamHandle s, void (*fn)(void*), void* arg);
 void memcpy_h2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memcpy_d2h_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memcpy_d2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);

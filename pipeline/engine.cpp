@@ -6,6 +6,9 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -47,7 +50,7 @@ class Worker {
   virtual std::vector<std::string> step_names() const = 0;
   virtual std::vector<std::string> step_tracks() const = 0;
   virtual std::vector<bool> step_copies() const = 0;
-  // Takes one frame; may first complete (and emit) the oldest frame in flight.
+  // Takes one frame; may first wait for a slot to free up (CUDA: the oldest frame in flight).
   virtual void submit(FramePtr in, FrameRecord rec) = 0;
   // Completes every frame in flight, in order.
   virtual void flush() = 0;
@@ -135,10 +138,19 @@ class CpuWorker final : public Worker {
 // never interleave, which kept the copy engines at full rate in docs/perf.md). `depth`
 // slots hold the per-frame device buffers and events; a slot is reused only after its
 // frame's download completed.
+//
+// Completion: a completion thread waits for each frame's download, in submission order,
+// and hands the frame to the sink queue at once, so a frame leaves when its work is done,
+// not when its slot is next needed (with a paced source that would add depth - 1 frame
+// periods). How it learns of the download is `Completion`: Event blocks in
+// cudaEventSynchronize on the download's event; HostFunc queues a cudaLaunchHostFunc
+// callback after the download that wakes the thread (docs/architecture.md, latency model).
 class CudaWorker final : public Worker {
  public:
-  CudaWorker(Chain& chain, int depth, int out_frames, bool timing, bool keep_source, Sink* tap_sink, Emit emit)
+  CudaWorker(Chain& chain, int depth, int out_frames, bool timing, bool keep_source, Sink* tap_sink,
+             Completion completion, Emit emit)
       : chain_(chain), emit_(std::move(emit)), out_pool_(chain.output(), out_frames, true) {
+    completion_ = completion;
     tap_sink_ = tap_sink;
     timing_ = timing;
     keep_source_ = keep_source;
@@ -152,6 +164,7 @@ class CudaWorker final : public Worker {
     out_bytes_ = FrameLayout::of(chain_.output()).total_bytes;
     for (int s = 0; s < depth; ++s) {
       auto sl = std::make_unique<Slot>();
+      sl->worker = this;
       sl->in = cuda::DeviceBuffer(in_bytes_, "an input frame");
       for (size_t i = 0; i < chain_.size(); ++i) {
         const auto& step = chain_.step(i);
@@ -168,8 +181,15 @@ class CudaWorker final : public Worker {
     nvtx_name_stream(compute_.get(), "vfpipe compute");
     nvtx_name_stream(down_.get(), "vfpipe download");
     reanchor();
+    completer_ = std::thread([this] { completion_loop(); });
   }
   ~CudaWorker() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    completer_.join();  // it waits for (and hands on or drops) every frame still in flight
     for (auto* st : {&up_, &compute_, &down_}) sync_no_throw(st->get());
   }
   std::vector<std::string> step_names() const override {
@@ -192,7 +212,7 @@ class CudaWorker final : public Worker {
   void submit(FramePtr in, FrameRecord rec) override {
     const int slot = static_cast<int>(next_ % slots_.size());
     Slot& s = *slots_[static_cast<size_t>(slot)];
-    if (s.busy) complete(s);
+    wait_until_free(s);
     FramePtr out = out_pool_.acquire();  // blocks when the sink lags: back-pressure
     rec.submit_ns = now_ns();
     if (rec.submit_ns - anchor_->host_ns > kReanchorNs) reanchor();
@@ -244,18 +264,40 @@ class CudaWorker final : public Worker {
       cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
     }
     ev[4 + S].record(down_.get());
-    rec.launched_ns = now_ns();
     s.frame_in = std::move(in);
     s.frame_out = std::move(out);
     s.rec = std::move(rec);
-    s.busy = true;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      s.busy = true;
+      s.downloaded = false;
+      pending_.push_back(slot);
+    }
+    std::exception_ptr launch_error;
+    if (completion_ == Completion::HostFunc) {
+      try {
+        cuda::launch_host_func(down_.get(), &on_downloaded, &s);
+      } catch (...) {
+        launch_error = std::current_exception();
+      }
+    }
+    s.rec.launched_ns = now_ns();  // before the completion thread reads it (it waits for `launched`)
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      s.launched = true;
+      if (launch_error) {  // no callback will come: the frame is dropped, the run stops
+        s.downloaded = true;
+        if (!error_) error_ = launch_error;
+      }
+    }
+    cv_.notify_all();
     ++next_;
+    if (launch_error) std::rethrow_exception(launch_error);
   }
   void flush() override {
-    for (size_t k = 0; k < slots_.size(); ++k) {
-      Slot& s = *slots_[(next_ + k) % slots_.size()];
-      if (s.busy) complete(s);
-    }
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return pending_.empty(); });
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
@@ -324,6 +366,7 @@ class CudaWorker final : public Worker {
     std::vector<std::unique_ptr<FrameEvents>> free_;
   };
   struct Slot {
+    CudaWorker* worker = nullptr;
     cuda::DeviceBuffer in;
     std::vector<cuda::DeviceBuffer> bufs;
     FramePtr frame_in, frame_out;
@@ -331,7 +374,9 @@ class CudaWorker final : public Worker {
     std::shared_ptr<FrameEvents> evs;
     int device_slot = -1;
     bool host_valid = true;
-    bool busy = false;
+    // Guarded by mu_: in flight (submitted, not yet handed on), fully launched by the
+    // worker, download seen done by the HostFunc callback.
+    bool busy = false, launched = false, downloaded = false;
   };
   static void sync_no_throw(cuda::StreamHandle s) {
     try {
@@ -341,14 +386,75 @@ class CudaWorker final : public Worker {
     } catch (...) {
     }
   }
+  // Worker thread: waits until the completion thread has handed on the slot's last frame.
+  // A failure there (a CUDA error, the sink gone) is rethrown here, stopping the run.
+  void wait_until_free(Slot& s) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !s.busy || error_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  // CUDA's callback thread, after the slot's download (Completion::HostFunc).
+  static void on_downloaded(void* p) {
+    Slot* s = static_cast<Slot*>(p);
+    {
+      std::lock_guard<std::mutex> lk(s->worker->mu_);
+      s->downloaded = true;
+    }
+    s->worker->cv_.notify_all();
+  }
+  // Completion thread: blocks until the slot's download is done.
+  void wait_for_download(Slot& s) {
+    const cuda::Event& done = s.evs->ev[4 + chain_.size()];
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return s.launched; });  // the worker has queued everything for it
+    if (completion_ == Completion::Event) {
+      lk.unlock();
+      done.synchronize();
+      return;
+    }
+    // A failed stream never runs the callback: the event reports the error instead.
+    while (!cv_.wait_for(lk, std::chrono::milliseconds(20), [&] { return s.downloaded; })) {
+      lk.unlock();
+      (void)done.query();  // throws on a CUDA error
+      lk.lock();
+    }
+  }
+  void completion_loop() {
+    nvtx_name_thread("vfpipe completion");
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, nothing in flight
+      Slot& s = *slots_[static_cast<size_t>(pending_.front())];
+      const bool drop = error_ != nullptr;
+      lk.unlock();
+      std::exception_ptr err;
+      try {
+        wait_for_download(s);
+        if (!drop) complete(s);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      if (drop || err) release(s);
+      lk.lock();
+      if (err && !error_) error_ = err;
+      s.busy = false;
+      pending_.pop_front();
+      cv_.notify_all();
+    }
+  }
+  // Frees a slot whose frame is not handed on (after a failure).
+  void release(Slot& s) {
+    s.frame_in.reset();
+    s.frame_out.reset();
+    s.evs.reset();
+  }
   void complete(Slot& s) {
-    s.evs->ev[4 + chain_.size()].synchronize();
     s.rec.done_ns = now_ns();
     s.frame_out->index = s.rec.index;
     s.frame_out->capture_ns = s.rec.capture_ns;
     FramePtr source = keep_source_ ? std::move(s.frame_in) : nullptr;
     s.frame_in.reset();
-    s.busy = false;
     emit_(OutItem{std::move(s.frame_out), std::move(s.rec), timing_ ? std::move(s.evs) : nullptr, std::move(source),
                   s.device_slot, s.host_valid});
     s.evs.reset();
@@ -409,6 +515,14 @@ class CudaWorker final : public Worker {
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t in_bytes_ = 0, out_bytes_ = 0;
   uint64_t next_ = 0;
+  Completion completion_ = Completion::Event;
+  // Between the worker and the completion thread: slots in flight in submission order.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> pending_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread completer_;  // last: started after everything above exists
 };
 #endif
 
@@ -483,7 +597,8 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
 #if VFPIPE_HAVE_CUDA
     if (gpu)
       // Output frames: one per slot in flight, the sink queue, and one being written.
-      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, cfg.timing, keep_source, &sink, emit);
+      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, cfg.timing, keep_source, &sink,
+                                            cfg.completion, emit);
 #else
     if (gpu) throw Error(ErrorKind::Gpu, "this build of vfpipe has no CUDA support");
 #endif

@@ -5,8 +5,9 @@
 // CUDA backend: an upload, a compute and a download stream, and `depth` slots of device
 // buffers and events. Frame N is uploaded (H2D, pinned memory, cudaMemcpyAsync), run
 // through every stage and downloaded (D2H), each step on its stream after an event of
-// the previous one, so while frame N computes, frame N+1 uploads and frame N-1 downloads. Slots complete in submission
-// order, so frames come out in order. All buffers (pinned host frames, device frames,
+// the previous one, so while frame N computes, frame N+1 uploads and frame N-1 downloads.
+// A completion thread hands each frame to the sink as soon as its download is done, in
+// submission order, so frames come out in order and wait for nothing but their own work. All buffers (pinned host frames, device frames,
 // intermediate stage outputs) are allocated once before the first frame.
 //
 // Policies: Batch blocks the source when the queue is full (back-pressure, nothing
@@ -24,11 +25,17 @@ namespace vfp {
 
 enum class Policy { Batch, Live };
 
+// How the CUDA backend learns that a frame's download is done (docs/architecture.md):
+// Event: a completion thread blocks in cudaEventSynchronize on the download's event;
+// HostFunc: a cudaLaunchHostFunc callback queued after the download wakes that thread.
+enum class Completion { Event, HostFunc };
+
 struct EngineConfig {
   Backend backend = Backend::CPU;
   Policy policy = Policy::Batch;
   int depth = 3;            // frames in flight on the GPU (buffer slots), >= 2
   int queue = 4;            // capacity of each inter-thread queue
+  Completion completion = Completion::Event;
   int64_t max_frames = -1;  // stop after this many source frames (-1: until the end)
   int warmup = 0;           // frames left out of the summary statistics
   size_t max_records = 100000;  // per-frame timing records kept (the newest); 0 = all

@@ -6,8 +6,8 @@
 # From the development machine, with the `device` tool:
 #     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
 #     device run --carry .deps -- bash scripts/device-test.sh
-# BENCHES="engine median conv wavelet deflate" (the default) selects the benchmarks to run.
-# .gl/ (gl-kit) and .zk/ (scripts/fetch-device-zkit.sh) are used when carried along.
+# BENCHES="engine latency cpu median conv wavelet deflate" (the default) selects the benchmarks to run.
+# .gl/ (gl-kit) and .zk/ (scripts/fetch-device-zkit.sh: oneTBB, zlib, libdeflate, libpng) are carried along.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -21,7 +21,7 @@ if [ -f .gl/gl-kit.sh ]; then
   source .gl/gl-kit.sh install > "$OUT/gl-kit.log" 2>&1 && export VFPIPE_REQUIRE_HEADLESS=1
 fi
 
-# zlib, libdeflate, libpng (the DEFLATE references and peers): scripts/fetch-device-zkit.sh, carried as .zk/.
+# oneTBB (the CPU pool), zlib, libdeflate, libpng: scripts/fetch-device-zkit.sh, carried as .zk/.
 if [ -d .zk/usr ]; then
   export CMAKE_PREFIX_PATH=$PWD/.zk/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
   export LD_LIBRARY_PATH=$PWD/.zk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -61,7 +61,7 @@ compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/vfpipe_
 rc_race=$(( rc_race | $? ))
 tail -4 "$OUT/racecheck_deflate.log"
 
-BENCHES=${BENCHES:-engine median conv wavelet deflate}
+BENCHES=${BENCHES:-engine latency cpu median conv wavelet deflate}
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want engine; then
 log "engine benchmark"
@@ -70,7 +70,47 @@ build-device/vfpipe-bench-engine --sizes 1920x1080,3840x2160 --frames 1200 --dep
 build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --depth 2 2>&1 | tail -1 | sed 's/^/depth 2: /' | tee -a "$OUT/bench_engine.txt"
 build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --depth 4 2>&1 | tail -1 | sed 's/^/depth 4: /' | tee -a "$OUT/bench_engine.txt"
 build-device/vfpipe-bench-engine --sizes 3840x2160 --frames 600 --format yuv420p 2>&1 | tail -1 | sed 's/^/yuv420p: /' | tee -a "$OUT/bench_engine.txt"
+build-device/vfpipe-bench-engine --sizes 1920x1080,3840x2160 --frames 1200 --depth 3 --completion hostfunc \
+  --json "$OUT/bench_engine_hostfunc.json" 2>&1 | tail -2 | sed 's/^/hostfunc: /' | tee -a "$OUT/bench_engine.txt"
 
+fi
+CHAIN="median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3"
+# p50/p99 of a run's end-to-end latency and of its work (sum of step times), from --report.
+lat_line() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+fr = [f for f in r["frames"]][r["warmup"]:]
+e2e = sorted((f["output_ns"] - f["capture_ns"]) / 1e6 for f in fr)
+work = sorted(sum(f["step_ms"]) for f in fr)
+q = lambda v, p: v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
+print("%-34s frames %4d dropped %3d  end-to-end p50 %7.3f p99 %7.3f ms   work p50 %7.3f p99 %7.3f ms" %
+      (sys.argv[2], len(fr), r["dropped"], q(e2e, 50), q(e2e, 99), q(work, 50), q(work, 99)))
+PY
+}
+if want latency; then
+  log "latency: paced 60 fps source, 3-stage chain, live policy (first 60 frames left out)"
+  for size in 1920x1080 3840x2160; do
+    for comp in event hostfunc; do
+      build-device/vfpipe run -q -i "synthetic=size=$size:rate=60:realtime=1:frames=660" -f "$CHAIN" --policy live \
+        --device cuda --completion $comp --warmup 60 --report "$OUT/latency_${size}_$comp.json" --report-frames
+      lat_line "$OUT/latency_${size}_$comp.json" "cuda $size $comp" | tee -a "$OUT/latency.txt"
+    done
+  done
+  for t in 16 1; do
+    build-device/vfpipe --threads $t run -q -i "synthetic=size=1920x1080:rate=5:realtime=1:frames=40" -f "$CHAIN" \
+      --policy live --device cpu --warmup 5 --report "$OUT/latency_cpu_t$t.json" --report-frames
+    lat_line "$OUT/latency_cpu_t$t.json" "cpu 1920x1080 5 fps, $t threads" | tee -a "$OUT/latency.txt"
+  done
+fi
+if want cpu; then
+  log "CPU backend scaling: the 3-stage chain at 1080p (pre-rendered source, null sink)"
+  for t in 1 2 4 8 16; do
+    n=60; r=3; [ $t -le 2 ] && { n=16; r=1; }
+    build-device/vfpipe-bench-engine --device cpu --threads $t --sizes 1920x1080,3840x2160 --format yuv420p \
+      --filters "$CHAIN" --frames $n --repeat $r --json "$OUT/bench_cpu_t$t.json" 2>&1 | tail -2 | sed "s/^/threads $t: /" |
+      tee -a "$OUT/bench_cpu.txt"
+  done
 fi
 if want median; then
   log "median benchmark (vs NPP)"

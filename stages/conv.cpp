@@ -13,6 +13,7 @@
 
 #include "pipeline/error.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/parallel.hpp"
 #include "pipeline/registry.hpp"
 #include "stages/builtin.hpp"
 #include "stages/planar.hpp"
@@ -280,14 +281,14 @@ inline float px(const BorderMaps& m, int row, int col, int value) {
   return (r && c >= 0) ? static_cast<float>(r[c]) : static_cast<float>(value);
 }
 
-// The loops, written once; compiled twice below (with and without FMA instructions) —
-// __builtin_fmaf is a correctly rounded fused multiply-add either way.
-inline __attribute__((always_inline)) void conv2d_body(const PlaneRef& pl, uint8_t* dst, int dpitch,
-                                                       const ConvParams& p) {
+// The loops over a range of rows, written once; compiled twice below (with and without FMA
+// instructions) — __builtin_fmaf is a correctly rounded fused multiply-add either way. Every
+// output row depends only on the input, so stripes of rows run in parallel on the CPU pool
+// and give the same bytes as one loop.
+inline __attribute__((always_inline)) void conv2d_rows(const BorderMaps& m, const PlaneRef& pl, uint8_t* dst,
+                                                       int dpitch, const ConvParams& p, int y0, int y1) {
   const ConvKernel& k = p.kernel;
-  const int ax = k.w / 2, ay = k.h / 2;
-  BorderMaps m = make_maps(pl, ax, ay, p.border);
-  for (int y = 0; y < pl.h; ++y)
+  for (int y = y0; y < y1; ++y)
     for (int x = 0; x < pl.w; ++x) {
       float acc = 0.f;
       for (int ky = 0; ky < k.h; ++ky)
@@ -297,62 +298,86 @@ inline __attribute__((always_inline)) void conv2d_body(const PlaneRef& pl, uint8
     }
 }
 
-inline __attribute__((always_inline)) void conv_sep_body(const PlaneRef& pl, uint8_t* dst, int dpitch,
-                                                         const ConvParams& p) {
+// Separable, horizontal pass: rows [r0, r1) of the (border-resolved) rows the vertical pass
+// reads into t.
+inline __attribute__((always_inline)) void sep_rows_h(const BorderMaps& m, const PlaneRef& pl, float* t,
+                                                      const ConvParams& p, int r0, int r1) {
   const ConvKernel& k = p.kernel;
-  const int ax = k.w / 2, ay = k.h / 2;
-  BorderMaps m = make_maps(pl, ax, ay, p.border);
-  // Horizontal pass for every (border-resolved) row the vertical pass reads.
-  const int th = pl.h + 2 * ay;
-  std::vector<float> t(static_cast<size_t>(th) * pl.w);
-  for (int r = 0; r < th; ++r)
+  for (int r = r0; r < r1; ++r)
     for (int x = 0; x < pl.w; ++x) {
       float acc = 0.f;
       for (int kx = 0; kx < k.w; ++kx) acc = __builtin_fmaf(k.row[static_cast<size_t>(kx)], px(m, r, x + kx, p.value), acc);
       t[static_cast<size_t>(r) * pl.w + x] = acc;
     }
-  for (int y = 0; y < pl.h; ++y)
-    for (int x = 0; x < pl.w; ++x) {
+}
+
+// Separable, vertical pass: output rows [y0, y1) from t.
+inline __attribute__((always_inline)) void sep_rows_v(const float* t, int w, uint8_t* dst, int dpitch,
+                                                      const ConvParams& p, int y0, int y1) {
+  const ConvKernel& k = p.kernel;
+  for (int y = y0; y < y1; ++y)
+    for (int x = 0; x < w; ++x) {
       float acc = 0.f;
       for (int ky = 0; ky < k.h; ++ky)
-        acc = __builtin_fmaf(k.col[static_cast<size_t>(ky)], t[static_cast<size_t>(y + ky) * pl.w + x], acc);
+        acc = __builtin_fmaf(k.col[static_cast<size_t>(ky)], t[static_cast<size_t>(y + ky) * w + x], acc);
       dst[static_cast<size_t>(y) * dpitch + x] = finish(acc, p);
     }
 }
 
-__attribute__((target("fma"))) void conv2d_fma(const PlaneRef& pl, uint8_t* d, int dp, const ConvParams& p) {
-  conv2d_body(pl, d, dp, p);
-}
-void conv2d_plain(const PlaneRef& pl, uint8_t* d, int dp, const ConvParams& p) { conv2d_body(pl, d, dp, p); }
-__attribute__((target("fma"))) void conv_sep_fma(const PlaneRef& pl, uint8_t* d, int dp, const ConvParams& p) {
-  conv_sep_body(pl, d, dp, p);
-}
-void conv_sep_plain(const PlaneRef& pl, uint8_t* d, int dp, const ConvParams& p) { conv_sep_body(pl, d, dp, p); }
+#define VFP_CONV_VARIANTS(name, params, args)                        \
+  __attribute__((target("fma"))) void name##_fma params { name args; } \
+  void name##_plain params { name args; }
+VFP_CONV_VARIANTS(conv2d_rows,
+                  (const BorderMaps& m, const PlaneRef& pl, uint8_t* d, int dp, const ConvParams& p, int y0, int y1),
+                  (m, pl, d, dp, p, y0, y1))
+VFP_CONV_VARIANTS(sep_rows_h, (const BorderMaps& m, const PlaneRef& pl, float* t, const ConvParams& p, int r0, int r1),
+                  (m, pl, t, p, r0, r1))
+VFP_CONV_VARIANTS(sep_rows_v, (const float* t, int w, uint8_t* d, int dp, const ConvParams& p, int y0, int y1),
+                  (t, w, d, dp, p, y0, y1))
+#undef VFP_CONV_VARIANTS
 
 bool cpu_has_fma() {
   static const bool has = __builtin_cpu_supports("fma");
   return has;
 }
 
+constexpr int kConvStripeRows = 8;
+
 }  // namespace
 
 void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
                     const ConvParams& p) {
   const PlaneRef pl{src, spitch, w, h};
-  if (cpu_has_fma())
-    conv2d_fma(pl, dst, dpitch, p);
-  else
-    conv2d_plain(pl, dst, dpitch, p);
+  const BorderMaps m = make_maps(pl, p.kernel.w / 2, p.kernel.h / 2, p.border);
+  const bool fma = cpu_has_fma();
+  parallel_rows(h, kConvStripeRows, [&](int y0, int y1) {
+    if (fma)
+      conv2d_rows_fma(m, pl, dst, dpitch, p, y0, y1);
+    else
+      conv2d_rows_plain(m, pl, dst, dpitch, p, y0, y1);
+  });
 }
 
 void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
                               int h, const ConvParams& p) {
   if (!p.kernel.separable) throw Error(ErrorKind::Internal, "conv: kernel is not separable");
   const PlaneRef pl{src, spitch, w, h};
-  if (cpu_has_fma())
-    conv_sep_fma(pl, dst, dpitch, p);
-  else
-    conv_sep_plain(pl, dst, dpitch, p);
+  const int ay = p.kernel.h / 2;
+  const BorderMaps m = make_maps(pl, p.kernel.w / 2, ay, p.border);
+  const bool fma = cpu_has_fma();
+  std::vector<float> t(static_cast<size_t>(h + 2 * ay) * w);
+  parallel_rows(h + 2 * ay, kConvStripeRows, [&](int r0, int r1) {
+    if (fma)
+      sep_rows_h_fma(m, pl, t.data(), p, r0, r1);
+    else
+      sep_rows_h_plain(m, pl, t.data(), p, r0, r1);
+  });
+  parallel_rows(h, kConvStripeRows, [&](int y0, int y1) {
+    if (fma)
+      sep_rows_v_fma(t.data(), w, dst, dpitch, p, y0, y1);
+    else
+      sep_rows_v_plain(t.data(), w, dst, dpitch, p, y0, y1);
+  });
 }
 
 // ------------------------------------------------------------------ the stage

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "pipeline/error.hpp"
+#include "pipeline/parallel.hpp"
 #include "stages/convert_ops.hpp"
 
 namespace vfp {
@@ -10,9 +11,12 @@ namespace vfp {
 namespace {
 template <int SF, int DF>
 void run(const ImageView& s, const ImageView& d) {
+  // 2x2 blocks are independent: rows of blocks in stripes on the CPU pool.
   const int bw = (s.width + 1) / 2, bh = (s.height + 1) / 2;
-  for (int by = 0; by < bh; ++by)
-    for (int bx = 0; bx < bw; ++bx) conv::convert_block<SF, DF>(s, d, bx, by);
+  parallel_rows(bh, 8, [&](int b0, int b1) {
+    for (int by = b0; by < b1; ++by)
+      for (int bx = 0; bx < bw; ++bx) conv::convert_block<SF, DF>(s, d, bx, by);
+  });
 }
 }  // namespace
 

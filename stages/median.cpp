@@ -8,6 +8,7 @@
 
 #include "pipeline/error.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/parallel.hpp"
 #include "pipeline/registry.hpp"
 #include "stages/builtin.hpp"
 #include "stages/planar.hpp"
@@ -39,11 +40,13 @@ void median_plane_naive(const uint8_t* src, int spitch, uint8_t* dst, int dpitch
     }
 }
 
-void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      const MedianParams& p) {
-  // Sliding histogram (Huang): for each column, build the window's 256-bin histogram once
-  // at the top, then per row remove the row leaving and add the row entering. A 16-bin
-  // coarse histogram makes the rank search at most 32 steps.
+namespace {
+// Rows [y0, y1) of the output. Sliding histogram (Huang): for each column, build the
+// window's 256-bin histogram at row y0, then per row remove the row leaving and add the row
+// entering. A 16-bin coarse histogram makes the rank search at most 32 steps. Each row's
+// result depends only on its window, so any split into row ranges gives the same output.
+void median_rows(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                 int y0, int y1) {
   const int rx = p.rx(), ry = p.ry(), k = p.rank();
   std::vector<int> colmap(static_cast<size_t>(w + 2 * rx));
   for (int i = 0; i < w + 2 * rx; ++i) colmap[static_cast<size_t>(i)] = border_index(i - rx, w, p.border);
@@ -59,9 +62,9 @@ void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, 
   };
   for (int x = 0; x < w; ++x) {
     uint32_t fine[256] = {0}, coarse[16] = {0};
-    for (int y = -ry; y <= ry; ++y) add_row(fine, coarse, y, x, +1);
-    for (int y = 0; y < h; ++y) {
-      if (y > 0) {
+    for (int y = y0 - ry; y <= y0 + ry; ++y) add_row(fine, coarse, y, x, +1);
+    for (int y = y0; y < y1; ++y) {
+      if (y > y0) {
         add_row(fine, coarse, y - ry - 1, x, -1);
         add_row(fine, coarse, y + ry, x, +1);
       }
@@ -73,6 +76,15 @@ void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, 
       dst[static_cast<size_t>(y) * dpitch + x] = static_cast<uint8_t>(b);
     }
   }
+}
+}  // namespace
+
+void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                      const MedianParams& p) {
+  // Stripes of rows on the CPU pool; a stripe re-builds its histograms at its first row
+  // (2*ry+1 rows of work), so stripes are kept at least four windows tall.
+  parallel_rows(h, std::max(16, 4 * (2 * p.ry() + 1)),
+                [&](int y0, int y1) { median_rows(src, spitch, dst, dpitch, w, h, p, y0, y1); });
 }
 
 namespace {

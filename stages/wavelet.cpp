@@ -3,6 +3,7 @@
 #include "stages/wavelet.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "pipeline/error.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/parallel.hpp"
 #include "pipeline/registry.hpp"
 #include "stages/builtin.hpp"
 #include "stages/planar.hpp"
@@ -23,6 +25,7 @@ namespace {
 const WaveletFilter kFilters[] = {
 #include "stages/wavelet_filters.inc"
 };
+constexpr int kWaveletStripeRows = 8;  // rows per task on the CPU pool
 }  // namespace
 
 const WaveletFilter* find_wavelet(const std::string& name) {
@@ -71,7 +74,10 @@ void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilte
   std::vector<int> xmap(static_cast<size_t>(cw) * F);
   for (int c = 0; c < cw; ++c)
     for (int j = 0; j < F; ++j) xmap[static_cast<size_t>(c) * F + j] = dwt_sample_index(2 * c + s - j, w, b);
-  for (int y = 0; y < h; ++y) {
+  // Every output row (and column-pass row) depends only on the pass's input: stripes of
+  // rows run in parallel on the CPU pool and give the same floats as one loop.
+  parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
+   for (int y = y0; y < y1; ++y) {
     const float* row = in + static_cast<size_t>(y) * pitch;
     for (int c = 0; c < cw; ++c) {
       float l = 0.f, hh = 0.f;
@@ -83,9 +89,11 @@ void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilte
       L[static_cast<size_t>(y) * cw + c] = l;
       H[static_cast<size_t>(y) * cw + c] = hh;
     }
-  }
+   }
+  });
   // Columns.
-  for (int r = 0; r < ch; ++r) {
+  parallel_rows(ch, kWaveletStripeRows, [&](int r0, int r1) {
+  for (int r = r0; r < r1; ++r) {
     for (int c = 0; c < cw; ++c) {
       float a0 = 0.f, d0 = 0.f, a1 = 0.f, d1 = 0.f;
       for (int j = 0; j < F; ++j) {
@@ -102,6 +110,7 @@ void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilte
       dd[o] = d1;
     }
   }
+  });
 }
 
 void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const float* dd, int cw, int ch,
@@ -114,7 +123,8 @@ void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const fl
   }
   // Columns: ch coefficient rows -> h rows of horizontal-low (L) and horizontal-high (H).
   std::vector<float> L(static_cast<size_t>(h) * cw), H(L.size());
-  for (int y = 0; y < h; ++y) {
+  parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
+  for (int y = y0; y < y1; ++y) {
     for (int c = 0; c < cw; ++c) {
       float l = 0.f, hh = 0.f;
       for (int m = (y + s2) & 1; m < F; m += 2) {
@@ -130,8 +140,10 @@ void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const fl
       H[static_cast<size_t>(y) * cw + c] = hh;
     }
   }
+  });
   // Rows.
-  for (int y = 0; y < h; ++y) {
+  parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
+  for (int y = y0; y < y1; ++y) {
     const float* Lr = &L[static_cast<size_t>(y) * cw];
     const float* Hr = &H[static_cast<size_t>(y) * cw];
     for (int x = 0; x < w; ++x) {
@@ -145,6 +157,7 @@ void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const fl
       out[static_cast<size_t>(y) * w + x] = v;
     }
   }
+  });
 }
 
 WaveletCoeffs wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
@@ -182,14 +195,54 @@ void waverec2_cpu(const WaveletCoeffs& c, const WaveletFilter& f, WaveletBoundar
   std::memcpy(out, a.data(), a.size() * sizeof(float));
 }
 
+namespace {
+// The k-th smallest (from 0) of |d[i]|: the value std::nth_element would place at k.
+// Non-negative floats order as their bit patterns, so a radix select over the bits (11, 11
+// and 10 at a time) finds it exactly in three passes; each pass counts its histogram in
+// parallel on the CPU pool (chunks add their counts into one table).
+float kth_smallest_abs(const float* d, size_t n, size_t k) {
+  static constexpr int kShift[3] = {21, 10, 0}, kBits[3] = {11, 11, 10};
+  constexpr size_t kChunk = 1 << 16;
+  const int chunks = static_cast<int>((n + kChunk - 1) / kChunk);
+  uint32_t prefix = 0, mask = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const uint32_t bins = 1u << kBits[pass], sh = static_cast<uint32_t>(kShift[pass]);
+    std::vector<std::atomic<size_t>> hist(bins);
+    parallel_rows(chunks, 1, [&](int c0, int c1) {
+      std::vector<size_t> local(bins, 0);
+      const size_t end = std::min(n, static_cast<size_t>(c1) * kChunk);
+      for (size_t i = static_cast<size_t>(c0) * kChunk; i < end; ++i) {
+        uint32_t u;
+        std::memcpy(&u, &d[i], 4);
+        u &= 0x7fffffffu;  // |x|
+        if ((u & mask) == prefix) ++local[(u >> sh) & (bins - 1)];
+      }
+      for (uint32_t b = 0; b < bins; ++b)
+        if (local[b]) hist[b].fetch_add(local[b], std::memory_order_relaxed);
+    });
+    uint32_t b = 0;
+    for (size_t seen = 0;; ++b) {
+      const size_t c = hist[b].load(std::memory_order_relaxed);
+      if (seen + c > k) {
+        k -= seen;
+        break;
+      }
+      seen += c;
+    }
+    prefix |= b << sh;
+    mask |= (bins - 1) << sh;
+  }
+  float v;
+  std::memcpy(&v, &prefix, 4);
+  return v;
+}
+}  // namespace
+
 double estimate_sigma_mad(const float* d, size_t n) {
   if (n == 0) return 0.0;
-  std::vector<float> v(d, d + n);
-  for (float& x : v) x = std::fabs(x);
   const size_t lo = (n - 1) / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(lo), v.end());
-  double med = v[lo];
-  if (n % 2 == 0) med = (med + *std::min_element(v.begin() + static_cast<long>(lo) + 1, v.end())) / 2.0;
+  double med = kth_smallest_abs(d, n, lo);
+  if (n % 2 == 0) med = (med + kth_smallest_abs(d, n, lo + 1)) / 2.0;
   return med / kMadToSigma;
 }
 
@@ -197,9 +250,12 @@ WaveletThresholds wavelet_thresholds_cpu(const WaveletCoeffs& c, const WaveletPa
   WaveletThresholds r;
   r.sigma = p.sigma > 0 ? p.sigma : estimate_sigma_mad(c.dd[0].data(), c.dd[0].size());
   const double var = r.sigma * r.sigma;
-  for (size_t l = 0; l < c.geom.size(); ++l) {
-    const std::vector<float>* bands[3] = {&c.da[l], &c.ad[l], &c.dd[l]};
-    for (const auto* band : bands) {
+  // One threshold per band; the bands run in parallel, each band's sum in its own order.
+  r.t.assign(c.geom.size() * 3, 0.f);
+  parallel_rows(static_cast<int>(r.t.size()), 1, [&](int b0, int b1) {
+    for (int bi = b0; bi < b1; ++bi) {
+      const size_t l = static_cast<size_t>(bi / 3);
+      const std::vector<float>* band = bi % 3 == 0 ? &c.da[l] : bi % 3 == 1 ? &c.ad[l] : &c.dd[l];
       double t = 0;
       switch (p.method) {
         case ShrinkMethod::Fixed:
@@ -216,9 +272,9 @@ WaveletThresholds wavelet_thresholds_cpu(const WaveletCoeffs& c, const WaveletPa
           break;
         }
       }
-      r.t.push_back(static_cast<float>(std::min(t, static_cast<double>(FLT_MAX))));
+      r.t[static_cast<size_t>(bi)] = static_cast<float>(std::min(t, static_cast<double>(FLT_MAX)));
     }
-  }
+  });
   return r;
 }
 
@@ -234,21 +290,32 @@ WaveletThresholds denoise_plane(const T* src, int spitch, T* dst, int dpitch, in
   dpitch /= static_cast<int>(sizeof(T));
   const int levels = p.levels_for(w, h);
   std::vector<float> img(static_cast<size_t>(w) * h);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      img[static_cast<size_t>(y) * w + x] = load_sample(src[static_cast<size_t>(y) * spitch + x]);
+  parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
+    for (int y = y0; y < y1; ++y)
+      for (int x = 0; x < w; ++x)
+        img[static_cast<size_t>(y) * w + x] = load_sample(src[static_cast<size_t>(y) * spitch + x]);
+  });
   WaveletCoeffs c = wavedec2_cpu(img.data(), w, h, w, *p.wavelet, p.boundary, levels);
   WaveletThresholds t = wavelet_thresholds_cpu(c, p, w, h);
   const float pct = static_cast<float>(p.percent / 100.0);
   for (size_t l = 0; l < c.geom.size(); ++l) {
     std::vector<float>* bands[3] = {&c.da[l], &c.ad[l], &c.dd[l]};
-    for (int bi = 0; bi < 3; ++bi)
-      for (float& x : *bands[bi]) x = wavelet_shrink(x, t.t[l * 3 + static_cast<size_t>(bi)], p.mode, pct);
+    const int rows = c.geom[l].ch, cols = c.geom[l].cw;
+    for (int bi = 0; bi < 3; ++bi) {
+      float* band = bands[bi]->data();
+      const float th = t.t[l * 3 + static_cast<size_t>(bi)];
+      parallel_rows(rows, kWaveletStripeRows, [&](int r0, int r1) {
+        for (size_t i = static_cast<size_t>(r0) * cols; i < static_cast<size_t>(r1) * cols; ++i)
+          band[i] = wavelet_shrink(band[i], th, p.mode, pct);
+      });
+    }
   }
   waverec2_cpu(c, *p.wavelet, p.boundary, img.data());
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      store_sample(&dst[static_cast<size_t>(y) * dpitch + x], img[static_cast<size_t>(y) * w + x]);
+  parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
+    for (int y = y0; y < y1; ++y)
+      for (int x = 0; x < w; ++x)
+        store_sample(&dst[static_cast<size_t>(y) * dpitch + x], img[static_cast<size_t>(y) * w + x]);
+  });
   return t;
 }
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "pipeline/frame.hpp"
 #include "pipeline/source.hpp"
+#include "pipeline/stats.hpp"
 
 namespace vfp::test {
 
@@ -125,4 +126,23 @@ inline std::string tmp_path(const std::string& name) {
   return dir + "vfpipe_" + std::to_string(::getpid()) + "_" + name;
 }
 
+
+// End-to-end latency (capture -> output) and the frame's own work (the sum of its step
+// times: CPU stage times, or the GPU's copy and stage times from CUDA events), p99 over the
+// frames after `warmup`, in milliseconds.
+struct LatencyP99 {
+  double end_to_end = 0, work = 0;
+  size_t frames = 0;
+};
+inline LatencyP99 latency_p99(const RunReport& rep, size_t warmup) {
+  std::vector<double> e2e, work;
+  for (size_t i = warmup; i < rep.frames.size(); ++i) {
+    const FrameRecord& f = rep.frames[i];
+    e2e.push_back((f.output_ns - f.capture_ns) / 1e6);
+    double w = 0;
+    for (float ms : f.step_ms) w += ms;
+    work.push_back(w);
+  }
+  return {summarize(e2e).p99, summarize(work).p99, e2e.size()};
+}
 }  // namespace vfp::test

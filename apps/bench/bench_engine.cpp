@@ -7,6 +7,7 @@
 //
 //   vfpipe-bench-engine [--sizes 1920x1080,3840x2160] [--format bgr24] [--frames 600]
 //                       [--depth 3] [--repeat 5] [--device cuda|cpu] [--json out.json]
+//                       [--completion event|hostfunc] [--threads N] [--filters CHAIN]
 #include <CLI/CLI.hpp>
 #include <cstring>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "pipeline/io/open.hpp"
 #include "pipeline/io/synthetic.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/parallel.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/runtime.hpp"
 #endif
@@ -121,6 +123,12 @@ int main(int argc, char** argv) {
   app.add_option("--filters", filters, "chain to run")->capture_default_str();
   app.add_option("--device", device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--json", json_path, "write results as JSON");
+  std::string completion = "event";
+  app.add_option("--completion", completion, "CUDA completion: event (cudaEventSynchronize) or hostfunc")
+      ->check(CLI::IsMember({"event", "hostfunc"}))
+      ->capture_default_str();
+  int threads = 0;
+  app.add_option("--threads", threads, "CPU pool size (0 = every core)")->capture_default_str();
   bool timing_overhead = false;
   app.add_flag("--timing-overhead", timing_overhead,
                "also run every repeat without per-frame timing (no step events, no records) and report "
@@ -128,6 +136,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    set_cpu_threads(threads);
     Backend backend = device == "cuda" ? Backend::CUDA : Backend::CPU;
 #if VFPIPE_HAVE_CUDA
     if (backend == Backend::CUDA && !cuda::probe().usable) {
@@ -143,9 +152,10 @@ int main(int argc, char** argv) {
     std::string devname = "CPU";
 #endif
     nlohmann::json out = nlohmann::json::array();
-    std::printf("vfpipe engine benchmark on %s: %s, chain '%s', depth %d, %lld frames per size\n",
-                devname.c_str(), format.c_str(), filters.c_str(), depth,
-                static_cast<long long>(frames));
+    std::printf("vfpipe engine benchmark on %s: %s, chain '%s', depth %d, %lld frames per size, completion %s, "
+                "%d CPU threads\n",
+                devname.c_str(), format.c_str(), filters.c_str(), depth, static_cast<long long>(frames),
+                completion.c_str(), cpu_threads());
     std::printf("%-10s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n", "size", "fps", "up GB/s",
                 "down GB/s", "H2D ms", "D2H ms", "both ms", "rot ms", "stream ms", "bound fps", "of bound");
     std::stringstream ss(sizes);
@@ -172,6 +182,7 @@ int main(int argc, char** argv) {
         cfg.queue = queue;
         cfg.warmup = 10;
         cfg.timing = timing;
+        cfg.completion = completion == "hostfunc" ? Completion::HostFunc : Completion::Event;
         RunResult r = run_pipeline(src, chain, sink, cfg);
         if (r.error) std::rethrow_exception(r.error);
         return r.report;
@@ -210,7 +221,8 @@ int main(int argc, char** argv) {
                           {"fps", fps},         {"fps_min", fs.min}, {"fps_max", fs.max},
                           {"repeat", repeat},   {"up_GBps", up},    {"down_GBps", down},
                           {"device", devname},  {"depth", depth},   {"filters", filters},
-                          {"bytes_per_frame", rep.bytes_up}};
+                          {"bytes_per_frame", rep.bytes_up}, {"completion", completion},
+                          {"cpu_threads", cpu_threads()}};
       j["copy_h2d_ms"] = cb.h2d_ms;
       j["copy_d2h_ms"] = cb.d2h_ms;
       j["copy_both_hot_ms"] = cb.both_ms;

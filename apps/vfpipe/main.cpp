@@ -21,6 +21,7 @@
 #include "pipeline/io/open.hpp"
 #include "pipeline/io/synthetic.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/parallel.hpp"
 #include "pipeline/profile.hpp"
 #if VFPIPE_HAVE_GL
 #include "pipeline/display/controls.hpp"
@@ -102,6 +103,7 @@ struct RunArgs {
   double fps = 0;
   int64_t frames = -1;
   int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
+  std::string completion = "event";
   size_t profile_frames = 100000;
   bool report_frames = false, no_progress = false, quiet = false, verbose = false;
   bool lossless = false;
@@ -125,6 +127,11 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->check(CLI::IsMember({"batch", "live"}));
   c->add_option("--depth", a.depth, "frames in flight on the GPU (CUDA streams), 2..16")
       ->check(CLI::Range(2, 16))
+      ->capture_default_str();
+  c->add_option("--completion", a.completion,
+                "CUDA: how a finished frame is noticed: event (a thread waits on its download event) or "
+                "hostfunc (a cudaLaunchHostFunc callback)")
+      ->check(CLI::IsMember({"event", "hostfunc"}))
       ->capture_default_str();
   c->add_option("--queue", a.queue, "capacity of the source and sink queues, 1..64")
       ->check(CLI::Range(1, 64))
@@ -483,6 +490,7 @@ int run_command(RunArgs& a, bool live) {
   std::string policy = a.policy.empty() ? (live || src->is_live() ? "live" : "batch") : a.policy;
   cfg.policy = policy == "live" ? Policy::Live : Policy::Batch;
   cfg.depth = a.depth;
+  cfg.completion = a.completion == "hostfunc" ? Completion::HostFunc : Completion::Event;
   cfg.queue = a.queue;
   cfg.max_frames = a.frames;
   cfg.warmup = a.warmup;
@@ -626,6 +634,7 @@ int info_command() {
 #else
   std::printf("  CUDA backend: not built (CPU only)\n");
 #endif
+  std::printf("  CPU pool: %d threads of %d cores (oneTBB; --threads N)\n", cpu_threads(), available_cores());
   std::printf("  pixel formats: %s\n", pix_fmt_list().c_str());
   return 0;
 }
@@ -643,6 +652,13 @@ int main(int argc, char** argv) {
   app.footer(kExamples);
   app.require_subcommand(1);
   app.set_version_flag("--version", VFPIPE_VERSION);
+  // Global, before or after the subcommand: the size of the process-wide CPU pool.
+  int threads = 0;
+  app.add_option("--threads", threads,
+                 "CPU threads for the CPU stages, the synthetic source and the codecs (0 = every core)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  app.fallthrough();
 
   RunArgs run_args, live_args;
   auto* run = app.add_subcommand("run", "process a file, pipe or generated stream (batch: nothing is dropped)");
@@ -730,6 +746,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
+    set_cpu_threads(threads);
     if (*run) return run_command(run_args, false);
     if (*live) {
       if (live_args.input.empty()) live_args.input = "camera=0";

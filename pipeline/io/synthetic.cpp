@@ -7,6 +7,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/parallel.hpp"
 #include "stages/convert.hpp"
 
 namespace vfp {
@@ -159,8 +160,8 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
   const int W = p_.spec.width, H = p_.spec.height;
   FrameSpec rgb_spec = p_.spec;
   rgb_spec.format = PixelFormat::BGR24;
-  HostFrame rgb(rgb_spec, false);
-  ImageView v = rgb.view();
+  if (!rgb_) rgb_ = std::make_unique<HostFrame>(rgb_spec, false);
+  ImageView v = rgb_->view();
   const double tt = static_cast<double>(t);
   const int cx = static_cast<int>(W / 2 + W / 3.0 * std::cos(tt * 0.05));
   const int cy = static_cast<int>(H / 2 + H / 4.0 * std::sin(tt * 0.08));
@@ -170,7 +171,9 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
   const int chk_w = std::max(1, W / 5);
   static const uint8_t bars[8][3] = {{255, 255, 255}, {0, 255, 255}, {255, 255, 0}, {0, 255, 0},
                                      {255, 0, 255},   {0, 0, 255},   {255, 0, 0},   {0, 0, 0}};
-  for (int y = 0; y < H; ++y) {
+  // Rows are independent (the noise is seeded per plane and row): stripes on the CPU pool.
+  parallel_rows(H, 16, [&](int y0, int y1) {
+  for (int y = y0; y < y1; ++y) {
     uint8_t* row = v.row(0, y);
     for (int x = 0; x < W; ++x) {
       uint8_t b, g, r;
@@ -192,6 +195,7 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
       row[3 * x] = b; row[3 * x + 1] = g; row[3 * x + 2] = r;
     }
   }
+  });
   convert_cpu(v, dst.view());
   if (p_.noise == "none") return;
   ImageView d = dst.view();
@@ -199,7 +203,8 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
   const uint64_t base = mix(p_.seed * 0x100000001b3ull ^ static_cast<uint64_t>(t));
   const uint64_t thresh = static_cast<uint64_t>(p_.density * 18446744073709551615.0);
   for (int pl = 0; pl < plane_count(d.format); ++pl) {
-    for (int y = 0; y < d.ph[pl]; ++y) {
+    parallel_rows(d.ph[pl], 16, [&](int y0, int y1) {
+    for (int y = y0; y < y1; ++y) {
       uint8_t* row = d.row(pl, y);
       uint64_t h = mix(base + (static_cast<uint64_t>(pl) << 40) + static_cast<uint64_t>(y));
       for (int x = 0; x < d.pw[pl] * bpp; ++x) {
@@ -213,6 +218,7 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
         }
       }
     }
+    });
   }
 }
 

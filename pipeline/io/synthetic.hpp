@@ -51,6 +51,7 @@ class SyntheticSource final : public Source {
   int64_t start_ns_ = 0;
   std::vector<FramePtr> cached_;
   std::vector<float> gauss_;  // N(0,1) samples, indexed by a hash of (seed, t, position)
+  mutable std::unique_ptr<HostFrame> rgb_;  // render()'s BGR scene, allocated once
 };
 
 }  // namespace vfp
