@@ -170,7 +170,7 @@ TEST(Gpu, EngineKeepsOrderUnderBackPressureAndLiveDrops) {
 // back-pressure (a slow sink) and with a fast one.
 TEST(Gpu, CompletionModesKeepOrderAndBytes) {
   REQUIRE_GPU();
-  const FrameSpec spec{PixelFormat::YUV420P, 1921, 1081, {25, 1}};
+  const FrameSpec spec{PixelFormat::YUV420P, 641, 361, {25, 1}};
   const char* filters = "median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3";
   CaptureSink cpu;
   ASSERT_FALSE(run_engine(Backend::CPU, "", spec, 20, 3, cpu, filters).error);
