@@ -270,7 +270,7 @@ class CudaWorker final : public Worker {
     {
       std::lock_guard<std::mutex> lk(mu_);
       s.busy = true;
-      s.downloaded = false;
+      s.launched = s.downloaded = false;
       pending_.push_back(slot);
     }
     std::exception_ptr launch_error;

@@ -89,6 +89,14 @@ work = sorted(sum(f["step_ms"]) for f in fr)
 q = lambda v, p: v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
 print("%-34s frames %4d dropped %3d  end-to-end p50 %7.3f p99 %7.3f ms   work p50 %7.3f p99 %7.3f ms" %
       (sys.argv[2], len(fr), r["dropped"], q(e2e, 50), q(e2e, 99), q(work, 50), q(work, 99)))
+# Where the rest goes: capture -> submit (input queue), submit -> done (launch + GPU work +
+# completion), done -> output (output queue + sink), and each step's p50/p99.
+for a, b in (("capture_ns", "submit_ns"), ("submit_ns", "done_ns"), ("done_ns", "output_ns")):
+    v = sorted((f[b] - f[a]) / 1e6 for f in fr)
+    print("    %-22s p50 %7.3f p99 %7.3f max %7.3f ms" % (a[:-3] + "->" + b[:-3], q(v, 50), q(v, 99), v[-1]))
+for i, name in enumerate(r["steps_ms"]):
+    v = sorted(f["step_ms"][i] for f in fr)
+    print("    %-22s p50 %7.3f p99 %7.3f max %7.3f ms" % (name["name"][:22], q(v, 50), q(v, 99), v[-1]))
 PY
 }
 if want latency; then

@@ -26,6 +26,13 @@ const WaveletFilter kFilters[] = {
 #include "stages/wavelet_filters.inc"
 };
 constexpr int kWaveletStripeRows = 8;  // rows per task on the CPU pool
+
+// n floats from `v` (grown, never shrunk), or from `own` when there is no scratch.
+float* buffer(std::vector<float>* v, std::vector<float>& own, size_t n) {
+  std::vector<float>& b = v ? *v : own;
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
 }  // namespace
 
 const WaveletFilter* find_wavelet(const std::string& name) {
@@ -61,7 +68,7 @@ int WaveletParams::levels_for(int w, int h) const {
 }
 
 void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
-                    float* aa, float* da, float* ad, float* dd) {
+                    float* aa, float* da, float* ad, float* dd, WaveletScratch* scratch) {
   const int F = f.taps, s = dwt_analysis_shift(F, b);
   const int cw = dwt_length(w, F, b), ch = dwt_length(h, F, b);
   float lo[kWaveletMaxTaps], hi[kWaveletMaxTaps];
@@ -70,7 +77,9 @@ void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilte
     hi[j] = static_cast<float>(f.dec_hi[j]);
   }
   // Rows: horizontal low / high pass with decimation.
-  std::vector<float> L(static_cast<size_t>(h) * cw), H(L.size());
+  std::vector<float> ownL, ownH;
+  float* L = buffer(scratch ? &scratch->L : nullptr, ownL, static_cast<size_t>(h) * cw);
+  float* H = buffer(scratch ? &scratch->H : nullptr, ownH, static_cast<size_t>(h) * cw);
   std::vector<int> xmap(static_cast<size_t>(cw) * F);
   for (int c = 0; c < cw; ++c)
     for (int j = 0; j < F; ++j) xmap[static_cast<size_t>(c) * F + j] = dwt_sample_index(2 * c + s - j, w, b);
@@ -114,7 +123,7 @@ void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilte
 }
 
 void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const float* dd, int cw, int ch,
-                     const WaveletFilter& f, WaveletBoundary b, float* out, int w, int h) {
+                     const WaveletFilter& f, WaveletBoundary b, float* out, int w, int h, WaveletScratch* scratch) {
   const int F = f.taps, s2 = dwt_synthesis_shift(F, b);
   float lo[kWaveletMaxTaps], hi[kWaveletMaxTaps];
   for (int j = 0; j < F; ++j) {
@@ -122,7 +131,9 @@ void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const fl
     hi[j] = static_cast<float>(f.rec_hi[j]);
   }
   // Columns: ch coefficient rows -> h rows of horizontal-low (L) and horizontal-high (H).
-  std::vector<float> L(static_cast<size_t>(h) * cw), H(L.size());
+  std::vector<float> ownL, ownH;
+  float* L = buffer(scratch ? &scratch->L : nullptr, ownL, static_cast<size_t>(h) * cw);
+  float* H = buffer(scratch ? &scratch->H : nullptr, ownH, static_cast<size_t>(h) * cw);
   parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
   for (int y = y0; y < y1; ++y) {
     for (int c = 0; c < cw; ++c) {
@@ -160,39 +171,62 @@ void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const fl
   });
 }
 
+void wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
+                  int levels, WaveletCoeffs& c, WaveletScratch* scratch) {
+  c.geom = dwt_geometry(w, h, f.taps, b, levels);
+  const size_t L = c.geom.size();
+  c.da.resize(L);
+  c.ad.resize(L);
+  c.dd.resize(L);
+  std::vector<float> own[2];
+  const float* in = img;
+  int ipitch = pitch;
+  for (size_t l = 0; l < L; ++l) {
+    const DwtLevel& g = c.geom[l];
+    const size_t n = static_cast<size_t>(g.cw) * g.ch;
+    c.da[l].resize(n);
+    c.ad[l].resize(n);
+    c.dd[l].resize(n);
+    // The approximation of an inner level goes to alternating temporaries, the last one
+    // to c.approx.
+    float* aa;
+    if (l + 1 == L) {
+      c.approx.resize(n);
+      aa = c.approx.data();
+    } else {
+      aa = buffer(scratch ? (l % 2 ? &scratch->pong : &scratch->ping) : nullptr, own[l % 2], n);
+    }
+    dwt2_level_cpu(in, g.w, g.h, ipitch, f, b, aa, c.da[l].data(), c.ad[l].data(), c.dd[l].data(), scratch);
+    in = aa;
+    ipitch = g.cw;
+  }
+}
+
 WaveletCoeffs wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
                            int levels) {
   WaveletCoeffs c;
-  c.geom = dwt_geometry(w, h, f.taps, b, levels);
-  std::vector<float> cur;
-  const float* in = img;
-  int ipitch = pitch;
-  for (const DwtLevel& g : c.geom) {
-    const size_t n = static_cast<size_t>(g.cw) * g.ch;
-    std::vector<float> aa(n);
-    c.da.emplace_back(n);
-    c.ad.emplace_back(n);
-    c.dd.emplace_back(n);
-    dwt2_level_cpu(in, g.w, g.h, ipitch, f, b, aa.data(), c.da.back().data(), c.ad.back().data(),
-                   c.dd.back().data());
-    cur = std::move(aa);
-    in = cur.data();
-    ipitch = g.cw;
-  }
-  c.approx = std::move(cur);
+  wavedec2_cpu(img, w, h, pitch, f, b, levels, c, nullptr);
   return c;
 }
 
-void waverec2_cpu(const WaveletCoeffs& c, const WaveletFilter& f, WaveletBoundary b, float* out) {
-  std::vector<float> a = c.approx, next;
+void waverec2_cpu(const WaveletCoeffs& c, const WaveletFilter& f, WaveletBoundary b, float* out,
+                  WaveletScratch* scratch) {
+  if (c.geom.empty()) {
+    std::memcpy(out, c.approx.data(), c.approx.size() * sizeof(float));
+    return;
+  }
+  std::vector<float> own[2];
+  const float* a = c.approx.data();
   for (int l = static_cast<int>(c.geom.size()) - 1; l >= 0; --l) {
     const DwtLevel& g = c.geom[static_cast<size_t>(l)];
-    next.assign(static_cast<size_t>(g.w) * g.h, 0.f);
-    idwt2_level_cpu(a.data(), c.da[static_cast<size_t>(l)].data(), c.ad[static_cast<size_t>(l)].data(),
-                    c.dd[static_cast<size_t>(l)].data(), g.cw, g.ch, f, b, next.data(), g.w, g.h);
-    a.swap(next);
+    // Inner levels into alternating temporaries, the finest straight into `out`.
+    float* next = l == 0 ? out
+                         : buffer(scratch ? (l % 2 ? &scratch->pong : &scratch->ping) : nullptr, own[l % 2],
+                                  static_cast<size_t>(g.w) * g.h);
+    idwt2_level_cpu(a, c.da[static_cast<size_t>(l)].data(), c.ad[static_cast<size_t>(l)].data(),
+                    c.dd[static_cast<size_t>(l)].data(), g.cw, g.ch, f, b, next, g.w, g.h, scratch);
+    a = next;
   }
-  std::memcpy(out, a.data(), a.size() * sizeof(float));
 }
 
 namespace {
@@ -285,17 +319,21 @@ void store_sample(uint8_t* d, float v) { *d = wavelet_quantise(v); }
 void store_sample(uint16_t* d, float v) { *d = wavelet_quantise16(v); }
 
 template <typename T>
-WaveletThresholds denoise_plane(const T* src, int spitch, T* dst, int dpitch, int w, int h, const WaveletParams& p) {
+WaveletThresholds denoise_plane(const T* src, int spitch, T* dst, int dpitch, int w, int h, const WaveletParams& p,
+                                WaveletScratch* scratch) {
   spitch /= static_cast<int>(sizeof(T));  // bytes -> samples
   dpitch /= static_cast<int>(sizeof(T));
   const int levels = p.levels_for(w, h);
-  std::vector<float> img(static_cast<size_t>(w) * h);
+  std::vector<float> own_img;
+  float* img = buffer(scratch ? &scratch->img : nullptr, own_img, static_cast<size_t>(w) * h);
+  WaveletCoeffs own_coeffs;
+  WaveletCoeffs& c = scratch ? scratch->coeffs : own_coeffs;
   parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
     for (int y = y0; y < y1; ++y)
       for (int x = 0; x < w; ++x)
         img[static_cast<size_t>(y) * w + x] = load_sample(src[static_cast<size_t>(y) * spitch + x]);
   });
-  WaveletCoeffs c = wavedec2_cpu(img.data(), w, h, w, *p.wavelet, p.boundary, levels);
+  wavedec2_cpu(img, w, h, w, *p.wavelet, p.boundary, levels, c, scratch);
   WaveletThresholds t = wavelet_thresholds_cpu(c, p, w, h);
   const float pct = static_cast<float>(p.percent / 100.0);
   for (size_t l = 0; l < c.geom.size(); ++l) {
@@ -310,7 +348,7 @@ WaveletThresholds denoise_plane(const T* src, int spitch, T* dst, int dpitch, in
       });
     }
   }
-  waverec2_cpu(c, *p.wavelet, p.boundary, img.data());
+  waverec2_cpu(c, *p.wavelet, p.boundary, img, scratch);
   parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
     for (int y = y0; y < y1; ++y)
       for (int x = 0; x < w; ++x)
@@ -321,12 +359,12 @@ WaveletThresholds denoise_plane(const T* src, int spitch, T* dst, int dpitch, in
 }  // namespace
 
 WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p) {
-  return denoise_plane(src, spitch, dst, dpitch, w, h, p);
+                                            int h, const WaveletParams& p, WaveletScratch* scratch) {
+  return denoise_plane(src, spitch, dst, dpitch, w, h, p, scratch);
 }
 WaveletThresholds wavelet_denoise_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p) {
-  return denoise_plane(src, spitch, dst, dpitch, w, h, p);
+                                            int h, const WaveletParams& p, WaveletScratch* scratch) {
+  return denoise_plane(src, spitch, dst, dpitch, w, h, p, scratch);
 }
 
 namespace {
@@ -380,7 +418,8 @@ class WaveletStage final : public Stage {
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
     const bool deep = is_16bit(in.format);
     for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
-      with_samples(deep, s, d, [&](auto src, auto dst) { wavelet_denoise_plane_cpu(src, sp, dst, dp, w, h, p_); });
+      with_samples(deep, s, d,
+                   [&](auto src, auto dst) { wavelet_denoise_plane_cpu(src, sp, dst, dp, w, h, p_, &scratch_); });
     });
   }
 #if VFPIPE_HAVE_CUDA
@@ -425,6 +464,7 @@ class WaveletStage final : public Stage {
 
   WaveletParams p_;
   FrameSpec spec_{};
+  WaveletScratch scratch_;  // the CPU path's buffers, reused from frame to frame (one worker)
 #if VFPIPE_HAVE_CUDA
   std::vector<std::unique_ptr<cuda::WaveletWorkspace>> work_;
 #endif

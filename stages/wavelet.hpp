@@ -182,15 +182,28 @@ struct WaveletCoeffs {
   std::vector<std::vector<float>> da, ad, dd;  // per level, cw*ch each, row-major
 };
 
-// CPU reference. `pitch` in elements.
+// Buffers the CPU path reuses from frame to frame (the stage keeps one): allocating and
+// zero-filling several plane-sized arrays per frame is serial work (page faults, memset)
+// that kept the transform from scaling across cores. Vectors only grow.
+struct WaveletScratch {
+  std::vector<float> img, L, H, ping, pong;
+  WaveletCoeffs coeffs;
+};
+
+// CPU reference. `pitch` in elements. Without scratch, temporaries are allocated per call.
 void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
-                    float* aa, float* da, float* ad, float* dd);
+                    float* aa, float* da, float* ad, float* dd, WaveletScratch* scratch = nullptr);
 void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const float* dd, int cw, int ch,
-                     const WaveletFilter& f, WaveletBoundary b, float* out, int w, int h);
+                     const WaveletFilter& f, WaveletBoundary b, float* out, int w, int h,
+                     WaveletScratch* scratch = nullptr);
 WaveletCoeffs wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f,
                            WaveletBoundary b, int levels);
+// The same into `c`, reusing its vectors when the geometry is unchanged.
+void wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
+                  int levels, WaveletCoeffs& c, WaveletScratch* scratch);
 // Reconstructs into w x h (the size given to wavedec2), cropping pywt's extra samples.
-void waverec2_cpu(const WaveletCoeffs& c, const WaveletFilter& f, WaveletBoundary b, float* out);
+void waverec2_cpu(const WaveletCoeffs& c, const WaveletFilter& f, WaveletBoundary b, float* out,
+                  WaveletScratch* scratch = nullptr);
 
 // median(|x|) / 0.6745.
 double estimate_sigma_mad(const float* d, size_t n);
@@ -204,9 +217,9 @@ WaveletThresholds wavelet_thresholds_cpu(const WaveletCoeffs& c, const WaveletPa
 
 // Denoises one 8-bit plane (the stage's CPU path). Returns the thresholds used.
 WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p);
+                                            int h, const WaveletParams& p, WaveletScratch* scratch = nullptr);
 // The same for a 16-bit plane (pitches in bytes), computed on the 8-bit scale.
 WaveletThresholds wavelet_denoise_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p);
+                                            int h, const WaveletParams& p, WaveletScratch* scratch = nullptr);
 
 }  // namespace vfp
