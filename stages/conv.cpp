@@ -359,13 +359,18 @@ void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, in
 }
 
 void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                              int h, const ConvParams& p) {
+                              int h, const ConvParams& p, std::vector<float>* scratch) {
   if (!p.kernel.separable) throw Error(ErrorKind::Internal, "conv: kernel is not separable");
   const PlaneRef pl{src, spitch, w, h};
   const int ay = p.kernel.h / 2;
   const BorderMaps m = make_maps(pl, p.kernel.w / 2, ay, p.border);
   const bool fma = cpu_has_fma();
-  std::vector<float> t(static_cast<size_t>(h + 2 * ay) * w);
+  // The intermediate rows: in the caller's scratch (kept across frames: a fresh, zeroed
+  // plane-sized buffer per frame is serial work) or a local one.
+  std::vector<float> own;
+  std::vector<float>& t = scratch ? *scratch : own;
+  const size_t need = static_cast<size_t>(h + 2 * ay) * w;
+  if (t.size() < need) t.resize(need);
   parallel_rows(h + 2 * ay, kConvStripeRows, [&](int r0, int r1) {
     if (fma)
       sep_rows_h_fma(m, pl, t.data(), p, r0, r1);
@@ -397,9 +402,9 @@ class ConvStage final : public Stage {
 #endif
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
-    for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
+    for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h, int pl) {
       if (separable_)
-        conv_plane_separable_cpu(s, sp, d, dp, w, h, p_);
+        conv_plane_separable_cpu(s, sp, d, dp, w, h, p_, &scratch_[static_cast<size_t>(pl)]);
       else
         conv_plane_cpu(s, sp, d, dp, w, h, p_);
     });
@@ -433,6 +438,7 @@ class ConvStage final : public Stage {
   ConvParams p_;
   bool separable_;
   uint64_t version_ = 1;
+  std::vector<float> scratch_[kMaxPlanes];  // the separable CPU path's rows, per plane, reused
 #if VFPIPE_HAVE_CUDA
   std::unique_ptr<cuda::ConvTaps> gpu_;
 #endif

@@ -54,8 +54,9 @@ void conv_detect_separable(ConvKernel& k);
 // One plane, the 2-D definition above / the two-pass separable path.
 void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
                     const ConvParams& p);
+// `scratch`: the intermediate rows' buffer, reused across calls when given.
 void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                              int h, const ConvParams& p);
+                              int h, const ConvParams& p, std::vector<float>* scratch = nullptr);
 
 class Options;
 struct OptionSpec;

@@ -97,7 +97,7 @@ class MedianStage final : public Stage {
   bool has_cuda() const override { return true; }
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
-    for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
+    for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h, int) {
       median_plane_cpu(s, sp, d, dp, w, h, p_);
     });
   }

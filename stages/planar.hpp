@@ -7,6 +7,7 @@
 #include "pipeline/error.hpp"
 #include "pipeline/frame.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/parallel.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
 #endif
@@ -36,18 +37,23 @@ void with_samples(bool deep, const uint8_t* src, uint8_t* dst, Fn&& fn) {
     fn(src, dst);
 }
 
-// filter(src, spitch, dst, dpitch, w, h) for each selected plane (pitches in bytes, w in
-// samples); unselected planes are copied on the host.
+// filter(src, spitch, dst, dpitch, w, h, plane) for each selected plane (pitches in bytes,
+// w in samples); unselected planes are copied on the host. The planes run as parallel tasks
+// on the CPU pool (each filter splits its plane into stripes on the same pool, so small
+// chroma planes fill threads the luma plane leaves idle); per-plane state must be indexed
+// by `plane`.
 template <typename F>
 void for_each_plane_cpu(const ImageView& in, const ImageView& out, int planes, F&& filter) {
-  for (int pl = 0; pl < plane_count(in.format); ++pl) {
-    if (planes & (1 << pl)) {
-      filter(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl]);
-    } else {
-      for (int y = 0; y < in.ph[pl]; ++y)
-        std::memcpy(out.row(pl, y), in.row(pl, y), static_cast<size_t>(in.pw[pl]) * sample_bytes(in.format));
+  parallel_rows(plane_count(in.format), 1, [&](int p0, int p1) {
+    for (int pl = p0; pl < p1; ++pl) {
+      if (planes & (1 << pl)) {
+        filter(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl], pl);
+      } else {
+        for (int y = 0; y < in.ph[pl]; ++y)
+          std::memcpy(out.row(pl, y), in.row(pl, y), static_cast<size_t>(in.pw[pl]) * sample_bytes(in.format));
+      }
     }
-  }
+  });
 }
 
 #if VFPIPE_HAVE_CUDA

@@ -417,9 +417,10 @@ class WaveletStage final : public Stage {
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
     const bool deep = is_16bit(in.format);
-    for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
+    for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h, int pl) {
+      WaveletScratch* scratch = &scratch_[static_cast<size_t>(pl)];
       with_samples(deep, s, d,
-                   [&](auto src, auto dst) { wavelet_denoise_plane_cpu(src, sp, dst, dp, w, h, p_, &scratch_); });
+                   [&](auto src, auto dst) { wavelet_denoise_plane_cpu(src, sp, dst, dp, w, h, p_, scratch); });
     });
   }
 #if VFPIPE_HAVE_CUDA
@@ -464,7 +465,7 @@ class WaveletStage final : public Stage {
 
   WaveletParams p_;
   FrameSpec spec_{};
-  WaveletScratch scratch_;  // the CPU path's buffers, reused from frame to frame (one worker)
+  WaveletScratch scratch_[kMaxPlanes];  // the CPU path's buffers per plane, reused from frame to frame
 #if VFPIPE_HAVE_CUDA
   std::vector<std::unique_ptr<cuda::WaveletWorkspace>> work_;
 #endif
