@@ -6,7 +6,7 @@
 # From the development machine, with the `device` tool:
 #     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
 #     device run --carry .deps -- bash scripts/device-test.sh
-# BENCHES="engine latency cpu median conv wavelet deflate" (the default) selects the benchmarks to run.
+# BENCHES="engine latency cpu cpuframes median conv wavelet deflate" (the default) selects the benchmarks to run.
 # .gl/ (gl-kit) and .zk/ (scripts/fetch-device-zkit.sh: oneTBB, zlib, libdeflate, libpng) are carried along.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +64,7 @@ rc_race=$(( rc_race | $? ))
 tail -4 "$OUT/racecheck_deflate.log"
 fi
 
-BENCHES=${BENCHES:-engine latency cpu median conv wavelet deflate}
+BENCHES=${BENCHES:-engine latency cpu cpuframes median conv wavelet deflate}
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want engine; then
 log "engine benchmark"
@@ -122,6 +122,25 @@ if want cpu; then
       --filters "$CHAIN" --frames $n --repeat $r --json "$OUT/bench_cpu_t$t.json" 2>&1 | tail -2 | sed "s/^/threads $t: /" |
       tee -a "$OUT/bench_cpu.txt"
   done
+fi
+if want cpuframes; then
+  # The other way to use every core: whole frames in parallel, one single-threaded pipeline
+  # per core. Its aggregate throughput is the ceiling of frame-level parallelism; each
+  # frame still takes one thread's time (latency).
+  log "CPU: 16 single-threaded pipelines at once (frame-level parallelism ceiling)"
+  for i in $(seq 1 16); do
+    build-device/vfpipe-bench-engine --device cpu --threads 1 --sizes 1920x1080 --format yuv420p \
+      --filters "$CHAIN" --frames 24 --repeat 1 --json "$OUT/cpuframes_$i.json" > /dev/null 2>&1 &
+  done
+  wait
+  python3 - "$OUT" <<'PY' | tee -a "$OUT/bench_cpu.txt"
+import glob, json, sys
+runs = [json.load(open(f))[0] for f in sorted(glob.glob(sys.argv[1] + "/cpuframes_*.json"))]
+fps = [r["fps"] for r in runs]
+lat = [s["p50_ms"] for r in runs for s in r["steps"]]
+print("16 pipelines x 1 thread, 1080p: aggregate %.1f fps (each %.2f..%.2f); per frame %.0f ms of stage work" %
+      (sum(fps), min(fps), max(fps), sum(lat) / len(runs)))
+PY
 fi
 if want median; then
   log "median benchmark (vs NPP)"
