@@ -204,3 +204,40 @@ TEST(Cli, SendcmdChangesOptionsFromTheGivenFrame) {
   EXPECT_NE(r.out.find("no filter 'blur' in the chain"), std::string::npos) << r.out;
   for (const auto& f : {cmds, out, a, b, c}) std::remove(f.c_str());
 }
+
+// NaN and infinity pass CLI11's range checks (every comparison with NaN is false): every
+// floating-point option must reject them with one line and status 2, never crash.
+TEST(Cli, NonFiniteNumbersAreUsageErrors) {
+  const std::string out = tmp_path("nan.mmp");
+  for (const std::string args : {" mmp encode 'synthetic=size=16x16:frames=1' --lambda nan -o " + out,
+                                 " mmp encode 'synthetic=size=16x16:frames=1' --lambda -nan -o " + out,
+                                 " mmp encode 'synthetic=size=16x16:frames=1' --lambda inf -o " + out,
+                                 std::string(" run -i synthetic=size=16x16:frames=1 --fps nan -o null"),
+                                 std::string(" run -i synthetic=size=16x16:frames=1 --fps 1e999 -o null"),
+                                 std::string(" --threads 2 run -i synthetic=size=16x16:frames=1 --g2g-period -inf"),
+                                 std::string(" profile --compare a.json b.json --fail-above nan")}) {
+    CmdResult r = run_cmd(kBin + args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("vfpipe: error:"), std::string::npos) << args << "\n" << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(Cli, ThreadsOptionSetsThePool) {
+  CmdResult r = run_cmd(kBin + " --threads 3 info");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("CPU pool: 3 threads"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " info --threads 1");  // after the subcommand too
+  EXPECT_NE(r.out.find("CPU pool: 1 threads"), std::string::npos) << r.out;
+  EXPECT_EQ(run_cmd(kBin + " --threads -1 info").rc, 2);
+  // The same bytes with one thread and with several.
+  const std::string a = tmp_path("threads1.y4m"), b = tmp_path("threads3.y4m");
+  const std::string common =
+      " run -q --no-progress --device cpu -i 'synthetic=size=333x201:frames=3:noise=gauss' "
+      "-f 'median=radius=2,conv=gauss:size=5,wavelet=db4:levels=2' -o ";
+  ASSERT_EQ(run_cmd(kBin + " --threads 1" + common + a).rc, 0);
+  ASSERT_EQ(run_cmd(kBin + " --threads 3" + common + b).rc, 0);
+  EXPECT_EQ(run_cmd("cmp " + a + " " + b).rc, 0);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}

@@ -574,3 +574,14 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   EXPECT_EQ(bad.rc, 2) << bad.out;
   EXPECT_NE(bad.out.find("block=12 (8, 16 or 32)"), std::string::npos) << bad.out;
 }
+
+// The encoder refuses a lambda that is not a finite number >= 0 (a NaN cost would make the
+// search pick no candidate): the library check behind the CLI's.
+TEST(Mmp, NonFiniteLambdaIsRefused) {
+  std::vector<uint8_t> img(16 * 16, 128);
+  for (double l : {std::nan(""), -std::nan(""), HUGE_VAL, -1.0}) {
+    mmp::Params p;
+    p.lambda = l;
+    EXPECT_THROW(mmp::encode_plane(img.data(), 16, 16, p, nullptr), Error) << l;
+  }
+}

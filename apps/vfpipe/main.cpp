@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -641,6 +642,21 @@ int info_command() {
 
 int exit_code(ErrorKind k) { return k == ErrorKind::Usage ? 2 : 1; }
 
+// CLI11's range checks let NaN through (every comparison with it is false) and some options
+// have no range: every floating-point option given must be a finite number.
+void reject_non_finite(const CLI::App& app) {
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0 || o->get_type_name().rfind("FLOAT", 0) != 0) continue;  // "FLOAT" or "FLOAT in [..]"
+    for (const std::string& v : o->results()) {
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      if (end != v.c_str() && !std::isfinite(d))
+        throw Error(ErrorKind::Usage, o->get_name() + ": '" + v + "' is not a finite number");
+    }
+  }
+  for (const CLI::App* sub : app.get_subcommands()) reject_non_finite(*sub);
+}
+
 }  // namespace
 }  // namespace vfp
 
@@ -651,6 +667,15 @@ int main(int argc, char** argv) {
                "streams) -> sink."};
   app.footer(kExamples);
   app.require_subcommand(1);
+  // Parse errors read like every other error: one "vfpipe: error:" line, then the hint.
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    std::string cmd = "vfpipe";
+    for (const CLI::App* sub = a; sub && !sub->get_subcommands().empty();) {
+      sub = sub->get_subcommands().front();
+      cmd += " " + sub->get_name();
+    }
+    return std::string("vfpipe: error: ") + e.what() + "\nRun '" + cmd + " --help' for more information.\n";
+  });
   app.set_version_flag("--version", VFPIPE_VERSION);
   // Global, before or after the subcommand: the size of the process-wide CPU pool.
   int threads = 0;
@@ -741,9 +766,13 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    reject_non_finite(app);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "vfpipe: error: %s\n", e.what());
+    return 2;
   }
   try {
     set_cpu_threads(threads);

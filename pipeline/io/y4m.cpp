@@ -108,17 +108,17 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
 
 Y4mSource::Y4mSource(const std::string& path) : path_(path), buf_(1 << 20) {
   if (path == "-") {
-    fd_ = 0;
+    in_.fd = 0;
   } else {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0)
+    in_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in_.fd < 0)
       throw Error(ErrorKind::Input, "cannot open input '" + path + "': " + std::strerror(errno));
-    own_fd_ = true;
+    in_.own_fd = true;
     if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
 #if VFPIPE_HAVE_ZLIB
-      gz_ = gzdopen(fd_, "rb");
-      if (!gz_) throw Error(ErrorKind::Input, "cannot open input '" + path + "' (zlib)");
-      own_fd_ = false;  // gzclose closes it
+      in_.gz = gzdopen(in_.fd, "rb");
+      if (!in_.gz) throw Error(ErrorKind::Input, "cannot open input '" + path + "' (zlib)");
+      in_.own_fd = false;  // gzclose closes it
 #else
       throw Error(ErrorKind::Input, "input '" + path + "': this build has no zlib; use gzip -dc " + path + " | vfpipe run -i -");
 #endif
@@ -133,17 +133,19 @@ Y4mSource::Y4mSource(const std::string& path) : path_(path), buf_(1 << 20) {
   payload_.resize(FrameLayout::of(hdr_.spec).payload_bytes);
 }
 
-Y4mSource::~Y4mSource() {
+Y4mSource::Handle::~Handle() {
 #if VFPIPE_HAVE_ZLIB
-  if (gz_) gzclose(static_cast<gzFile>(gz_));
+  if (gz) gzclose(static_cast<gzFile>(gz));
 #endif
-  if (own_fd_ && fd_ >= 0) ::close(fd_);
+  if (own_fd && fd >= 0) ::close(fd);
 }
+
+Y4mSource::~Y4mSource() = default;
 
 long Y4mSource::raw_read(void* dst, size_t n) {
 #if VFPIPE_HAVE_ZLIB
-  if (gz_) {
-    auto* g = static_cast<gzFile>(gz_);
+  if (in_.gz) {
+    auto* g = static_cast<gzFile>(in_.gz);
     const int r = gzread(g, dst, static_cast<unsigned>(std::min<size_t>(n, 1u << 30)));
     int err = Z_OK;
     const char* msg = gzerror(g, &err);
@@ -152,7 +154,7 @@ long Y4mSource::raw_read(void* dst, size_t n) {
     return r;  // a truncated file (Z_BUF_ERROR) ends like a truncated .y4m
   }
 #endif
-  return static_cast<long>(::read(fd_, dst, n));
+  return static_cast<long>(::read(in_.fd, dst, n));
 }
 
 std::string Y4mSource::describe() const { return path_ == "-" ? "stdin (y4m)" : path_; }

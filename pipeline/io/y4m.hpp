@@ -39,9 +39,17 @@ class Y4mSource final : public Source {
   long raw_read(void* dst, size_t n);    // read(2), or gzread for .gz
   bool read_line(std::string* line, size_t max_len);
   std::string path_;
-  int fd_ = -1;
-  bool own_fd_ = false;
-  void* gz_ = nullptr;  // gzFile for .y4m.gz
+  // The open input. A member, so that it is closed also when the constructor throws (a bad
+  // or empty header).
+  struct Handle {
+    int fd = -1;
+    bool own_fd = false;
+    void* gz = nullptr;  // gzFile for .y4m.gz; gzclose closes fd
+    Handle() = default;
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    ~Handle();
+  } in_;
   Y4mHeader hdr_;
   std::vector<uint8_t> buf_;  // read buffer
   size_t buf_pos_ = 0, buf_len_ = 0;

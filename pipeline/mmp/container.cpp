@@ -52,6 +52,7 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
     throw Error(ErrorKind::Usage, std::string("MMP codes gray, yuv420p and yuv444p, not ") + pix_fmt_name(spec.format) +
                                       " (add --pix-fmt yuv420p)");
   checked_block_log(p);  // before the file is created
+  check_lambda(p);
   f_ = std::fopen(path.c_str(), "wb");
   if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
   std::vector<uint8_t> h(kMagic, kMagic + 4);

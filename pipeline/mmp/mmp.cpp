@@ -1,6 +1,7 @@
 #include "pipeline/mmp/mmp.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 
 #include "pipeline/error.hpp"
+#include "pipeline/log.hpp"
 #include "pipeline/mmp/postfilter.hpp"
 #include "pipeline/mmp/range_coder.hpp"
 
@@ -588,7 +590,14 @@ int checked_block_log(const Params& p) {
   return p.block_log;
 }
 
+void check_lambda(const Params& p) {
+  // A NaN cost compares false with everything: the search would pick no candidate.
+  if (!std::isfinite(p.lambda) || p.lambda < 0)
+    throw Error(ErrorKind::Usage, log::format("MMP: lambda %g is not a finite number >= 0", p.lambda));
+}
+
 PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, PlaneState* state) {
+  check_lambda(p);
   const int BL = checked_block_log(p), B = 1 << BL;
   const int W = (w + B - 1) / B * B, H = (h + B - 1) / B * B;
   const std::vector<uint8_t> src = pad(img, w, h, W, H);

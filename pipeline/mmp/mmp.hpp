@@ -58,6 +58,8 @@ struct Params {
 
 // Returns p.block_log; throws vfp::Error (Usage) when it is not 3, 4 or 5.
 int checked_block_log(const Params& p);
+// Throws vfp::Error (Usage) when p.lambda is NaN, infinite or negative.
+void check_lambda(const Params& p);
 
 // Dictionaries and adaptive models of one plane. Passing the same state to
 // consecutive encode_plane (decode_plane) calls keeps what earlier frames
