@@ -1,6 +1,9 @@
 #include "pipeline/commands.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <filesystem>
+#include <map>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -8,17 +11,43 @@
 #include "pipeline/error.hpp"
 #include "pipeline/filter_parser.hpp"
 #include "pipeline/log.hpp"
+#include "pipeline/registry.hpp"
 
 namespace vfp {
 
+namespace {
+// Bytes shown as they are, except control bytes as \xNN (a binary file's garbage must not
+// reach the terminal raw).
+std::string printable(const std::string& s) {
+  std::string r;
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch == 0x7f)
+      r += log::format("\\x%02x", ch);
+    else
+      r += static_cast<char>(ch);
+  }
+  return r;
+}
+}  // namespace
+
 std::vector<Command> load_commands(const std::string& path) {
-  std::ifstream in(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorKind::Input, "command file '" + path + "' is a directory");
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorKind::Input, "cannot open command file '" + path + "': " + std::strerror(errno));
   std::vector<Command> out;
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
     ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF
+    for (size_t i = 0; i < line.size(); ++i) {
+      const unsigned char ch = static_cast<unsigned char>(line[i]);
+      if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+        throw Error(ErrorKind::Usage, log::format("%s:%d: unexpected byte \\x%02x at column %zu (not a text command file?): %s",
+                                                  path.c_str(), n, ch, i + 1, printable(line.substr(0, 60)).c_str()));
+    }
     const size_t hash = line.find('#');
     // '#' starts a comment unless it is a "#N" target (followed by a digit).
     if (hash != std::string::npos && !(hash + 1 < line.size() && std::isdigit(static_cast<unsigned char>(line[hash + 1]))))
@@ -29,8 +58,10 @@ std::vector<Command> load_commands(const std::string& path) {
     if (!(ls >> frame)) continue;
     c.where = path + ":" + std::to_string(n);
     char* end = nullptr;
+    errno = 0;
     c.frame = std::strtoll(frame.c_str(), &end, 10);
-    if (*end || c.frame < 0) throw Error(ErrorKind::Usage, c.where + ": '" + frame + "' is not a frame number");
+    if (*end || c.frame < 0 || errno == ERANGE)
+      throw Error(ErrorKind::Usage, c.where + ": '" + printable(frame) + "' is not a frame number");
     if (!(ls >> c.target)) throw Error(ErrorKind::Usage, c.where + ": expected 'FRAME FILTER OPTIONS'");
     std::getline(ls, c.args);
     const size_t a = c.args.find_first_not_of(" \t");
@@ -38,6 +69,7 @@ std::vector<Command> load_commands(const std::string& path) {
     if (c.args.empty()) throw Error(ErrorKind::Usage, c.where + ": no options to change");
     out.push_back(std::move(c));
   }
+  std::stable_sort(out.begin(), out.end(), [](const Command& a, const Command& b) { return a.frame < b.frame; });
   return out;
 }
 
@@ -58,7 +90,9 @@ Stage& find_target(const Command& c, Chain& chain) {
   throw Error(ErrorKind::Usage, c.where + ": no filter '" + c.target + "' in the chain");
 }
 
-Options merged(const Command& c, Stage& st) {
+// The stage's options with the command's merged in. An option given by the command resets
+// the options its declaration excludes (conv: file= replaces kernel=, and back).
+Options merged(const Command& c, const Stage& st, const Options& current) {
   const StageInfo* info = registry().find(st.name());
   const std::string text = st.name() + "=" + c.args;
   std::vector<FilterSpec> f;
@@ -69,7 +103,15 @@ Options merged(const Command& c, Stage& st) {
   } catch (const ParseError& e) {
     throw Error(ErrorKind::Usage, c.where + ": " + e.pretty());
   }
-  Options o = st.options();
+  Options o = current;
+  for (const auto& [k, v] : given.all()) {
+    if (!given.is_explicit(k)) continue;
+    for (const OptionSpec& spec : info->options)
+      if (spec.name == k)
+        for (const std::string& x : spec.excludes)
+          for (const OptionSpec& other : info->options)
+            if (other.name == x) o.set(x, other.default_value, false);
+  }
   for (const auto& [k, v] : given.all())
     if (given.is_explicit(k)) o.set(k, v, true);
   return o;
@@ -77,17 +119,30 @@ Options merged(const Command& c, Stage& st) {
 }  // namespace
 
 void validate_commands(const std::vector<Command>& cmds, Chain& chain) {
+  // Each filter's options as they will evolve, command after command.
+  std::map<const Stage*, Options> state;
   for (const auto& c : cmds) {
     Stage& st = find_target(c, chain);
-    merged(c, st);
+    auto it = state.emplace(&st, st.options()).first;
+    Options o = merged(c, st, it->second);
+    size_t step = 0;
+    while (chain.step(step).stage.get() != &st) ++step;
+    try {
+      std::unique_ptr<Stage> probe = registry().find(st.name())->create(o);
+      probe->configure(chain.step(step).in);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::Usage, c.where + ": " + e.what());
+    }
+    it->second = std::move(o);
   }
 }
 
-void apply_commands(const std::vector<Command>& cmds, int64_t frame, Chain& chain) {
-  for (const auto& c : cmds) {
-    if (c.frame != frame) continue;
+void apply_commands(std::vector<Command>& cmds, int64_t frame, Chain& chain) {
+  for (auto& c : cmds) {
+    if (c.applied || c.frame > frame) continue;
+    c.applied = true;
     Stage& st = find_target(c, chain);
-    Options o = merged(c, st);
+    Options o = merged(c, st, st.options());
     try {
       st.update(o);
     } catch (const Error& e) {

@@ -26,6 +26,9 @@ struct OptionSpec {
   double min = 0, max = 0;             // inclusive range for Int/Float
   std::vector<std::string> choices;    // Choice values
   std::vector<std::string> aliases;    // other accepted keys (ffmpeg spellings)
+  // Options this one replaces: when a live change (--sendcmd) gives this option, these go
+  // back to their defaults (conv's file= and kernel= say the same thing two ways).
+  std::vector<std::string> excludes;
 };
 
 // Validated option values of one stage instance, by canonical option name.

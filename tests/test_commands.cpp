@@ -1,0 +1,99 @@
+// --sendcmd files: parsing (CRLF, binary bytes, directories, order), the up-front check of
+// every command against the chain, and applying commands whose frame was dropped.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "pipeline/commands.hpp"
+#include "pipeline/error.hpp"
+#include "pipeline/filter_parser.hpp"
+#include "test_util.hpp"
+
+using namespace vfp;
+using namespace vfp::test;
+
+namespace {
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string p = tmp_path(name);
+  std::ofstream(p, std::ios::binary) << text;
+  return p;
+}
+Chain chain_of(const std::string& filters) {
+  return Chain::build(build_stages(filters), {PixelFormat::YUV420P, 64, 48, {25, 1}}, {});
+}
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage) << e.what();
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Sendcmd, ParsesCrlfAndSortsByFrame) {
+  const std::string p = write_file("cmds_crlf.txt", "# comment\r\n9 conv kernel=sharpen\r\n2 #0 radius=2\r\n\r\n");
+  std::vector<Command> c = load_commands(p);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].frame, 2);
+  EXPECT_EQ(c[0].target, "#0");
+  EXPECT_EQ(c[0].args, "radius=2");
+  EXPECT_EQ(c[1].args, "kernel=sharpen");  // no '\r' left
+  std::remove(p.c_str());
+}
+
+TEST(Sendcmd, RejectsDirectoriesBinaryAndBadFrames) {
+  EXPECT_THROW(load_commands(::testing::TempDir()), Error);
+  const std::string bin = write_file("cmds_bin.txt", std::string("2 conv \x01\x1b[31mred", 16));
+  const std::string msg = error_of([&] { load_commands(bin); });
+  EXPECT_NE(msg.find("\\x01"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\x1b'), std::string::npos) << "raw control bytes in the message";
+  const std::string big = write_file("cmds_big.txt", "99999999999999999999 conv size=3\n");
+  EXPECT_NE(error_of([&] { load_commands(big); }).find("not a frame number"), std::string::npos);
+  std::remove(bin.c_str());
+  std::remove(big.c_str());
+}
+
+// Values the filter refuses fail before the first frame, naming the file and line.
+TEST(Sendcmd, EveryCommandIsCheckedAgainstTheFilterUpFront) {
+  Chain chain = chain_of("median,conv=gauss");
+  const std::pair<const char*, const char*> bad[] = {
+      {"3 conv size=4\n", "must be odd"},
+      {"3 conv size=33\n", "31x31"},
+      {"3 conv kernel='1 2 x'\n", "not a number"},
+      {"3 conv planes=0\n", "planes=0"},
+      {"2 conv file=/nonexistent/k.txt\n", "cannot open kernel file"},
+      {"2 median radius=999\n", "radius"},
+      {"2 wavelet threshold=3\n", "no filter 'wavelet'"},
+      // Evolving options: the second command alone is fine, but not after the first.
+      {"2 conv kernel='1 2 1 2 4 2 1 2 1'\n5 conv size=5\n", "needs 25 taps"},
+  };
+  for (auto [text, want] : bad) {
+    const std::string p = write_file("cmds_bad.txt", text);
+    std::vector<Command> c = load_commands(p);
+    const std::string msg = error_of([&] { validate_commands(c, chain); });
+    EXPECT_NE(msg.find(want), std::string::npos) << text << " -> " << msg;
+    EXPECT_NE(msg.find("cmds_bad.txt:"), std::string::npos) << msg;
+  }
+  // file= replaces an earlier kernel= (and back), as a fresh filter string would.
+  const std::string k = write_file("kernel3.txt", "1 2 1\n2 4 2\n1 2 1\n");
+  const std::string ok = write_file("cmds_ok.txt", "2 conv file=" + k + "\n4 conv kernel=sharpen\n");
+  std::vector<Command> c = load_commands(ok);
+  EXPECT_NO_THROW(validate_commands(c, chain));
+  for (const auto& p : {k, ok}) std::remove(p.c_str());
+}
+
+// With the live policy a frame can be dropped: its commands apply with the next frame.
+TEST(Sendcmd, CommandsOfDroppedFramesApplyWithTheNextOne) {
+  Chain chain = chain_of("median");
+  const std::string p = write_file("cmds_drop.txt", "3 median radius=4\n");
+  std::vector<Command> c = load_commands(p);
+  validate_commands(c, chain);
+  apply_commands(c, 2, chain);
+  EXPECT_EQ(chain.step(0).stage->options().str("radius"), "1");
+  apply_commands(c, 5, chain);  // frames 3 and 4 never submitted
+  EXPECT_EQ(chain.step(0).stage->options().str("radius"), "4");
+  EXPECT_TRUE(c[0].applied);
+  std::remove(p.c_str());
+}
