@@ -1,8 +1,12 @@
 #include "pipeline/frame.hpp"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "pipeline/error.hpp"
 #include "pipeline/log.hpp"
@@ -132,6 +136,25 @@ ImageView ImageView::over(uint8_t* base, const FrameSpec& s) {
     v.ph[p] = L.plane[p].height;
   }
   return v;
+}
+
+void check_host_memory(size_t bytes, const std::string& what) {
+  uint64_t avail = UINT64_MAX;
+  std::ifstream mi("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (mi >> key >> kb >> unit)
+    if (key == "MemAvailable:") {
+      avail = kb * 1024;
+      break;
+    }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) avail = std::min<uint64_t>(avail, rl.rlim_cur);
+  if (bytes > avail)
+    throw Error(ErrorKind::OutOfMemory,
+                log::format("not enough memory for %s: it needs %.1f MiB, %.1f MiB are available", what.c_str(),
+                            bytes / 1048576.0, avail / 1048576.0));
 }
 
 HostFrame::HostFrame(const FrameSpec& spec, bool pinned) : spec_(spec), layout_(FrameLayout::of(spec)) {

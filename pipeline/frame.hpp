@@ -101,6 +101,13 @@ struct ImageView {
   static ImageView over(uint8_t* base, const FrameSpec& s);
 };
 
+// Throws Error(OutOfMemory) naming `what` when `bytes` more of host memory than the machine
+// has available (MemAvailable, and the address-space limit) would be needed. Linux grants
+// allocations it cannot back and kills the process later, so large buffers (frame pools,
+// pre-rendered caches) ask first.
+void check_host_memory(size_t bytes, const std::string& what);
+
+
 // A frame in host memory: page-locked (pinned) when the CUDA backend will copy it, so that
 // cudaMemcpyAsync is truly asynchronous; plain aligned memory otherwise.
 class HostFrame {

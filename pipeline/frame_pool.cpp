@@ -1,9 +1,13 @@
 #include "pipeline/frame_pool.hpp"
 
+#include "pipeline/log.hpp"
+
 namespace vfp {
 
 FramePool::FramePool(const FrameSpec& spec, int count, bool pinned)
     : st_(std::make_shared<State>()), spec_(spec), count_(count) {
+  check_host_memory(static_cast<size_t>(count) * FrameLayout::of(spec).total_bytes,
+                    log::format("%d frames of %s", count, spec.describe().c_str()));
   for (int i = 0; i < count; ++i) {
     st_->owned.push_back(std::make_unique<HostFrame>(spec, pinned));
     st_->free.push_back(st_->owned.back().get());

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -78,12 +79,16 @@ void check_size(int w, int h, const char* option) {
                                           kConvMaxSize, kConvMaxSize));
 }
 
+constexpr double kMaxTap = 1e9;
+constexpr size_t kMaxKernelFileBytes = 64 * 1024;  // a 31x31 kernel in text is ~20 KiB
+
 bool parse_float(const std::string& s, float* out) {
   if (s.empty()) return false;
   errno = 0;
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  if (*end != '\0' || errno == ERANGE || !std::isfinite(v)) return false;
+  // Beyond 1e9 a tap only overflows the float sums (1e308 became inf, then zeros).
+  if (*end != '\0' || errno == ERANGE || !std::isfinite(v) || std::fabs(v) > kMaxTap) return false;
   *out = static_cast<float>(v);
   return true;
 }
@@ -199,7 +204,7 @@ ConvKernel conv_parse_taps(const std::string& text, int w, int h) {
   for (size_t i = 0; i < tok.size(); ++i) {
     float v;
     if (!parse_float(tok[i], &v))
-      throw OptionError("kernel", log::format("conv: tap %zu ('%s') is not a number", i + 1, tok[i].c_str()));
+      throw OptionError("kernel", log::format("conv: tap %zu ('%s') is not a number within +-1e9", i + 1, tok[i].c_str()));
     taps.push_back(v);
   }
   const int n = static_cast<int>(taps.size());
@@ -216,8 +221,18 @@ ConvKernel conv_parse_taps(const std::string& text, int w, int h) {
 }
 
 ConvKernel conv_load_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw OptionError("file", "conv: cannot open kernel file '" + path + "': " + std::strerror(errno));
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw OptionError("file", "conv: cannot open kernel file '" + path + "': " + std::strerror(errno));
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw OptionError("file", "conv: kernel file '" + path + "' is a directory");
+  // Read with a cap: a device (/dev/zero) or a wrong file must not be read whole.
+  std::string text(kMaxKernelFileBytes + 1, '\0');
+  f.read(&text[0], static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(f.gcount()));
+  if (text.size() > kMaxKernelFileBytes)
+    throw OptionError("file", log::format("conv: kernel file '%s' is larger than %zu KiB (a 31x31 kernel needs ~20 KiB)",
+                                          path.c_str(), kMaxKernelFileBytes / 1024));
+  std::istringstream in(text);
   std::vector<float> taps;
   int w = -1, h = 0, lineno = 0;
   std::string line;
@@ -230,7 +245,8 @@ ConvKernel conv_load_file(const std::string& path) {
     for (const auto& t : tok) {
       float v;
       if (!parse_float(t, &v))
-        throw OptionError("file", log::format("conv: %s:%d: '%s' is not a number", path.c_str(), lineno, t.c_str()));
+        throw OptionError("file", log::format("conv: %s:%d: '%s' is not a number within +-1e9", path.c_str(), lineno,
+                                              t.substr(0, 40).c_str()));
       taps.push_back(v);
     }
     if (w < 0) w = static_cast<int>(tok.size());

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "pipeline/error.hpp"
 #include "pipeline/io/open.hpp"
 #include "pipeline/io/y4m.hpp"
 #include "test_util.hpp"
@@ -240,4 +241,17 @@ TEST(Cli, ThreadsOptionSetsThePool) {
   EXPECT_EQ(run_cmd("cmp " + a + " " + b).rc, 0);
   std::remove(a.c_str());
   std::remove(b.c_str());
+}
+
+// Large buffers ask for the memory first: a clear error and status 1 instead of the OOM
+// killer (cache=4096 at 4K needs 50 GB) or a crash under an address-space limit.
+TEST(Cli, MemoryHungryRequestsFailClearly) {
+  CmdResult r = run_cmd(kBin + " run -q -i synthetic=size=4k:frames=1:cache=4096 -o null");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("not enough memory for synthetic cache=4096"), std::string::npos) << r.out;
+  r = run_cmd("ulimit -v 700000; " + kBin + " run -q --device cpu -i synthetic=size=4k:frames=1:cache=64 -o null");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("not enough memory"), std::string::npos) << r.out;
+  EXPECT_THROW(check_host_memory(size_t(1) << 60, "a test"), Error);
+  EXPECT_NO_THROW(check_host_memory(1 << 20, "a test"));
 }

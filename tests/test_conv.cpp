@@ -198,6 +198,12 @@ TEST(Conv, BadKernelsGiveErrorsAtTheValue) {
   std::ofstream(path) << "1 2 1\n2 4 2\n1 2 1  # binomial\n";
   EXPECT_EQ(err("conv=file=" + path).first, std::string::npos);
   std::remove(path.c_str());
+  // Bounded reads and finite taps: a device or a huge file is refused after 64 KiB (it was
+  // read whole: /dev/zero grew past 6 GB), taps beyond 1e9 overflow the float sums.
+  EXPECT_NE(err("conv=file=/dev/zero").second.find("larger than 64 KiB"), std::string::npos);
+  EXPECT_NE(err("conv=file=" + ::testing::TempDir()).second.find("is a directory"), std::string::npos);
+  EXPECT_NE(err("conv=kernel=1e308 0 0 0 0 0 0 0 0").second.find("within +-1e9"), std::string::npos);
+  EXPECT_NE(err("conv=kernel=1 2 1 2 4 2 1 2 1e10").second.find("tap 9"), std::string::npos);
 }
 
 TEST(Conv, LiveKernelChangeAppliesFromTheNextFrame) {

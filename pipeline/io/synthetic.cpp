@@ -141,6 +141,9 @@ SyntheticSource::SyntheticSource(const SyntheticParams& p) : p_(p) {
     }
   }
   if (p_.cache > 0) {
+    check_host_memory(static_cast<size_t>(p_.cache) * FrameLayout::of(p_.spec).total_bytes,
+                      log::format("synthetic cache=%d (%d pre-rendered %s frames)", p_.cache, p_.cache,
+                                  p_.spec.describe().c_str()));
     for (int i = 0; i < p_.cache; ++i) {
       auto f = std::make_shared<HostFrame>(p_.spec, p_.pinned);
       render(i, *f);
