@@ -255,3 +255,18 @@ TEST(Cli, MemoryHungryRequestsFailClearly) {
   EXPECT_THROW(check_host_memory(size_t(1) << 60, "a test"), Error);
   EXPECT_NO_THROW(check_host_memory(1 << 20, "a test"));
 }
+
+// Rough edges a new user met: each gives one clear line and the right status.
+TEST(Cli, RoughEdgesGiveClearErrors) {
+  CmdResult r = run_cmd(kBin + " compress " + ::testing::TempDir());
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  // live's documented default input is camera=0 (none here: a camera error, not a usage one).
+  r = run_cmd(kBin + " live --no-display -n 1 -q");
+  EXPECT_EQ(r.out.find("--input is required"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("camera"), std::string::npos) << r.out;
+  // A frame rate a Y4M header cannot carry is refused up front.
+  r = run_cmd(kBin + " run -i synthetic=size=16x16:frames=1 --fps 1e308 -o null");
+  EXPECT_EQ(r.rc, 2) << r.out;
+}

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -147,7 +148,8 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("--compression-level", a.compression_level, "DEFLATE level of PNG and .y4m.gz outputs (1 fast .. 9)")
       ->check(CLI::Range(1, 9))
       ->capture_default_str();
-  c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera");
+  c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera")
+      ->check(CLI::Range(0.0, 10000.0));
   c->add_option("--size", a.size, "capture size to request from a camera, WxH");
   c->add_option("--sendcmd", a.sendcmd,
                  "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
@@ -388,6 +390,8 @@ int mmp_info_command(const MmpArgs& a) {
 
 // `vfpipe compress`: our DEFLATE encoder on a file (testing, comparison with gzip/zlib).
 int compress_command(const CompressArgs& a) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.input, ec)) throw Error(ErrorKind::Input, "'" + a.input + "' is a directory");
   std::ifstream in(a.input, std::ios::binary);
   if (!in) throw Error(ErrorKind::Input, "cannot open '" + a.input + "'");
   const std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -690,7 +694,7 @@ int main(int argc, char** argv) {
   add_run_options(run, run_args, false);
   run->footer(kExamples);
   auto* live = app.add_subcommand("live", "process a camera (or any source) keeping the newest frame; counts drops");
-  add_run_options(live, live_args, true);
+  add_run_options(live, live_args, false);  // camera=0 when no -i
   live->footer(kLiveHelp);
   RunArgs prof_args;
   prof_args.profile = "vfpipe-profile";

@@ -87,6 +87,12 @@ std::string PngSequenceSink::describe() const {
 }
 
 void PngSequenceSink::open(const FrameSpec& spec) {
+  // An image sequence's folder is created, as the other image-sequence writer does.
+  const std::filesystem::path dir = std::filesystem::path(name(0)).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !std::filesystem::exists(dir, ec) && !std::filesystem::create_directories(dir, ec) && ec &&
+      ec != std::errc::not_a_directory)
+    throw Error(ErrorKind::Output, "cannot create output directory '" + dir.string() + "': " + ec.message());
   require_output_dir(name(0));
   if (spec.format != PixelFormat::BGR24 && spec.format != PixelFormat::GRAY8 && spec.format != PixelFormat::RGB24)
     throw Error(ErrorKind::Output, pattern_ + ": PNG holds gray or RGB, not " + pix_fmt_name(spec.format));
