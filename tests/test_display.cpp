@@ -10,6 +10,7 @@
 #include <iterator>
 #include <mutex>
 #include <random>
+#include <filesystem>
 #include <thread>
 
 #include "pipeline/display/controls.hpp"
@@ -451,3 +452,44 @@ TEST(Display, CliWindowRunSplitView) {
 #else
 TEST(Display, NotBuilt) { GTEST_SKIP() << "built without GLFW/GLEW/EGL"; }
 #endif
+
+// A window slower than the stream skips frames: the HUD's rate stays the stream's (it read
+// 195084 FPS when skipped frames arrived microseconds apart), and --screenshot-every still
+// saves exactly every N-th frame (skipped frames used to swallow them).
+TEST(Display, SkippedFramesKeepRateAndScreenshots) {
+  const FrameSpec spec{PixelFormat::GRAY8, 64, 48, {25, 1}};
+  const std::string dir = tmp_path("skip_shots");
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  DisplaySinkOptions o;
+  o.display.headless = true;
+  o.drop_when_behind = true;
+  o.screenshot = dir + "/shot-%d.png";
+  o.screenshot_every = 5;
+  DisplaySink sink(o, nullptr, nullptr);
+  sink.open(spec);
+  RunResult r;
+  try {
+    sink.begin_stream();
+  } catch (...) {
+    r.error = std::current_exception();
+  }
+  SKIP_IF_NO_HEADLESS_DISPLAY(r);
+  HostFrame f(spec, false);
+  fill_random(f, 3);
+  for (int i = 0; i < 40; ++i) {
+    FrameRecord rec;
+    rec.index = i;
+    // Bursts: pairs of frames 0.1 ms apart, 20 ms between pairs (a 100 fps stream on
+    // average); the first of each pair has a newer one waiting behind it.
+    std::this_thread::sleep_for(std::chrono::microseconds(i % 2 ? 100 : 19900));
+    OutFrame of{f, nullptr, &rec, nullptr, 0, static_cast<size_t>(i % 2 ? 0 : 1)};
+    sink.write_frame(of);
+  }
+  EXPECT_GT(sink.skipped(), 10);
+  EXPECT_GT(sink.hud_fps(), 50.0);
+  EXPECT_LT(sink.hud_fps(), 200.0);
+  for (int n = 5; n <= 40; n += 5)
+    EXPECT_TRUE(std::filesystem::exists(dir + "/shot-" + std::to_string(n - 1) + ".png")) << "frame " << n - 1;
+  sink.end_of_stream();
+  sink.close();
+}

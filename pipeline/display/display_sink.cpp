@@ -158,12 +158,15 @@ void DisplaySink::write_frame(const OutFrame& f) {
     return;
   }
   ++frames_;
+  // The stream's rate: frames arrived over the last second. (An average of 1/dt between
+  // arrivals exploded when frames queued behind a slow window arrived microseconds apart.)
   const auto now = std::chrono::steady_clock::now();
-  if (frames_ > 1) {
-    const double dt = std::chrono::duration<double>(now - last_t_).count();
-    if (dt > 0) fps_ = fps_ == 0 ? 1 / dt : 0.9 * fps_ + 0.1 / dt;
+  arrivals_.push_back(now);
+  while (arrivals_.size() > 2 && now - arrivals_.front() > std::chrono::seconds(1)) arrivals_.pop_front();
+  if (arrivals_.size() >= 2) {
+    const double span = std::chrono::duration<double>(arrivals_.back() - arrivals_.front()).count();
+    if (span > 0) fps_ = (arrivals_.size() - 1) / span;
   }
-  last_t_ = now;
   if (!display_) begin_stream();
   if (!display_) std::rethrow_exception(create_error_);
   // Glass-to-glass: the camera's view of the patch (the chain's input) at its capture time,
@@ -171,8 +174,11 @@ void DisplaySink::write_frame(const OutFrame& f) {
   if (opt_.glass_to_glass && f.source && f.record)
     samples_.push_back({f.record->capture_ns, patch_luma(f.source->view(), 0.5)});
   // Newer frames are already waiting: show those instead (the display adds no latency
-  // when it is slower than the stream). Headless renders every frame.
-  if (opt_.drop_when_behind && f.backlog > 0 && !paused_) {
+  // when it is slower than the stream; headless renders every frame), except a frame due
+  // for a --screenshot-every screenshot, which is shown and saved whatever the backlog.
+  const bool screenshot_due =
+      !opt_.screenshot.empty() && opt_.screenshot_every > 0 && frames_ % opt_.screenshot_every == 0;
+  if (opt_.drop_when_behind && f.backlog > 0 && !paused_ && !screenshot_due) {
     if (f.device_slot >= 0) display_->release_slot(f.device_slot);
     ++skipped_;
     return;
@@ -230,7 +236,7 @@ void DisplaySink::write_frame(const OutFrame& f) {
     ++gpu_n_;
   }
   last_index_ = f.record ? f.record->index : frames_ - 1;
-  if (!opt_.screenshot.empty() && opt_.screenshot_every > 0 && frames_ % opt_.screenshot_every == 0)
+  if (screenshot_due)
     screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
   handle_keys(display_->poll(), f.frame);
   // Paused: keep drawing and listening; the stream waits (batch) or drops (live).

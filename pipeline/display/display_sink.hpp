@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -69,6 +70,7 @@ class DisplaySink final : public Sink {
   double mean_gpu_upload_ms() const { return gpu_n_ ? gpu_upload_ms_ / static_cast<double>(gpu_n_) : 0; }
   double mean_gpu_draw_ms() const { return gpu_n_ ? gpu_draw_ms_ / static_cast<double>(gpu_n_) : 0; }
   std::string renderer() const { return renderer_; }
+  double hud_fps() const { return fps_; }  // the stream rate the HUD shows (last second)
   // A scripted key press (tests, demos): handled as if pressed just before frame `frame`
   // (0-based, in display order) is drawn. GLFW key codes.
   void press_at(int64_t frame, int key) { scripted_.push_back({frame, key}); }
@@ -95,7 +97,7 @@ class DisplaySink final : public Sink {
   int64_t shown_ = 0, skipped_ = 0, frames_ = 0, last_index_ = -1, device_shown_ = 0;
   double show_ms_ = 0, fps_ = 0, gpu_ms_ = 0, gpu_upload_ms_ = 0, gpu_draw_ms_ = 0;
   int64_t gpu_n_ = 0;
-  std::chrono::steady_clock::time_point last_t_{};
+  std::deque<std::chrono::steady_clock::time_point> arrivals_;  // the last second's frames (HUD fps)
   std::string message_, renderer_;
   int shots_ = 0, recordings_ = 0;
   std::vector<std::string> last_hud_;
