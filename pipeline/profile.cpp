@@ -464,7 +464,8 @@ std::string compare_profiles(const json& a, const json& b, double threshold_pct,
                               "p95 A", "p95 B", "change");
   auto pct = [](double x, double y) { return x > 0 ? 100.0 * (y - x) / x : 0.0; };
   for (const auto& [name, ea] : ra) {
-    auto it = std::find_if(rb.begin(), rb.end(), [&](const auto& e) { return e.first == name; });
+    const std::string& key = name;  // C++17 lambdas cannot capture a structured binding
+    auto it = std::find_if(rb.begin(), rb.end(), [&](const auto& e) { return e.first == key; });
     if (it == rb.end()) {
       t += log::format("  %-30s only in A\n", name.c_str());
       continue;
@@ -478,9 +479,9 @@ std::string compare_profiles(const json& a, const json& b, double threshold_pct,
     t += log::format("  %-30s %10.3f %10.3f %+7.1f%% %10.3f %10.3f %+7.1f%%%s\n", n.c_str(), a50, b50, pct(a50, b50),
                      a95, b95, pct(a95, b95), worse ? "  <- slower" : "");
   }
-  for (const auto& [name, eb] : rb)
-    if (std::none_of(ra.begin(), ra.end(), [&](const auto& e) { return e.first == name; }))
-      t += log::format("  %-30s only in B\n", name.c_str());
+  for (const auto& entry : rb)
+    if (std::none_of(ra.begin(), ra.end(), [&](const auto& e) { return e.first == entry.first; }))
+      t += log::format("  %-30s only in B\n", entry.first.c_str());
   auto fps = [](const json& j) {
     return j.contains("profile") ? j["profile"].value("fps", 0.0) : j.value("fps", 0.0);
   };

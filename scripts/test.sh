@@ -9,8 +9,23 @@ bash scripts/build.sh ci
 # headless-Chromium rendering of the profile report must run, not skip.
 export VFPIPE_REQUIRE_PYWT=1 VFPIPE_REQUIRE_CHROMIUM=1
 # The display tests need an X server (window) and EGL (headless): Xvfb with Mesa.
+X=()
 if command -v xvfb-run >/dev/null; then
   export VFPIPE_REQUIRE_DISPLAY=1
-  exec xvfb-run -a -s "-screen 0 1280x1024x24" ctest --preset ci -j "$(nproc)"
+  X=(xvfb-run -a -s "-screen 0 1280x1024x24")
 fi
-ctest --preset ci -j "$(nproc)"
+rc=0
+"${X[@]}" ctest --preset ci -j "$(nproc)" || rc=1
+
+# The sanitizer build (clang, ASan + UBSan, CPU only): the CPU suite under it, then each
+# fuzz target for FUZZ_SECONDS (60) from its seed corpus (scripts/fuzz.sh; docs/hardening.md).
+echo "== sanitizers: asan preset"
+bash scripts/build.sh asan
+# Mesa's GL drivers (the display tests) leak on their own: those run with leak checks off.
+ASAN_OPTIONS=detect_leaks=1 "${X[@]}" ctest --test-dir build-asan -L cpu -E '^Display\.' -j "$(nproc)" \
+  --output-on-failure || rc=1
+ASAN_OPTIONS=detect_leaks=0 "${X[@]}" ctest --test-dir build-asan -R '^Display\.' -j "$(nproc)" \
+  --output-on-failure || rc=1
+echo "== fuzzing"
+bash scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-60}" || rc=1
+exit $rc

@@ -145,6 +145,7 @@ TEST(Parallel, SyntheticFramesDoNotDependOnThreads) {
 // its work is done, so p99 end to end stays within the p99 of the work plus 5 ms (thread
 // hand-offs and scheduling on a noisy 2-core CI machine). Not a throughput test.
 TEST(Latency, CpuPacedSourceWaitsOnlyForItsWork) {
+  if (VFPIPE_ASAN) GTEST_SKIP() << "a timing test: meaningless under AddressSanitizer";
   SyntheticParams p = parse_synthetic("synthetic=size=256x144:rate=30:realtime=1:frames=75:noise=gauss");
   SyntheticSource src(p);
   CaptureSink sink(0, false);

@@ -16,6 +16,19 @@
 #include "pipeline/source.hpp"
 #include "pipeline/stats.hpp"
 
+// Built with AddressSanitizer (the asan preset): timing tests and address-space limits
+// do not apply there.
+#if defined(__SANITIZE_ADDRESS__)
+#define VFPIPE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define VFPIPE_ASAN 1
+#endif
+#endif
+#ifndef VFPIPE_ASAN
+#define VFPIPE_ASAN 0
+#endif
+
 namespace vfp::test {
 
 inline void fill_random(HostFrame& f, uint32_t seed) {
