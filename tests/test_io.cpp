@@ -165,3 +165,32 @@ TEST(Io, CorruptVideoIsRejected) {
   EXPECT_NE(msg.find(path), std::string::npos);
   std::remove(path.c_str());
 }
+
+// A video output that could not be written completely (a full disk, a file size limit)
+// is an error with status 1, never "success" with an unplayable file.
+TEST(Io, LostVideoWritesAreErrors) {
+  if (!have_opencv()) GTEST_SKIP() << "built without OpenCV";
+  namespace fs = std::filesystem;
+  const std::string dir = tmp_path("full_outputs");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string bin = VFPIPE_BIN;
+  const std::string in = " run -q --device cpu -i synthetic=size=320x240:frames=40:noise=gauss -o ";
+  for (const char* ext : {"avi", "mkv", "y4m", "y4m.gz"}) {
+    const std::string out = dir + "/full." + ext;
+    fs::create_symlink("/dev/full", out);
+    CmdResult r = run_cmd(bin + in + out);
+    EXPECT_EQ(r.rc, 1) << ext << ": " << r.out;
+    EXPECT_NE(r.out.find("vfpipe: error:"), std::string::npos) << r.out;
+  }
+  for (const char* ext : {"mp4", "mkv", "avi"}) {
+    const std::string out = dir + "/limited." + ext;
+    CmdResult r = run_cmd("ulimit -f 100; " + bin + in + out);  // 50 KB: the file cannot hold 40 noisy frames
+    EXPECT_EQ(r.rc, 1) << ext << ": " << r.out;
+    EXPECT_NE(r.out.find("is unreadable after 40 frames"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("@ 0x"), std::string::npos) << "libav's own log leaked: " << r.out;
+  }
+  CmdResult ok = run_cmd(bin + in + dir + "/ok.mkv");
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  fs::remove_all(dir);
+}

@@ -2,6 +2,7 @@
 #include "pipeline/io/open.hpp"
 
 #include <glob.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cctype>
@@ -24,6 +25,10 @@ namespace {
 void quiet_opencv() {
   static bool once = [] {
     cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_ERROR);
+    // libav's own messages ("[matroska @ 0x..] EBML header parsing failed") duplicate
+    // vfpipe's one-line errors: AV_LOG_QUIET, read by OpenCV's FFmpeg backend when it
+    // starts, unless the user asked for its log.
+    ::setenv("OPENCV_FFMPEG_LOGLEVEL", "-8", 0);
     return true;
   }();
   (void)once;
@@ -163,7 +168,12 @@ class ImageSeqSource final : public Source {
 class VideoSink final : public Sink {
  public:
   VideoSink(std::string path, std::string fourcc) : path_(std::move(path)), fourcc_(std::move(fourcc)) {}
-  ~VideoSink() override { close(); }
+  ~VideoSink() override {
+    try {
+      close();
+    } catch (...) {  // the engine closes first and reports; a destructor must not throw
+    }
+  }
   std::vector<PixelFormat> accepted_formats() const override {
     return {PixelFormat::BGR24, PixelFormat::GRAY8};
   }
@@ -178,16 +188,43 @@ class VideoSink final : public Sink {
                   "cannot open video output '" + path_ + "' with codec '" + fourcc_ +
                       "' (directory missing, not writable, or codec unsupported by this OpenCV)");
   }
-  void write(const HostFrame& f) override { w_->write(frame_to_mat(f)); }
+  // cv::VideoWriter reports no write errors: a full disk is noticed from the free space
+  // while writing, and any other loss by reading the file back after closing it.
+  void write(const HostFrame& f) override {
+    w_->write(frame_to_mat(f));
+    ++frames_;
+    struct statvfs fs {};
+    if (frames_ % 8 == 0 && ::statvfs(dir_of(path_).c_str(), &fs) == 0 && fs.f_bavail == 0)
+      throw Error(ErrorKind::Output, log::format("the disk holding '%s' is full after %lld frames", path_.c_str(),
+                                                 static_cast<long long>(frames_)));
+  }
   void close() override {
-    if (w_) w_->release();  // writes the container trailer: the file stays playable
+    if (!w_) return;
+    w_->release();  // writes the container trailer: the file stays playable
     w_.reset();
+    if (frames_ == 0) return;
+    cv::VideoCapture check(path_, cv::CAP_FFMPEG);
+    const double n = check.isOpened() ? check.get(cv::CAP_PROP_FRAME_COUNT) : -1;
+    if (!check.isOpened() || n < 1)
+      throw Error(ErrorKind::Output, log::format("the video output '%s' is unreadable after %lld frames were written "
+                                                 "(disk full, file size limit or write error)",
+                                                 path_.c_str(), static_cast<long long>(frames_)));
+    // Container frame counts of some formats are estimates from the duration: allow one.
+    if (n + 1 < static_cast<double>(frames_))
+      throw Error(ErrorKind::Output, log::format("only %.0f of the %lld frames written are in '%s' (disk full, file "
+                                                 "size limit or write error)",
+                                                 n, static_cast<long long>(frames_), path_.c_str()));
   }
   std::string describe() const override { return path_ + " (" + fourcc_ + ")"; }
 
  private:
+  static std::string dir_of(const std::string& p) {
+    const std::string d = std::filesystem::path(p).parent_path().string();
+    return d.empty() ? "." : d;
+  }
   std::string path_, fourcc_;
   std::unique_ptr<cv::VideoWriter> w_;
+  int64_t frames_ = 0;
 };
 
 class ImageSeqSink final : public Sink {
