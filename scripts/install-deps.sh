@@ -11,6 +11,7 @@ PKGS=(cmake ninja-build g++ pkg-config
       libglfw3-dev libglew-dev libegl-dev   # display (GL window, headless EGL)
       xvfb xauth libgl1-mesa-dri libegl-mesa0  # display tests: X server and GL in software
       ffmpeg                 # tests compose vfpipe with ffmpeg pipes
+      libdeflate-dev         # the CPU writer of PNG / .y4m.gz / compress outputs
       zlib1g-dev             # reads our DEFLATE streams back in the tests
       libpng-dev             # decodes our PNGs in the tests (and the PNG size reference)
       python3-pywt python3-skimage   # outside references for the wavelet stage

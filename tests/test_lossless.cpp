@@ -285,3 +285,32 @@ TEST(LosslessSinks, DiskFullKeepsEarlierFramesValid) {
   EXPECT_GT((s.size() - header) / frame, 0u);
 #endif
 }
+
+// Without a GPU the lossless outputs are written by libdeflate (smaller and faster than
+// vfpipe's CPU encoder); --deflate-engine vfpipe keeps vfpipe's encoder (the GPU's bytes).
+// Both decode to the same frames.
+TEST(LosslessSinks, CpuRunsUseLibdeflateUnlessAskedForTheReference) {
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("lossless_engines");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string in = " run --no-progress --device cpu -i 'synthetic=size=160x90:frames=3:noise=gauss:sigma=6' -o ";
+  auto r = test::run_cmd(bin + in + dir + "/auto.y4m.gz");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("libdeflate"), std::string::npos) << r.out;
+  r = test::run_cmd(bin + in + dir + "/ref.y4m.gz --deflate-engine vfpipe");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("vfpipe CPU reference"), std::string::npos) << r.out;
+  ASSERT_EQ(test::run_cmd(bin + in + dir + "/plain.y4m").rc, 0);
+  EXPECT_NE(read_file(dir + "/auto.y4m.gz"), read_file(dir + "/ref.y4m.gz"));
+  for (const char* name : {"auto", "ref"})
+    EXPECT_EQ(test::run_cmd("gzip -dc " + dir + "/" + name + ".y4m.gz | cmp - " + dir + "/plain.y4m").rc, 0) << name;
+  // compress: libdeflate by default without a GPU, the reference on request.
+  std::ofstream(dir + "/data.bin") << std::string(100000, 'a') + "vfpipe";
+  r = test::run_cmd(bin + " compress --device cpu " + dir + "/data.bin -o " + dir + "/a.gz");
+  EXPECT_NE(r.out.find("libdeflate"), std::string::npos) << r.out;
+  r = test::run_cmd(bin + " compress --device cpu --engine vfpipe " + dir + "/data.bin -o " + dir + "/b.gz");
+  EXPECT_NE(r.out.find("vfpipe CPU reference"), std::string::npos) << r.out;
+  for (const char* name : {"a.gz", "b.gz"})
+    EXPECT_EQ(test::run_cmd("gzip -dc " + dir + "/" + name + " | cmp - " + dir + "/data.bin").rc, 0) << name;
+  fs::remove_all(dir);
+}

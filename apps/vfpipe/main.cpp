@@ -110,6 +110,7 @@ struct RunArgs {
   bool report_frames = false, no_progress = false, quiet = false, verbose = false;
   bool lossless = false;
   int compression_level = 1;
+  std::string deflate_engine = "auto";
 };
 
 void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
@@ -145,6 +146,11 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("--codec", a.codec, "video output FOURCC (mp4v, MJPG, FFV1, avc1, ...)");
   c->add_flag("--lossless", a.lossless,
               "image sequences by vfpipe's PNG encoder (GPU DEFLATE); refuse lossy outputs (.mp4, .avi)");
+  c->add_option("--deflate-engine", a.deflate_engine,
+                "DEFLATE of PNG and .y4m.gz outputs: auto (the GPU on the CUDA backend, else libdeflate), vfpipe (vfpipe's "
+                "encoder on the GPU or its CPU reference: the same bytes on every machine), libdeflate")
+      ->check(CLI::IsMember({"auto", "vfpipe", "libdeflate"}))
+      ->capture_default_str();
   c->add_option("--compression-level", a.compression_level, "DEFLATE level of PNG and .y4m.gz outputs (1 fast .. 9)")
       ->check(CLI::Range(1, 9))
       ->capture_default_str();
@@ -267,7 +273,7 @@ int compare_command(const std::vector<std::string>& files, double threshold) {
 }
 
 struct CompressArgs {
-  std::string input, output, format = "gzip", device = "auto";
+  std::string input, output, format = "gzip", device = "auto", engine = "auto";
   int level = 6;
   int segment_kib = 64;
 };
@@ -398,7 +404,7 @@ int compress_command(const CompressArgs& a) {
   deflate::Options o;
   o.level = a.level;
   o.segment_bytes = static_cast<size_t>(a.segment_kib) * 1024;
-  LosslessEncoder enc(a.level, a.device != "cpu");
+  LosslessEncoder enc(a.level, a.device != "cpu" && a.engine != "libdeflate", a.engine == "vfpipe");
   const bool gpu = enc.on_gpu();
 #if VFPIPE_HAVE_CUDA
   if (a.device == "cuda" && !gpu) log::warn("no usable GPU (%s): compressing on the CPU", cuda::probe().reason.c_str());
@@ -415,7 +421,7 @@ int compress_command(const CompressArgs& a) {
   std::fprintf(stderr, "%s: %zu -> %zu bytes (%.2f%%, ratio %.3f) in %.3f s, %.1f MB/s, level %d, %s, %d KiB segments, %s\n",
                out.c_str(), data.size(), z.size(), data.empty() ? 0.0 : 100.0 * z.size() / data.size(),
                z.empty() ? 0.0 : static_cast<double>(data.size()) / z.size(), s, data.size() / 1e6 / std::max(s, 1e-9),
-               a.level, a.format.c_str(), a.segment_kib, gpu ? "GPU" : "CPU");
+               a.level, a.format.c_str(), a.segment_kib, enc.engine());
   return 0;
 }
 
@@ -446,7 +452,8 @@ int run_command(RunArgs& a, bool live) {
   ko.codec = a.codec;
   ko.lossless = a.lossless;
   ko.compression_level = a.compression_level;
-  ko.gpu = backend == Backend::CUDA;
+  ko.gpu = backend == Backend::CUDA && a.deflate_engine != "libdeflate";
+  ko.deflate_reference = a.deflate_engine == "vfpipe";
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
   if (live && a.display.empty() && !a.no_display) a.display = "window";
   if (a.glass_to_glass && a.display.empty())
@@ -754,8 +761,13 @@ int main(int argc, char** argv) {
   compress->add_option("--level", comp_args.level, "0 stored .. 9 best (match search depth)")
       ->check(CLI::Range(0, 9))
       ->capture_default_str();
-  compress->add_option("-d,--device", comp_args.device, "auto (the GPU if usable), cuda, cpu (the reference)")
+  compress->add_option("-d,--device", comp_args.device, "auto (the GPU if usable), cuda, cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  compress->add_option("--engine", comp_args.engine,
+                       "auto (vfpipe's GPU encoder, else libdeflate), vfpipe (its GPU encoder or CPU reference: the "
+                       "same bytes everywhere), libdeflate")
+      ->check(CLI::IsMember({"auto", "vfpipe", "libdeflate"}))
       ->capture_default_str();
   compress->add_option("--segment", comp_args.segment_kib, "segment size in KiB (4..64, the GPU's unit of work)")
       ->check(CLI::Range(4, 64))

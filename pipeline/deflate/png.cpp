@@ -85,6 +85,13 @@ std::vector<uint8_t> encode_png(const uint8_t* img, size_t pitch, int width, int
   return out;
 }
 
+std::vector<uint8_t> png_from_zlib(int width, int height, int channels, const std::vector<uint8_t>& zlib) {
+  std::vector<uint8_t> out = png_head(width, height, channels);
+  chunk(out, "IDAT", zlib.data(), zlib.size());
+  chunk(out, "IEND", nullptr, 0);
+  return out;
+}
+
 void write_file_atomically(const std::string& path, const std::vector<uint8_t>& bytes) {
   const std::string tmp = path + ".part";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");

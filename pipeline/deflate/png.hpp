@@ -22,6 +22,8 @@ std::vector<uint8_t> png_filter_rows(const uint8_t* img, size_t pitch, int width
 // A whole PNG file in memory (DEFLATE level 1..9; 6 is libpng's default).
 std::vector<uint8_t> encode_png(const uint8_t* img, size_t pitch, int width, int height, int channels, bool swap_rb,
                                 int level = 6);
+// The same around an IDAT zlib stream made elsewhere (of png_filter_rows' bytes).
+std::vector<uint8_t> png_from_zlib(int width, int height, int channels, const std::vector<uint8_t>& zlib);
 
 // Writes `bytes` to `path` through a temporary file in the same directory renamed into place:
 // a reader never sees a partial file, and a failed write (disk full) leaves no file behind.

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <libdeflate.h>
+
 #include "pipeline/deflate/deflate.hpp"
 #include "pipeline/deflate/png.hpp"
 #include "pipeline/error.hpp"
@@ -29,14 +31,42 @@ struct LosslessEncoder::Gpu {
 struct LosslessEncoder::Gpu {};
 #endif
 
-LosslessEncoder::LosslessEncoder(int level, bool gpu) : level_(level) {
+// libdeflate's compressor for one level (RAII).
+struct LosslessEncoder::LibDeflate {
+  explicit LibDeflate(int level) : c(libdeflate_alloc_compressor(level)) {
+    if (!c) throw Error(ErrorKind::OutOfMemory, log::format("libdeflate: cannot make a level %d compressor", level));
+  }
+  ~LibDeflate() { libdeflate_free_compressor(c); }
+  LibDeflate(const LibDeflate&) = delete;
+  LibDeflate& operator=(const LibDeflate&) = delete;
+  std::vector<uint8_t> run(const uint8_t* p, size_t n, DeflateFormat f) const {
+    const size_t bound = f == DeflateFormat::Zlib   ? libdeflate_zlib_compress_bound(c, n)
+                         : f == DeflateFormat::Gzip ? libdeflate_gzip_compress_bound(c, n)
+                                                    : libdeflate_deflate_compress_bound(c, n);
+    std::vector<uint8_t> out(bound);
+    const size_t got = f == DeflateFormat::Zlib   ? libdeflate_zlib_compress(c, p, n, out.data(), out.size())
+                       : f == DeflateFormat::Gzip ? libdeflate_gzip_compress(c, p, n, out.data(), out.size())
+                                                  : libdeflate_deflate_compress(c, p, n, out.data(), out.size());
+    if (got == 0) throw Error(ErrorKind::Internal, "libdeflate: the output did not fit its own bound");
+    out.resize(got);
+    return out;
+  }
+  libdeflate_compressor* c;
+};
+
+LosslessEncoder::LosslessEncoder(int level, bool gpu, bool reference) : level_(level) {
 #if VFPIPE_HAVE_CUDA
   if (gpu && cuda::probe().usable) gpu_ = std::make_unique<Gpu>();
 #else
   (void)gpu;
 #endif
+  if (!gpu_ && !reference) libdeflate_ = std::make_unique<LibDeflate>(level);
 }
 LosslessEncoder::~LosslessEncoder() = default;
+
+const char* LosslessEncoder::engine() const {
+  return gpu_ ? "GPU" : libdeflate_ ? "libdeflate" : "vfpipe CPU reference";
+}
 
 std::vector<uint8_t> LosslessEncoder::png(const uint8_t* img, size_t pitch, int w, int h, int ch, bool swap_rb) {
 #if VFPIPE_HAVE_CUDA
@@ -47,6 +77,10 @@ std::vector<uint8_t> LosslessEncoder::png(const uint8_t* img, size_t pitch, int 
     return gpu_->enc.encode_png(gpu_->frame.get(), pitch, w, h, ch, swap_rb, level_, gpu_->stream.get());
   }
 #endif
+  if (libdeflate_) {
+    const std::vector<uint8_t> rows = png_filter_rows(img, pitch, w, h, ch, swap_rb);
+    return png_from_zlib(w, h, ch, libdeflate_->run(rows.data(), rows.size(), DeflateFormat::Zlib));
+  }
   return encode_png(img, pitch, w, h, ch, swap_rb, level_);
 }
 
@@ -58,6 +92,7 @@ std::vector<uint8_t> LosslessEncoder::compress(const uint8_t* p, size_t n, const
                               : f == DeflateFormat::Gzip ? cuda::DeflateContainer::Gzip
                                                          : cuda::DeflateContainer::Raw);
 #endif
+  if (libdeflate_) return libdeflate_->run(p, n, f);
   return f == DeflateFormat::Zlib   ? deflate::compress_zlib(p, n, opt)
          : f == DeflateFormat::Gzip ? deflate::compress_gzip(p, n, opt)
                                     : deflate::compress(p, n, opt);
@@ -83,7 +118,7 @@ std::string PngSequenceSink::name(int64_t i) const { return sequence_file_name(p
 
 std::string PngSequenceSink::describe() const {
   return pattern_ + " (PNG, DEFLATE level " + std::to_string(opt_.level) +
-         (enc_ && enc_->on_gpu() ? ", GPU)" : enc_ ? ", CPU)" : ")");
+         (enc_ ? std::string(", ") + enc_->engine() + ")" : std::string(")"));
 }
 
 void PngSequenceSink::open(const FrameSpec& spec) {
@@ -96,7 +131,7 @@ void PngSequenceSink::open(const FrameSpec& spec) {
   require_output_dir(name(0));
   if (spec.format != PixelFormat::BGR24 && spec.format != PixelFormat::GRAY8 && spec.format != PixelFormat::RGB24)
     throw Error(ErrorKind::Output, pattern_ + ": PNG holds gray or RGB, not " + pix_fmt_name(spec.format));
-  enc_ = std::make_unique<LosslessEncoder>(opt_.level, opt_.gpu);
+  enc_ = std::make_unique<LosslessEncoder>(opt_.level, opt_.gpu, opt_.reference);
   if (opt_.gpu && !enc_->on_gpu()) log::warn("%s: no usable GPU, PNGs are encoded on the CPU", pattern_.c_str());
 }
 
@@ -120,7 +155,7 @@ Y4mGzSink::~Y4mGzSink() {
 
 std::string Y4mGzSink::describe() const {
   return path_ + " (Y4M, gzip member per frame, DEFLATE level " + std::to_string(opt_.level) +
-         (enc_ && enc_->on_gpu() ? ", GPU)" : enc_ ? ", CPU)" : ")");
+         (enc_ ? std::string(", ") + enc_->engine() + ")" : std::string(")"));
 }
 
 void Y4mGzSink::open(const FrameSpec& s) {
@@ -128,7 +163,7 @@ void Y4mGzSink::open(const FrameSpec& s) {
   header_ = y4m_header(s);  // throws for formats Y4M cannot hold
   f_ = std::fopen(path_.c_str(), "wb");
   if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + std::strerror(errno));
-  enc_ = std::make_unique<LosslessEncoder>(opt_.level, opt_.gpu);
+  enc_ = std::make_unique<LosslessEncoder>(opt_.level, opt_.gpu, opt_.reference);
   if (opt_.gpu && !enc_->on_gpu()) log::warn("%s: no usable GPU, compressing on the CPU", path_.c_str());
   buf_.resize(header_.size() + 6 + FrameLayout::of(s).payload_bytes);
 }

@@ -20,6 +20,9 @@ namespace vfp {
 struct LosslessOptions {
   int level = 1;     // DEFLATE level 1..9
   bool gpu = false;  // encode on the GPU (CUDA backend)
+  // vfpipe's own encoder on the CPU too (the GPU's bytes on any machine) instead of
+  // libdeflate when there is no GPU.
+  bool reference = false;
 };
 
 namespace deflate {
@@ -32,17 +35,24 @@ enum class DeflateFormat { Raw, Zlib, Gzip };
 // a GPU is usable (host data is uploaded), else the CPU reference — the same bytes either way.
 class LosslessEncoder {
  public:
-  LosslessEncoder(int level, bool gpu);
+  // gpu: vfpipe's CUDA encoder when a GPU is usable. Otherwise libdeflate at the same level
+  // (smaller and faster than vfpipe's CPU encoder, which stays the GPU's bit-exact
+  // reference in the tests), unless `reference` asks for that one.
+  LosslessEncoder(int level, bool gpu, bool reference = false);
   ~LosslessEncoder();
   bool on_gpu() const { return gpu_ != nullptr; }
+  // "GPU", "libdeflate" or "vfpipe CPU reference".
+  const char* engine() const;
   // PNG of an 8-bit image (1, 3 or 4 channels; swap_rb: BGR(A) pixels) at this level.
   std::vector<uint8_t> png(const uint8_t* img, size_t pitch, int w, int h, int ch, bool swap_rb);
   std::vector<uint8_t> compress(const uint8_t* p, size_t n, const deflate::Options& opt, DeflateFormat f);
 
  private:
   struct Gpu;
+  struct LibDeflate;
   int level_;
   std::unique_ptr<Gpu> gpu_;
+  std::unique_ptr<LibDeflate> libdeflate_;  // when neither the GPU nor the reference
 };
 
 class PngSequenceSink final : public Sink {

@@ -114,6 +114,7 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
   LosslessOptions lo;
   lo.level = opt.compression_level;
   lo.gpu = opt.gpu;
+  lo.reference = opt.deflate_reference;
   if (ext == ".y4m") return std::make_unique<Y4mSink>(spec);
   if (ext == ".gz") {
     if (spec.size() < 7 || lower(spec.substr(spec.size() - 7)) != ".y4m.gz")

@@ -26,6 +26,7 @@ struct SinkOptions {
   bool lossless = false;     // image sequences by vfpipe's PNG encoder; lossy outputs refused
   int compression_level = 1; // DEFLATE level of PNG / .y4m.gz outputs
   bool gpu = false;          // the run uses CUDA: so does the DEFLATE of those outputs
+  bool deflate_reference = false;  // vfpipe's DEFLATE on the CPU too, not libdeflate (--deflate-engine vfpipe)
 };
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt);
 
