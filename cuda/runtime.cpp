@@ -82,6 +82,15 @@ void* host_alloc_pinned(size_t bytes) {
   return p;
 }
 
+size_t device_memory_used() {
+  size_t free_b = 0, total_b = 0;
+  if (!probe().usable || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return total_b - free_b;
+}
+
 void host_free_pinned(void* p) {
   if (p) cudaFreeHost(p);
 }

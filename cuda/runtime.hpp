@@ -26,6 +26,8 @@ struct DeviceInfo {
 };
 // Queries the runtime once; never throws. Safe on machines without a driver.
 const DeviceInfo& probe();
+// Device memory in use now (total - free, all processes), in bytes; 0 if it cannot be read.
+size_t device_memory_used();
 
 void* host_alloc_pinned(size_t bytes);
 void host_free_pinned(void* p);

@@ -45,6 +45,9 @@ struct EngineConfig {
   const std::atomic<int>* stop = nullptr;  // non-zero: finish in-flight frames and stop
   // Called from the sink thread after each written frame.
   std::function<void(int64_t frames_out, int64_t dropped)> progress;
+  // Called from the sink thread with each written frame's record (output_ns set), before
+  // the report keeps it: periodic statistics of long runs (--stats-every).
+  std::function<void(const FrameRecord& rec)> on_frame;
   // Called on the worker thread before each frame is submitted (index = source frame
   // number): the place for live parameter changes. Frames already in flight are not
   // affected; stages apply a change to the frames submitted after it.

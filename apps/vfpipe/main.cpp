@@ -111,6 +111,7 @@ struct RunArgs {
   bool lossless = false;
   int compression_level = 1;
   std::string deflate_engine = "auto";
+  double stats_every = 0;
 };
 
 void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
@@ -197,6 +198,10 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("--trace-frames", a.trace_frames, "frames in the trace file (after warm-up; 0 = all)")
       ->capture_default_str();
   c->add_flag("--no-progress", a.no_progress, "no progress line");
+  c->add_option("--stats-every", a.stats_every,
+                "print a statistics line every S seconds: frames, fps, drops, end-to-end latency p50/p99/max, "
+                "resident and GPU memory (long and live runs)")
+      ->check(CLI::Range(0.1, 86400.0));
   c->add_flag("-q,--quiet", a.quiet, "errors only, no summary");
   c->add_flag("-v,--verbose", a.verbose, "debug messages (chain negotiation, buffers)");
 }
@@ -510,8 +515,21 @@ int run_command(RunArgs& a, bool live) {
   cfg.stop = &stop_flag();
   int64_t total = src->frame_count();
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
-  Progress progress(!a.no_progress && !a.quiet, total);
-  cfg.progress = [&](int64_t done, int64_t dropped) { progress.update(done, dropped); };
+  Progress progress(!a.no_progress && !a.quiet && a.stats_every == 0, total);
+  int64_t dropped_so_far = 0;  // sink thread
+  cfg.progress = [&](int64_t done, int64_t dropped) {
+    dropped_so_far = dropped;
+    progress.update(done, dropped);
+  };
+  std::unique_ptr<PeriodicStats> stats;
+  if (a.stats_every > 0) {
+    std::function<size_t()> gpu_memory;
+#if VFPIPE_HAVE_CUDA
+    if (backend == Backend::CUDA) gpu_memory = [] { return cuda::device_memory_used(); };
+#endif
+    stats = std::make_unique<PeriodicStats>(a.stats_every, gpu_memory);
+    cfg.on_frame = [&](const FrameRecord& rec) { stats->frame(rec, dropped_so_far); };
+  }
 #if VFPIPE_HAVE_GL
   if (display_sink) {
     display_sink->set_source_spec(chain.input());
@@ -535,6 +553,7 @@ int run_command(RunArgs& a, bool live) {
             sink->describe().c_str(), backend_name(backend));
   RunResult res = run_pipeline(*src, chain, *sink, cfg);
   progress.finish();
+  if (stats) stats->finish(res.report.dropped);
 #if VFPIPE_HAVE_GL
   if (display_sink && !a.quiet && display_sink->shown() > 0)
     std::fprintf(stderr,

@@ -52,4 +52,41 @@ void Progress::finish() {
   drawn_ = false;
 }
 
+size_t resident_bytes() {
+  long pages = 0, resident = 0;
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+PeriodicStats::PeriodicStats(double period_s, std::function<size_t()> gpu_memory)
+    : period_ns_(static_cast<int64_t>(period_s * 1e9)), start_ns_(now_ns()), window_start_ns_(start_ns_),
+      gpu_memory_(std::move(gpu_memory)) {}
+
+void PeriodicStats::frame(const FrameRecord& rec, int64_t dropped_total) {
+  e2e_ms_.push_back((rec.output_ns - rec.capture_ns) / 1e6);
+  if (rec.output_ns - window_start_ns_ >= period_ns_) emit(rec.output_ns, dropped_total);
+}
+
+void PeriodicStats::finish(int64_t dropped_total) {
+  if (!e2e_ms_.empty()) emit(now_ns(), dropped_total);
+}
+
+void PeriodicStats::emit(int64_t now, int64_t dropped_total) {
+  const Summary l = summarize(e2e_ms_);
+  const double span = (now - window_start_ns_) / 1e9;
+  std::string line = log::format("stats: t=%.0fs frames=%zu fps=%.1f dropped=%lld e2e_ms p50=%.3f p99=%.3f max=%.3f "
+                                 "rss_mb=%.1f",
+                                 (now - start_ns_) / 1e9, l.count, span > 0 ? l.count / span : 0.0,
+                                 static_cast<long long>(dropped_total - dropped_at_window_start_), l.p50, l.p99, l.max,
+                                 resident_bytes() / 1048576.0);
+  if (gpu_memory_) line += log::format(" gpu_mb=%.1f", gpu_memory_() / 1048576.0);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  e2e_ms_.clear();
+  window_start_ns_ = now;
+  dropped_at_window_start_ = dropped_total;
+}
+
 }  // namespace vfp

@@ -1,8 +1,13 @@
-// A one-line progress display on stderr for long batch runs (only when stderr is a TTY).
+// A one-line progress display on stderr for long batch runs (only when stderr is a TTY),
+// and periodic statistics lines for long or live runs.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include "pipeline/stats.hpp"
 
 namespace vfp {
 
@@ -20,6 +25,26 @@ class Progress {
   bool drawn_ = false;
   std::mutex mu_;
 };
+
+// --stats-every S: one line per S seconds of a long run (soak tests, live monitoring): the
+// window's frames, rate, drops, end-to-end latency p50/p99/max, the process's resident
+// memory and the GPU's memory in use. Called on the sink thread.
+class PeriodicStats {
+ public:
+  // gpu_memory: bytes in use on the GPU (empty: not shown).
+  PeriodicStats(double period_s, std::function<size_t()> gpu_memory);
+  void frame(const FrameRecord& rec, int64_t dropped_total);
+  void finish(int64_t dropped_total);  // the last, partial window
+
+ private:
+  void emit(int64_t now, int64_t dropped_total);
+  int64_t period_ns_, start_ns_, window_start_ns_;
+  int64_t dropped_at_window_start_ = 0;
+  std::vector<double> e2e_ms_;
+  std::function<size_t()> gpu_memory_;
+};
+// Resident set size of this process in bytes (/proc/self/statm).
+size_t resident_bytes();
 
 std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed_s,
                                  int width);
