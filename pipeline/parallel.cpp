@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,18 @@ void set_cpu_threads(int n) {
   g_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                   static_cast<size_t>(t));
   g_threads = t;
+}
+
+PoolShare::PoolShare(int reserve) : threads_(std::max(1, cpu_threads() - std::max(0, reserve))) {
+  if (threads_ > 1) arena_ = std::make_unique<tbb::task_arena>(threads_);
+}
+PoolShare::~PoolShare() = default;
+
+void PoolShare::run(const std::function<void()>& fn) {
+  if (arena_)
+    arena_->execute(fn);
+  else
+    fn();
 }
 
 int cpu_threads() {

@@ -6,8 +6,11 @@
 #pragma once
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 
 namespace vfp {
 
@@ -18,6 +21,23 @@ void set_cpu_threads(int n);
 int cpu_threads();
 // The number of cores this process may run on (its CPU affinity mask).
 int available_cores();
+
+// A share of the pool for a producer that runs beside latency-sensitive threads (the
+// synthetic source renders while the engine's worker, completion and sink threads must get
+// a core at once): work run through it uses at most cpu_threads() - reserve threads.
+class PoolShare {
+ public:
+  explicit PoolShare(int reserve);
+  ~PoolShare();
+  PoolShare(const PoolShare&) = delete;
+  PoolShare& operator=(const PoolShare&) = delete;
+  void run(const std::function<void()>& fn);
+  int threads() const { return threads_; }
+
+ private:
+  int threads_;
+  std::unique_ptr<tbb::task_arena> arena_;
+};
 
 // Calls body(begin, end) over disjoint row ranges covering [0, n), in parallel on the pool;
 // ranges hold at least `min_rows` rows (bodies that restart state per range, e.g. the

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Soak benchmark: a paced 1080p live chain for a long time, with RSS, GPU memory and the
-# end-to-end latency percentiles sampled every 30 s (vfpipe run --stats-every). Passes when
-# resident and GPU memory stay flat within 2% after the first window (warm-up) and no
+# end-to-end latency percentiles sampled every 30 s (vfpipe run --stats-every). The run keeps
+# the newest 1000 per-frame timing records (--profile-frames; 100000 by default, ~25 MB,
+# which a 60 fps run fills in 28 minutes), so memory is at its bound after the first window.
+# Passes when resident and GPU memory stay flat within 2% after the first window (warm-up) and no
 # window's p99 latency is more than twice the median window's.
 #   bash scripts/soak.sh MINUTES [cuda|cpu] [OUT_DIR]
 #   (cuda: 1920x1080 at 60 fps; cpu: 1920x1080 at 10 fps, within the CPU backend's rate)
@@ -20,7 +22,7 @@ chain="median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3"
 log="$out/soak-$dev.log"
 echo "soak: $min min, $dev, 1920x1080 at $rate fps, chain $chain"
 "$bin" run -q -i "synthetic=size=1920x1080:rate=$rate:realtime=1:frames=$frames:noise=gauss" -f "$chain" \
-  --policy live --device "$dev" --stats-every 30 -o null 2> "$log"
+  --policy live --device "$dev" --stats-every 30 --profile-frames 1000 -o null 2> "$log"
 rc=$?
 cat "$log"
 python3 - "$log" "$out/soak-$dev.json" "$min" "$dev" <<'PY'

@@ -246,7 +246,8 @@ TEST(Cli, ThreadsOptionSetsThePool) {
 // Large buffers ask for the memory first: a clear error and status 1 instead of the OOM
 // killer (cache=4096 at 4K needs 50 GB) or a crash under an address-space limit.
 TEST(Cli, MemoryHungryRequestsFailClearly) {
-  CmdResult r = run_cmd(kBin + " run -q -i synthetic=size=4k:frames=1:cache=4096 -o null");
+  // 4096 frames of 16384x8192 yuv420p: 786 GiB, more than any machine here.
+  CmdResult r = run_cmd(kBin + " run -q -i synthetic=size=16384x8192:frames=1:cache=4096 -o null");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("not enough memory for synthetic cache=4096"), std::string::npos) << r.out;
   if (!VFPIPE_ASAN) {  // AddressSanitizer's shadow memory needs more address space than that

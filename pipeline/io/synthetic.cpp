@@ -236,7 +236,9 @@ void SyntheticSource::pace() {
 bool SyntheticSource::read(HostFrame& dst) {
   if (p_.frames > 0 && next_ >= p_.frames) return false;
   pace();
-  render(next_, dst);
+  // Three threads (worker, completion, sink) must not wait for a core behind the render.
+  if (!pool_) pool_ = std::make_unique<PoolShare>(3);
+  pool_->run([&] { render(next_, dst); });
   ++next_;
   return true;
 }

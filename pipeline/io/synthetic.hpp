@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/parallel.hpp"
 #include "pipeline/source.hpp"
 #include "pipeline/stage.hpp"
 
@@ -52,6 +53,7 @@ class SyntheticSource final : public Source {
   std::vector<FramePtr> cached_;
   std::vector<float> gauss_;  // N(0,1) samples, indexed by a hash of (seed, t, position)
   mutable std::unique_ptr<HostFrame> rgb_;  // render()'s BGR scene, allocated once
+  std::unique_ptr<PoolShare> pool_;         // rendering leaves the engine's threads their cores
 };
 
 }  // namespace vfp
