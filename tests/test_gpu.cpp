@@ -209,17 +209,11 @@ TEST(Gpu, CompletionModesKeepOrderAndBytes) {
 TEST(Gpu, LatencyIsTheWorkNotTheDepth) {
   REQUIRE_GPU();
   for (Completion c : {Completion::Event, Completion::HostFunc}) {
-    SyntheticParams p = parse_synthetic("synthetic=size=1920x1080:rate=60:realtime=1:frames=200:noise=gauss");
-    p.pinned = true;
-    SyntheticSource src(p);
-    CaptureSink sink(0, false);
-    Chain chain = Chain::build(build_stages("median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3"), src.spec(), {});
-    sink.open(chain.output());
     EngineConfig cfg;
     cfg.backend = Backend::CUDA;
-    cfg.policy = Policy::Live;
     cfg.completion = c;
-    RunResult r = run_pipeline(src, chain, sink, cfg);
+    RunResult r = run_paced_live("synthetic=size=1920x1080:rate=60:realtime=1:frames=200:noise=gauss",
+                                 "median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3", cfg);
     ASSERT_FALSE(r.error);
     ASSERT_EQ(r.report.frames_out + r.report.dropped, 200);
     const LatencyP99 l = latency_p99(r.report, 20);

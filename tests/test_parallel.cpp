@@ -146,14 +146,8 @@ TEST(Parallel, SyntheticFramesDoNotDependOnThreads) {
 // hand-offs and scheduling on a noisy 2-core CI machine). Not a throughput test.
 TEST(Latency, CpuPacedSourceWaitsOnlyForItsWork) {
   if (VFPIPE_ASAN) GTEST_SKIP() << "a timing test: meaningless under AddressSanitizer";
-  SyntheticParams p = parse_synthetic("synthetic=size=256x144:rate=30:realtime=1:frames=75:noise=gauss");
-  SyntheticSource src(p);
-  CaptureSink sink(0, false);
-  Chain chain = Chain::build(build_stages("median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3"), src.spec(), {});
-  sink.open(chain.output());
-  EngineConfig cfg;
-  cfg.policy = Policy::Live;
-  RunResult r = run_pipeline(src, chain, sink, cfg);
+  RunResult r = run_paced_live("synthetic=size=256x144:rate=30:realtime=1:frames=75:noise=gauss",
+                               "median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3", EngineConfig{});
   ASSERT_FALSE(r.error);
   ASSERT_EQ(r.report.frames_out, 75);
   const LatencyP99 l = latency_p99(r.report, 15);

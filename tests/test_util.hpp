@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "pipeline/frame.hpp"
+#include "pipeline/engine.hpp"
+#include "pipeline/filter_parser.hpp"
+#include "pipeline/io/synthetic.hpp"
 #include "pipeline/source.hpp"
 #include "pipeline/stats.hpp"
 
@@ -147,6 +150,19 @@ struct LatencyP99 {
   double end_to_end = 0, work = 0;
   size_t frames = 0;
 };
+// A paced synthetic source (`synthetic` with realtime=1) through `filters` into a sink that
+// only counts, with the live policy: what the latency tests measure.
+inline RunResult run_paced_live(const std::string& synthetic, const std::string& filters, EngineConfig cfg) {
+  SyntheticParams p = parse_synthetic(synthetic);
+  p.pinned = cfg.backend == Backend::CUDA;
+  SyntheticSource src(p);
+  CaptureSink sink(0, false);
+  Chain chain = Chain::build(build_stages(filters), src.spec(), {});
+  sink.open(chain.output());
+  cfg.policy = Policy::Live;
+  return run_pipeline(src, chain, sink, cfg);
+}
+
 inline LatencyP99 latency_p99(const RunReport& rep, size_t warmup) {
   std::vector<double> e2e, work;
   for (size_t i = warmup; i < rep.frames.size(); ++i) {
