@@ -79,6 +79,8 @@ class Sink {
   // frame, from the worker thread): when not, the CUDA backend skips their download and
   // such frames never return to host memory.
   virtual bool needs_host_frames() const { return true; }
+  // The most frames the output can hold (a single image: 1); -1 for no limit.
+  virtual int64_t max_frames() const { return -1; }
   // A sink can ask the engine to stop (the display's window was closed): the source stops,
   // the frames in flight are finished.
   bool stop_requested() const { return stop_.load(); }

@@ -314,3 +314,22 @@ TEST(LosslessSinks, CpuRunsUseLibdeflateUnlessAskedForTheReference) {
     EXPECT_EQ(test::run_cmd("gzip -dc " + dir + "/" + name + " | cmp - " + dir + "/data.bin").rc, 0) << name;
   fs::remove_all(dir);
 }
+
+// `-o still.png` (no pattern) writes one image, as ffmpeg's -frames:v 1 does; an input
+// with more frames is refused before the run unless -n 1 says which.
+TEST(LosslessSinks, SingleImageOutput) {
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("single_png");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto r = test::run_cmd(bin + " run -q -i 'synthetic=size=64x48:frames=1' -o " + dir + "/one.png");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(fs::exists(dir + "/one.png"));
+  r = test::run_cmd(bin + " run -q -i 'synthetic=size=64x48:frames=5' -o " + dir + "/first.png -n 1");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(fs::exists(dir + "/first.png"));
+  r = test::run_cmd(bin + " run -q -i 'synthetic=size=64x48:frames=5' -o " + dir + "/many.png");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("holds 1 image; the input has 5 frames: add -n 1"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir + "/many.png"));
+  fs::remove_all(dir);
+}

@@ -460,6 +460,18 @@ int run_command(RunArgs& a, bool live) {
   ko.gpu = backend == Backend::CUDA && a.deflate_engine != "libdeflate";
   ko.deflate_reference = a.deflate_engine == "vfpipe";
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
+  if (sink->max_frames() > 0) {  // a single image: the run must stop in time
+    const int64_t n = src->frame_count();
+    if (a.frames < 0 && n > 0 && n <= sink->max_frames()) {
+      // fits
+    } else if (a.frames < 0 || a.frames > sink->max_frames()) {
+      throw Error(ErrorKind::Usage,
+                  log::format("'%s' holds %lld image; the input has %s frames: add -n %lld (ffmpeg: -frames:v 1), "
+                              "or write every frame with a pattern such as frames/%%06d.png",
+                              a.output.c_str(), static_cast<long long>(sink->max_frames()),
+                              n > 0 ? std::to_string(n).c_str() : "more", static_cast<long long>(sink->max_frames())));
+    }
+  }
   if (live && a.display.empty() && !a.no_display) a.display = "window";
   if (a.glass_to_glass && a.display.empty())
     throw Error(ErrorKind::Usage, "--glass-to-glass needs --display (the screen shows the pattern the camera films)");

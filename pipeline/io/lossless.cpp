@@ -114,7 +114,7 @@ PngSequenceSink::PngSequenceSink(std::string pattern, const LosslessOptions& opt
     : pattern_(std::move(pattern)), opt_(opt) {}
 PngSequenceSink::~PngSequenceSink() = default;
 
-std::string PngSequenceSink::name(int64_t i) const { return sequence_file_name(pattern_, i); }
+std::string PngSequenceSink::name(int64_t i) const { return single() ? pattern_ : sequence_file_name(pattern_, i); }
 
 std::string PngSequenceSink::describe() const {
   return pattern_ + " (PNG, DEFLATE level " + std::to_string(opt_.level) +
@@ -136,6 +136,9 @@ void PngSequenceSink::open(const FrameSpec& spec) {
 }
 
 void PngSequenceSink::write(const HostFrame& f) {
+  if (single() && n_ > 0)
+    throw Error(ErrorKind::Output, "'" + pattern_ + "' holds one image and a second frame came: add -n 1 "
+                                   "(ffmpeg: -frames:v 1), or write every frame with a pattern such as frames/%06d.png");
   const ImageView v = f.view();
   const int ch = f.spec().format == PixelFormat::GRAY8 ? 1 : 3;
   const std::vector<uint8_t> png =

@@ -67,6 +67,9 @@ class PngSequenceSink final : public Sink {
   void close() override {}
   std::string describe() const override;
   std::string name(int64_t i) const;  // path of frame i (numbered from 1, as ffmpeg)
+  // A path without a %d pattern is one image (ffmpeg's -frames:v 1 out.png).
+  int64_t max_frames() const override { return single() ? 1 : -1; }
+  bool single() const { return pattern_.find('%') == std::string::npos; }
 
  private:
   std::string pattern_;

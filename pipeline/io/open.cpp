@@ -122,6 +122,8 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
     return std::make_unique<Y4mGzSink>(spec, lo);
   }
   const bool pattern = spec.find('%') != std::string::npos;
+  // One image, as ffmpeg writes `-frames:v 1 out.png`: vfpipe's PNG encoder.
+  if (!pattern && ext == ".png") return std::make_unique<PngSequenceSink>(spec, lo);
   if (pattern && (opt.lossless || !VFPIPE_HAVE_OPENCV)) {
     if (ext != ".png")
       throw Error(ErrorKind::Usage, "output '" + spec + "': vfpipe's lossless image sequences are PNG (frames/%06d.png)");
