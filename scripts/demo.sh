@@ -6,7 +6,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh ci >/dev/null
+# The build takes minutes on a small machine: show where it is, on one line.
+echo "demo: building vfpipe (build/, a few minutes the first time)"
+show_progress() {
+  while IFS= read -r line; do
+    case "$line" in
+      \[*/*\]*) printf '\r  %-100.100s' "$line" ;;
+      *error*|*Error*) printf '\n%s\n' "$line" ;;
+    esac
+  done
+}
+if ! bash scripts/build.sh ci 2>&1 | show_progress; then  # pipefail: the build's status
+  echo; echo "demo: the build failed (see above)"; exit 1
+fi
+printf '\r%-102s\r' ""
+echo "demo: built"
+
 mkdir -p out
 FILTERS=${FILTERS:-"median=radius=2"}
 build/vfpipe run \
