@@ -6,7 +6,8 @@
 # Passes when resident and GPU memory stay flat within 2% after the first window (warm-up) and no
 # window's p99 latency is more than twice the median window's.
 #   bash scripts/soak.sh MINUTES [cuda|cpu] [OUT_DIR]
-#   (cuda: 1920x1080 at 60 fps; cpu: 1920x1080 at 10 fps, within the CPU backend's rate)
+#   (cuda: 1920x1080 at 60 fps; cpu: 1920x1080 at 10 fps, within the CPU backend's rate on
+#   16 cores; RATE=N overrides)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 min=${1:?minutes}
@@ -15,8 +16,8 @@ out=${3:-soak-out}
 mkdir -p "$out"
 bin=${VFPIPE:-build/vfpipe}
 [ -x "$bin" ] || bin=build-device/vfpipe
-rate=60
-[ "$dev" = cpu ] && rate=10
+rate=${RATE:-60}
+[ "$dev" = cpu ] && [ -z "${RATE:-}" ] && rate=10
 frames=$(( min * 60 * rate ))
 chain="median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3"
 log="$out/soak-$dev.log"
