@@ -53,8 +53,8 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
                                       " (add --pix-fmt yuv420p)");
   checked_block_log(p);  // before the file is created
   check_lambda(p);
-  f_ = std::fopen(path.c_str(), "wb");
-  if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
+  file_.f = std::fopen(path.c_str(), "wb");
+  if (!file_.f) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
   std::vector<uint8_t> h(kMagic, kMagic + 4);
   h.push_back(kVersion);
   h.push_back(static_cast<uint8_t>(format_code(spec.format)));
@@ -79,7 +79,7 @@ Writer::~Writer() {
 }
 
 void Writer::put(const void* p, size_t n) {
-  if (std::fwrite(p, 1, n, f_) != n) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
+  if (std::fwrite(p, 1, n, file_.f) != n) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
 }
 
 FrameStats encode_frame(const ImageView& v, const Params& params, const ImageView* recon,
@@ -146,25 +146,25 @@ FrameStats Writer::write(const ImageView& f, const ImageView* recon) {
     put(len.data(), 4);
     put(b.data(), b.size());
   }
-  if (std::fflush(f_) != 0) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
+  if (std::fflush(file_.f) != 0) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
   return st;
 }
 
 void Writer::close() {
-  if (!f_) return;
-  FILE* f = f_;
-  f_ = nullptr;
+  if (!file_.f) return;
+  FILE* f = file_.f;
+  file_.f = nullptr;
   if (std::fclose(f) != 0) throw Error(ErrorKind::Output, "cannot finish writing " + path_ + ": " + std::strerror(errno));
 }
 
 Reader::Reader(const std::string& path) : path_(path) {
-  f_ = std::fopen(path.c_str(), "rb");
-  if (!f_) throw Error(ErrorKind::Input, "cannot open input '" + path + "': " + std::strerror(errno));
-  std::fseek(f_, 0, SEEK_END);
-  file_size_ = std::ftell(f_);
-  std::fseek(f_, 0, SEEK_SET);
+  file_.f = std::fopen(path.c_str(), "rb");
+  if (!file_.f) throw Error(ErrorKind::Input, "cannot open input '" + path + "': " + std::strerror(errno));
+  std::fseek(file_.f, 0, SEEK_END);
+  file_size_ = std::ftell(file_.f);
+  std::fseek(file_.f, 0, SEEK_SET);
   uint8_t h[kHeaderBytes];
-  if (std::fread(h, 1, kHeaderBytes, f_) != kHeaderBytes || std::memcmp(h, kMagic, 4) != 0)
+  if (std::fread(h, 1, kHeaderBytes, file_.f) != kHeaderBytes || std::memcmp(h, kMagic, 4) != 0)
     throw Error(ErrorKind::Input, path + ": not an .mmp file (no VMMP header)");
   if (h[4] != kVersion) throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]) +
                                                        " (this vfpipe reads version " + std::to_string(kVersion) + ")");
@@ -192,9 +192,7 @@ Reader::Reader(const std::string& path) : path_(path) {
     for (int p = 0; p < plane_count(spec_.format); ++p) states_.push_back(std::make_unique<PlaneState>(params_));
 }
 
-Reader::~Reader() {
-  if (f_) std::fclose(f_);
-}
+Reader::~Reader() = default;
 
 bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
   const ImageView v = dst.view();
@@ -202,15 +200,15 @@ bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
   std::unique_ptr<PlaneState> frame_chroma;
   for (int p = 0; p < plane_count(spec_.format); ++p) {
     uint8_t lb[4];
-    const size_t got = std::fread(lb, 1, 4, f_);
+    const size_t got = std::fread(lb, 1, 4, file_.f);
     if (p == 0 && got == 0) return false;  // the end, between frames
     if (got != 4) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
     const uint32_t n = get_u32(lb);
-    if (static_cast<long>(n) > file_size_ - std::ftell(f_))  // no allocation beyond the file
+    if (static_cast<long>(n) > file_size_ - std::ftell(file_.f))  // no allocation beyond the file
       throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_) + " (plane of " +
                                         std::to_string(n) + " bytes)");
     std::vector<uint8_t> data(n);
-    if (std::fread(data.data(), 1, n, f_) != n) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
+    if (std::fread(data.data(), 1, n, file_.f) != n) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
     const std::vector<uint8_t> plane = decode_plane(data.data(), n, v.pw[p], v.ph[p], params_,
                                                     plane_state(params_, p, params_.carry ? &states_ : nullptr, frame_chroma));
     for (int y = 0; y < v.ph[p]; ++y) std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));

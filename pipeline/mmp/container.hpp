@@ -42,6 +42,17 @@ using PlaneStates = std::vector<std::unique_ptr<PlaneState>>;
 FrameStats encode_frame(const ImageView& f, const Params& p, const ImageView* recon,
                         std::vector<std::vector<uint8_t>>* payloads = nullptr, PlaneStates* states = nullptr);
 
+// An open C stream that closes itself: also when a constructor throws after opening it.
+struct OwnedFile {
+  FILE* f = nullptr;
+  OwnedFile() = default;
+  OwnedFile(const OwnedFile&) = delete;
+  OwnedFile& operator=(const OwnedFile&) = delete;
+  ~OwnedFile() {
+    if (f) std::fclose(f);
+  }
+};
+
 class Writer {
  public:
   // Throws vfp::Error (Output / Usage for formats other than gray, yuv420p, yuv444p).
@@ -57,7 +68,7 @@ class Writer {
   FrameSpec spec_;
   Params params_;
   PlaneStates states_;
-  FILE* f_ = nullptr;
+  OwnedFile file_;
 };
 
 class Reader {
@@ -74,7 +85,7 @@ class Reader {
   FrameSpec spec_;
   Params params_;
   PlaneStates states_;
-  FILE* f_ = nullptr;
+  OwnedFile file_;
   long file_size_ = 0;
   int64_t frames_ = 0;
 };

@@ -19,7 +19,11 @@ class TempFile {
   TempFile(const uint8_t* data, size_t size, const std::string& suffix) {
     path_ = "/tmp/vfpipe-fuzz-" + std::to_string(::getpid()) + suffix;
     FILE* f = std::fopen(path_.c_str(), "wb");
-    if (!f) std::abort();
+    // Failing here means the code under test leaked descriptors (or the disk is full).
+    if (!f) {
+      std::perror(("fuzz harness: cannot create " + path_).c_str());
+      std::abort();
+    }
     if (size && std::fwrite(data, 1, size, f) != size) std::abort();
     std::fclose(f);
   }
