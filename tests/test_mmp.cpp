@@ -589,21 +589,15 @@ TEST(Mmp, NonFiniteLambdaIsRefused) {
 // A Reader whose constructor throws (not an .mmp file, a bad header) closes its file: the
 // open descriptors do not grow (the fuzzer ran the process out of them).
 TEST(Mmp, FailedOpenLeaksNothing) {
-  namespace fs = std::filesystem;
-  auto open_fds = [] {
-    size_t n = 0;
-    for (auto it = fs::directory_iterator("/proc/self/fd"); it != fs::directory_iterator(); ++it) ++n;
-    return n;
-  };
   const std::string bad = test::tmp_path("bad.mmp"), badsize = test::tmp_path("badsize.mmp");
   std::ofstream(bad) << "not an mmp file at all, but long enough for a header read";
   std::string h(64, '\0');
   h.replace(0, 4, "VMMP");
   std::ofstream(badsize, std::ios::binary) << h;
-  const size_t before = open_fds();
+  const size_t before = test::open_descriptor_count();
   for (int i = 0; i < 50; ++i)
     for (const auto& p : {bad, badsize}) EXPECT_THROW(mmp::Reader r(p), Error) << p;
-  EXPECT_EQ(open_fds(), before);
+  EXPECT_EQ(test::open_descriptor_count(), before);
   std::remove(bad.c_str());
   std::remove(badsize.c_str());
 }

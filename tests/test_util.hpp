@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -150,6 +151,14 @@ struct LatencyP99 {
   double end_to_end = 0, work = 0;
   size_t frames = 0;
 };
+// Descriptors this process has open (/proc/self/fd): leak checks compare it before and after.
+inline size_t open_descriptor_count() {
+  size_t n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator(); ++it)
+    ++n;
+  return n;
+}
+
 // A paced synthetic source (`synthetic` with realtime=1) through `filters` into a sink that
 // only counts, with the live policy: what the latency tests measure.
 inline RunResult run_paced_live(const std::string& synthetic, const std::string& filters, EngineConfig cfg) {
