@@ -40,17 +40,12 @@ void set_cpu_threads(int n) {
   g_threads = t;
 }
 
-PoolShare::PoolShare(int reserve) : threads_(std::max(1, cpu_threads() - std::max(0, reserve))) {
-  if (threads_ > 1) arena_ = std::make_unique<tbb::task_arena>(threads_);
-}
+PoolShare::PoolShare(int reserve)
+    : threads_(std::max(1, cpu_threads() - std::max(0, reserve))),
+      arena_(std::make_unique<tbb::task_arena>(threads_)) {}
 PoolShare::~PoolShare() = default;
 
-void PoolShare::run(const std::function<void()>& fn) {
-  if (arena_)
-    arena_->execute(fn);
-  else
-    fn();
-}
+void PoolShare::run(const std::function<void()>& fn) { arena_->execute(fn); }
 
 int cpu_threads() {
   const int n = g_threads.load(std::memory_order_relaxed);
