@@ -86,39 +86,39 @@ void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilte
   // Every output row (and column-pass row) depends only on the pass's input: stripes of
   // rows run in parallel on the CPU pool and give the same floats as one loop.
   parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
-   for (int y = y0; y < y1; ++y) {
-    const float* row = in + static_cast<size_t>(y) * pitch;
-    for (int c = 0; c < cw; ++c) {
-      float l = 0.f, hh = 0.f;
-      for (int j = 0; j < F; ++j) {
-        const float v = row[xmap[static_cast<size_t>(c) * F + j]];
-        l = mul_add(lo[j], v, l);
-        hh = mul_add(hi[j], v, hh);
+    for (int y = y0; y < y1; ++y) {
+      const float* row = in + static_cast<size_t>(y) * pitch;
+      for (int c = 0; c < cw; ++c) {
+        float l = 0.f, hh = 0.f;
+        for (int j = 0; j < F; ++j) {
+          const float v = row[xmap[static_cast<size_t>(c) * F + j]];
+          l = mul_add(lo[j], v, l);
+          hh = mul_add(hi[j], v, hh);
+        }
+        L[static_cast<size_t>(y) * cw + c] = l;
+        H[static_cast<size_t>(y) * cw + c] = hh;
       }
-      L[static_cast<size_t>(y) * cw + c] = l;
-      H[static_cast<size_t>(y) * cw + c] = hh;
     }
-   }
   });
   // Columns.
   parallel_rows(ch, kWaveletStripeRows, [&](int r0, int r1) {
-  for (int r = r0; r < r1; ++r) {
-    for (int c = 0; c < cw; ++c) {
-      float a0 = 0.f, d0 = 0.f, a1 = 0.f, d1 = 0.f;
-      for (int j = 0; j < F; ++j) {
-        const size_t i = static_cast<size_t>(dwt_sample_index(2 * r + s - j, h, b)) * cw + c;
-        a0 = mul_add(lo[j], L[i], a0);
-        d0 = mul_add(hi[j], L[i], d0);
-        a1 = mul_add(lo[j], H[i], a1);
-        d1 = mul_add(hi[j], H[i], d1);
+    for (int r = r0; r < r1; ++r) {
+      for (int c = 0; c < cw; ++c) {
+        float a0 = 0.f, d0 = 0.f, a1 = 0.f, d1 = 0.f;
+        for (int j = 0; j < F; ++j) {
+          const size_t i = static_cast<size_t>(dwt_sample_index(2 * r + s - j, h, b)) * cw + c;
+          a0 = mul_add(lo[j], L[i], a0);
+          d0 = mul_add(hi[j], L[i], d0);
+          a1 = mul_add(lo[j], H[i], a1);
+          d1 = mul_add(hi[j], H[i], d1);
+        }
+        const size_t o = static_cast<size_t>(r) * cw + c;
+        aa[o] = a0;
+        da[o] = d0;
+        ad[o] = a1;
+        dd[o] = d1;
       }
-      const size_t o = static_cast<size_t>(r) * cw + c;
-      aa[o] = a0;
-      da[o] = d0;
-      ad[o] = a1;
-      dd[o] = d1;
     }
-  }
   });
 }
 
@@ -135,39 +135,39 @@ void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const fl
   float* L = buffer(scratch ? &scratch->L : nullptr, ownL, static_cast<size_t>(h) * cw);
   float* H = buffer(scratch ? &scratch->H : nullptr, ownH, static_cast<size_t>(h) * cw);
   parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
-  for (int y = y0; y < y1; ++y) {
-    for (int c = 0; c < cw; ++c) {
-      float l = 0.f, hh = 0.f;
-      for (int m = (y + s2) & 1; m < F; m += 2) {
-        const int k = idwt_coeff_index((y + s2 - m) / 2, ch, b);
-        if (k < 0) continue;
-        const size_t i = static_cast<size_t>(k) * cw + c;
-        l = mul_add(aa[i], lo[m], l);
-        l = mul_add(da[i], hi[m], l);
-        hh = mul_add(ad[i], lo[m], hh);
-        hh = mul_add(dd[i], hi[m], hh);
+    for (int y = y0; y < y1; ++y) {
+      for (int c = 0; c < cw; ++c) {
+        float l = 0.f, hh = 0.f;
+        for (int m = (y + s2) & 1; m < F; m += 2) {
+          const int k = idwt_coeff_index((y + s2 - m) / 2, ch, b);
+          if (k < 0) continue;
+          const size_t i = static_cast<size_t>(k) * cw + c;
+          l = mul_add(aa[i], lo[m], l);
+          l = mul_add(da[i], hi[m], l);
+          hh = mul_add(ad[i], lo[m], hh);
+          hh = mul_add(dd[i], hi[m], hh);
+        }
+        L[static_cast<size_t>(y) * cw + c] = l;
+        H[static_cast<size_t>(y) * cw + c] = hh;
       }
-      L[static_cast<size_t>(y) * cw + c] = l;
-      H[static_cast<size_t>(y) * cw + c] = hh;
     }
-  }
   });
   // Rows.
   parallel_rows(h, kWaveletStripeRows, [&](int y0, int y1) {
-  for (int y = y0; y < y1; ++y) {
-    const float* Lr = &L[static_cast<size_t>(y) * cw];
-    const float* Hr = &H[static_cast<size_t>(y) * cw];
-    for (int x = 0; x < w; ++x) {
-      float v = 0.f;
-      for (int m = (x + s2) & 1; m < F; m += 2) {
-        const int k = idwt_coeff_index((x + s2 - m) / 2, cw, b);
-        if (k < 0) continue;
-        v = mul_add(Lr[k], lo[m], v);
-        v = mul_add(Hr[k], hi[m], v);
+    for (int y = y0; y < y1; ++y) {
+      const float* Lr = &L[static_cast<size_t>(y) * cw];
+      const float* Hr = &H[static_cast<size_t>(y) * cw];
+      for (int x = 0; x < w; ++x) {
+        float v = 0.f;
+        for (int m = (x + s2) & 1; m < F; m += 2) {
+          const int k = idwt_coeff_index((x + s2 - m) / 2, cw, b);
+          if (k < 0) continue;
+          v = mul_add(Lr[k], lo[m], v);
+          v = mul_add(Hr[k], hi[m], v);
+        }
+        out[static_cast<size_t>(y) * w + x] = v;
       }
-      out[static_cast<size_t>(y) * w + x] = v;
     }
-  }
   });
 }
 

@@ -176,28 +176,28 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
                                      {255, 0, 255},   {0, 0, 255},   {255, 0, 0},   {0, 0, 0}};
   // Rows are independent (the noise is seeded per plane and row): stripes on the CPU pool.
   parallel_rows(H, 16, [&](int y0, int y1) {
-  for (int y = y0; y < y1; ++y) {
-    uint8_t* row = v.row(0, y);
-    for (int x = 0; x < W; ++x) {
-      uint8_t b, g, r;
-      if (y < bars_h) {
-        const uint8_t* c = bars[std::min(7, x * 8 / std::max(1, W))];
-        b = c[0]; g = c[1]; r = c[2];
-      } else {
-        r = static_cast<uint8_t>((x * 256 / std::max(1, W) + 2 * t) & 255);
-        g = static_cast<uint8_t>(y * 256 / std::max(1, H));
-        b = static_cast<uint8_t>(((x + y) / 2 + t) & 255);
-        int dx = x - cx, dy = y - cy;
-        if (dx * dx + dy * dy <= rad * rad) { r = 250; g = 240; b = 230; }
-        int rx = (x - chk_x0 + W) % std::max(1, W);
-        if (y >= chk_y0 && rx < chk_w) {
-          bool on = (((rx >> 3) + ((y - chk_y0) >> 3)) & 1) != 0;
-          r = g = b = on ? 235 : 20;
+    for (int y = y0; y < y1; ++y) {
+      uint8_t* row = v.row(0, y);
+      for (int x = 0; x < W; ++x) {
+        uint8_t b, g, r;
+        if (y < bars_h) {
+          const uint8_t* c = bars[std::min(7, x * 8 / std::max(1, W))];
+          b = c[0]; g = c[1]; r = c[2];
+        } else {
+          r = static_cast<uint8_t>((x * 256 / std::max(1, W) + 2 * t) & 255);
+          g = static_cast<uint8_t>(y * 256 / std::max(1, H));
+          b = static_cast<uint8_t>(((x + y) / 2 + t) & 255);
+          int dx = x - cx, dy = y - cy;
+          if (dx * dx + dy * dy <= rad * rad) { r = 250; g = 240; b = 230; }
+          int rx = (x - chk_x0 + W) % std::max(1, W);
+          if (y >= chk_y0 && rx < chk_w) {
+            bool on = (((rx >> 3) + ((y - chk_y0) >> 3)) & 1) != 0;
+            r = g = b = on ? 235 : 20;
+          }
         }
+        row[3 * x] = b; row[3 * x + 1] = g; row[3 * x + 2] = r;
       }
-      row[3 * x] = b; row[3 * x + 1] = g; row[3 * x + 2] = r;
     }
-  }
   });
   convert_cpu(v, dst.view());
   if (p_.noise == "none") return;
@@ -207,20 +207,20 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
   const uint64_t thresh = static_cast<uint64_t>(p_.density * 18446744073709551615.0);
   for (int pl = 0; pl < plane_count(d.format); ++pl) {
     parallel_rows(d.ph[pl], 16, [&](int y0, int y1) {
-    for (int y = y0; y < y1; ++y) {
-      uint8_t* row = d.row(pl, y);
-      uint64_t h = mix(base + (static_cast<uint64_t>(pl) << 40) + static_cast<uint64_t>(y));
-      for (int x = 0; x < d.pw[pl] * bpp; ++x) {
-        h = mix(h);
-        if (p_.noise == "gauss") {
-          float n = gauss_[h & 0xffff] * static_cast<float>(p_.sigma);
-          int val = static_cast<int>(std::lround(row[x] + n));
-          row[x] = static_cast<uint8_t>(val < 0 ? 0 : (val > 255 ? 255 : val));
-        } else if (h < thresh) {
-          row[x] = (h >> 17) & 1 ? 255 : 0;
+      for (int y = y0; y < y1; ++y) {
+        uint8_t* row = d.row(pl, y);
+        uint64_t h = mix(base + (static_cast<uint64_t>(pl) << 40) + static_cast<uint64_t>(y));
+        for (int x = 0; x < d.pw[pl] * bpp; ++x) {
+          h = mix(h);
+          if (p_.noise == "gauss") {
+            float n = gauss_[h & 0xffff] * static_cast<float>(p_.sigma);
+            int val = static_cast<int>(std::lround(row[x] + n));
+            row[x] = static_cast<uint8_t>(val < 0 ? 0 : (val > 255 ? 255 : val));
+          } else if (h < thresh) {
+            row[x] = (h >> 17) & 1 ? 255 : 0;
+          }
         }
       }
-    }
     });
   }
 }
