@@ -74,18 +74,18 @@ std::vector<Command> load_commands(const std::string& path) {
 }
 
 namespace {
-Stage& find_target(const Command& c, Chain& chain) {
+Chain::Step& find_target(const Command& c, Chain& chain) {
   if (c.target[0] == '#') {
     const long idx = std::strtol(c.target.c_str() + 1, nullptr, 10);
     // "#N" counts the user's filters, not the conversions vfpipe inserted.
     long k = 0;
     for (size_t i = 0; i < chain.size(); ++i) {
       if (chain.step(i).inserted) continue;
-      if (k++ == idx) return *chain.step(i).stage;
+      if (k++ == idx) return chain.step(i);
     }
   } else {
     for (size_t i = 0; i < chain.size(); ++i)
-      if (!chain.step(i).inserted && chain.step(i).stage->name() == c.target) return *chain.step(i).stage;
+      if (!chain.step(i).inserted && chain.step(i).stage->name() == c.target) return chain.step(i);
   }
   throw Error(ErrorKind::Usage, c.where + ": no filter '" + c.target + "' in the chain");
 }
@@ -103,14 +103,15 @@ Options merged(const Command& c, const Stage& st, const Options& current) {
   } catch (const ParseError& e) {
     throw Error(ErrorKind::Usage, c.where + ": " + e.pretty());
   }
+  auto spec_of = [&](const std::string& name) -> const OptionSpec* {
+    for (const OptionSpec& s : info->options)
+      if (s.name == name) return &s;
+    return nullptr;
+  };
   Options o = current;
   for (const auto& [k, v] : given.all()) {
     if (!given.is_explicit(k)) continue;
-    for (const OptionSpec& spec : info->options)
-      if (spec.name == k)
-        for (const std::string& x : spec.excludes)
-          for (const OptionSpec& other : info->options)
-            if (other.name == x) o.set(x, other.default_value, false);
+    for (const std::string& x : spec_of(k)->excludes) o.set(x, spec_of(x)->default_value, false);
   }
   for (const auto& [k, v] : given.all())
     if (given.is_explicit(k)) o.set(k, v, true);
@@ -122,14 +123,13 @@ void validate_commands(const std::vector<Command>& cmds, Chain& chain) {
   // Each filter's options as they will evolve, command after command.
   std::map<const Stage*, Options> state;
   for (const auto& c : cmds) {
-    Stage& st = find_target(c, chain);
+    const Chain::Step& step = find_target(c, chain);
+    const Stage& st = *step.stage;
     auto it = state.emplace(&st, st.options()).first;
     Options o = merged(c, st, it->second);
-    size_t step = 0;
-    while (chain.step(step).stage.get() != &st) ++step;
     try {
       std::unique_ptr<Stage> probe = registry().find(st.name())->create(o);
-      probe->configure(chain.step(step).in);
+      probe->configure(step.in);
     } catch (const Error& e) {
       throw Error(ErrorKind::Usage, c.where + ": " + e.what());
     }
@@ -141,7 +141,7 @@ void apply_commands(std::vector<Command>& cmds, int64_t frame, Chain& chain) {
   for (auto& c : cmds) {
     if (c.applied || c.frame > frame) continue;
     c.applied = true;
-    Stage& st = find_target(c, chain);
+    Stage& st = *find_target(c, chain).stage;
     Options o = merged(c, st, st.options());
     try {
       st.update(o);

@@ -646,7 +646,7 @@ RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig
         it->source.reset();
         it->rec.output_ns = now_ns();
         t_last = it->rec.output_ns;
-        if (cfg.on_frame) cfg.on_frame(it->rec);
+        if (cfg.on_frame) cfg.on_frame(it->rec, dropped.load());
         if (!cfg.timing) {
           // counted only
         } else if (rep.max_records == 0 || rep.frames.size() < rep.max_records) {

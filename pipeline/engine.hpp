@@ -7,8 +7,9 @@
 // through every stage and downloaded (D2H), each step on its stream after an event of
 // the previous one, so while frame N computes, frame N+1 uploads and frame N-1 downloads.
 // A completion thread hands each frame to the sink as soon as its download is done, in
-// submission order, so frames come out in order and wait for nothing but their own work. All buffers (pinned host frames, device frames,
-// intermediate stage outputs) are allocated once before the first frame.
+// submission order, so frames come out in order and wait for nothing but their own work.
+// All buffers (pinned host frames, device frames, intermediate stage outputs) are
+// allocated once before the first frame.
 //
 // Policies: Batch blocks the source when the queue is full (back-pressure, nothing
 // dropped); Live keeps the newest frame and counts the ones it replaced.
@@ -46,8 +47,8 @@ struct EngineConfig {
   // Called from the sink thread after each written frame.
   std::function<void(int64_t frames_out, int64_t dropped)> progress;
   // Called from the sink thread with each written frame's record (output_ns set), before
-  // the report keeps it: periodic statistics of long runs (--stats-every).
-  std::function<void(const FrameRecord& rec)> on_frame;
+  // the report keeps it, and the frames dropped so far: periodic statistics (--stats-every).
+  std::function<void(const FrameRecord& rec, int64_t dropped)> on_frame;
   // Called on the worker thread before each frame is submitted (index = source frame
   // number): the place for live parameter changes. Frames already in flight are not
   // affected; stages apply a change to the frames submitted after it.

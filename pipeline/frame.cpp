@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -141,11 +142,9 @@ ImageView ImageView::over(uint8_t* base, const FrameSpec& s) {
 void check_host_memory(size_t bytes, const std::string& what) {
   uint64_t avail = UINT64_MAX;
   std::ifstream mi("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (mi >> key >> kb >> unit)
-    if (key == "MemAvailable:") {
+  unsigned long long kb = 0;
+  for (std::string line; std::getline(mi, line);)
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kb) == 1) {
       avail = kb * 1024;
       break;
     }

@@ -107,7 +107,6 @@ struct ImageView {
 // pre-rendered caches) ask first.
 void check_host_memory(size_t bytes, const std::string& what);
 
-
 // A frame in host memory: page-locked (pinned) when the CUDA backend will copy it, so that
 // cudaMemcpyAsync is truly asynchronous; plain aligned memory otherwise.
 class HostFrame {

@@ -28,7 +28,7 @@ struct OptionSpec {
   std::vector<std::string> aliases;    // other accepted keys (ffmpeg spellings)
   // Options this one replaces: when a live change (--sendcmd) gives this option, these go
   // back to their defaults (conv's file= and kernel= say the same thing two ways).
-  std::vector<std::string> excludes;
+  std::vector<std::string> excludes = {};
 };
 
 // Validated option values of one stage instance, by canonical option name.

@@ -460,17 +460,16 @@ int run_command(RunArgs& a, bool live) {
   ko.gpu = backend == Backend::CUDA && a.deflate_engine != "libdeflate";
   ko.deflate_reference = a.deflate_engine == "vfpipe";
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
-  if (sink->max_frames() > 0) {  // a single image: the run must stop in time
+  // A single image: the run must stop in time (-n, or an input known to be short enough).
+  if (const int64_t max = sink->max_frames(); max > 0) {
     const int64_t n = src->frame_count();
-    if (a.frames < 0 && n > 0 && n <= sink->max_frames()) {
-      // fits
-    } else if (a.frames < 0 || a.frames > sink->max_frames()) {
+    const bool fits = a.frames >= 0 ? a.frames <= max : (n > 0 && n <= max);
+    if (!fits)
       throw Error(ErrorKind::Usage,
                   log::format("'%s' holds %lld image; the input has %s frames: add -n %lld (ffmpeg: -frames:v 1), "
                               "or write every frame with a pattern such as frames/%%06d.png",
-                              a.output.c_str(), static_cast<long long>(sink->max_frames()),
-                              n > 0 ? std::to_string(n).c_str() : "more", static_cast<long long>(sink->max_frames())));
-    }
+                              a.output.c_str(), static_cast<long long>(max),
+                              n > 0 ? std::to_string(n).c_str() : "more", static_cast<long long>(max)));
   }
   if (live && a.display.empty() && !a.no_display) a.display = "window";
   if (a.glass_to_glass && a.display.empty())
@@ -528,11 +527,7 @@ int run_command(RunArgs& a, bool live) {
   int64_t total = src->frame_count();
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
   Progress progress(!a.no_progress && !a.quiet && a.stats_every == 0, total);
-  int64_t dropped_so_far = 0;  // sink thread
-  cfg.progress = [&](int64_t done, int64_t dropped) {
-    dropped_so_far = dropped;
-    progress.update(done, dropped);
-  };
+  cfg.progress = [&](int64_t done, int64_t dropped) { progress.update(done, dropped); };
   std::unique_ptr<PeriodicStats> stats;
   if (a.stats_every > 0) {
     std::function<size_t()> gpu_memory;
@@ -540,7 +535,7 @@ int run_command(RunArgs& a, bool live) {
     if (backend == Backend::CUDA) gpu_memory = [] { return cuda::device_memory_used(); };
 #endif
     stats = std::make_unique<PeriodicStats>(a.stats_every, gpu_memory);
-    cfg.on_frame = [&](const FrameRecord& rec) { stats->frame(rec, dropped_so_far); };
+    cfg.on_frame = [&](const FrameRecord& rec, int64_t dropped) { stats->frame(rec, dropped); };
   }
 #if VFPIPE_HAVE_GL
   if (display_sink) {
