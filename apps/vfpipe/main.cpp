@@ -410,9 +410,8 @@ int compress_command(const CompressArgs& a) {
   o.level = a.level;
   o.segment_bytes = static_cast<size_t>(a.segment_kib) * 1024;
   LosslessEncoder enc(a.level, a.device != "cpu" && a.engine != "libdeflate", a.engine == "vfpipe");
-  const bool gpu = enc.on_gpu();
 #if VFPIPE_HAVE_CUDA
-  if (a.device == "cuda" && !gpu) log::warn("no usable GPU (%s): compressing on the CPU", cuda::probe().reason.c_str());
+  if (a.device == "cuda" && !enc.on_gpu()) log::warn("no usable GPU (%s): compressing on the CPU", cuda::probe().reason.c_str());
 #endif
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<uint8_t> z = enc.compress(data.data(), data.size(), o,
