@@ -5,8 +5,8 @@
 #include <mutex>
 
 #include "cuda/conv.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/log.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace vfp::cuda {
 

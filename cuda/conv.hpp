@@ -1,4 +1,4 @@
-// CUDA convolution of 8-bit planes, bit-identical to the CPU reference (stages/conv.hpp).
+// CUDA convolution of 8-bit planes, bit-identical to the CPU reference (cpu/conv.hpp).
 //
 // Taps live in __constant__ memory: 16 banks of 1024 floats. Each conv stage reserves one
 // bank per frame in flight (slot), and uploads a slot's taps with cudaMemcpyToSymbolAsync
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cuda/kernels.hpp"
-#include "cuda/runtime.hpp"
-#include "stages/conv.hpp"
+#include "core/gpu.hpp"
+#include "cpu/conv.hpp"
 
 namespace vfp::cuda {
 

@@ -3,8 +3,8 @@
 #include <cuda_runtime.h>
 
 #include "cuda/kernels.hpp"
-#include "pipeline/error.hpp"
-#include "stages/convert_ops.hpp"
+#include "core/error.hpp"
+#include "cpu/convert_ops.hpp"
 
 namespace vfp::cuda {
 

@@ -1,6 +1,6 @@
 // CUDA DEFLATE encoder, GPU checksums and PNG (see cuda/deflate.hpp for the structure and
 // docs/deflate.md for the algorithm). Everything that decides a bit of the output comes
-// from pipeline/deflate/deflate_core.hpp, shared with the CPU reference.
+// from codecs/deflate/deflate_core.hpp, shared with the CPU reference.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -8,10 +8,10 @@
 #include <cstring>
 
 #include "cuda/deflate.hpp"
-#include "pipeline/deflate/deflate_core.hpp"
-#include "pipeline/deflate/png.hpp"
-#include "pipeline/deflate/png_filter.hpp"
-#include "pipeline/error.hpp"
+#include "codecs/deflate/deflate_core.hpp"
+#include "codecs/deflate/png.hpp"
+#include "codecs/deflate/png_filter.hpp"
+#include "core/error.hpp"
 
 namespace vfp::cuda {
 

@@ -1,4 +1,4 @@
-// CUDA DEFLATE encoder: the algorithm of pipeline/deflate/deflate.hpp, byte-identical to the
+// CUDA DEFLATE encoder: the algorithm of codecs/deflate/deflate.hpp, byte-identical to the
 // CPU reference (shared definitions in deflate_core.hpp), and the GPU checksums and PNG.
 //
 // One call runs, on one stream, per batch of up to 256 MiB of input:
@@ -27,8 +27,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/runtime.hpp"
-#include "pipeline/deflate/deflate.hpp"
+#include "core/gpu.hpp"
+#include "codecs/deflate/deflate.hpp"
 
 namespace vfp::cuda {
 

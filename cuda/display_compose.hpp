@@ -1,10 +1,10 @@
 // The display's picture composed by CUDA (cuda/display_compose.cu): views, letterboxing and
 // YUV -> RGB exactly as shaders/display.frag, written into the framebuffer's RGBA8 texture
-// through a CUDA surface. Used by the display's GPU path (pipeline/display/display_gl.cpp).
+// through a CUDA surface. Used by the display's GPU path (display/display_gl.cpp).
 #pragma once
 #include <cstdint>
 
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 
 namespace vfp::cuda {
 

@@ -1,8 +1,8 @@
 // Host-side launchers of the CUDA kernels. Declared here so that stage code compiled by
 // the host compiler can call them; all run asynchronously on the given stream.
 #pragma once
-#include "cuda/runtime.hpp"
-#include "pipeline/frame.hpp"
+#include "core/gpu.hpp"
+#include "core/frame.hpp"
 
 namespace vfp::cuda {
 

@@ -2,7 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/median.hpp"
-#include "pipeline/error.hpp"
+#include "core/error.hpp"
 
 namespace vfp::cuda {
 

@@ -1,4 +1,4 @@
-// CUDA median/percentile filter of one 8-bit plane (see stages/median.hpp for the
+// CUDA median/percentile filter of one 8-bit plane (see cpu/median.hpp for the
 // definition). Two algorithms, chosen by window size (docs/median.md has the measured
 // crossover):
 //   Select:    forgetful selection in registers on packed fp16 pairs, four vertically
@@ -12,8 +12,8 @@
 #include <cstdint>
 
 #include "cuda/kernels.hpp"
-#include "cuda/runtime.hpp"
-#include "stages/median.hpp"
+#include "core/gpu.hpp"
+#include "cpu/median.hpp"
 
 namespace vfp::cuda {
 

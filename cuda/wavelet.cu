@@ -11,8 +11,8 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "pipeline/error.hpp"
-#include "pipeline/log.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace vfp::cuda {
 

@@ -1,4 +1,4 @@
-// CUDA wavelet denoising of 8-bit planes (definitions: stages/wavelet.hpp).
+// CUDA wavelet denoising of 8-bit planes (definitions: cpu/wavelet.hpp).
 //
 // One plane's work, all on one stream, nothing read back by the host:
 //   forward    one fused kernel per level: a shared-memory tile with its filter apron,
@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/runtime.hpp"
-#include "stages/wavelet.hpp"
+#include "core/gpu.hpp"
+#include "cpu/wavelet.hpp"
 
 namespace vfp::cuda {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "pipeline/error.hpp"
-#include "pipeline/log.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 #include "stages/builtin.hpp"
 
 namespace vfp {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/frame.hpp"
-#include "pipeline/registry.hpp"
-#include "pipeline/stage.hpp"
+#include "core/frame.hpp"
+#include "stages/builtin.hpp"
+#include "core/stage.hpp"
 
 namespace vfp {
 

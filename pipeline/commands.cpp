@@ -8,10 +8,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/log.hpp"
-#include "pipeline/registry.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "core/log.hpp"
+#include "stages/builtin.hpp"
 
 namespace vfp {
 

@@ -13,15 +13,15 @@
 #include <optional>
 #include <thread>
 
-#include "pipeline/error.hpp"
+#include "core/error.hpp"
 #include "pipeline/frame_pool.hpp"
-#include "pipeline/log.hpp"
+#include "core/log.hpp"
 #include "pipeline/nvtx.hpp"
 #include "pipeline/queue.hpp"
-#include "stages/convert.hpp"
+#include "cpu/convert.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #endif
 
 namespace vfp {

@@ -1,6 +1,6 @@
 #include "pipeline/frame_pool.hpp"
 
-#include "pipeline/log.hpp"
+#include "core/log.hpp"
 
 namespace vfp {
 

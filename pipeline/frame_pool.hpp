@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "pipeline/frame.hpp"
+#include "core/frame.hpp"
 
 namespace vfp {
 

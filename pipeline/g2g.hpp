@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "pipeline/frame.hpp"
+#include "core/frame.hpp"
 #include "pipeline/stats.hpp"
 
 namespace vfp {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-#include "pipeline/log.hpp"
+#include "core/log.hpp"
 
 namespace vfp {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/frame.hpp"
+#include "core/frame.hpp"
 
 struct CUstream_st;
 

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Writes stages/wavelet_filters.inc: the analysis/synthesis filters of vfpipe's wavelets,
+"""Writes cpu/wavelet_filters.inc: the analysis/synthesis filters of vfpipe's wavelets,
 taken from PyWavelets (Debian python3-pywt) so that our coefficients can be compared with
 pywt's. cdf97 is pywt's bior4.4 (the JPEG 2000 9/7 pair, zero-padded to 10 taps).
 
-    /usr/bin/python3 scripts/gen-wavelet-filters.py > stages/wavelet_filters.inc
+    /usr/bin/python3 scripts/gen-wavelet-filters.py > cpu/wavelet_filters.inc
 """
 import pywt
 

@@ -2,11 +2,11 @@
 // (`format=pix_fmts=yuv420p|gray`) a frame already in one of the listed formats passes
 // through, otherwise it is converted to the first. The chain builder also inserts this
 // stage automatically before a stage that does not accept its input format.
-#include "pipeline/error.hpp"
-#include "pipeline/log.hpp"
-#include "pipeline/registry.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/registry.hpp"
 #include "stages/builtin.hpp"
-#include "stages/convert.hpp"
+#include "cpu/convert.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
 #endif
@@ -94,15 +94,6 @@ void register_format_stage(Registry& reg) {
     return std::make_unique<FormatStage>(parse_list(opts.str("pix_fmts")));
   };
   reg.add(std::move(s));
-}
-
-void register_builtin_stages(Registry& reg) {
-  register_null_stage(reg);
-  register_mmp_stage(reg);
-  register_format_stage(reg);
-  register_median_stage(reg);
-  register_conv_stage(reg);
-  register_wavelet_stage(reg);
 }
 
 }  // namespace vfp

@@ -1,13 +1,13 @@
-// `mmp`: codes every frame with the MMP intra codec (pipeline/mmp/, CPU) and outputs the
+// `mmp`: codes every frame with the MMP intra codec (codecs/mmp/, CPU) and outputs the
 // decoder's reconstruction, so a chain shows what MMP at a given lambda does to the video;
 // the run summary reports bits per frame, bpp, PSNR and encode time. `file=out.mmp` also
 // writes the bitstream (frames in order: the engine's CPU worker runs stages in order).
 #include <mutex>
 
-#include "pipeline/error.hpp"
-#include "pipeline/log.hpp"
-#include "pipeline/mmp/container.hpp"
-#include "pipeline/registry.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "codecs/mmp/container.hpp"
+#include "core/registry.hpp"
 #include "stages/builtin.hpp"
 
 namespace vfp {

@@ -1,9 +1,9 @@
 // `null`: passes frames through unchanged (as FFmpeg's null filter). On the CUDA backend
 // the engine forwards the device buffer, so the stage costs nothing; it exists to measure
 // the engine itself (upload, download, overlap) and to exercise the chain.
-#include "pipeline/registry.hpp"
+#include "core/registry.hpp"
 #include "stages/builtin.hpp"
-#include "stages/convert.hpp"
+#include "cpu/convert.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
 #endif

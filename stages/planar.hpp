@@ -4,10 +4,10 @@
 #pragma once
 #include <cstring>
 
-#include "pipeline/error.hpp"
-#include "pipeline/frame.hpp"
-#include "pipeline/log.hpp"
-#include "pipeline/parallel.hpp"
+#include "core/error.hpp"
+#include "core/frame.hpp"
+#include "core/log.hpp"
+#include "core/parallel.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
 #endif

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 
 #define REQUIRE_GPU()                                                                      \
   do {                                                                                     \

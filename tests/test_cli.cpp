@@ -10,9 +10,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "pipeline/error.hpp"
-#include "pipeline/io/open.hpp"
-#include "pipeline/io/y4m.hpp"
+#include "core/error.hpp"
+#include "io/open.hpp"
+#include "io/y4m.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "pipeline/commands.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "stages/conv.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "cpu/conv.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_OPENCV
 #include <opencv2/imgproc.hpp>

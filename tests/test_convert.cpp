@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "stages/convert.hpp"
-#include "stages/convert_ops.hpp"
+#include "cpu/convert.hpp"
+#include "cpu/convert_ops.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "pipeline/deflate/deflate.hpp"
+#include "codecs/deflate/deflate.hpp"
 #include "test_util.hpp"
 #include "zlib_util.hpp"
 

@@ -13,20 +13,20 @@
 #include <filesystem>
 #include <thread>
 
-#include "pipeline/display/controls.hpp"
-#include "pipeline/display/png.hpp"
+#include "display/controls.hpp"
+#include "display/png.hpp"
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
 #include "pipeline/profile.hpp"
-#include "stages/convert.hpp"
+#include "cpu/convert.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #endif
 #if VFPIPE_HAVE_GL
-#include "pipeline/display/display.hpp"
-#include "pipeline/display/display_sink.hpp"
+#include "display/display.hpp"
+#include "display/display_sink.hpp"
 #endif
 #if VFPIPE_HAVE_OPENCV
 #include <opencv2/imgcodecs.hpp>

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "stages/convert.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "cpu/convert.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

@@ -1,7 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "stages/builtin.hpp"
 
 using namespace vfp;
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "pipeline/error.hpp"
-#include "pipeline/frame.hpp"
+#include "core/error.hpp"
+#include "core/frame.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

@@ -3,15 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/io/synthetic.hpp"
-#include "stages/convert.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "io/synthetic.hpp"
+#include "cpu/convert.hpp"
 #include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #endif
 
 using namespace vfp;

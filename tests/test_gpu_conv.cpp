@@ -3,14 +3,14 @@
 #include <gtest/gtest.h>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "stages/conv.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "cpu/conv.hpp"
 #include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/conv.hpp"
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #endif
 
 using namespace vfp;

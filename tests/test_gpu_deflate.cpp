@@ -9,8 +9,8 @@
 #include <random>
 
 #include "gpu_test_util.hpp"
-#include "pipeline/deflate/deflate.hpp"
-#include "pipeline/deflate/png.hpp"
+#include "codecs/deflate/deflate.hpp"
+#include "codecs/deflate/png.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/deflate.hpp"
 #endif

@@ -9,10 +9,10 @@
 
 #include "gpu_test_util.hpp"
 #include "pipeline/engine.hpp"
-#include "pipeline/filter_parser.hpp"
+#include "core/filter_parser.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_GL
-#include "pipeline/display/display_sink.hpp"
+#include "display/display_sink.hpp"
 #endif
 
 using namespace vfp;

@@ -2,12 +2,12 @@
 // window shapes from 3x1 to 255x255, several percentiles, odd frame sizes.
 #include <gtest/gtest.h>
 
-#include "stages/median.hpp"
+#include "cpu/median.hpp"
 #include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/median.hpp"
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #endif
 
 using namespace vfp;

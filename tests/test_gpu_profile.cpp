@@ -5,7 +5,7 @@
 
 #include "gpu_test_util.hpp"
 #include "pipeline/engine.hpp"
-#include "pipeline/filter_parser.hpp"
+#include "core/filter_parser.hpp"
 #include "pipeline/profile.hpp"
 #include "test_util.hpp"
 #include "trace_check.hpp"

@@ -9,16 +9,16 @@
 #include <cstring>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/registry.hpp"
-#include "stages/wavelet.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "stages/builtin.hpp"
+#include "cpu/wavelet.hpp"
 #include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #include "cuda/wavelet.hpp"
 #endif
 

@@ -6,10 +6,10 @@
 #include <iterator>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/io/open.hpp"
-#include "stages/convert.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "io/open.hpp"
+#include "cpu/convert.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

@@ -10,7 +10,7 @@
 #include <iterator>
 #include <random>
 
-#include "pipeline/deflate/png.hpp"
+#include "codecs/deflate/png.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_PNG
 #include <png.h>

@@ -6,10 +6,10 @@
 #include <fstream>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/io/y4m.hpp"
-#include "stages/median.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "io/y4m.hpp"
+#include "cpu/median.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

@@ -1,4 +1,4 @@
-// MMP intra codec core (pipeline/mmp/mmp.hpp): the decoder reproduces the
+// MMP intra codec core (codecs/mmp/mmp.hpp): the decoder reproduces the
 // encoder's reconstruction bit for bit on random, flat, gradient and text-like
 // planes of odd sizes and several lambdas; rate and distortion move the right
 // way with lambda; every prediction mode and both split directions are used;
@@ -16,11 +16,11 @@
 #include <iterator>
 #include <random>
 
-#include "pipeline/error.hpp"
-#include "pipeline/mmp/container.hpp"
-#include "pipeline/mmp/mmp.hpp"
-#include "pipeline/mmp/postfilter.hpp"
-#include "pipeline/mmp/range_coder.hpp"
+#include "core/error.hpp"
+#include "codecs/mmp/container.hpp"
+#include "codecs/mmp/mmp.hpp"
+#include "codecs/mmp/postfilter.hpp"
+#include "codecs/mmp/range_coder.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;
@@ -306,7 +306,7 @@ TEST(Mmp, ContainerCarriesDictionariesWhenAsked) {
 
 // Params::shared_chroma: Cr starts from the dictionaries and models Cb left. With Cr a copy
 // of Cb, Cr's patterns are all in the dictionaries; luma and Cb are coded as before.
-// The post-filter (pipeline/mmp/postfilter.hpp): identity when off, unit DC gain, nothing
+// The post-filter (codecs/mmp/postfilter.hpp): identity when off, unit DC gain, nothing
 // designed where there is nothing to gain, and on a coarsely coded photo-like plane lower
 // error for a few bytes, with the decoder still reproducing the encoder's output exactly.
 TEST(Mmp, PostFilterDesignAndApplication) {

@@ -8,12 +8,12 @@
 #include <random>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/io/synthetic.hpp"
-#include "pipeline/parallel.hpp"
-#include "stages/median.hpp"
-#include "stages/wavelet.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "io/synthetic.hpp"
+#include "core/parallel.hpp"
+#include "cpu/median.hpp"
+#include "cpu/wavelet.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

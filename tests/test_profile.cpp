@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/engine.hpp"
-#include "pipeline/filter_parser.hpp"
+#include "core/filter_parser.hpp"
 #include "pipeline/profile.hpp"
 #include "test_util.hpp"
 #include "trace_check.hpp"

@@ -1,4 +1,4 @@
-// The MMP codec's adaptive range coder (pipeline/mmp/range_coder.hpp): round trips of bits,
+// The MMP codec's adaptive range coder (codecs/mmp/range_coder.hpp): round trips of bits,
 // direct bits and bit trees, compression close to the entropy, the cost estimate against
 // the real size, and truncated / corrupted streams (no crash, overrun reported).
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "pipeline/mmp/range_coder.hpp"
+#include "codecs/mmp/range_coder.hpp"
 
 using namespace vfp::mmp;
 

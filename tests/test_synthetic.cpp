@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "pipeline/error.hpp"
-#include "pipeline/io/synthetic.hpp"
+#include "core/error.hpp"
+#include "io/synthetic.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "pipeline/frame.hpp"
+#include "core/frame.hpp"
 #include "pipeline/engine.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/io/synthetic.hpp"
+#include "core/filter_parser.hpp"
+#include "io/synthetic.hpp"
 #include "pipeline/source.hpp"
 #include "pipeline/stats.hpp"
 

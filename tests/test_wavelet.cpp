@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/registry.hpp"
-#include "stages/wavelet.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "stages/builtin.hpp"
+#include "cpu/wavelet.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

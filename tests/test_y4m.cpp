@@ -5,8 +5,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "pipeline/error.hpp"
-#include "pipeline/io/y4m.hpp"
+#include "core/error.hpp"
+#include "io/y4m.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

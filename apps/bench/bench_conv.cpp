@@ -16,8 +16,8 @@
 
 #include "apps/bench/bench_util.hpp"
 #include "cuda/conv.hpp"
-#include "cuda/runtime.hpp"
-#include "stages/conv.hpp"
+#include "core/gpu.hpp"
+#include "cpu/conv.hpp"
 #if VFPIPE_HAVE_NPP
 #include <nppi_filtering_functions.h>
 #endif

@@ -15,9 +15,9 @@
 
 #include "apps/bench/bench_util.hpp"
 #include "cuda/deflate.hpp"
-#include "pipeline/deflate/deflate.hpp"
-#include "pipeline/deflate/png.hpp"
-#include "pipeline/io/synthetic.hpp"
+#include "codecs/deflate/deflate.hpp"
+#include "codecs/deflate/png.hpp"
+#include "io/synthetic.hpp"
 #include "pipeline/stats.hpp"
 #if VFPIPE_HAVE_ZLIB
 #include <zlib.h>

@@ -17,14 +17,14 @@
 
 #include "pipeline/chain.hpp"
 #include "pipeline/engine.hpp"
-#include "pipeline/error.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/io/open.hpp"
-#include "pipeline/io/synthetic.hpp"
-#include "pipeline/log.hpp"
-#include "pipeline/parallel.hpp"
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "io/open.hpp"
+#include "io/synthetic.hpp"
+#include "core/log.hpp"
+#include "core/parallel.hpp"
 #if VFPIPE_HAVE_CUDA
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #endif
 
 using namespace vfp;

@@ -16,7 +16,7 @@
 #include <type_traits>
 
 #include "cuda/median.hpp"
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #include "apps/bench/bench_util.hpp"
 #include "pipeline/stats.hpp"
 #if VFPIPE_HAVE_NPP

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #include "pipeline/stats.hpp"
 #if VFPIPE_HAVE_NPP
 #include <cuda_runtime.h>

@@ -15,10 +15,10 @@
 #include <sstream>
 
 #include "apps/bench/bench_util.hpp"
-#include "cuda/runtime.hpp"
+#include "core/gpu.hpp"
 #include "cuda/wavelet.hpp"
 #include "stages/planar.hpp"
-#include "stages/wavelet.hpp"
+#include "cpu/wavelet.hpp"
 
 using namespace vfp;
 

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 
-#include "pipeline/frame.hpp"
-#include "pipeline/log.hpp"
+#include "core/frame.hpp"
+#include "core/log.hpp"
 
 namespace vfp {
 

@@ -4,8 +4,9 @@
 
 #include "fuzz_util.hpp"
 #include "pipeline/chain.hpp"
-#include "pipeline/filter_parser.hpp"
-#include "pipeline/io/synthetic.hpp"
+#include "core/filter_parser.hpp"
+#include "stages/builtin.hpp"
+#include "io/synthetic.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vfp;

@@ -3,7 +3,8 @@
 
 #include "fuzz_util.hpp"
 #include "pipeline/commands.hpp"
-#include "pipeline/filter_parser.hpp"
+#include "core/filter_parser.hpp"
+#include "stages/builtin.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vfp;

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "pipeline/error.hpp"
+#include "core/error.hpp"
 
 namespace vfp::fuzz {
 

@@ -1,7 +1,7 @@
 // Y4M reader, plain and gzip: any bytes give frames or a vfp::Error, never a crash.
 #include "fuzz_util.hpp"
-#include "pipeline/frame.hpp"
-#include "pipeline/io/y4m.hpp"
+#include "core/frame.hpp"
+#include "io/y4m.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vfp;

@@ -1,0 +1,221 @@
+#include "codecs/mmp/container.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <future>
+
+#include "core/error.hpp"
+
+namespace vfp::mmp {
+
+namespace {
+constexpr char kMagic[4] = {'V', 'M', 'M', 'P'};
+constexpr uint8_t kVersion = 2;
+
+int format_code(PixelFormat f) {
+  return f == PixelFormat::GRAY8 ? 0 : f == PixelFormat::YUV420P ? 1 : f == PixelFormat::YUV444P ? 2 : -1;
+}
+void put_u32(std::vector<uint8_t>& v, uint32_t x) {
+  for (int i = 0; i < 4; ++i) v.push_back(static_cast<uint8_t>(x >> (8 * i)));
+}
+uint32_t get_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4 + 1;
+// The block size in the flags byte, bits 3-4: 0 = 16x16 (what files before the option
+// hold), 1 = 8x8, 2 = 32x32.
+int block_code(int block_log) { return block_log == 4 ? 0 : block_log == 3 ? 1 : 2; }
+int block_log_of(int code) { return code == 0 ? 4 : code == 1 ? 3 : 5; }
+// The state plane `plane` is coded with, the same rule for the encoder and the decoder:
+// its carried state (Cr shares Cb's with shared_chroma), or without carry, nothing for luma
+// and independent chroma, and for shared chroma one fresh state per frame, created here
+// when Cb asks first.
+PlaneState* plane_state(const Params& p, int plane, PlaneStates* carried, std::unique_ptr<PlaneState>& frame_chroma) {
+  const bool shared = p.shared_chroma && plane > 0;
+  if (carried) return (*carried)[static_cast<size_t>(shared ? 1 : plane)].get();
+  if (!shared) return nullptr;
+  if (!frame_chroma) frame_chroma = std::make_unique<PlaneState>(p);
+  return frame_chroma.get();
+}
+
+}  // namespace
+
+double FrameStats::psnr() const {
+  return sse <= 0 ? 99.0 : 10 * std::log10(255.0 * 255.0 * static_cast<double>(samples) / sse);
+}
+
+Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) : path_(path), spec_(spec), params_(p) {
+  if (format_code(spec.format) < 0)
+    throw Error(ErrorKind::Usage, std::string("MMP codes gray, yuv420p and yuv444p, not ") + pix_fmt_name(spec.format) +
+                                      " (add --pix-fmt yuv420p)");
+  checked_block_log(p);  // before the file is created
+  check_lambda(p);
+  file_.f = std::fopen(path.c_str(), "wb");
+  if (!file_.f) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
+  std::vector<uint8_t> h(kMagic, kMagic + 4);
+  h.push_back(kVersion);
+  h.push_back(static_cast<uint8_t>(format_code(spec.format)));
+  put_u32(h, static_cast<uint32_t>(spec.width));
+  put_u32(h, static_cast<uint32_t>(spec.height));
+  put_u32(h, static_cast<uint32_t>(spec.fps.num));
+  put_u32(h, static_cast<uint32_t>(spec.fps.den));
+  uint64_t lb;
+  std::memcpy(&lb, &p.lambda, 8);
+  for (int i = 0; i < 8; ++i) h.push_back(static_cast<uint8_t>(lb >> (8 * i)));
+  put_u32(h, static_cast<uint32_t>(p.max_dict));
+  h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0) | (p.post_filter ? 4 : 0) |
+                                   block_code(p.block_log) << 3));
+  put(h.data(), h.size());
+}
+
+Writer::~Writer() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void Writer::put(const void* p, size_t n) {
+  if (std::fwrite(p, 1, n, file_.f) != n) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
+}
+
+FrameStats encode_frame(const ImageView& v, const Params& params, const ImageView* recon,
+                        std::vector<std::vector<uint8_t>>* payloads, PlaneStates* states) {
+  FrameStats st;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (payloads) payloads->clear();
+  const int planes = plane_count(v.format);
+  if (states)
+    while (states->size() < static_cast<size_t>(planes)) states->push_back(std::make_unique<PlaneState>(params));
+  // Luma is coded on this thread while the chroma planes are coded on threads of their own
+  // (independent planes), or on one thread, Cr after Cb with Cb's state (shared_chroma).
+  const bool shared = params.shared_chroma && planes == 3;
+  std::unique_ptr<PlaneState> frame_chroma;  // only the chroma thread touches it
+  auto code = [&](int p) {
+    const int w = v.pw[p], h = v.ph[p];
+    std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
+    for (int y = 0; y < h; ++y) std::memcpy(&tight[static_cast<size_t>(y) * w], v.row(p, y), static_cast<size_t>(w));
+    // A chroma sample of 4:2:0 stands for four pixels once upsampled, so its squared error
+    // weighs about four times a luma sample's in the picture: a chroma plane's lambda scales
+    // by its share of the samples, and by a further 1/2 found by measurement (docs/mmp.md):
+    // 1/8 for 4:2:0, 1/2 for 4:4:4. Encoder side only.
+    Params plane_params = params;
+    if (p > 0) plane_params.lambda *= 0.5 * static_cast<double>(w) * h / (static_cast<double>(v.pw[0]) * v.ph[0]);
+    return encode_plane(tight.data(), w, h, plane_params, plane_state(params, p, states, frame_chroma));
+  };
+  std::future<std::vector<PlaneResult>> cbcr;         // Cb then Cr on one thread
+  std::vector<std::future<PlaneResult>> independent;  // or each on a thread of its own
+  if (shared) {
+    cbcr = std::async(std::launch::async, [&] {
+      std::vector<PlaneResult> r;
+      r.push_back(code(1));
+      r.push_back(code(2));
+      return r;
+    });
+  } else {
+    for (int p = 1; p < planes; ++p) independent.push_back(std::async(std::launch::async, code, p));
+  }
+  std::vector<PlaneResult> results;
+  results.push_back(code(0));
+  if (shared)
+    for (PlaneResult& r : cbcr.get()) results.push_back(std::move(r));
+  for (auto& f : independent) results.push_back(f.get());
+  for (int p = 0; p < planes; ++p) {
+    PlaneResult& r = results[static_cast<size_t>(p)];
+    const int w = v.pw[p], h = v.ph[p];
+    st.bits += 8.0 * (4 + r.bytes.size());  // with the container's length field
+    st.sse += r.sse;
+    st.samples += static_cast<int64_t>(w) * h;
+    if (recon)
+      for (int y = 0; y < h; ++y) std::memcpy(recon->row(p, y), &r.recon[static_cast<size_t>(y) * w], static_cast<size_t>(w));
+    if (payloads) payloads->push_back(std::move(r.bytes));
+  }
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+FrameStats Writer::write(const ImageView& f, const ImageView* recon) {
+  std::vector<std::vector<uint8_t>> planes;
+  const FrameStats st = encode_frame(f, params_, recon, &planes, params_.carry ? &states_ : nullptr);
+  for (const auto& b : planes) {
+    std::vector<uint8_t> len;
+    put_u32(len, static_cast<uint32_t>(b.size()));
+    put(len.data(), 4);
+    put(b.data(), b.size());
+  }
+  if (std::fflush(file_.f) != 0) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
+  return st;
+}
+
+void Writer::close() {
+  if (!file_.f) return;
+  FILE* f = file_.f;
+  file_.f = nullptr;
+  if (std::fclose(f) != 0) throw Error(ErrorKind::Output, "cannot finish writing " + path_ + ": " + std::strerror(errno));
+}
+
+Reader::Reader(const std::string& path) : path_(path) {
+  file_.f = std::fopen(path.c_str(), "rb");
+  if (!file_.f) throw Error(ErrorKind::Input, "cannot open input '" + path + "': " + std::strerror(errno));
+  std::fseek(file_.f, 0, SEEK_END);
+  file_size_ = std::ftell(file_.f);
+  std::fseek(file_.f, 0, SEEK_SET);
+  uint8_t h[kHeaderBytes];
+  if (std::fread(h, 1, kHeaderBytes, file_.f) != kHeaderBytes || std::memcmp(h, kMagic, 4) != 0)
+    throw Error(ErrorKind::Input, path + ": not an .mmp file (no VMMP header)");
+  if (h[4] != kVersion) throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]) +
+                                                       " (this vfpipe reads version " + std::to_string(kVersion) + ")");
+  const int fmt = h[5];
+  if (fmt > 2) throw Error(ErrorKind::Input, path + ": unknown pixel format code " + std::to_string(fmt));
+  spec_.format = fmt == 0 ? PixelFormat::GRAY8 : fmt == 1 ? PixelFormat::YUV420P : PixelFormat::YUV444P;
+  const uint32_t w = get_u32(h + 6), hh = get_u32(h + 10);
+  if (w == 0 || hh == 0 || w > 16384 || hh > 16384)
+    throw Error(ErrorKind::Input, path + ": bad frame size " + std::to_string(w) + "x" + std::to_string(hh));
+  spec_.width = static_cast<int>(w);
+  spec_.height = static_cast<int>(hh);
+  spec_.fps = {static_cast<int>(std::min<uint32_t>(get_u32(h + 14), 1000000)), static_cast<int>(std::max<uint32_t>(1, std::min<uint32_t>(get_u32(h + 18), 1000000)))};
+  uint64_t lb = 0;
+  for (int i = 0; i < 8; ++i) lb |= static_cast<uint64_t>(h[22 + i]) << (8 * i);
+  std::memcpy(&params_.lambda, &lb, 8);
+  const uint32_t md = get_u32(h + 30);
+  if (md < 64 || md > 4096) throw Error(ErrorKind::Input, path + ": bad dictionary size " + std::to_string(md));
+  params_.max_dict = static_cast<int>(md);
+  if (h[34] >= 3 << 3) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
+  params_.block_log = block_log_of(h[34] >> 3);
+  params_.carry = (h[34] & 1) != 0;
+  params_.shared_chroma = (h[34] & 2) != 0;
+  params_.post_filter = (h[34] & 4) != 0;
+  if (params_.carry)
+    for (int p = 0; p < plane_count(spec_.format); ++p) states_.push_back(std::make_unique<PlaneState>(params_));
+}
+
+Reader::~Reader() = default;
+
+bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
+  const ImageView v = dst.view();
+  if (plane_bytes) plane_bytes->clear();
+  std::unique_ptr<PlaneState> frame_chroma;
+  for (int p = 0; p < plane_count(spec_.format); ++p) {
+    uint8_t lb[4];
+    const size_t got = std::fread(lb, 1, 4, file_.f);
+    if (p == 0 && got == 0) return false;  // the end, between frames
+    if (got != 4) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
+    const uint32_t n = get_u32(lb);
+    if (static_cast<long>(n) > file_size_ - std::ftell(file_.f))  // no allocation beyond the file
+      throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_) + " (plane of " +
+                                        std::to_string(n) + " bytes)");
+    std::vector<uint8_t> data(n);
+    if (std::fread(data.data(), 1, n, file_.f) != n) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
+    const std::vector<uint8_t> plane = decode_plane(data.data(), n, v.pw[p], v.ph[p], params_,
+                                                    plane_state(params_, p, params_.carry ? &states_ : nullptr, frame_chroma));
+    for (int y = 0; y < v.ph[p]; ++y) std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));
+    if (plane_bytes) plane_bytes->push_back(n);
+  }
+  ++frames_;
+  return true;
+}
+
+}  // namespace vfp::mmp

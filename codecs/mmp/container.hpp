@@ -1,0 +1,93 @@
+// The .mmp file: a stream of MMP-coded frames (docs/mmp.md, "Container").
+//   header  "VMMP", version 2, pixel format (0 gray, 1 yuv420p, 2 yuv444p), width, height,
+//           frame rate num/den (u32 little-endian each), lambda (f64), dictionary size (u32),
+//           flags (u8; bit 0: dictionaries and models carried across frames; bit 1: the
+//           second chroma plane continues the first's dictionaries and models; bit 2: each
+//           plane's stream ends with a post-filter the decoder applies)
+//   frame   for each plane: payload length (u32) and the plane's range-coded payload
+// Frames are independent (each plane starts from fresh dictionaries and models) unless the
+// carry flag is set.
+#pragma once
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/frame.hpp"
+#include "codecs/mmp/mmp.hpp"
+
+namespace vfp::mmp {
+
+struct FrameStats {
+  double bits = 0, sse = 0, seconds = 0;
+  int64_t samples = 0;
+  double psnr() const;  // over all planes (sample-weighted)
+  FrameStats& operator+=(const FrameStats& o) {
+    bits += o.bits;
+    sse += o.sse;
+    seconds += o.seconds;
+    samples += o.samples;
+    return *this;
+  }
+};
+
+// Per-plane dictionaries and models carried from frame to frame (Params::carry; with
+// Params::shared_chroma, entry 1 serves both chroma planes).
+using PlaneStates = std::vector<std::unique_ptr<PlaneState>>;
+
+// Codes every plane of `f`; the payloads go to `payloads` and the reconstruction to `recon`
+// (same format and size) when given. With `states` (created on first use) each plane
+// continues from what the previous frames learned; without, it starts fresh (Cr from what
+// Cb learned in this frame, with Params::shared_chroma).
+FrameStats encode_frame(const ImageView& f, const Params& p, const ImageView* recon,
+                        std::vector<std::vector<uint8_t>>* payloads = nullptr, PlaneStates* states = nullptr);
+
+// An open C stream that closes itself: also when a constructor throws after opening it.
+struct OwnedFile {
+  FILE* f = nullptr;
+  OwnedFile() = default;
+  OwnedFile(const OwnedFile&) = delete;
+  OwnedFile& operator=(const OwnedFile&) = delete;
+  ~OwnedFile() {
+    if (f) std::fclose(f);
+  }
+};
+
+class Writer {
+ public:
+  // Throws vfp::Error (Output / Usage for formats other than gray, yuv420p, yuv444p).
+  Writer(const std::string& path, const FrameSpec& spec, const Params& p);
+  ~Writer();
+  // Encodes `f`; its reconstruction goes to `recon` when given (same spec).
+  FrameStats write(const ImageView& f, const ImageView* recon = nullptr);
+  void close();
+
+ private:
+  void put(const void* p, size_t n);
+  std::string path_;
+  FrameSpec spec_;
+  Params params_;
+  PlaneStates states_;
+  OwnedFile file_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& path);  // throws vfp::Error (Input) for a bad header
+  ~Reader();
+  const FrameSpec& spec() const { return spec_; }
+  const Params& params() const { return params_; }
+  // Next frame; false at the end. Throws vfp::Error (Input) for corrupt or truncated data.
+  bool read(HostFrame& dst, std::vector<size_t>* plane_bytes = nullptr);
+
+ private:
+  std::string path_;
+  FrameSpec spec_;
+  Params params_;
+  PlaneStates states_;
+  OwnedFile file_;
+  long file_size_ = 0;
+  int64_t frames_ = 0;
+};
+
+}  // namespace vfp::mmp

@@ -1,0 +1,107 @@
+// MMP (Multidimensional Multiscale Parser) intra coding of one 8-bit plane —
+// the exact CPU codec of issue 8 (docs/mmp.md defines the bitstream).
+//
+// Per B x B block (B = 16, or 8 / 32 by option), raster order: a prediction tree
+// (the block is predicted whole, or split into four quadrants, each predicted whole
+// or split again, down to 4x4, Z order); every prediction unit has an H.264-style
+// intra mode (none, DC, V, H, plane and six diagonal modes, from already decoded
+// neighbours) and its residue is approximated by a binary segmentation tree
+// whose leaves are elements of multiscale dictionaries (scales 2^lw x 2^lh,
+// lw, lh in 0..log2 B: 25 for B = 16). The prediction tree, modes and segmentation are chosen
+// together by J = SSE + lambda * bits (bits from the current adaptive models).
+// After each block every internal node of its segmentation trees (the
+// concatenation of two coded siblings) becomes a new element of its scale and,
+// resized, of every other scale, unless an equal element is there already. The
+// decoder repeats the same updates, so the decoded plane equals the encoder's
+// reconstruction bit for bit.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace vfp::mmp {
+
+constexpr int kModes = 11;  // prediction modes, in bitstream order (docs/mmp.md)
+constexpr int kMinBlockLog = 3, kMaxBlockLog = 5;  // block sizes 8, 16, 32
+// log2 of a block size of 8, 16 or 32; -1 for any other size.
+inline int block_log_of_size(long long size) { return size == 8 ? 3 : size == 16 ? 4 : size == 32 ? 5 : -1; }
+const char* mode_name(int mode);
+
+struct Params {
+  double lambda = 32;   // Lagrangian multiplier of J = SSE + lambda * bits
+  int block_log = 4;    // block size 2^block_log: 8, 16 (default) or 32; in the container
+  int max_dict = 4096;  // elements per scale (indices are 12-bit); when full, no
+                        // more are added
+  // Encoder only (not in the bitstream): how many of the 11 modes, ranked by
+  // the SSE of their prediction, get the full segmentation search in each
+  // prediction unit (1..11).
+  int mode_candidates = 4;
+  // Encoder only: search every dictionary element instead of pruning by the sum
+  // bound (same decisions, much slower; the tests check that both agree).
+  bool exhaustive = false;
+  // Container (.mmp) option: each plane's dictionaries and models carry over
+  // from one frame to the next instead of starting fresh (frames are then
+  // decodable only in order).
+  bool carry = false;
+  // Container (.mmp) option: the second chroma plane (Cr) continues the dictionaries and
+  // models the first (Cb) left, instead of starting fresh; with `carry`, the two chroma
+  // planes keep one state across frames. The planes of a colour frame are then coded as
+  // luma in parallel with Cb-then-Cr. Cr costs 13-25% fewer bytes at lower error on the
+  // test photographs (docs/mmp.md).
+  bool shared_chroma = true;
+  // Container (.mmp) option: each plane's stream ends with a restoration post-filter
+  // (codecs/mmp/postfilter.hpp) that the decoder applies to the decoded plane; the
+  // encoder designs it by least squares against the original.
+  bool post_filter = true;
+};
+
+// Returns p.block_log; throws vfp::Error (Usage) when it is not 3, 4 or 5.
+int checked_block_log(const Params& p);
+// Throws vfp::Error (Usage) when p.lambda is NaN, infinite or negative.
+void check_lambda(const Params& p);
+
+// Dictionaries and adaptive models of one plane. Passing the same state to
+// consecutive encode_plane (decode_plane) calls keeps what earlier frames
+// learned; the decoder must be given the same sequence of planes.
+class PlaneState {
+ public:
+  explicit PlaneState(const Params& p);  // p.max_dict and p.lambda shape the dictionaries
+  ~PlaneState();
+  PlaneState(const PlaneState&) = delete;
+  PlaneState& operator=(const PlaneState&) = delete;
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct PlaneResult {
+  std::vector<uint8_t> bytes;  // range-coded payload of the plane
+  std::vector<uint8_t> recon;  // the decoder's output, w*h
+  double sse = 0;
+  int64_t blocks = 0, leaves = 0, dict_elements = 0;
+  int64_t modes[kModes] = {};  // prediction units per mode
+  int64_t unit_sizes[4] = {};  // prediction units of 32x32, 16x16, 8x8, 4x4
+  int64_t splits[2] = {0, 0};  // segment splits into left|right, top/bottom
+  int post_filter_classes = 0; // activity classes the post-filter changes (0..4)
+};
+
+// `state` null: fresh dictionaries and models (an independent plane).
+PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, PlaneState* state = nullptr);
+// Throws vfp::Error (Input) for corrupt or truncated data.
+std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, const Params& p,
+                                  PlaneState* state = nullptr);
+
+// The separable scale transform between element sizes (exposed for tests):
+// shrinking by k averages k samples, rounded half up (floor((2*sum + k) /
+// (2k))); enlarging repeats samples.
+std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int lh1, int lw2, int lh2);
+
+// The N x N prediction (N = 4, 8, 16, 32) of `mode` for the block at (x, y) of a W
+// x H plane `rec`, whose decoded pixels are marked in `done` (exposed for
+// tests).
+void predict_block(const uint8_t* rec, const uint8_t* done, int W, int H, int x, int y, int N, int mode, int* pred);
+
+}  // namespace vfp::mmp

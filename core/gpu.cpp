@@ -1,0 +1,174 @@
+#include "core/gpu.hpp"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace vfp::cuda {
+
+void check(int code, const char* what, const char* file, int line) {
+  auto err = static_cast<cudaError_t>(code);
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // clear sticky-less errors so later calls are not poisoned
+  const char* base = file;
+  for (const char* p = file; *p; ++p)
+    if (*p == '/') base = p + 1;
+  std::string msg = log::format("CUDA error in %s (%s:%d): %s (%s)", what, base, line,
+                                cudaGetErrorString(err), cudaGetErrorName(err));
+  if (err == cudaErrorMemoryAllocation)
+    throw Error(ErrorKind::OutOfMemory, "out of GPU memory: " + msg);
+  throw Error(ErrorKind::Gpu, msg);
+}
+
+void check_launch(const char* kernel, const char* file, int line) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) check(err, kernel, file, line);
+}
+
+const DeviceInfo& probe() {
+  static DeviceInfo info;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+      if (err == cudaErrorInsufficientDriver)
+        info.reason = "no NVIDIA driver found, or it is older than this CUDA runtime needs";
+      else if (err == cudaErrorNoDevice)
+        info.reason = "no CUDA device found";
+      else
+        info.reason = cudaGetErrorString(err);
+      cudaGetLastError();
+      return;
+    }
+    if (n == 0) {
+      info.reason = "no CUDA device found";
+      return;
+    }
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+      info.reason = "cudaGetDeviceProperties failed";
+      cudaGetLastError();
+      return;
+    }
+    // A context must actually come up (e.g. the binary may lack code for this GPU).
+    if ((err = cudaFree(nullptr)) != cudaSuccess) {
+      info.reason = cudaGetErrorString(err);
+      cudaGetLastError();
+      return;
+    }
+    info.usable = true;
+    info.name = prop.name;
+    info.cc_major = prop.major;
+    info.cc_minor = prop.minor;
+    info.total_mem = prop.totalGlobalMem;
+    info.async_engines = prop.asyncEngineCount;
+  });
+  return info;
+}
+
+void* host_alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorKind::OutOfMemory,
+                log::format("cannot allocate %.1f MiB of pinned host memory: %s",
+                            bytes / 1048576.0, cudaGetErrorString(err)));
+  }
+  return p;
+}
+
+size_t device_memory_used() {
+  size_t free_b = 0, total_b = 0;
+  if (!probe().usable || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return total_b - free_b;
+}
+
+void host_free_pinned(void* p) {
+  if (p) cudaFreeHost(p);
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) : size_(bytes) {
+  if (bytes == 0) return;
+  cudaError_t err = cudaMalloc(&ptr_, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    cudaGetLastError();
+    std::string msg = log::format("cannot allocate %.1f MiB for %s (%.1f MiB free of %.1f MiB): %s",
+                                  bytes / 1048576.0, what, free_b / 1048576.0,
+                                  total_b / 1048576.0, cudaGetErrorString(err));
+    throw Error(err == cudaErrorMemoryAllocation ? ErrorKind::OutOfMemory : ErrorKind::Gpu,
+                (err == cudaErrorMemoryAllocation ? "out of GPU memory: " : "CUDA error: ") + msg);
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), size_(o.size_) {
+  o.ptr_ = nullptr;
+  o.size_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    size_ = o.size_;
+    o.ptr_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+Stream::Stream() { VFP_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+Stream::~Stream() {
+  if (s_) cudaStreamDestroy(s_);
+}
+void Stream::synchronize() const { VFP_CUDA(cudaStreamSynchronize(s_)); }
+
+Event::Event() { VFP_CUDA(cudaEventCreate(&e_)); }
+Event::~Event() {
+  if (e_) cudaEventDestroy(e_);
+}
+void Event::record(StreamHandle s) { VFP_CUDA(cudaEventRecord(e_, s)); }
+void Event::synchronize() const { VFP_CUDA(cudaEventSynchronize(e_)); }
+bool Event::query() const {
+  cudaError_t err = cudaEventQuery(e_);
+  if (err == cudaErrorNotReady) return false;
+  VFP_CUDA(err);
+  return true;
+}
+float Event::elapsed_ms(const Event& a, const Event& b) {
+  float ms = 0.f;
+  VFP_CUDA(cudaEventElapsedTime(&ms, a.e_, b.e_));
+  return ms;
+}
+
+void stream_wait(StreamHandle s, const Event& e) { VFP_CUDA(cudaStreamWaitEvent(s, e.get(), 0)); }
+void launch_host_func(StreamHandle s, void (*fn)(void*), void* arg) { VFP_CUDA(cudaLaunchHostFunc(s, fn, arg)); }
+
+void memcpy_h2d_async(void* dst, const void* src, size_t n, StreamHandle s) {
+  VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
+}
+void memcpy_d2h_async(void* dst, const void* src, size_t n, StreamHandle s) {
+  VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
+}
+void memcpy_d2d_async(void* dst, const void* src, size_t n, StreamHandle s) {
+  VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s));
+}
+void memset_async(void* dst, int v, size_t n, StreamHandle s) {
+  VFP_CUDA(cudaMemsetAsync(dst, v, n, s));
+}
+
+}  // namespace vfp::cuda

@@ -1,0 +1,22 @@
+#include "core/registry.hpp"
+
+#include "core/error.hpp"
+
+namespace vfp {
+
+void Registry::add(StageInfo info) {
+  if (find(info.name))
+    throw Error(ErrorKind::Internal, "stage '" + info.name + "' registered twice");
+  stages_.push_back(std::move(info));
+}
+
+const StageInfo* Registry::find(const std::string& n) const {
+  for (const auto& s : stages_) {
+    if (s.name == n) return &s;
+    for (const auto& a : s.aliases)
+      if (a == n) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace vfp

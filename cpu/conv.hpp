@@ -1,0 +1,69 @@
+// Convolution (correlation, as FFmpeg's `convolution` and OpenCV's filter2D: the kernel is
+// not flipped) with FFmpeg-style normalisation.
+//
+// Arithmetic (the CPU reference defines it; float32, fused multiply-add, fixed order):
+//   acc = 0; for ky in 0..H-1: for kx in 0..W-1: acc = fmaf(k[ky][kx], s(x+kx-W/2, y+ky-H/2), acc)
+//   out = clamp(floor(fmaf(acc, rdiv, bias + 0.5)), 0, 255)   (round half up, one rounding;
+//         bias + 0.5 is rounded to float first; NaN gives 0)
+// Separable kernels (k = col * row, found by rank-1 factorisation or built that way) run
+// as two passes with a float intermediate, each in the same fixed order:
+//   t(x, y) = sum over kx of fmaf(row[kx], s(x+kx-W/2, y), .)   for every row y needed
+//   acc     = sum over ky of fmaf(col[ky], t(x, y+ky-H/2), .)
+// which differs from the 2-D sum only by float rounding: at most 1 level after rounding.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/frame.hpp"
+#include "cpu/border.hpp"
+
+namespace vfp {
+
+constexpr int kConvMaxSize = 31;  // largest kernel width or height
+
+struct ConvKernel {
+  int w = 1, h = 1;
+  std::vector<float> taps;       // h rows of w, row-major
+  bool separable = false;
+  std::vector<float> row, col;   // when separable: taps[y][x] ~= col[y] * row[x]
+  std::string name;              // "gauss 7x7 sigma 1.4", "inline 3x3", ...
+  double sum() const;
+};
+
+struct ConvParams {
+  ConvKernel kernel;
+  float rdiv = 1.f;
+  float bias = 0.f;
+  int planes = 0xF;
+  Border border = Border::Reflect101;
+  int value = 0;
+  // bias + 0.5 rounded to float: the addend of the reference's one-rounding finish,
+  // floor(fmaf(acc, rdiv, rounding_bias())), on the CPU and in the CUDA kernels alike.
+  float rounding_bias() const { return bias + 0.5f; }
+};
+
+// Kernel builders. Each throws vfp::OptionError naming the option at fault.
+ConvKernel conv_preset(const std::string& name, int w, int h, double sigma, double amount,
+                       const std::string& dir);
+ConvKernel conv_parse_taps(const std::string& text, int w, int h);  // w,h = 0: square from count
+ConvKernel conv_load_file(const std::string& path);
+// Throws OptionError(option) unless w and h are odd and at most kConvMaxSize.
+void conv_check_size(int w, int h, const char* option);
+// Sets `separable`, `row`, `col` when the taps are rank 1 (exactly, up to float rounding).
+void conv_detect_separable(ConvKernel& k);
+
+// One plane, the 2-D definition above / the two-pass separable path.
+void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                    const ConvParams& p);
+// `scratch`: the intermediate rows' buffer, reused across calls when given.
+void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
+                              int h, const ConvParams& p, std::vector<float>* scratch = nullptr);
+
+class Options;
+struct OptionSpec;
+const std::vector<OptionSpec>& conv_options();
+// Parameters from validated options; *use_separable tells whether to run two passes.
+ConvParams conv_params_from_options(const Options& o, bool* use_separable);
+
+}  // namespace vfp

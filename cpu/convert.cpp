@@ -1,0 +1,40 @@
+#include "cpu/convert.hpp"
+
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "cpu/convert_ops.hpp"
+
+namespace vfp {
+
+namespace {
+template <int SF, int DF>
+void run(const ImageView& s, const ImageView& d) {
+  // 2x2 blocks are independent: rows of blocks in stripes on the CPU pool.
+  const int bw = (s.width + 1) / 2, bh = (s.height + 1) / 2;
+  parallel_rows(bh, 8, [&](int b0, int b1) {
+    for (int by = b0; by < b1; ++by)
+      for (int bx = 0; bx < bw; ++bx) conv::convert_block<SF, DF>(s, d, bx, by);
+  });
+}
+}  // namespace
+
+void convert_cpu(const ImageView& s, const ImageView& d) {
+  if (s.width != d.width || s.height != d.height)
+    throw Error(ErrorKind::Internal, "convert_cpu: size mismatch");
+  bool ok = false;
+  conv::with_format(s.format, [&](auto SF) {
+    ok = conv::with_format(d.format, [&](auto DF) { run<decltype(SF)::value, decltype(DF)::value>(s, d); });
+  });
+  if (!ok) throw Error(ErrorKind::Internal, "convert_cpu: bad pixel format");
+}
+
+void copy_image_cpu(const ImageView& s, const ImageView& d) {
+  const int bpp = sample_bytes(s.format);
+  for (int p = 0; p < plane_count(s.format); ++p)
+    for (int y = 0; y < s.ph[p]; ++y)
+      std::memcpy(d.row(p, y), s.row(p, y), static_cast<size_t>(s.pw[p]) * bpp);
+}
+
+}  // namespace vfp

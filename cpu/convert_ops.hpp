@@ -1,0 +1,174 @@
+// Pixel format conversion arithmetic, shared by the CPU reference and the CUDA kernel.
+//
+// Definitions (integer, exact; docs/formats.md has the table):
+//   RGB -> YUV (BT.601, limited range, as ffmpeg's default):
+//     Y = ((66R + 129G + 25B + 128) >> 8) + 16
+//     U = floor((sum_i(-38R - 74G + 112B) + 128n) / 256n) + 128     (n pixels averaged)
+//     V = floor((sum_i(112R - 94G - 18B) + 128n) / 256n) + 128
+//   YUV -> RGB: C=Y-16, D=U-128, E=V-128
+//     R = clamp((298C + 409E + 128) >> 8), G = clamp((298C - 100D - 208E + 128) >> 8),
+//     B = clamp((298C + 516D + 128) >> 8)
+//   4:4:4 -> 4:2:0 chroma: rounded mean of the (up to 4) covered samples, (sum + n/2) / n
+//   4:2:0 -> 4:4:4 chroma: nearest (each chroma sample covers its 2x2 block)
+//   gray <-> YUV: the Y plane is carried unchanged, chroma set to 128
+//   RGB -> gray: full-range BT.601 luma (77R + 150G + 29B + 128) >> 8; gray -> RGB: R=G=B
+// Odd widths/heights: the last chroma column/row averages the samples that exist.
+// 16-bit formats (value = 8-bit value * 257): 8 -> 16 multiplies by 257, 16 -> 8 is
+// (v + 128) / 257; between two 16-bit layouts the rules above run on 16-bit samples.
+#pragma once
+#include <type_traits>
+
+#include "core/frame.hpp"
+#include "core/hd.hpp"
+
+namespace vfp::conv {
+
+VFP_HD int clamp255(int v) { return v < 0 ? 0 : (v > 255 ? 255 : v); }
+VFP_HD int floor_div(int a, int b) {  // b > 0
+  int q = a / b;
+  return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+VFP_HD int rgb_to_y(int r, int g, int b) { return ((66 * r + 129 * g + 25 * b + 128) >> 8) + 16; }
+VFP_HD int rgb_to_u_num(int r, int g, int b) { return -38 * r - 74 * g + 112 * b; }
+VFP_HD int rgb_to_v_num(int r, int g, int b) { return 112 * r - 94 * g - 18 * b; }
+VFP_HD int chroma_from_num(int sum, int n) {
+  return clamp255(floor_div(sum + 128 * n, 256 * n) + 128);
+}
+VFP_HD int rgb_to_gray(int r, int g, int b) { return (77 * r + 150 * g + 29 * b + 128) >> 8; }
+VFP_HD void yuv_to_rgb(int y, int u, int v, int& r, int& g, int& b) {
+  int c = y - 16, d = u - 128, e = v - 128;
+  r = clamp255((298 * c + 409 * e + 128) >> 8);
+  g = clamp255((298 * c - 100 * d - 208 * e + 128) >> 8);
+  b = clamp255((298 * c + 516 * d + 128) >> 8);
+}
+
+constexpr int kGray = static_cast<int>(PixelFormat::GRAY8);
+constexpr int k420 = static_cast<int>(PixelFormat::YUV420P);
+constexpr int k444 = static_cast<int>(PixelFormat::YUV444P);
+constexpr int kBGR = static_cast<int>(PixelFormat::BGR24);
+constexpr int kRGB = static_cast<int>(PixelFormat::RGB24);
+constexpr int kGray16 = static_cast<int>(PixelFormat::GRAY16);
+constexpr int k420_16 = static_cast<int>(PixelFormat::YUV420P16);
+constexpr int k444_16 = static_cast<int>(PixelFormat::YUV444P16);
+
+constexpr bool is16(int f) { return is_16bit(static_cast<PixelFormat>(f)); }
+// The 8-bit format of the same layout (16-bit formats differ from theirs only in depth).
+constexpr int layout_of(int f) { return static_cast<int>(with_depth(static_cast<PixelFormat>(f), 8)); }
+
+// Sample access in the conversion's working scale: 16-bit samples as they are when both
+// ends are 16-bit (`raw16`), otherwise on the 8-bit scale (16-bit reads are rounded to the
+// nearest 8-bit level, 16-bit writes scaled up by 257).
+template <int F, bool raw16>
+VFP_HD int load(const ImageView& v, int p, int x, int y) {
+  if constexpr (is16(F)) {
+    const int s = v.row16(p, y)[x];
+    return raw16 ? s : to8(s);
+  } else {
+    return v.row(p, y)[x];
+  }
+}
+template <int F, bool raw16>
+VFP_HD void store(const ImageView& v, int p, int x, int y, int val) {
+  if constexpr (is16(F))
+    v.row16(p, y)[x] = static_cast<unsigned short>(raw16 ? val : to16(val));
+  else
+    v.row(p, y)[x] = static_cast<unsigned char>(val);
+}
+
+// Converts the 2x2 block (bx, by) of `s` (format SF) into `d` (format DF). One call per
+// block covers every output sample exactly once, including 4:2:0 chroma. Between two 16-bit
+// formats the planar rules (copy Y, average or repeat chroma, neutral chroma 128 * 257) work
+// on the 16-bit samples; every other pair works on 8 bits (RGB is 8-bit only).
+template <int SF, int DF>
+VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by) {
+  constexpr bool w16 = is16(SF) && is16(DF);
+  constexpr int SL = layout_of(SF), DL = layout_of(DF);
+  constexpr int neutral = w16 ? 128 * kScale16 : 128;
+  constexpr bool src_rgb = (SL == kBGR || SL == kRGB);
+  int csum_u = 0, csum_v = 0, n = 0;
+  const int x0 = 2 * bx, y0 = 2 * by;
+  for (int dy = 0; dy < 2; ++dy) {
+    const int y = y0 + dy;
+    if (y >= s.height) break;
+    for (int dx = 0; dx < 2; ++dx) {
+      const int x = x0 + dx;
+      if (x >= s.width) break;
+      int Y = 0, U = neutral, V = neutral, R = 0, G = 0, B = 0;
+      if (SL == kGray) {
+        Y = load<SF, w16>(s, 0, x, y);
+      } else if (SL == k420) {
+        Y = load<SF, w16>(s, 0, x, y);
+        U = load<SF, w16>(s, 1, x >> 1, y >> 1);
+        V = load<SF, w16>(s, 2, x >> 1, y >> 1);
+      } else if (SL == k444) {
+        Y = load<SF, w16>(s, 0, x, y);
+        U = load<SF, w16>(s, 1, x, y);
+        V = load<SF, w16>(s, 2, x, y);
+      } else {
+        const unsigned char* p = s.row(0, y) + 3 * x;
+        if (SL == kBGR) {
+          B = p[0]; G = p[1]; R = p[2];
+        } else {
+          R = p[0]; G = p[1]; B = p[2];
+        }
+      }
+      if (DL == kGray) {
+        store<DF, w16>(d, 0, x, y, src_rgb ? rgb_to_gray(R, G, B) : Y);
+      } else if (DL == k444 || DL == k420) {
+        int u_num = 0, v_num = 0;
+        if (src_rgb) {
+          Y = rgb_to_y(R, G, B);
+          u_num = rgb_to_u_num(R, G, B);
+          v_num = rgb_to_v_num(R, G, B);
+        }
+        store<DF, w16>(d, 0, x, y, Y);
+        if (DL == k444) {
+          store<DF, w16>(d, 1, x, y, src_rgb ? chroma_from_num(u_num, 1) : U);
+          store<DF, w16>(d, 2, x, y, src_rgb ? chroma_from_num(v_num, 1) : V);
+        } else {
+          csum_u += src_rgb ? u_num : U;
+          csum_v += src_rgb ? v_num : V;
+          ++n;
+        }
+      } else {  // packed RGB destination
+        if (!src_rgb) {
+          if (SL == kGray) {
+            R = G = B = Y;
+          } else {
+            yuv_to_rgb(Y, U, V, R, G, B);
+          }
+        }
+        unsigned char* p = d.row(0, y) + 3 * x;
+        if (DL == kBGR) {
+          p[0] = static_cast<unsigned char>(B); p[1] = static_cast<unsigned char>(G); p[2] = static_cast<unsigned char>(R);
+        } else {
+          p[0] = static_cast<unsigned char>(R); p[1] = static_cast<unsigned char>(G); p[2] = static_cast<unsigned char>(B);
+        }
+      }
+    }
+  }
+  if (DL == k420 && n > 0) {
+    int u = src_rgb ? chroma_from_num(csum_u, n) : (csum_u + n / 2) / n;
+    int v = src_rgb ? chroma_from_num(csum_v, n) : (csum_v + n / 2) / n;
+    store<DF, w16>(d, 1, bx, by, u);
+    store<DF, w16>(d, 2, bx, by, v);
+  }
+}
+
+// Calls fn(std::integral_constant<int, F>) for a runtime format; false for an unknown one.
+template <typename Fn>
+bool with_format(PixelFormat f, Fn&& fn) {
+  switch (static_cast<int>(f)) {
+    case kGray: fn(std::integral_constant<int, kGray>{}); return true;
+    case k420: fn(std::integral_constant<int, k420>{}); return true;
+    case k444: fn(std::integral_constant<int, k444>{}); return true;
+    case kBGR: fn(std::integral_constant<int, kBGR>{}); return true;
+    case kRGB: fn(std::integral_constant<int, kRGB>{}); return true;
+    case kGray16: fn(std::integral_constant<int, kGray16>{}); return true;
+    case k420_16: fn(std::integral_constant<int, k420_16>{}); return true;
+    case k444_16: fn(std::integral_constant<int, k444_16>{}); return true;
+  }
+  return false;
+}
+
+}  // namespace vfp::conv

@@ -1,0 +1,45 @@
+// Live parameter changes from the display's keys: the display thread edits a copy of each
+// stage's options; the worker thread applies the pending ones before its next frame
+// (Stage::update), so frames in flight keep their parameters.
+#pragma once
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pipeline/chain.hpp"
+#include "core/stage.hpp"
+
+namespace vfp {
+
+class LiveControls {
+ public:
+  explicit LiveControls(const Chain& chain);
+
+  // Display thread.
+  size_t count() const { return entries_.size(); }
+  size_t selected() const { return selected_; }
+  void select_next();
+  // Steps the main parameter of the selected stage: median radius, conv kernel preset,
+  // wavelet threshold. Returns what changed ("median radius=3"), or why nothing did.
+  std::string adjust(int direction);
+  std::string describe(size_t i) const;  // "median radius=2"
+  // Switches the selected stage off or on again (only stages that keep the frame's format).
+  std::string toggle();
+
+  // Worker thread (EngineConfig::before_frame): hands pending changes to the stages.
+  void apply(Chain& chain);
+
+ private:
+  struct Entry {
+    size_t step;        // index in the chain
+    std::string name;   // registry name
+    Options options;    // the display thread's copy
+    bool dirty = false;
+    bool can_bypass = false, off = false, off_dirty = false;
+  };
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;
+  size_t selected_ = 0;
+};
+
+}  // namespace vfp

@@ -1,0 +1,158 @@
+#include "io/open.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "io/lossless.hpp"
+#include "io/synthetic.hpp"
+#include "io/y4m.hpp"
+#if VFPIPE_HAVE_OPENCV
+#include "io/opencv_io.hpp"
+#endif
+
+namespace vfp {
+
+bool valid_int_pattern(const std::string& p) {
+  int convs = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != '%') continue;
+    if (i + 1 < p.size() && p[i + 1] == '%') {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < p.size() && (std::isdigit(static_cast<unsigned char>(p[j])))) ++j;
+    if (j >= p.size() || p[j] != 'd') return false;
+    ++convs;
+    i = j;
+  }
+  return convs == 1;
+}
+
+std::string sequence_file_name(const std::string& pattern, int64_t index) {
+  char buf[4096];
+  std::snprintf(buf, sizeof buf, pattern.c_str(), static_cast<int>(index + 1));
+  return buf;
+}
+
+namespace {
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+std::string lower_ext(const std::string& path) {
+  std::string e = std::filesystem::path(path).extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), ::tolower);
+  return e;
+}
+bool is_pattern(const std::string& s) { return s.find_first_of("%*?[") != std::string::npos; }
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  return s;
+}
+
+#if !VFPIPE_HAVE_OPENCV
+[[noreturn]] void no_opencv(const std::string& what) {
+  throw Error(ErrorKind::Input, what +
+                                    " needs OpenCV, and this build has none (rebuild with "
+                                    "-DVFPIPE_WITH_OPENCV=ON). Without it vfpipe reads and "
+                                    "writes Y4M ('-' for pipes) and the synthetic source.");
+}
+#endif
+}  // namespace
+
+bool have_opencv() {
+#if VFPIPE_HAVE_OPENCV
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt) {
+  if (spec.empty()) throw Error(ErrorKind::Usage, "no input given (-i)");
+  if (spec == "-") return std::make_unique<Y4mSource>("-");
+  if (starts_with(spec, "synthetic") && (spec.size() == 9 || spec[9] == '=')) {
+    SyntheticParams p = parse_synthetic(spec);
+    p.pinned = opt.pinned;
+    return std::make_unique<SyntheticSource>(p);
+  }
+  std::string cam;
+  if (starts_with(spec, "camera=")) cam = spec.substr(7);
+  else if (starts_with(spec, "webcam=")) cam = spec.substr(7);
+  else if (spec == "camera" || spec == "webcam") cam = "0";
+  else if (starts_with(spec, "/dev/video")) cam = spec;
+  if (!cam.empty()) {
+#if VFPIPE_HAVE_OPENCV
+    return open_camera_source(cam, opt.width, opt.height, opt.fps);
+#else
+    no_opencv("camera input");
+#endif
+  }
+  if (lower_ext(spec) == ".y4m") return std::make_unique<Y4mSource>(spec);
+  if (spec.size() > 7 && lower(spec.substr(spec.size() - 7)) == ".y4m.gz") return std::make_unique<Y4mSource>(spec);
+  if (is_pattern(spec)) {
+#if VFPIPE_HAVE_OPENCV
+    return open_image_sequence_source(spec, opt.fps);
+#else
+    no_opencv("image-sequence input");
+#endif
+  }
+#if VFPIPE_HAVE_OPENCV
+  return open_video_source(spec);
+#else
+  std::error_code ec;
+  if (spec.find("://") == std::string::npos && !std::filesystem::exists(spec, ec))
+    throw Error(ErrorKind::Input, "input '" + spec + "' not found");
+  no_opencv("video input '" + spec + "'");
+#endif
+}
+
+std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt) {
+  if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
+  if (spec == "-") return std::make_unique<Y4mSink>("-");
+  std::string ext = lower_ext(spec);
+  LosslessOptions lo;
+  lo.level = opt.compression_level;
+  lo.gpu = opt.gpu;
+  lo.reference = opt.deflate_reference;
+  if (ext == ".y4m") return std::make_unique<Y4mSink>(spec);
+  if (ext == ".gz") {
+    if (spec.size() < 7 || lower(spec.substr(spec.size() - 7)) != ".y4m.gz")
+      throw Error(ErrorKind::Usage, "output '" + spec + "': compressed streams are .y4m.gz");
+    return std::make_unique<Y4mGzSink>(spec, lo);
+  }
+  const bool pattern = spec.find('%') != std::string::npos;
+  // One image, as ffmpeg writes `-frames:v 1 out.png`: vfpipe's PNG encoder.
+  if (!pattern && ext == ".png") return std::make_unique<PngSequenceSink>(spec, lo);
+  if (pattern && (opt.lossless || !VFPIPE_HAVE_OPENCV)) {
+    if (ext != ".png")
+      throw Error(ErrorKind::Usage, "output '" + spec + "': vfpipe's lossless image sequences are PNG (frames/%06d.png)");
+    if (!valid_int_pattern(spec))
+      throw Error(ErrorKind::Usage, "bad image pattern '" + spec + "' (use one %d or %0Nd, e.g. frames/%06d.png)");
+    return std::make_unique<PngSequenceSink>(spec, lo);
+  }
+  if (opt.lossless && !(ext == ".mkv" && (opt.codec.empty() || opt.codec == "FFV1")))
+    throw Error(ErrorKind::Usage, "--lossless: '" + spec +
+                                      "' would be lossy; use frames/%06d.png, .y4m, .y4m.gz or .mkv (FFV1)");
+#if VFPIPE_HAVE_OPENCV
+  if (pattern) return open_image_sequence_sink(spec);
+  std::string codec = opt.codec;
+  if (codec.empty()) {
+    if (ext == ".mp4" || ext == ".mov" || ext == ".m4v") codec = "mp4v";
+    else if (ext == ".avi") codec = "MJPG";
+    else if (ext == ".mkv") codec = "FFV1";
+    else
+      throw Error(ErrorKind::Usage, "unknown output type '" + spec +
+                                        "' (use .y4m, .mp4, .mov, .avi, .mkv, an image pattern "
+                                        "such as frames/%06d.png, '-' for Y4M on stdout, or null)");
+  }
+  return open_video_sink(spec, codec);
+#else
+  (void)opt;
+  throw Error(ErrorKind::Output, "output '" + spec +
+                                     "' needs OpenCV, and this build has none; use .y4m, .y4m.gz, "
+                                     "frames/%06d.png, '-' (Y4M on stdout) or null");
+#endif
+}
+
+}  // namespace vfp
