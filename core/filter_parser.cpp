@@ -209,7 +209,7 @@ Options bind_options(const std::vector<OptionSpec>& specs, const FilterSpec& f,
     } else {
       for (size_t i = 0; i < specs.size() && idx < 0; ++i) {
         if (specs[i].name == a.key) idx = static_cast<int>(i);
-        for (const auto& al : specs[i].aliases)
+        for (const auto& al : specs[i].alias_names)
           if (al == a.key) idx = static_cast<int>(i);
       }
       if (idx < 0) {
@@ -247,7 +247,7 @@ std::vector<std::unique_ptr<Stage>> build_stages(const std::string& text, const 
     Options opts = bind_options(info->options, f, text, "filter '" + info->name + "'");
     std::unique_ptr<Stage> st;
     try {
-      st = info->create(opts);
+      st = reg.create(*info, opts);
     } catch (const ParseError&) {
       throw;
     } catch (const OptionError& e) {
@@ -259,7 +259,7 @@ std::vector<std::unique_ptr<Stage>> build_stages(const std::string& text, const 
         bool match = key == e.option();
         for (const auto& o : info->options)
           if (o.name == e.option())
-            for (const auto& al : o.aliases) match = match || key == al;
+            for (const auto& al : o.alias_names) match = match || key == al;
         if (match) throw ParseError(e.what(), text, a.value_pos, a.value_len);
       }
       throw ParseError(e.what(), text, f.name_pos, f.name.size());
@@ -267,8 +267,6 @@ std::vector<std::unique_ptr<Stage>> build_stages(const std::string& text, const 
       // Semantic errors raised by the stage (e.g. inconsistent options) point at the filter.
       throw ParseError(std::string(e.what()), text, f.name_pos, f.name.size());
     }
-    st->set_name(info->name);
-    st->set_options(opts);
     stages.push_back(std::move(st));
   }
   return stages;

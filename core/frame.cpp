@@ -59,6 +59,15 @@ bool parse_pix_fmt(const std::string& s, PixelFormat* out) {
   return false;
 }
 
+const std::vector<PixelFormat>& all_pixel_formats() {
+  static const std::vector<PixelFormat> all = [] {
+    std::vector<PixelFormat> v;
+    for (int i = 0; i < static_cast<int>(PixelFormat::Count); ++i) v.push_back(static_cast<PixelFormat>(i));
+    return v;
+  }();
+  return all;
+}
+
 std::string pix_fmt_list() {
   std::string r;
   for (int i = 0; i < static_cast<int>(PixelFormat::Count); ++i) {
@@ -98,7 +107,7 @@ void validate_spec(const FrameSpec& s, const char* what) {
     throw Error(ErrorKind::Input, log::format("%s: unsupported pixel format", what));
 }
 
-static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
 
 FrameLayout FrameLayout::of(const FrameSpec& s) {
   FrameLayout L;

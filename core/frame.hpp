@@ -21,9 +21,12 @@ enum class PixelFormat : int { GRAY8 = 0, YUV420P, YUV444P, BGR24, RGB24, GRAY16
 
 constexpr int kMaxPlanes = 3;
 constexpr size_t kPitchAlign = 256;
+// v rounded up to a multiple of a.
+constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 const char* pix_fmt_name(PixelFormat f);            // ffmpeg spelling: "gray", "yuv420p", ...
 bool parse_pix_fmt(const std::string& s, PixelFormat* out);  // accepts ffmpeg names + aliases
+const std::vector<PixelFormat>& all_pixel_formats();  // every format, in enum order
 std::string pix_fmt_list();                          // "gray, yuv420p, ..., yuv444p16le"
 int plane_count(PixelFormat f);
 bool is_planar_yuv(PixelFormat f);   // gray, yuv420p, yuv444p (8-bit)

@@ -19,4 +19,11 @@ const StageInfo* Registry::find(const std::string& n) const {
   return nullptr;
 }
 
+std::unique_ptr<Stage> Registry::create(const StageInfo& info, const Options& opts) const {
+  std::unique_ptr<Stage> st = info.create(opts);
+  st->set_info(&info);
+  st->set_options(opts);
+  return st;
+}
+
 }  // namespace vfp

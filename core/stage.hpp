@@ -1,6 +1,6 @@
-// The stage interface. A stage is one parameter set (Options, validated against its
-// OptionSpecs), one CPU reference implementation and, optionally, one CUDA implementation.
-// The engine knows stages only through this interface and the registry.
+// The stage interface. A stage is one settings struct with its option declaration
+// (core/options.hpp), one CPU reference implementation (cpu/) and, optionally, one CUDA
+// implementation (cuda/). The engine knows stages only through this interface and the registry.
 #pragma once
 #include <functional>
 #include <map>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/frame.hpp"
+#include "core/options.hpp"
 
 struct CUstream_st;
 
@@ -17,38 +18,6 @@ namespace vfp {
 enum class Backend { CPU, CUDA };
 const char* backend_name(Backend b);
 
-struct OptionSpec {
-  enum class Type { Int, Float, String, Choice, Bool };
-  std::string name;
-  Type type = Type::String;
-  std::string default_value;  // textual; "" means "unset" for String options
-  std::string help;
-  double min = 0, max = 0;             // inclusive range for Int/Float
-  std::vector<std::string> choices;    // Choice values
-  std::vector<std::string> aliases;    // other accepted keys (ffmpeg spellings)
-  // Options this one replaces: when a live change (--sendcmd) gives this option, these go
-  // back to their defaults (conv's file= and kernel= say the same thing two ways).
-  std::vector<std::string> excludes = {};
-};
-
-// Validated option values of one stage instance, by canonical option name.
-class Options {
- public:
-  void set(const std::string& name, const std::string& value, bool explicit_value);
-  bool has(const std::string& name) const { return values_.count(name) != 0; }
-  bool is_explicit(const std::string& name) const;  // given by the user, not a default
-  const std::string& str(const std::string& name) const;
-  long long integer(const std::string& name) const;
-  double number(const std::string& name) const;
-  bool flag(const std::string& name) const;
-  const std::map<std::string, std::string>& all() const { return values_; }
-  std::string to_string() const;  // "key=value:key=value" of explicit values
-
- private:
-  std::map<std::string, std::string> values_;
-  std::map<std::string, bool> explicit_;
-};
-
 // What a stage's process call gets besides the images.
 struct StageContext {
   Backend backend = Backend::CPU;
@@ -56,6 +25,8 @@ struct StageContext {
   int slot = 0;                   // in-flight slot index, for per-slot resources
   int64_t frame_index = 0;
 };
+
+struct StageInfo;
 
 class Stage {
  public:
@@ -71,7 +42,8 @@ class Stage {
   }
   // True when the output equals the input: the engine then forwards the buffer untouched.
   virtual bool passthrough() const { return false; }
-  virtual bool has_cuda() const { return false; }
+  // Whether the declaration (StageInfo::cuda) has a CUDA implementation.
+  bool has_cuda() const;
 
   // in and out never alias. Images are in host memory (CPU) or device memory (CUDA).
   virtual void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) = 0;
@@ -94,14 +66,33 @@ class Stage {
   virtual std::string report() const { return ""; }
 
   // Name shown in reports and summaries, e.g. "format(yuv420p)".
-  virtual std::string label() const { return name_; }
-  const std::string& name() const { return name_; }
-  void set_name(const std::string& n) { name_ = n; }
+  virtual std::string label() const { return name(); }
+  const std::string& name() const;
+  // The declaration this stage was created from (set by the registry's create()).
+  const StageInfo* info() const { return info_; }
+  void set_info(const StageInfo* info) { info_ = info; }
 
  private:
-  std::string name_;
+  const StageInfo* info_ = nullptr;
   Options options_;
   bool bypass_ = false;
+};
+
+// The display's +/- keys on a stage: how its main parameter steps. Declared with the stage,
+// so the display works for any stage that declares one and names none.
+struct LiveParam {
+  enum class Step { Add, Scale, Cycle };
+  std::string option;  // the option the keys change; "" = the stage has no live parameter
+  Step step = Step::Add;
+  double amount = 1;        // Add: +-amount per press; Scale: times or divided by amount
+  double min = 0, max = 0;  // Add and Scale stay in this range
+  std::vector<std::string> values;  // Cycle: the values in order (a preset table's names)
+  // Set with every change (wavelet: method=fixed). While they do not hold yet, the first press
+  // sets the option to `start` (wavelet: a fixed threshold of 8 levels).
+  std::vector<std::pair<std::string, std::string>> sets;
+  double start = 0;
+  // Back to their declared defaults with every change (a preset's own size, sigma, ...).
+  std::vector<std::string> resets;
 };
 
 struct StageInfo {
@@ -114,6 +105,7 @@ struct StageInfo {
   // conversion before the stage when its input is not in this list.
   std::vector<PixelFormat> formats;
   bool cuda = false;
+  LiveParam live;
   std::vector<std::string> examples;
   std::function<std::unique_ptr<Stage>(const Options&)> create;
 };

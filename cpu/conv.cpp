@@ -127,69 +127,88 @@ void conv_detect_separable(ConvKernel& k) {
   k.col = std::move(col);
 }
 
+namespace {
+// Sizes: w, h = 0 take the preset's default size.
+void default_size(ConvPresetArgs& a, int n) {
+  if (a.w == 0) a.w = a.h = n;
+  conv_check_size(a.w, a.h, "size");
+}
+void fixed3(const ConvPresetArgs& a, const char* name) {
+  if ((a.w != 0 && a.w != 3) || (a.h != 0 && a.h != 3))
+    throw OptionError("size", std::string("conv: preset '") + name + "' is 3x3 only");
+}
+ConvKernel derivative(const ConvPresetArgs& a, std::vector<float> smooth, const char* name) {
+  fixed3(a, name);
+  std::vector<float> deriv{-1, 0, 1};
+  ConvKernel k = a.dir == "y" ? from_factors(deriv, smooth, "") : from_factors(smooth, deriv, "");
+  k.name = std::string(name) + " " + a.dir;
+  return k;
+}
+}  // namespace
+
+const std::vector<ConvPreset>& conv_presets() {
+  static const std::vector<ConvPreset> table = {
+      {"identity", "", [](ConvPresetArgs a) {
+         default_size(a, 3);
+         std::vector<float> t(static_cast<size_t>(a.w) * a.h, 0.f);
+         t[static_cast<size_t>(a.h / 2) * a.w + a.w / 2] = 1.f;
+         return from_taps(a.w, a.h, t, log::format("identity %dx%d", a.w, a.h));
+       }},
+      {"box", "", [](ConvPresetArgs a) {
+         default_size(a, 3);
+         return from_factors(std::vector<float>(static_cast<size_t>(a.h), 1.f),
+                             std::vector<float>(static_cast<size_t>(a.w), 1.f), log::format("box %dx%d", a.w, a.h));
+       }},
+      {"gauss", "gaussian", [](ConvPresetArgs a) {
+         default_size(a, 5);
+         return from_factors(gauss1d(a.h, a.sigma), gauss1d(a.w, a.sigma),
+                             log::format("gauss %dx%d sigma %s", a.w, a.h,
+                                         a.sigma > 0 ? log::format("%g", a.sigma).c_str() : "auto"));
+       }},
+      {"sharpen", "", [](ConvPresetArgs a) {
+         fixed3(a, "sharpen");
+         const float m = static_cast<float>(a.amount);
+         return from_taps(3, 3, {0, -m, 0, -m, 1 + 4 * m, -m, 0, -m, 0}, log::format("sharpen %g", a.amount));
+       }},
+      {"unsharp", "", [](ConvPresetArgs a) {
+         default_size(a, 5);
+         const float m = static_cast<float>(a.amount);
+         ConvKernel g = from_factors(gauss1d(a.h, a.sigma), gauss1d(a.w, a.sigma), "");
+         std::vector<float> t(g.taps.size());
+         for (size_t i = 0; i < t.size(); ++i) t[i] = -m * g.taps[i];
+         t[static_cast<size_t>(a.h / 2) * a.w + a.w / 2] += 1 + m;
+         return from_taps(a.w, a.h, t, log::format("unsharp %dx%d amount %g", a.w, a.h, a.amount));
+       }},
+      {"sobel", "", [](ConvPresetArgs a) { return derivative(a, {1, 2, 1}, "sobel"); }},
+      {"scharr", "", [](ConvPresetArgs a) { return derivative(a, {3, 10, 3}, "scharr"); }},
+      {"laplacian", "", [](ConvPresetArgs a) {
+         fixed3(a, "laplacian");
+         return from_taps(3, 3, {0, 1, 0, 1, -4, 1, 0, 1, 0}, "laplacian");
+       }},
+      {"emboss", "", [](ConvPresetArgs a) {
+         fixed3(a, "emboss");
+         return from_taps(3, 3, {-2, -1, 0, -1, 1, 1, 0, 1, 2}, "emboss");
+       }},
+      {"edge", "", [](ConvPresetArgs a) {
+         fixed3(a, "edge");
+         return from_taps(3, 3, {-1, -1, -1, -1, 8, -1, -1, -1, -1}, "edge");
+       }},
+  };
+  return table;
+}
+
+std::string conv_preset_names(const char* sep) {
+  std::string r;
+  for (const ConvPreset& p : conv_presets()) r += (r.empty() ? "" : sep) + std::string(p.name);
+  return r;
+}
+
 ConvKernel conv_preset(const std::string& name, int w, int h, double sigma, double amount,
                        const std::string& dir) {
-  auto fixed3 = [&](const char* n) {
-    if ((w != 0 && w != 3) || (h != 0 && h != 3))
-      throw OptionError("size", std::string("conv: preset '") + n + "' is 3x3 only");
-  };
-  const float a = static_cast<float>(amount);
-  if (name == "identity") {
-    if (w == 0) w = h = 3;
-    conv_check_size(w, h, "size");
-    std::vector<float> t(static_cast<size_t>(w) * h, 0.f);
-    t[static_cast<size_t>(h / 2) * w + w / 2] = 1.f;
-    return from_taps(w, h, t, log::format("identity %dx%d", w, h));
-  }
-  if (name == "box") {
-    if (w == 0) w = h = 3;
-    conv_check_size(w, h, "size");
-    return from_factors(std::vector<float>(static_cast<size_t>(h), 1.f),
-                        std::vector<float>(static_cast<size_t>(w), 1.f), log::format("box %dx%d", w, h));
-  }
-  if (name == "gauss" || name == "gaussian") {
-    if (w == 0) w = h = 5;
-    conv_check_size(w, h, "size");
-    return from_factors(gauss1d(h, sigma), gauss1d(w, sigma),
-                        log::format("gauss %dx%d sigma %s", w, h, sigma > 0 ? log::format("%g", sigma).c_str() : "auto"));
-  }
-  if (name == "sharpen") {
-    fixed3("sharpen");
-    return from_taps(3, 3, {0, -a, 0, -a, 1 + 4 * a, -a, 0, -a, 0}, log::format("sharpen %g", amount));
-  }
-  if (name == "unsharp") {
-    if (w == 0) w = h = 5;
-    conv_check_size(w, h, "size");
-    ConvKernel g = from_factors(gauss1d(h, sigma), gauss1d(w, sigma), "");
-    std::vector<float> t(g.taps.size());
-    for (size_t i = 0; i < t.size(); ++i) t[i] = -a * g.taps[i];
-    t[static_cast<size_t>(h / 2) * w + w / 2] += 1 + a;
-    return from_taps(w, h, t, log::format("unsharp %dx%d amount %g", w, h, amount));
-  }
-  if (name == "sobel" || name == "scharr") {
-    fixed3(name.c_str());
-    std::vector<float> smooth = name == "sobel" ? std::vector<float>{1, 2, 1} : std::vector<float>{3, 10, 3};
-    std::vector<float> deriv{-1, 0, 1};
-    ConvKernel k = dir == "y" ? from_factors(deriv, smooth, "") : from_factors(smooth, deriv, "");
-    k.name = name + " " + dir;
-    return k;
-  }
-  if (name == "laplacian") {
-    fixed3("laplacian");
-    return from_taps(3, 3, {0, 1, 0, 1, -4, 1, 0, 1, 0}, "laplacian");
-  }
-  if (name == "emboss") {
-    fixed3("emboss");
-    return from_taps(3, 3, {-2, -1, 0, -1, 1, 1, 0, 1, 2}, "emboss");
-  }
-  if (name == "edge") {
-    fixed3("edge");
-    return from_taps(3, 3, {-1, -1, -1, -1, 8, -1, -1, -1, -1}, "edge");
-  }
-  throw OptionError("kernel", "conv: unknown kernel preset '" + name +
-                                  "' (presets: identity, box, gauss, sharpen, unsharp, sobel, "
-                                  "scharr, laplacian, emboss, edge; or inline taps such as "
-                                  "'1 2 1 2 4 2 1 2 1', or file=PATH)");
+  for (const ConvPreset& p : conv_presets())
+    if (name == p.name || name == p.alias) return p.make({w, h, sigma, amount, dir});
+  throw OptionError("kernel", "conv: unknown kernel preset '" + name + "' (presets: " + conv_preset_names(", ") +
+                                  "; or inline taps such as '1 2 1 2 4 2 1 2 1', or file=PATH)");
 }
 
 ConvKernel conv_parse_taps(const std::string& text, int w, int h) {

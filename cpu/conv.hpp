@@ -43,7 +43,23 @@ struct ConvParams {
   float rounding_bias() const { return bias + 0.5f; }
 };
 
-// Kernel builders. Each throws vfp::OptionError naming the option at fault.
+// The preset table: one row per named kernel. `make` builds it for the arguments; sizes
+// w, h = 0 take the preset's default. Builders throw vfp::OptionError naming the option at fault.
+struct ConvPresetArgs {
+  int w = 0, h = 0;
+  double sigma = 0;   // gauss/unsharp; 0 = from the size
+  double amount = 1;  // sharpen/unsharp strength
+  std::string dir = "x";  // sobel/scharr direction
+};
+struct ConvPreset {
+  const char* name;
+  const char* alias;  // "" for none
+  ConvKernel (*make)(ConvPresetArgs args);
+};
+const std::vector<ConvPreset>& conv_presets();
+std::string conv_preset_names(const char* sep);  // the names in table order
+
+// Kernel builders.
 ConvKernel conv_preset(const std::string& name, int w, int h, double sigma, double amount,
                        const std::string& dir);
 ConvKernel conv_parse_taps(const std::string& text, int w, int h);  // w,h = 0: square from count
@@ -59,11 +75,5 @@ void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, in
 // `scratch`: the intermediate rows' buffer, reused across calls when given.
 void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
                               int h, const ConvParams& p, std::vector<float>* scratch = nullptr);
-
-class Options;
-struct OptionSpec;
-const std::vector<OptionSpec>& conv_options();
-// Parameters from validated options; *use_separable tells whether to run two passes.
-ConvParams conv_params_from_options(const Options& o, bool* use_separable);
 
 }  // namespace vfp

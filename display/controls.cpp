@@ -5,19 +5,15 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "stages/builtin.hpp"
 
 namespace vfp {
-
-namespace {
-const char* kConvPresets[] = {"identity", "box", "gauss", "sharpen", "unsharp", "laplacian", "edge", "emboss", "sobel", "scharr"};
-}
 
 LiveControls::LiveControls(const Chain& chain) {
   for (size_t i = 0; i < chain.size(); ++i) {
     const Stage& st = *chain.step(i).stage;
-    if (st.name() == "format" || st.name() == "null") continue;  // nothing to adjust
-    entries_.push_back({i, st.name(), st.options(), false, chain.step(i).in == chain.step(i).out, false, false});
+    const StageInfo* info = st.info();
+    if (!info || info->live.option.empty()) continue;  // nothing to adjust
+    entries_.push_back({i, info, st.options(), false, chain.step(i).in == chain.step(i).out, false, false});
   }
 }
 
@@ -26,16 +22,25 @@ void LiveControls::select_next() {
   if (!entries_.empty()) selected_ = (selected_ + 1) % entries_.size();
 }
 
+namespace {
+// Whether the options the live parameter sets with each change (LiveParam::sets) hold.
+bool engaged(const LiveParam& lp, const Options& o) {
+  for (const auto& [k, v] : lp.sets)
+    if (o.str(k) != v) return false;
+  return true;
+}
+}  // namespace
+
 std::string LiveControls::describe(size_t i) const {
   std::lock_guard<std::mutex> lk(mu_);
   if (i >= entries_.size()) return "";
   const Entry& e = entries_[i];
-  const Options& o = e.options;
-  std::string d = e.name;
-  if (e.name == "median") d = "median radius=" + o.str("radius");
-  if (e.name == "conv") d = "conv kernel=" + o.str("kernel");
-  if (e.name == "wavelet")
-    d = o.str("method") == "fixed" ? "wavelet threshold=" + o.str("threshold") : "wavelet " + o.str("method");
+  const LiveParam& lp = e.info->live;
+  std::string d = e.info->name;
+  if (engaged(lp, e.options))
+    d += " " + lp.option + "=" + e.options.str(lp.option);
+  else  // the parameter is not in use yet: show what is (wavelet: its threshold rule)
+    for (const auto& kv : lp.sets) d += " " + e.options.str(kv.first);
   return e.off ? d + " (off)" : d;
 }
 
@@ -45,30 +50,36 @@ std::string LiveControls::adjust(int dir) {
     if (entries_.empty()) return "no stage to adjust";
     Entry& e = entries_[selected_];
     Options& o = e.options;
-    if (e.name == "median") {
-      const long long r = std::clamp<long long>(o.integer("radius") + dir, 1, 127);
-      o.set("radius", std::to_string(r), true);
-    } else if (e.name == "conv") {
-      const int n = static_cast<int>(std::size(kConvPresets));
-      int k = 0;
-      for (int i = 0; i < n; ++i)
-        if (o.str("kernel") == kConvPresets[i]) k = i;
-      k = ((k + dir) % n + n) % n;
-      o.set("kernel", kConvPresets[k], true);
-      // The preset's own size, sigma, amount, rdiv, bias: back to the option defaults.
-      if (const StageInfo* info = registry().find("conv"))
-        for (const auto& spec : info->options)
-          if (spec.name != "kernel" && spec.name != "border" && spec.name != "planes" && spec.name != "value")
-            o.set(spec.name, spec.default_value, false);
-    } else if (e.name == "wavelet") {
-      // The threshold becomes fixed at the first press (8 levels), then scales by 1.25.
-      double t = o.str("method") == "fixed" ? o.number("threshold") : 8.0 / std::pow(1.25, dir);
-      t = std::clamp(t * std::pow(1.25, dir), 0.25, 1000.0);
-      o.set("method", "fixed", true);
-      o.set("threshold", log::format("%.3g", t), true);
-    } else {
-      return e.name + " has no live parameter";
+    const LiveParam& lp = e.info->live;
+    const std::string& cur = o.str(lp.option);
+    std::string next;
+    switch (lp.step) {
+      case LiveParam::Step::Add: {
+        const double v = std::clamp(std::strtod(cur.c_str(), nullptr) + dir * lp.amount, lp.min, lp.max);
+        next = log::format("%.10g", v);
+        break;
+      }
+      case LiveParam::Step::Scale: {
+        // Until the parameter is engaged, the first press lands on `start` from either side.
+        double v = engaged(lp, o) ? std::strtod(cur.c_str(), nullptr) : lp.start / std::pow(lp.amount, dir);
+        v = std::clamp(v * std::pow(lp.amount, dir), lp.min, lp.max);
+        next = log::format("%.3g", v);
+        break;
+      }
+      case LiveParam::Step::Cycle: {
+        const int n = static_cast<int>(lp.values.size());
+        int k = 0;
+        for (int j = 0; j < n; ++j)
+          if (cur == lp.values[static_cast<size_t>(j)]) k = j;
+        next = lp.values[static_cast<size_t>(((k + dir) % n + n) % n)];
+        break;
+      }
     }
+    for (const std::string& r : lp.resets)
+      for (const OptionSpec& spec : e.info->options)
+        if (spec.name == r) o.set(spec.name, spec.default_value, false);
+    for (const auto& [k, v] : lp.sets) o.set(k, v, true);
+    o.set(lp.option, next, true);
     e.dirty = true;
   }
   return describe(selected_);
@@ -79,7 +90,7 @@ std::string LiveControls::toggle() {
     std::lock_guard<std::mutex> lk(mu_);
     if (entries_.empty()) return "no stage to switch off";
     Entry& e = entries_[selected_];
-    if (!e.can_bypass) return e.name + " changes the format: it cannot be switched off";
+    if (!e.can_bypass) return e.info->name + " changes the format: it cannot be switched off";
     e.off = !e.off;
     e.off_dirty = true;
   }
@@ -99,7 +110,7 @@ void LiveControls::apply(Chain& chain) {
     try {
       st.update(e.options);
     } catch (const std::exception& ex) {
-      log::warn("%s: live change refused: %s", e.name.c_str(), ex.what());
+      log::warn("%s: live change refused: %s", e.info->name.c_str(), ex.what());
       e.options = st.options();  // back to what the stage runs
     }
   }

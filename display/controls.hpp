@@ -1,4 +1,5 @@
-// Live parameter changes from the display's keys: the display thread edits a copy of each
+// Live parameter changes from the display's keys, for every stage that declares a live
+// parameter (StageInfo::live): the display thread edits a copy of each
 // stage's options; the worker thread applies the pending ones before its next frame
 // (Stage::update), so frames in flight keep their parameters.
 #pragma once
@@ -19,8 +20,8 @@ class LiveControls {
   size_t count() const { return entries_.size(); }
   size_t selected() const { return selected_; }
   void select_next();
-  // Steps the main parameter of the selected stage: median radius, conv kernel preset,
-  // wavelet threshold. Returns what changed ("median radius=3"), or why nothing did.
+  // Steps the live parameter the selected stage declares (StageInfo::live: median radius,
+  // conv kernel preset, wavelet threshold). Returns what changed ("median radius=3").
   std::string adjust(int direction);
   std::string describe(size_t i) const;  // "median radius=2"
   // Switches the selected stage off or on again (only stages that keep the frame's format).
@@ -32,7 +33,7 @@ class LiveControls {
  private:
   struct Entry {
     size_t step;        // index in the chain
-    std::string name;   // registry name
+    const StageInfo* info;  // the stage's declaration (its live parameter)
     Options options;    // the display thread's copy
     bool dirty = false;
     bool can_bypass = false, off = false, off_dirty = false;

@@ -12,22 +12,38 @@
 
 namespace vfp {
 
-const std::vector<OptionSpec>& synthetic_options() {
-  using T = OptionSpec::Type;
-  static const std::vector<OptionSpec> opts = {
-      {"size", T::String, "640x360", "frame size WxH (or hd720, hd1080, 4k)", 0, 0, {}, {"s"}},
-      {"rate", T::String, "25", "frame rate (25, 29.97, 30000/1001)", 0, 0, {}, {"r", "fps"}},
-      {"frames", T::Int, "250", "number of frames, 0 = endless", 0, 1e12, {}, {"n"}},
-      {"format", T::String, "yuv420p", "pixel format", 0, 0, {}, {"pix_fmt"}},
-      {"noise", T::Choice, "none", "added noise", 0, 0, {"none", "gauss", "saltpepper"}, {}},
-      {"sigma", T::Float, "15", "Gaussian noise standard deviation (levels)", 0, 255, {}, {}},
-      {"density", T::Float, "0.05", "salt-and-pepper fraction of samples", 0, 1, {}, {}},
-      {"seed", T::Int, "1", "noise seed", 0, 4294967295.0, {}, {}},
-      {"cache", T::Int, "0", "pre-render N frames and cycle them (no per-frame copy)", 0, 4096, {}, {}},
-      {"realtime", T::Bool, "0", "deliver frames at the frame rate", 0, 0, {}, {}},
-  };
-  return opts;
+namespace {
+// The options as declared; parse_synthetic() resolves size, rate and format.
+struct SyntheticSettings {
+  std::string size, rate, format, noise;
+  int64_t frames = 250;
+  double sigma = 15, density = 0.05;
+  uint64_t seed = 1;
+  int cache = 0;
+  bool realtime = false;
+};
+
+const OptionTable<SyntheticSettings>& synthetic_table() {
+  using S = SyntheticSettings;
+  static const OptionTable<S> table = [] {
+    OptionTable<S> t;
+    t.text("size", &S::size, "640x360", "frame size WxH (or hd720, hd1080, 4k)").aliases({"s"});
+    t.text("rate", &S::rate, "25", "frame rate (25, 29.97, 30000/1001)").aliases({"r", "fps"});
+    t.integer("frames", &S::frames, 250, 0, 1e12, "number of frames, 0 = endless").aliases({"n"});
+    t.text("format", &S::format, "yuv420p", "pixel format").aliases({"pix_fmt"});
+    t.choice("noise", &S::noise, "none", {"none", "gauss", "saltpepper"}, "added noise");
+    t.number("sigma", &S::sigma, 15, 0, 255, "Gaussian noise standard deviation (levels)");
+    t.number("density", &S::density, 0.05, 0, 1, "salt-and-pepper fraction of samples");
+    t.integer("seed", &S::seed, 1, 0, 4294967295.0, "noise seed");
+    t.integer("cache", &S::cache, 0, 0, 4096, "pre-render N frames and cycle them (no per-frame copy)");
+    t.flag("realtime", &S::realtime, false, "deliver frames at the frame rate");
+    return t;
+  }();
+  return table;
 }
+}  // namespace
+
+const std::vector<OptionSpec>& synthetic_options() { return synthetic_table().specs(); }
 
 namespace {
 bool parse_size(const std::string& s, int* w, int* h) {
@@ -97,31 +113,31 @@ SyntheticParams parse_synthetic(const std::string& text) {
     throw ParseError("a synthetic source takes one 'synthetic=key=value:...' spec", text,
                      specs.size() > 1 ? specs[1].name_pos : 0);
   const FilterSpec& f = specs[0];
-  Options o = bind_options(synthetic_options(), f, text, "the synthetic source");
+  const SyntheticSettings o = synthetic_table().bind(bind_options(synthetic_options(), f, text, "the synthetic source"));
   SyntheticParams p;
   auto at = [&](const std::string& key) -> std::pair<size_t, size_t> {
     for (const auto& a : f.args)
       if (a.key == key || (a.key.empty())) return {a.value_pos, a.value_len};
     return {f.name_pos, f.name.size()};
   };
-  if (!parse_size(o.str("size"), &p.spec.width, &p.spec.height))
-    throw ParseError("synthetic: bad size '" + o.str("size") + "' (expected WxH, e.g. 1280x720)",
+  if (!parse_size(o.size, &p.spec.width, &p.spec.height))
+    throw ParseError("synthetic: bad size '" + o.size + "' (expected WxH, e.g. 1280x720)",
                      text, at("size").first, at("size").second);
-  if (!parse_rate(o.str("rate"), &p.spec.fps))
-    throw ParseError("synthetic: bad rate '" + o.str("rate") + "'", text, at("rate").first,
+  if (!parse_rate(o.rate, &p.spec.fps))
+    throw ParseError("synthetic: bad rate '" + o.rate + "'", text, at("rate").first,
                      at("rate").second);
-  if (!parse_pix_fmt(o.str("format"), &p.spec.format) || is_16bit(p.spec.format))
-    throw ParseError("synthetic: unsupported format '" + o.str("format") +
+  if (!parse_pix_fmt(o.format, &p.spec.format) || is_16bit(p.spec.format))
+    throw ParseError("synthetic: unsupported format '" + o.format +
                          "' (supported: gray, yuv420p, yuv444p, bgr24, rgb24; for 16 bits add a filter, "
                          "e.g. -f format=gray16le)",
                      text, at("format").first, at("format").second);
-  p.frames = o.integer("frames");
-  p.noise = o.str("noise");
-  p.sigma = o.number("sigma");
-  p.density = o.number("density");
-  p.seed = static_cast<uint64_t>(o.integer("seed"));
-  p.cache = static_cast<int>(o.integer("cache"));
-  p.realtime = o.flag("realtime");
+  p.frames = o.frames;
+  p.noise = o.noise;
+  p.sigma = o.sigma;
+  p.density = o.density;
+  p.seed = o.seed;
+  p.cache = o.cache;
+  p.realtime = o.realtime;
   validate_spec(p.spec, "synthetic source");
   return p;
 }

@@ -93,7 +93,7 @@ Chain::Step& find_target(const Command& c, Chain& chain) {
 // The stage's options with the command's merged in. An option given by the command resets
 // the options its declaration excludes (conv: file= replaces kernel=, and back).
 Options merged(const Command& c, const Stage& st, const Options& current) {
-  const StageInfo* info = registry().find(st.name());
+  const StageInfo* info = st.info();
   const std::string text = st.name() + "=" + c.args;
   std::vector<FilterSpec> f;
   Options given;
@@ -111,7 +111,10 @@ Options merged(const Command& c, const Stage& st, const Options& current) {
   Options o = current;
   for (const auto& [k, v] : given.all()) {
     if (!given.is_explicit(k)) continue;
-    for (const std::string& x : spec_of(k)->excludes) o.set(x, spec_of(x)->default_value, false);
+    if (!spec_of(k)->live)
+      throw Error(ErrorKind::Usage, c.where + ": option '" + k + "' of filter '" + st.name() +
+                                        "' cannot change while running ('vfpipe filters " + st.name() + "')");
+    for (const std::string& x : spec_of(k)->excluded) o.set(x, spec_of(x)->default_value, false);
   }
   for (const auto& [k, v] : given.all())
     if (given.is_explicit(k)) o.set(k, v, true);
@@ -128,7 +131,7 @@ void validate_commands(const std::vector<Command>& cmds, Chain& chain) {
     auto it = state.emplace(&st, st.options()).first;
     Options o = merged(c, st, it->second);
     try {
-      std::unique_ptr<Stage> probe = registry().find(st.name())->create(o);
+      std::unique_ptr<Stage> probe = registry().create(*st.info(), o);
       probe->configure(step.in);
     } catch (const Error& e) {
       throw Error(ErrorKind::Usage, c.where + ": " + e.what());

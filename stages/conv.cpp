@@ -1,5 +1,7 @@
 // `conv` stage: options, registration, CPU/CUDA dispatch. Reference and kernel builders:
 // cpu/conv.cpp; CUDA kernels: cuda/conv.cu.
+#include "stages/conv.hpp"
+
 #include "cpu/conv.hpp"
 
 #include <cctype>
@@ -24,7 +26,6 @@ class ConvStage final : public Stage {
   ConvStage(ConvParams p, bool use_separable) : p_(std::move(p)), separable_(use_separable) {}
 
   FrameSpec configure(const FrameSpec& in) override { return check_planar_input("conv", in, p_.planes); }
-  bool has_cuda() const override { return true; }
 #if VFPIPE_HAVE_CUDA
   void prepare(Backend b, int slots) override {
     gpu_.reset();  // release this stage's banks before reserving again (re-prepared chain)
@@ -77,82 +78,100 @@ class ConvStage final : public Stage {
 
 }  // namespace
 
+// The options as declared; conv_params_from_options() turns them into the kernel's parameters.
+struct ConvSettings {
+  std::string kernel, size;
+  double sigma = 0, amount = 1;
+  std::string dir, file;
+  double rdiv = 0, bias = 0;
+  int planes = 15;
+  Border border = Border::Reflect101;
+  int value = 0;
+  std::string separable;
+};
+
+const OptionTable<ConvSettings>& conv_table() {
+  using S = ConvSettings;
+  static const OptionTable<S> table = [] {
+    OptionTable<S> t(Live::Yes);
+    t.text("kernel", &S::kernel, "identity",
+           "preset (" + conv_preset_names(" ") + ") or inline taps '1 2 1 2 4 2 1 2 1'")
+        .aliases({"k", "preset"})
+        .excludes({"file"});
+    t.text("size", &S::size, "", "kernel size N or WxH (odd, up to 31); presets default 3 (gauss/unsharp 5)")
+        .aliases({"s"});
+    t.number("sigma", &S::sigma, 0, 0, 100, "gauss/unsharp standard deviation; 0 = from the size");
+    t.number("amount", &S::amount, 1, -100, 100, "sharpen/unsharp strength");
+    t.choice("dir", &S::dir, "x", {"x", "y"}, "sobel/scharr direction");
+    t.text("file", &S::file, "", "text file with one kernel row per line").excludes({"kernel"});
+    t.number("rdiv", &S::rdiv, 0, -1e9, 1e9, "multiply the sum by this; 0 = 1/sum of taps (1 for zero-sum presets)");
+    t.number("bias", &S::bias, 0, -1e9, 1e9, "add after rdiv (128 shows signed edges)");
+    t.integer("planes", &S::planes, 15, 0, 15, "bit mask of planes to filter (others are copied)");
+    t.choice("border", &S::border, Border::Reflect101,
+             {Border::Reflect101, Border::Replicate, Border::Reflect, Border::Constant, Border::Wrap}, border_name,
+             "samples outside the frame");
+    t.integer("value", &S::value, 0, 0, 255, "sample value outside the frame for border=constant");
+    t.choice("separable", &S::separable, "auto", {"auto", "on", "off"},
+             "two 1-D passes: auto (rank-1 kernels of 7x7 and up), on, off");
+    return t;
+  }();
+  return table;
+}
+
+const std::vector<OptionSpec>& conv_options() { return conv_table().specs(); }
+
 // Builds parameters from validated options (shared by the factory and live changes).
 ConvParams conv_params_from_options(const Options& o, bool* use_separable) {
+  const ConvSettings s = conv_table().bind(o);
   ConvParams p;
   int w = 0, h = 0;
-  const std::string size = o.str("size");
-  if (!size.empty()) {
+  if (!s.size.empty()) {
     char extra = 0;
-    if (std::sscanf(size.c_str(), "%dx%d%c", &w, &h, &extra) != 2) {
-      if (std::sscanf(size.c_str(), "%d%c", &w, &extra) != 1)
-        throw OptionError("size", "conv: size must be N or WxH, got '" + size + "'");
+    if (std::sscanf(s.size.c_str(), "%dx%d%c", &w, &h, &extra) != 2) {
+      if (std::sscanf(s.size.c_str(), "%d%c", &w, &extra) != 1)
+        throw OptionError("size", "conv: size must be N or WxH, got '" + s.size + "'");
       h = w;
     }
     conv_check_size(w, h, "size");
   }
-  const std::string kern = o.str("kernel"), file = o.str("file");
+  const std::string& kern = s.kernel;
   bool user_taps = false;
-  if (!file.empty()) {
+  if (!s.file.empty()) {
     if (o.is_explicit("kernel"))
       throw OptionError("file", "conv: give either kernel= or file=, not both");
-    p.kernel = conv_load_file(file);
+    p.kernel = conv_load_file(s.file);
     user_taps = true;
   } else if (!kern.empty() && (std::isdigit(static_cast<unsigned char>(kern[0])) || kern[0] == '-' ||
                                kern[0] == '+' || kern[0] == '.')) {
     p.kernel = conv_parse_taps(kern, w, h);
     user_taps = true;
   } else {
-    p.kernel = conv_preset(kern, w, h, o.number("sigma"), o.number("amount"), o.str("dir"));
+    p.kernel = conv_preset(kern, w, h, s.sigma, s.amount, s.dir);
   }
   const double sum = p.kernel.sum();
-  const double rdiv = o.number("rdiv");
-  if (rdiv != 0) {
-    p.rdiv = static_cast<float>(rdiv);
+  if (s.rdiv != 0) {
+    p.rdiv = static_cast<float>(s.rdiv);
   } else if (std::fabs(sum) > 1e-6) {
     p.rdiv = static_cast<float>(1.0 / sum);
   } else if (user_taps) {
-    throw OptionError(file.empty() ? "kernel" : "file",
+    throw OptionError(s.file.empty() ? "kernel" : "file",
                       "conv: the kernel's taps sum to 0, so the default rdiv (1/sum) is undefined; "
                       "set rdiv (e.g. rdiv=1) and perhaps bias=128");
   } else {
     p.rdiv = 1.f;  // zero-sum presets (sobel, laplacian, edge): plain sum
   }
-  p.bias = static_cast<float>(o.number("bias"));
-  p.planes = static_cast<int>(o.integer("planes"));
-  parse_border(o.str("border"), &p.border);
-  p.value = static_cast<int>(o.integer("value"));
-  const std::string sep = o.str("separable");
-  if (sep == "on" && !p.kernel.separable)
+  p.bias = static_cast<float>(s.bias);
+  p.planes = s.planes;
+  p.border = s.border;
+  p.value = s.value;
+  if (s.separable == "on" && !p.kernel.separable)
     throw OptionError("separable", "conv: separable=on, but the " + p.kernel.name + " kernel is not rank 1");
   // Two passes pay off once the 2-D taps outnumber the two 1-D passes by enough
   // (docs/perf.md#convolution has the crossover); small kernels stay 2-D (bit-exact).
-  *use_separable = p.kernel.separable && sep != "off" && (sep == "on" || p.kernel.w * p.kernel.h >= 49);
+  *use_separable = p.kernel.separable && s.separable != "off" &&
+                   (s.separable == "on" || p.kernel.w * p.kernel.h >= 49);
   if (p.planes == 0) throw OptionError("planes", "conv: planes=0 filters nothing");
   return p;
-}
-
-const std::vector<OptionSpec>& conv_options() {
-  using T = OptionSpec::Type;
-  static const std::vector<OptionSpec> opts = {
-      {"kernel", T::String, "identity",
-       "preset (identity box gauss sharpen unsharp sobel scharr laplacian emboss edge) or inline taps '1 2 1 2 4 2 1 2 1'",
-       0, 0, {}, {"k", "preset"}, {"file"}},
-      {"size", T::String, "", "kernel size N or WxH (odd, up to 31); presets default 3 (gauss/unsharp 5)", 0, 0, {}, {"s"}},
-      {"sigma", T::Float, "0", "gauss/unsharp standard deviation; 0 = from the size", 0, 100, {}, {}},
-      {"amount", T::Float, "1", "sharpen/unsharp strength", -100, 100, {}, {}},
-      {"dir", T::Choice, "x", "sobel/scharr direction", 0, 0, {"x", "y"}, {}},
-      {"file", T::String, "", "text file with one kernel row per line", 0, 0, {}, {}, {"kernel"}},
-      {"rdiv", T::Float, "0", "multiply the sum by this; 0 = 1/sum of taps (1 for zero-sum presets)", -1e9, 1e9, {}, {}},
-      {"bias", T::Float, "0", "add after rdiv (128 shows signed edges)", -1e9, 1e9, {}, {}},
-      {"planes", T::Int, "15", "bit mask of planes to filter (others are copied)", 0, 15, {}, {}},
-      {"border", T::Choice, "reflect101", "samples outside the frame", 0, 0,
-       {"reflect101", "replicate", "reflect", "constant", "wrap"}, {}},
-      {"value", T::Int, "0", "sample value outside the frame for border=constant", 0, 255, {}, {}},
-      {"separable", T::Choice, "auto", "two 1-D passes: auto (rank-1 kernels of 7x7 and up), on, off", 0, 0,
-       {"auto", "on", "off"}, {}},
-  };
-  return opts;
 }
 
 void register_conv_stage(Registry& reg) {
@@ -169,6 +188,12 @@ void register_conv_stage(Registry& reg) {
   s.options = conv_options();
   s.formats = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P};
   s.cuda = true;
+  // The display's keys step through the preset table; the preset's own size, sigma, amount,
+  // direction, file, rdiv, bias and separability go back to their defaults.
+  s.live.option = "kernel";
+  s.live.step = LiveParam::Step::Cycle;
+  for (const ConvPreset& p : conv_presets()) s.live.values.push_back(p.name);
+  s.live.resets = {"size", "sigma", "amount", "dir", "file", "rdiv", "bias", "separable"};
   s.examples = {"conv=gauss:size=7", "conv=kernel=1 2 1 2 4 2 1 2 1", "conv=sobel:dir=y:bias=128",
                 "conv=sharpen:amount=0.5:planes=1", "conv=file=kernel.txt:border=replicate",
                 "conv=box:size=31x9"};

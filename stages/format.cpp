@@ -27,7 +27,6 @@ class FormatStage final : public Stage {
     return out_;
   }
   bool passthrough() const override { return in_.format == out_.format; }
-  bool has_cuda() const override { return true; }
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
     convert_cpu(in, out);
   }
@@ -61,11 +60,29 @@ std::vector<PixelFormat> parse_list(const std::string& s) {
   }
   return out;
 }
+
+struct FormatSettings {
+  std::string pix_fmts;
+};
+
+const OptionTable<FormatSettings>& format_options() {
+  static const OptionTable<FormatSettings> table = [] {
+    OptionTable<FormatSettings> t;  // a new output format would re-plan the chain: not live
+    t.text("pix_fmts", &FormatSettings::pix_fmts, "yuv420p",
+           "target format, or a '|'-separated list of acceptable formats")
+        .aliases({"pix_fmt", "fmt"});
+    return t;
+  }();
+  return table;
+}
 }  // namespace
 
 std::unique_ptr<Stage> make_format_stage(PixelFormat target) {
   auto st = std::make_unique<FormatStage>(std::vector<PixelFormat>{target});
-  st->set_name("format");
+  st->set_info(registry().find("format"));
+  Options o;
+  o.set("pix_fmts", pix_fmt_name(target), true);
+  st->set_options(o);
   return st;
 }
 
@@ -79,19 +96,12 @@ void register_format_stage(Registry& reg) {
       "the listed formats. BT.601 limited-range YUV, integer arithmetic identical on CPU and "
       "GPU; gray <-> YUV keeps the Y plane unchanged. 16-bit formats (gray16le, yuv420p16le, "
       "yuv444p16le) hold the 8-bit scale times 257 (docs/formats.md).";
-  OptionSpec o;
-  o.name = "pix_fmts";
-  o.aliases = {"pix_fmt", "fmt"};
-  o.type = OptionSpec::Type::String;
-  o.default_value = "yuv420p";
-  o.help = "target format, or a '|'-separated list of acceptable formats";
-  s.options = {o};
-  s.formats = {PixelFormat::GRAY8,  PixelFormat::YUV420P,   PixelFormat::YUV444P,   PixelFormat::BGR24,
-               PixelFormat::RGB24,  PixelFormat::GRAY16,    PixelFormat::YUV420P16, PixelFormat::YUV444P16};
+  s.options = format_options().specs();
+  s.formats = all_pixel_formats();
   s.cuda = true;
   s.examples = {"format=gray", "format=pix_fmts=yuv420p|yuv444p", "format=gray16le,wavelet=db4"};
   s.create = [](const Options& opts) {
-    return std::make_unique<FormatStage>(parse_list(opts.str("pix_fmts")));
+    return std::make_unique<FormatStage>(parse_list(format_options().bind(opts).pix_fmts));
   };
   reg.add(std::move(s));
 }

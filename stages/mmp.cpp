@@ -13,16 +13,39 @@
 namespace vfp {
 
 namespace {
+struct MmpSettings {
+  double lambda = 32;
+  std::string file;
+  bool carry = false, independent_chroma = false, post_filter = true;
+  int block = 16;
+};
+
+const OptionTable<MmpSettings>& mmp_options() {
+  using S = MmpSettings;
+  static const OptionTable<S> table = [] {
+    OptionTable<S> t;  // the codec's state depends on every option: none changes while running
+    t.number("lambda", &S::lambda, 32, 0, 1e9, "Lagrangian multiplier (larger: fewer bits, lower quality)");
+    t.text("file", &S::file, "", "also write the bitstream to this .mmp file");
+    t.flag("carry", &S::carry, false, "keep dictionaries and models from frame to frame");
+    t.flag("independent_chroma", &S::independent_chroma, false,
+           "code Cr with dictionaries of its own instead of continuing Cb's (more bits)");
+    t.integer("block", &S::block, 16, 8, 32, "block size: 8, 16 or 32");
+    t.flag("post_filter", &S::post_filter, true,
+           "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)");
+    return t;
+  }();
+  return table;
+}
+
 class MmpStage final : public Stage {
  public:
-  explicit MmpStage(const Options& o) : file_(o.str("file")) {
-    params_.lambda = o.number("lambda");
-    params_.carry = o.flag("carry");
-    params_.shared_chroma = !o.flag("independent_chroma");
-    params_.post_filter = o.flag("post_filter");
-    params_.block_log = mmp::block_log_of_size(o.integer("block"));
-    if (params_.block_log < 0)
-      throw OptionError("block", "mmp: block=" + std::to_string(o.integer("block")) + " (8, 16 or 32)");
+  explicit MmpStage(const MmpSettings& s) : file_(s.file) {
+    params_.lambda = s.lambda;
+    params_.carry = s.carry;
+    params_.shared_chroma = !s.independent_chroma;
+    params_.post_filter = s.post_filter;
+    params_.block_log = mmp::block_log_of_size(s.block);
+    if (params_.block_log < 0) throw OptionError("block", "mmp: block=" + std::to_string(s.block) + " (8, 16 or 32)");
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;
@@ -69,19 +92,10 @@ void register_mmp_stage(Registry& reg) {
       "H.264-style prediction, docs/mmp.md) at the given lambda and passes on the decoder's "
       "reconstruction. The run summary gives bits per frame, bpp, PSNR and the encode time. "
       "CPU only, and slow (seconds per frame): meant for evaluation, not live video.";
-  s.options = {
-      {"lambda", OptionSpec::Type::Float, "32", "Lagrangian multiplier (larger: fewer bits, lower quality)", 0, 1e9, {}, {}},
-      {"file", OptionSpec::Type::String, "", "also write the bitstream to this .mmp file", 0, 0, {}, {}},
-      {"carry", OptionSpec::Type::Bool, "0", "keep dictionaries and models from frame to frame", 0, 0, {}, {}},
-      {"independent_chroma", OptionSpec::Type::Bool, "0",
-       "code Cr with dictionaries of its own instead of continuing Cb's (more bits)", 0, 0, {}, {}},
-      {"block", OptionSpec::Type::Int, "16", "block size: 8, 16 or 32", 8, 32, {}, {}},
-      {"post_filter", OptionSpec::Type::Bool, "1",
-       "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)", 0, 0, {}, {}},
-  };
+  s.options = mmp_options().specs();
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
   s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1"};
-  s.create = [](const Options& o) { return std::make_unique<MmpStage>(o); };
+  s.create = [](const Options& o) { return std::make_unique<MmpStage>(mmp_options().bind(o)); };
   reg.add(std::move(s));
 }
 

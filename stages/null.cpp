@@ -15,7 +15,6 @@ class NullStage final : public Stage {
  public:
   FrameSpec configure(const FrameSpec& in) override { return in; }
   bool passthrough() const override { return true; }
-  bool has_cuda() const override { return true; }
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
     copy_image_cpu(in, out);
   }
@@ -35,8 +34,7 @@ void register_null_stage(Registry& reg) {
   s.description =
       "Forwards every frame untouched. Useful to measure the engine alone (upload, "
       "download, copy/compute overlap) or to convert formats with --pix-fmt only.";
-  s.formats = {PixelFormat::GRAY8,  PixelFormat::YUV420P,   PixelFormat::YUV444P,   PixelFormat::BGR24,
-               PixelFormat::RGB24,  PixelFormat::GRAY16,    PixelFormat::YUV420P16, PixelFormat::YUV444P16};
+  s.formats = all_pixel_formats();
   s.cuda = true;
   s.examples = {"null"};
   s.create = [](const Options&) { return std::make_unique<NullStage>(); };

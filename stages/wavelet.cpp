@@ -18,13 +18,51 @@ namespace vfp {
 
 namespace {
 
+// The options as declared (vaguedenoiser spellings included); wavelet_params_from() resolves
+// them into the transform's parameters.
+struct WaveletSettings {
+  std::string wavelet, method, mode, boundary;
+  int levels = 0;
+  double threshold = 0, sigma = 0, percent = 100;
+  int planes = 15;
+};
+
+const OptionTable<WaveletSettings>& wavelet_table() {
+  using S = WaveletSettings;
+  static const OptionTable<S> table = [] {
+    std::vector<std::string> wavelets = wavelet_names();
+    wavelets.push_back("db1");
+    wavelets.push_back("bior4.4");
+    OptionTable<S> t(Live::Yes);
+    t.choice("wavelet", &S::wavelet, "db4", wavelets, "wavelet (cdf97 = JPEG 2000 9/7 = pywt bior4.4)")
+        .aliases({"wave"});
+    t.integer("levels", &S::levels, 0, 0, 16, "decomposition levels, 0 = auto (max for the plane minus 3, at least 1)")
+        .aliases({"nsteps"});
+    t.choice("method", &S::method, "bayesshrink", {"bayesshrink", "visushrink", "fixed", "soft", "hard", "garrote"},
+             "threshold rule: bayesshrink (per subband), visushrink (universal), fixed (threshold=); "
+             "soft|hard|garrote are read as mode (vaguedenoiser)");
+    t.choice("mode", &S::mode, "soft", {"soft", "hard", "garrote"}, "shrinkage: soft, hard, garrote");
+    t.number("threshold", &S::threshold, 0, 0, 1e6, "fixed threshold in 8-bit sample units (implies method=fixed)")
+        .aliases({"t"});
+    t.number("sigma", &S::sigma, 0, 0, 255, "noise standard deviation in 8-bit sample units, 0 = estimate per plane");
+    t.number("percent", &S::percent, 100, 0, 100, "partial shrinkage in percent (vaguedenoiser; 100 = full)");
+    t.integer("planes", &S::planes, 15, 0, 15, "bit mask of planes to denoise (others are copied)");
+    t.choice("boundary", &S::boundary, "symmetric", {"symmetric", "periodization"},
+             "signal extension: symmetric or periodization (pywt modes)")
+        .aliases({"extension"});
+    return t;
+  }();
+  return table;
+}
+
 WaveletParams wavelet_params_from(const Options& o) {
+  const WaveletSettings s = wavelet_table().bind(o);
   WaveletParams p;
-  p.wavelet = find_wavelet(o.str("wavelet"));
-  if (!p.wavelet) throw OptionError("wavelet", "wavelet: unknown wavelet '" + o.str("wavelet") + "'");
-  p.boundary = o.str("boundary") == "periodization" ? WaveletBoundary::Periodization : WaveletBoundary::Symmetric;
-  p.levels = static_cast<int>(o.integer("levels"));
-  std::string method = o.str("method"), mode = o.str("mode");
+  p.wavelet = find_wavelet(s.wavelet);
+  if (!p.wavelet) throw OptionError("wavelet", "wavelet: unknown wavelet '" + s.wavelet + "'");
+  p.boundary = s.boundary == "periodization" ? WaveletBoundary::Periodization : WaveletBoundary::Symmetric;
+  p.levels = s.levels;
+  std::string method = s.method, mode = s.mode;
   if (method == "soft" || method == "hard" || method == "garrote") {
     // FFmpeg vaguedenoiser spelling: `method` is the shrinkage rule.
     if (o.is_explicit("mode") && mode != method)
@@ -39,15 +77,15 @@ WaveletParams wavelet_params_from(const Options& o) {
   p.method = method == "fixed"        ? ShrinkMethod::Fixed
              : method == "visushrink" ? ShrinkMethod::VisuShrink
                                       : ShrinkMethod::BayesShrink;
-  p.threshold = o.number("threshold");
+  p.threshold = s.threshold;
   if (p.method == ShrinkMethod::Fixed && !o.is_explicit("threshold"))
     throw OptionError("method", "wavelet: method=fixed needs threshold=T (in 8-bit sample units)");
   if (p.method != ShrinkMethod::Fixed && o.is_explicit("threshold"))
     throw OptionError("threshold", "wavelet: threshold is used with method=fixed only (" + method +
                                        " computes its thresholds from sigma)");
-  p.sigma = o.number("sigma");
-  p.percent = o.number("percent");
-  p.planes = static_cast<int>(o.integer("planes"));
+  p.sigma = s.sigma;
+  p.percent = s.percent;
+  p.planes = s.planes;
   if (p.planes == 0) throw OptionError("planes", "wavelet: planes=0 filters nothing");
   return p;
 }
@@ -62,7 +100,6 @@ class WaveletStage final : public Stage {
     check_levels(p_);
     return in;
   }
-  bool has_cuda() const override { return true; }
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
     const bool deep = is_16bit(in.format);
@@ -123,7 +160,6 @@ class WaveletStage final : public Stage {
 }  // namespace
 
 void register_wavelet_stage(Registry& reg) {
-  using T = OptionSpec::Type;
   StageInfo s;
   s.name = "wavelet";
   s.aliases = {"wdenoise"};
@@ -136,28 +172,19 @@ void register_wavelet_stage(Registry& reg) {
       "nsteps (levels), method=soft|hard|garrote, threshold, percent (docs/wavelet.md). "
       "16-bit input (format=gray16le or yuv420p16le/yuv444p16le before it) is denoised on the "
       "8-bit scale and written back at 16 bits, so the result is not rounded to 8 bits.";
-  std::vector<std::string> wavelets = wavelet_names();
-  wavelets.push_back("db1");
-  wavelets.push_back("bior4.4");
-  s.options = {
-      {"wavelet", T::Choice, "db4", "wavelet (cdf97 = JPEG 2000 9/7 = pywt bior4.4)", 0, 0, wavelets, {"wave"}},
-      {"levels", T::Int, "0", "decomposition levels, 0 = auto (max for the plane minus 3, at least 1)", 0, 16, {},
-       {"nsteps"}},
-      {"method", T::Choice, "bayesshrink",
-       "threshold rule: bayesshrink (per subband), visushrink (universal), fixed (threshold=); "
-       "soft|hard|garrote are read as mode (vaguedenoiser)",
-       0, 0, {"bayesshrink", "visushrink", "fixed", "soft", "hard", "garrote"}, {}},
-      {"mode", T::Choice, "soft", "shrinkage: soft, hard, garrote", 0, 0, {"soft", "hard", "garrote"}, {}},
-      {"threshold", T::Float, "0", "fixed threshold in 8-bit sample units (implies method=fixed)", 0, 1e6, {}, {"t"}},
-      {"sigma", T::Float, "0", "noise standard deviation in 8-bit sample units, 0 = estimate per plane", 0, 255, {}, {}},
-      {"percent", T::Float, "100", "partial shrinkage in percent (vaguedenoiser; 100 = full)", 0, 100, {}, {}},
-      {"planes", T::Int, "15", "bit mask of planes to denoise (others are copied)", 0, 15, {}, {}},
-      {"boundary", T::Choice, "symmetric", "signal extension: symmetric or periodization (pywt modes)", 0, 0,
-       {"symmetric", "periodization"}, {"extension"}},
-  };
+  s.options = wavelet_table().specs();
   s.formats = {PixelFormat::GRAY8,  PixelFormat::YUV420P,   PixelFormat::YUV444P,
                PixelFormat::GRAY16, PixelFormat::YUV420P16, PixelFormat::YUV444P16};
   s.cuda = true;
+  // The display's keys scale a fixed threshold by 1.25; the first press switches to
+  // method=fixed at 8 levels.
+  s.live.option = "threshold";
+  s.live.step = LiveParam::Step::Scale;
+  s.live.amount = 1.25;
+  s.live.min = 0.25;
+  s.live.max = 1000;
+  s.live.sets = {{"method", "fixed"}};
+  s.live.start = 8;
   s.examples = {"wavelet", "wavelet=db4:levels=3", "wavelet=sym8:method=visushrink:mode=hard",
                 "wdenoise=threshold=8:method=garrote:percent=85", "wavelet=cdf97:sigma=20:planes=1"};
   s.create = [](const Options& o) { return std::make_unique<WaveletStage>(wavelet_params_from(o)); };

@@ -84,6 +84,18 @@ TEST(Sendcmd, EveryCommandIsCheckedAgainstTheFilterUpFront) {
   for (const auto& p : {k, ok}) std::remove(p.c_str());
 }
 
+// Options that the declaration does not mark live are refused before the first frame.
+TEST(Sendcmd, OptionsThatCannotChangeLiveAreRefusedUpFront) {
+  Chain chain = chain_of("format=gray,mmp=lambda=40");
+  for (const char* text : {"2 mmp lambda=80\n", "2 format pix_fmts=yuv444p\n"}) {
+    const std::string p = write_file("cmds_fixed.txt", text);
+    std::vector<Command> c = load_commands(p);
+    const std::string msg = error_of([&] { validate_commands(c, chain); });
+    EXPECT_NE(msg.find("cannot change while running"), std::string::npos) << text << " -> " << msg;
+    std::remove(p.c_str());
+  }
+}
+
 // With the live policy a frame can be dropped: its commands apply with the next frame.
 TEST(Sendcmd, CommandsOfDroppedFramesApplyWithTheNextOne) {
   Chain chain = chain_of("median");

@@ -9,7 +9,7 @@
 #include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "cpu/conv.hpp"
+#include "stages/conv.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_OPENCV
 #include <opencv2/imgproc.hpp>

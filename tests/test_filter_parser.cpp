@@ -19,14 +19,26 @@ size_t error_pos(const std::string& text, std::string* msg = nullptr) {
   return std::string::npos;
 }
 
-std::vector<OptionSpec> demo_opts() {
-  using T = OptionSpec::Type;
-  return {{"radius", T::Int, "1", "", 1, 127, {}, {"r"}},
-          {"percentile", T::Float, "0.5", "", 0, 1, {}, {}},
-          {"border", T::Choice, "replicate", "", 0, 0, {"replicate", "reflect"}, {}},
-          {"kernel", T::String, "", "", 0, 0, {}, {}},
-          {"on", T::Bool, "0", "", 0, 0, {}, {}}};
+// A settings struct with one field of each option type, declared as stages declare theirs.
+struct Demo {
+  int radius = 0;
+  double percentile = 0;
+  std::string border, kernel;
+  bool on = false;
+};
+const OptionTable<Demo>& demo_table() {
+  static const OptionTable<Demo> t = [] {
+    OptionTable<Demo> d;
+    d.integer("radius", &Demo::radius, 1, 1, 127, "").aliases({"r"});
+    d.number("percentile", &Demo::percentile, 0.5, 0, 1, "");
+    d.choice("border", &Demo::border, "replicate", {"replicate", "reflect"}, "");
+    d.text("kernel", &Demo::kernel, "", "");
+    d.flag("on", &Demo::on, false, "");
+    return d;
+  }();
+  return t;
 }
+std::vector<OptionSpec> demo_opts() { return demo_table().specs(); }
 }  // namespace
 
 TEST(FilterParser, SplitsFiltersAndOptions) {
@@ -93,16 +105,19 @@ TEST(FilterParser, BindValidatesTypesAndRanges) {
     return bind_options(specs, f.at(0), t, "filter 'demo'");
   };
   Options o = bind("demo=3:0.25:reflect");
-  EXPECT_EQ(o.integer("radius"), 3);
-  EXPECT_DOUBLE_EQ(o.number("percentile"), 0.25);
-  EXPECT_EQ(o.str("border"), "reflect");
-  EXPECT_FALSE(o.flag("on"));
+  const Demo d = demo_table().bind(o);  // typed fields from the one declaration
+  EXPECT_EQ(d.radius, 3);
+  EXPECT_DOUBLE_EQ(d.percentile, 0.25);
+  EXPECT_EQ(d.border, "reflect");
+  EXPECT_FALSE(d.on);
   EXPECT_TRUE(o.is_explicit("radius"));
   EXPECT_FALSE(o.is_explicit("on"));
   Options o2 = bind("demo=r=5:on=yes");
-  EXPECT_EQ(o2.integer("radius"), 5);
-  EXPECT_TRUE(o2.flag("on"));
-  EXPECT_EQ(o2.str("border"), "replicate");  // default
+  const Demo d2 = demo_table().bind(o2);
+  EXPECT_EQ(d2.radius, 5);
+  EXPECT_TRUE(d2.on);
+  EXPECT_EQ(d2.border, "replicate");  // default
+  EXPECT_EQ(o2.str("on"), "1");       // normalised text
 
   auto pos_of = [&](const std::string& t) -> size_t {
     try {

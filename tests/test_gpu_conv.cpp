@@ -5,7 +5,7 @@
 #include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "cpu/conv.hpp"
+#include "stages/conv.hpp"
 #include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA

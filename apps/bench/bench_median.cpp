@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     for (const std::string& sz : bench::split_list(sizes)) {
       int w = 0, h = 0;
       if (std::sscanf(sz.c_str(), "%dx%d", &w, &h) != 2) throw std::runtime_error("bad size " + sz);
-      const int pitch = (w + 255) / 256 * 256;
+      const int pitch = static_cast<int>(align_up(static_cast<size_t>(w), kPitchAlign));
       std::vector<uint8_t> host(static_cast<size_t>(pitch) * h);
       std::mt19937 rng(1);
       for (auto& v : host) v = static_cast<uint8_t>(rng());

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     for (const auto& sz : bench::split_list(sizes)) {
       int w = 0, h = 0;
       if (std::sscanf(sz.c_str(), "%dx%d", &w, &h) != 2) throw std::runtime_error("bad size " + sz);
-      const int pitch = (w * sb + 255) / 256 * 256;  // bytes
+      const int pitch = static_cast<int>(align_up(static_cast<size_t>(w) * sb, kPitchAlign));  // bytes
       const size_t bytes = static_cast<size_t>(pitch) * h;
       // A smooth pattern plus Gaussian noise: realistic coefficient statistics.
       std::vector<uint8_t> host(bytes);

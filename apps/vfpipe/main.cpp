@@ -614,7 +614,7 @@ std::string type_name(const OptionSpec& o) {
 void print_options(const std::vector<OptionSpec>& opts) {
   for (const auto& o : opts) {
     std::string names = o.name;
-    for (const auto& al : o.aliases) names += ", " + al;
+    for (const auto& al : o.alias_names) names += ", " + al;
     std::printf("    %-22s %-22s default %-10s %s\n", names.c_str(), type_name(o).c_str(),
                 o.default_value.empty() ? "-" : o.default_value.c_str(), o.help.c_str());
   }
@@ -642,6 +642,21 @@ int filters_command(const std::string& name) {
     std::printf("\n  options (positional values follow this order):\n");
     if (s->options.empty()) std::printf("    none\n");
     print_options(s->options);
+    std::string live;
+    size_t n_live = 0;
+    for (const auto& o : s->options)
+      if (o.live) live += (n_live++ ? ", " : "") + o.name;
+    if (s->options.empty()) {
+      // nothing to change
+    } else if (n_live == 0) {
+      std::printf("  while running: no option can change (--sendcmd refuses)\n");
+    } else if (n_live == s->options.size()) {
+      std::printf("  while running: every option can change (--sendcmd)\n");
+    } else {
+      std::printf("  while running: %s can change (--sendcmd)\n", live.c_str());
+    }
+    if (!s->live.option.empty())
+      std::printf("  display keys: +/- step '%s', T switches the filter off\n", s->live.option.c_str());
     if (!s->examples.empty()) {
       std::printf("  examples:\n");
       for (const auto& e : s->examples) std::printf("    -f \"%s\"\n", e.c_str());
