@@ -546,206 +546,257 @@ class SignalMaskGuard {
 
 }  // namespace
 
-RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig& cfg) {
-  RunResult res;
-  RunReport& rep = res.report;
-  rep.backend = backend_name(cfg.backend);
-  rep.device = "CPU";
-#if VFPIPE_HAVE_CUDA
-  if (cfg.backend == Backend::CUDA) rep.device = cuda::probe().name;
-#endif
-  rep.input = src.describe();
-  rep.output = sink.describe();
-  rep.chain = chain.describe();
-  rep.input_spec = chain.input().describe();
-  rep.output_spec = chain.output().describe();
-  rep.warmup = cfg.warmup;
-  const int depth = cfg.depth < 2 ? 2 : cfg.depth;
-  rep.depth = cfg.backend == Backend::CUDA ? depth : 1;
-  rep.bytes_up = FrameLayout::of(chain.input()).payload_bytes;
-  rep.bytes_down = FrameLayout::of(chain.output()).payload_bytes;
+namespace {
 
-  std::mutex err_mu;
-  // A source failure ends the input but the frames already read are still processed and
-  // written ("loses nothing"); a stage or sink failure stops everything.
-  std::atomic<bool> failing{false}, source_failed{false};
-  auto fail = [&](std::exception_ptr e) {
-    std::lock_guard<std::mutex> lk(err_mu);
-    if (!res.error) res.error = e;
-    failing = true;
-  };
-  auto fail_source = [&](std::exception_ptr e) {
-    std::lock_guard<std::mutex> lk(err_mu);
-    if (!res.error) res.error = e;
-    source_failed = true;
-  };
-  auto stopping = [&] {
-    return failing.load() || source_failed.load() || (cfg.stop && cfg.stop->load() != 0) || sink.stop_requested();
-  };
+// One run of the pipeline: three threads (source, worker = the caller's, sink) around two
+// bounded queues. A source failure ends the input but the frames already read are still
+// processed and written ("loses nothing"); a stage or sink failure stops everything.
+class PipelineRun {
+ public:
+  PipelineRun(Source& src, Chain& chain, Sink& sink, const EngineConfig& cfg)
+      : src_(src), chain_(chain), sink_(sink), cfg_(cfg), depth_(cfg.depth < 2 ? 2 : cfg.depth),
+        qcap_(cfg.queue < 1 ? 1 : cfg.queue), gpu_(cfg.backend == Backend::CUDA),
+        inq_(static_cast<size_t>(qcap_)), outq_(static_cast<size_t>(qcap_)) {}
 
-  const int qcap = cfg.queue < 1 ? 1 : cfg.queue;
-  BoundedQueue<InItem> inq(static_cast<size_t>(qcap));
-  BoundedQueue<OutItem> outq(static_cast<size_t>(qcap));
-  const bool gpu = cfg.backend == Backend::CUDA;
-  std::atomic<int64_t> frames_in{0}, dropped{0};
-
-  std::unique_ptr<Worker> worker;
-  std::optional<FramePool> in_pool;
-  const bool keep_source = sink.wants_source();
-  auto emit = [&](OutItem&& it) { return outq.push(std::move(it)); };
-  try {
-#if VFPIPE_HAVE_CUDA
-    if (gpu)
-      // Output frames: one per slot in flight, the sink queue, and one being written.
-      worker = std::make_unique<CudaWorker>(chain, depth, depth + qcap + 2, cfg.timing, keep_source, &sink,
-                                            cfg.completion, emit);
-#else
-    if (gpu) throw Error(ErrorKind::Gpu, "this build of vfpipe has no CUDA support");
-#endif
-    if (!gpu) worker = std::make_unique<CpuWorker>(chain, qcap + 2, keep_source, emit);
-    // Enough input frames for: the queue, the frames in flight, one being read, and
-    // (CPU pass-through chains) frames forwarded to the sink queue.
-    // A sink that wants the input frames holds them as long as the outputs: qcap + 2 more.
-    if (!src.provides_frames())
-      in_pool.emplace(chain.input(), 2 * qcap + depth + 3 + (keep_source ? qcap + 2 : 0), gpu);
-  } catch (...) {
-    res.error = std::current_exception();
-    sink.close();
-    return res;
+  RunResult run() {
+    describe_run();
+    if (!start_worker()) return std::move(res_);
+    SignalMaskGuard mask;
+    std::thread sink_thread([&] { sink_loop(); });
+    std::thread source_thread([&] {
+      pthread_sigmask(SIG_SETMASK, &mask.old(), nullptr);  // receive SIGINT here
+      source_loop();
+    });
+    worker_loop();
+    inq_.abort();  // frees a source blocked on a full queue after a failure
+    source_thread.join();
+    outq_.close();
+    sink_thread.join();
+    finish();
+    return std::move(res_);
   }
-  rep.steps = worker->step_names();
-  rep.step_tracks = worker->step_tracks();
-  rep.step_copy = worker->step_copies();
-  rep.max_records = cfg.max_records;
-  size_t ring = 0;  // next record to overwrite once max_records are held
 
-  SignalMaskGuard mask;
-  int64_t t_first = 0, t_last = 0;
+ private:
+  void describe_run() {
+    RunReport& rep = res_.report;
+    rep.backend = backend_name(cfg_.backend);
+    rep.device = "CPU";
+#if VFPIPE_HAVE_CUDA
+    if (gpu_) rep.device = cuda::probe().name;
+#endif
+    rep.input = src_.describe();
+    rep.output = sink_.describe();
+    rep.chain = chain_.describe();
+    rep.input_spec = chain_.input().describe();
+    rep.output_spec = chain_.output().describe();
+    rep.warmup = cfg_.warmup;
+    rep.depth = gpu_ ? depth_ : 1;
+    rep.bytes_up = FrameLayout::of(chain_.input()).payload_bytes;
+    rep.bytes_down = FrameLayout::of(chain_.output()).payload_bytes;
+    rep.max_records = cfg_.max_records;
+  }
 
-  std::thread sink_thread([&] {
-    nvtx_name_thread("vfpipe sink");
-    bool sink_ok = true;
+  // The backend's worker and the input frame pool; false (error kept, sink closed) if either fails.
+  bool start_worker() {
+    const bool keep_source = sink_.wants_source();
+    auto emit = [this](OutItem&& it) { return outq_.push(std::move(it)); };
     try {
-      sink.begin_stream();
+#if VFPIPE_HAVE_CUDA
+      if (gpu_)
+        // Output frames: one per slot in flight, the sink queue, and one being written.
+        worker_ = std::make_unique<CudaWorker>(chain_, depth_, depth_ + qcap_ + 2, cfg_.timing, keep_source, &sink_,
+                                               cfg_.completion, emit);
+#else
+      if (gpu_) throw Error(ErrorKind::Gpu, "this build of vfpipe has no CUDA support");
+#endif
+      if (!gpu_) worker_ = std::make_unique<CpuWorker>(chain_, qcap_ + 2, keep_source, emit);
+      // Enough input frames for: the queue, the frames in flight, one being read, and
+      // (CPU pass-through chains) frames forwarded to the sink queue.
+      // A sink that wants the input frames holds them as long as the outputs: qcap + 2 more.
+      if (!src_.provides_frames())
+        in_pool_.emplace(chain_.input(), 2 * qcap_ + depth_ + 3 + (keep_source ? qcap_ + 2 : 0), gpu_);
     } catch (...) {
-      sink_ok = false;
-      fail(std::current_exception());
-      inq.abort();
+      res_.error = std::current_exception();
+      sink_.close();
+      return false;
     }
-    while (auto it = outq.pop()) {
-      if (!sink_ok) continue;
-      try {
-        worker->finalize(*it);
-        it->rec.write_ns = now_ns();
-        {
-          NvtxRange range("write", it->rec.index);
-          OutFrame of{*it->frame, it->source.get(), &it->rec, &rep.steps, dropped.load(), outq.size(),
-                      it->device_slot, it->host_valid};
-          sink.write_frame(of);
-        }
-        it->source.reset();
-        it->rec.output_ns = now_ns();
-        t_last = it->rec.output_ns;
-        if (cfg.on_frame) cfg.on_frame(it->rec, dropped.load());
-        if (!cfg.timing) {
-          // counted only
-        } else if (rep.max_records == 0 || rep.frames.size() < rep.max_records) {
-          rep.frames.push_back(std::move(it->rec));
-        } else {  // bounded memory: the newest records replace the oldest
-          rep.frames[ring] = std::move(it->rec);
-          ring = (ring + 1) % rep.max_records;
-          ++rep.records_evicted;
-        }
-        ++rep.frames_out;
-        if (cfg.progress) cfg.progress(rep.frames_out, dropped.load());
-      } catch (...) {
-        sink_ok = false;
-        fail(std::current_exception());
-        inq.abort();
-      }
-    }
-    try {
-      sink.end_of_stream();
-    } catch (...) {
-      fail(std::current_exception());
-    }
-  });
+    res_.report.steps = worker_->step_names();
+    res_.report.step_tracks = worker_->step_tracks();
+    res_.report.step_copy = worker_->step_copies();
+    return true;
+  }
 
-  std::thread source_thread([&] {
-    pthread_sigmask(SIG_SETMASK, &mask.old(), nullptr);  // receive SIGINT here
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(err_mu_);
+    if (!res_.error) res_.error = e;
+    failing_ = true;
+  }
+  void fail_source(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(err_mu_);
+    if (!res_.error) res_.error = e;
+    source_failed_ = true;
+  }
+  bool stopping() const {
+    return failing_.load() || source_failed_.load() || (cfg_.stop && cfg_.stop->load() != 0) ||
+           sink_.stop_requested();
+  }
+
+  void source_loop() {
     nvtx_name_thread("vfpipe source");
     try {
       int64_t n = 0;
-      while (!stopping() && (cfg.max_frames < 0 || n < cfg.max_frames)) {
+      while (!stopping() && (cfg_.max_frames < 0 || n < cfg_.max_frames)) {
         FramePtr f;
         const int64_t read_ns = now_ns();
         {
           NvtxRange range("read", n);
-          if (src.provides_frames()) {
-            f = src.next_frame();
+          if (src_.provides_frames()) {
+            f = src_.next_frame();
             if (!f) break;
           } else {
-            f = in_pool->acquire();
-            if (!src.read(*f)) break;
+            f = in_pool_->acquire();
+            if (!src_.read(*f)) break;
           }
         }
         InItem item{std::move(f), n++, read_ns, now_ns()};
-        if (!src.provides_frames()) {  // pool frames are ours alone: stamp them
+        if (!src_.provides_frames()) {  // pool frames are ours alone: stamp them
           item.frame->index = item.index;
           item.frame->capture_ns = item.capture_ns;
         }
-        if (n == 1) t_first = item.capture_ns;
-        ++frames_in;
+        if (n == 1) t_first_ = item.capture_ns;
+        ++frames_in_;
         auto stamp = [](InItem& it) { it.enqueue_ns = now_ns(); };
-        if (cfg.policy == Policy::Live) {
-          int d = inq.push_keep_newest(std::move(item), stamp);
+        if (cfg_.policy == Policy::Live) {
+          int d = inq_.push_keep_newest(std::move(item), stamp);
           if (d < 0) break;
-          dropped += d;
-        } else if (!inq.push(std::move(item), stamp)) {
+          dropped_ += d;
+        } else if (!inq_.push(std::move(item), stamp)) {
           break;
         }
       }
     } catch (...) {
       fail_source(std::current_exception());
     }
-    inq.close();
-  });
+    inq_.close();
+  }
 
-  try {
-    nvtx_name_thread("vfpipe worker");
-    while (auto it = inq.pop()) {
-      if (failing) break;
-      FrameRecord rec;
-      rec.index = it->index;
-      rec.read_ns = it->read_ns;
-      rec.capture_ns = it->capture_ns;
-      rec.enqueue_ns = it->enqueue_ns;
-      if (cfg.before_frame) cfg.before_frame(it->index, chain);
-      worker->submit(std::move(it->frame), std::move(rec));
+  void worker_loop() {
+    try {
+      nvtx_name_thread("vfpipe worker");
+      while (auto it = inq_.pop()) {
+        if (failing_) break;
+        FrameRecord rec;
+        rec.index = it->index;
+        rec.read_ns = it->read_ns;
+        rec.capture_ns = it->capture_ns;
+        rec.enqueue_ns = it->enqueue_ns;
+        if (cfg_.before_frame) cfg_.before_frame(it->index, chain_);
+        worker_->submit(std::move(it->frame), std::move(rec));
+      }
+      if (!failing_) worker_->flush();
+    } catch (...) {
+      fail(std::current_exception());
+      inq_.abort();
     }
-    if (!failing) worker->flush();
-  } catch (...) {
-    fail(std::current_exception());
-    inq.abort();
   }
-  inq.abort();  // frees a source blocked on a full queue after a failure
-  source_thread.join();
-  outq.close();
-  sink_thread.join();
-  worker.reset();
-  try {
-    sink.close();
-  } catch (...) {
-    fail(std::current_exception());
+
+  void sink_loop() {
+    nvtx_name_thread("vfpipe sink");
+    bool sink_ok = true;
+    try {
+      sink_.begin_stream();
+    } catch (...) {
+      sink_ok = false;
+      fail(std::current_exception());
+      inq_.abort();
+    }
+    while (auto it = outq_.pop()) {
+      if (!sink_ok) continue;
+      try {
+        write(*it);
+      } catch (...) {
+        sink_ok = false;
+        fail(std::current_exception());
+        inq_.abort();
+      }
+    }
+    try {
+      sink_.end_of_stream();
+    } catch (...) {
+      fail(std::current_exception());
+    }
   }
-  // The ring's oldest record is at `ring`: restore output order.
-  std::rotate(rep.frames.begin(), rep.frames.begin() + static_cast<std::ptrdiff_t>(ring), rep.frames.end());
-  rep.frames_in = frames_in;
-  rep.dropped = dropped;
-  rep.input_queue_high_water = inq.high_water();
-  rep.interrupted = cfg.stop && cfg.stop->load() != 0;
-  rep.wall_s = (t_last > t_first && rep.frames_out > 0) ? (t_last - t_first) / 1e9 : 0;
-  return res;
+
+  void write(OutItem& it) {
+    RunReport& rep = res_.report;
+    worker_->finalize(it);
+    it.rec.write_ns = now_ns();
+    {
+      NvtxRange range("write", it.rec.index);
+      OutFrame of{*it.frame, it.source.get(), &it.rec, &rep.steps, dropped_.load(), outq_.size(),
+                  it.device_slot, it.host_valid};
+      sink_.write_frame(of);
+    }
+    it.source.reset();
+    it.rec.output_ns = now_ns();
+    t_last_ = it.rec.output_ns;
+    if (cfg_.on_frame) cfg_.on_frame(it.rec, dropped_.load());
+    if (cfg_.timing) keep_record(std::move(it.rec));
+    ++rep.frames_out;
+    if (cfg_.progress) cfg_.progress(rep.frames_out, dropped_.load());
+  }
+
+  // Bounded memory: past max_records the newest records replace the oldest.
+  void keep_record(FrameRecord&& rec) {
+    RunReport& rep = res_.report;
+    if (rep.max_records == 0 || rep.frames.size() < rep.max_records) {
+      rep.frames.push_back(std::move(rec));
+    } else {
+      rep.frames[ring_] = std::move(rec);
+      ring_ = (ring_ + 1) % rep.max_records;
+      ++rep.records_evicted;
+    }
+  }
+
+  void finish() {
+    worker_.reset();
+    try {
+      sink_.close();
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    RunReport& rep = res_.report;
+    // The ring's oldest record is at `ring_`: restore output order.
+    std::rotate(rep.frames.begin(), rep.frames.begin() + static_cast<std::ptrdiff_t>(ring_), rep.frames.end());
+    rep.frames_in = frames_in_;
+    rep.dropped = dropped_;
+    rep.input_queue_high_water = inq_.high_water();
+    rep.interrupted = cfg_.stop && cfg_.stop->load() != 0;
+    rep.wall_s = (t_last_ > t_first_ && rep.frames_out > 0) ? (t_last_ - t_first_) / 1e9 : 0;
+  }
+
+  Source& src_;
+  Chain& chain_;
+  Sink& sink_;
+  const EngineConfig& cfg_;
+  const int depth_, qcap_;
+  const bool gpu_;
+  RunResult res_;
+  std::mutex err_mu_;
+  std::atomic<bool> failing_{false}, source_failed_{false};
+  BoundedQueue<InItem> inq_;
+  BoundedQueue<OutItem> outq_;
+  std::atomic<int64_t> frames_in_{0}, dropped_{0};
+  std::unique_ptr<Worker> worker_;
+  std::optional<FramePool> in_pool_;
+  size_t ring_ = 0;  // next record to overwrite once max_records are held
+  int64_t t_first_ = 0, t_last_ = 0;
+};
+
+}  // namespace
+
+RunResult run_pipeline(Source& src, Chain& chain, Sink& sink, const EngineConfig& cfg) {
+  return PipelineRun(src, chain, sink, cfg).run();
 }
 
 }  // namespace vfp

@@ -1,0 +1,178 @@
+// `vfpipe mmp encode|decode|info`: the MMP intra codec on files (docs/mmp.md).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "apps/vfpipe/cli.hpp"
+#include "codecs/deflate/png.hpp"
+#include "codecs/mmp/container.hpp"
+#include "core/error.hpp"
+#include "core/signals.hpp"
+#include "cpu/convert.hpp"
+#include "io/lossless.hpp"
+#include "io/open.hpp"
+
+namespace vfp {
+namespace {
+
+struct MmpArgs {
+  std::string input, output, pix_fmt;
+  double lambda = 32;
+  int64_t frames = -1;
+  int mode_candidates = 4;
+  int block = 16;
+  bool carry = false;
+  bool independent_chroma = false;
+  bool no_post_filter = false;
+};
+
+// A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
+void convert_frame(const HostFrame& src, HostFrame& dst) {
+  if (src.spec().format == dst.spec().format) copy_image_cpu(src.view(), dst.view());
+  else convert_cpu(src.view(), dst.view());
+}
+
+// `vfpipe mmp encode`: any vfpipe input to an .mmp file, with bits, bpp, PSNR and time per frame.
+int mmp_encode_command(const MmpArgs& a) {
+  install_signal_handlers();
+  auto src = open_source(a.input, SourceOptions{});
+  FrameSpec in = src->spec(), coded = in;
+  if (!a.pix_fmt.empty()) {
+    if (!parse_pix_fmt(a.pix_fmt, &coded.format)) throw Error(ErrorKind::Usage, "--pix-fmt: unknown format '" + a.pix_fmt + "'");
+  } else {
+    // MMP codes 8-bit planes: 16-bit input keeps its layout at 8 bits; RGB becomes yuv420p.
+    coded.format = with_depth(in.format, 8);
+    if (coded.format != PixelFormat::GRAY8 && coded.format != PixelFormat::YUV444P) coded.format = PixelFormat::YUV420P;
+  }
+  mmp::Params p;
+  p.lambda = a.lambda;
+  p.mode_candidates = a.mode_candidates;
+  p.carry = a.carry;
+  p.shared_chroma = !a.independent_chroma;
+  p.post_filter = !a.no_post_filter;
+  p.block_log = mmp::block_log_of_size(a.block);  // 8, 16 or 32: the option's check
+  const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
+  mmp::Writer w(out, coded, p);
+  HostFrame f(in, false), c(coded, false);
+  mmp::FrameStats total;
+  int64_t n = 0;
+  while ((a.frames < 0 || n < a.frames) && !stop_flag().load() && src->read(f)) {
+    convert_frame(f, c);
+    const mmp::FrameStats st = w.write(c.view());
+    std::fprintf(stderr, "frame %lld: %.0f bits, %.4f bpp, PSNR %.2f dB, %.2f s\n", static_cast<long long>(n), st.bits,
+                 st.bits / (static_cast<double>(coded.width) * coded.height), st.psnr(), st.seconds);
+    total += st;
+    ++n;
+  }
+  w.close();
+  std::fprintf(stderr, "%s: %lld frames %s, lambda %g: %.4f bpp, PSNR %.2f dB, %.2f s per frame\n", out.c_str(),
+               static_cast<long long>(n), coded.describe().c_str(), a.lambda,
+               n ? total.bits / (static_cast<double>(coded.width) * coded.height * n) : 0.0, total.psnr(),
+               n ? total.seconds / n : 0.0);
+  return 0;
+}
+
+// `vfpipe mmp decode`: an .mmp file to any vfpipe output, or to one PNG.
+int mmp_decode_command(const MmpArgs& a) {
+  mmp::Reader r(a.input);
+  const FrameSpec spec = r.spec();
+  HostFrame f(spec, false);
+  const std::string ext = a.output.size() > 4 ? a.output.substr(a.output.size() - 4) : "";
+  if (ext == ".png" && a.output.find('%') == std::string::npos) {  // one image
+    if (!r.read(f)) throw Error(ErrorKind::Input, a.input + ": no frames");
+    FrameSpec s = spec;
+    s.format = spec.format == PixelFormat::GRAY8 ? PixelFormat::GRAY8 : PixelFormat::BGR24;
+    HostFrame c(s, false);
+    convert_frame(f, c);
+    const ImageView v = c.view();
+    write_file_atomically(a.output, encode_png(v.data[0], static_cast<size_t>(v.pitch[0]), s.width, s.height,
+                                               s.format == PixelFormat::GRAY8 ? 1 : 3, s.format == PixelFormat::BGR24, 6));
+    std::fprintf(stderr, "%s: %s\n", a.output.c_str(), s.describe().c_str());
+    return 0;
+  }
+  auto sink = open_sink(a.output.empty() ? "-" : a.output, SinkOptions{});
+  const auto acc = sink->accepted_formats();
+  FrameSpec out = spec;
+  if (!acc.empty() && std::find(acc.begin(), acc.end(), spec.format) == acc.end()) out.format = acc.front();
+  HostFrame c(out, false);
+  sink->open(out);
+  int64_t n = 0;
+  while (r.read(f)) {
+    convert_frame(f, c);
+    sink->write(c);
+    ++n;
+  }
+  sink->close();
+  std::fprintf(stderr, "%s: %lld frames %s\n", sink->describe().c_str(), static_cast<long long>(n), out.describe().c_str());
+  return 0;
+}
+
+// `vfpipe mmp info`: the header and every frame's size.
+int mmp_info_command(const MmpArgs& a) {
+  mmp::Reader r(a.input);
+  HostFrame f(r.spec(), false);
+  std::printf("%s: MMP, %s, lambda %g, %d dictionary elements per scale, %s\n", a.input.c_str(),
+              r.spec().describe().c_str(), r.params().lambda, r.params().max_dict,
+              r.params().carry ? "dictionaries carried across frames" : "independent frames");
+  if (plane_count(r.spec().format) == 3)
+    std::printf("chroma: %s\n", r.params().shared_chroma ? "Cr continues Cb's dictionaries and models"
+                                                         : "each plane with dictionaries of its own");
+  std::printf("blocks: %dx%d\n", 1 << r.params().block_log, 1 << r.params().block_log);
+  std::printf("post-filter: %s\n", r.params().post_filter ? "on (each plane's taps in its stream)" : "off");
+  std::vector<size_t> bytes;
+  int64_t n = 0;
+  while (r.read(f, &bytes)) {
+    size_t t = 0;
+    std::string planes;
+    for (size_t b : bytes) t += b, planes += (planes.empty() ? "" : " + ") + std::to_string(b);
+    std::printf("frame %lld: %zu bytes (%s), %.4f bpp\n", static_cast<long long>(n++), t, planes.c_str(),
+                8.0 * t / (static_cast<double>(r.spec().width) * r.spec().height));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_mmp_commands(CLI::App& app, Subcommands& out) {
+  auto args = std::make_shared<MmpArgs>();
+  MmpArgs& mmp_args = *args;
+  auto* mmp_cmd = app.add_subcommand("mmp", "MMP intra codec (docs/mmp.md): encode, decode, info")->require_subcommand(1);
+  auto* mmp_enc = mmp_cmd->add_subcommand("encode", "encode any vfpipe input into an .mmp file");
+  mmp_enc->add_option("input", mmp_args.input, "input (file, image pattern, Y4M, synthetic=...)")->required();
+  mmp_enc->add_option("-o,--output", mmp_args.output, "output .mmp (default INPUT.mmp)");
+  mmp_enc->add_option("--lambda", mmp_args.lambda, "Lagrangian multiplier: larger = fewer bits, lower quality")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt, "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
+  mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
+  mmp_enc->add_flag("--carry", mmp_args.carry,
+                    "keep each plane's dictionaries and models from frame to frame (fewer bits on video; frames "
+                    "then decode only in order)");
+  mmp_enc->add_flag("--independent-chroma", mmp_args.independent_chroma,
+                    "code Cr with dictionaries of its own instead of continuing Cb's (the two chroma planes "
+                    "then encode and decode in parallel; Cr costs more bits)");
+  mmp_enc->add_flag("--no-post-filter", mmp_args.no_post_filter,
+                    "leave out the restoration post-filter (least-squares taps per activity class, sent with "
+                    "each plane; about +0.3 dB on photographs at 0.5 bpp)");
+  mmp_enc->add_option("--block", mmp_args.block,
+                      "block size: 16, or 8 (faster, for small images) or 32 (larger prediction units and "
+                      "dictionary scales up to 32x32; slower)")
+      ->check(CLI::IsMember({8, 16, 32}))
+      ->capture_default_str();
+  mmp_enc->add_option("--modes", mmp_args.mode_candidates,
+                      "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
+                      "slower, slightly fewer bits)")
+      ->check(CLI::Range(1, 11))
+      ->capture_default_str();
+  auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
+  mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();
+  mmp_dec->add_option("-o,--output", mmp_args.output, "out.png (first frame), out.y4m, frames/%06d.png, '-' (Y4M stdout)");
+  auto* mmp_info = mmp_cmd->add_subcommand("info", "show an .mmp file's header and frame sizes");
+  mmp_info->add_option("input", mmp_args.input, ".mmp file")->required();
+  mmp_cmd->footer("\nExample: vfpipe mmp encode photo.y4m -o photo.mmp --lambda 40 && vfpipe mmp decode photo.mmp -o back.png\n");
+  out.push_back({mmp_enc, [args] { return mmp_encode_command(*args); }});
+  out.push_back({mmp_dec, [args] { return mmp_decode_command(*args); }});
+  out.push_back({mmp_info, [args] { return mmp_info_command(*args); }});
+}
+
+}  // namespace vfp

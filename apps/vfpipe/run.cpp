@@ -1,0 +1,486 @@
+// `vfpipe run`, `live` and `profile`: a source through the filter chain into a sink.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include "apps/vfpipe/cli.hpp"
+#include "apps/vfpipe/progress.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/signals.hpp"
+#include "display/controls.hpp"
+#include "io/open.hpp"
+#include "pipeline/chain.hpp"
+#include "pipeline/commands.hpp"
+#include "pipeline/engine.hpp"
+#include "pipeline/profile.hpp"
+#include "stages/builtin.hpp"
+#if VFPIPE_HAVE_GL
+#include "display/display_sink.hpp"
+#endif
+#if VFPIPE_HAVE_CUDA
+#include "core/gpu.hpp"
+#endif
+
+namespace vfp {
+namespace {
+
+const char* kExamples = R"(
+Examples:
+  # Wavelet-denoise a generated noisy clip (BayesShrink, sigma estimated per plane), as Y4M:
+  vfpipe run -i "synthetic=size=1280x720:frames=300:noise=gauss:sigma=20" -f "wavelet=db4:levels=3" -o out.y4m
+
+  # Compose with ffmpeg through Y4M pipes:
+  ffmpeg -i in.mp4 -f yuv4mpegpipe - | vfpipe run -i - -f null -o - | ffmpeg -i - out.mp4
+
+  # Lossless archive of a filtered stream (PNG per frame, DEFLATE on the GPU; or .y4m.gz):
+  vfpipe run -i clip.mp4 -f "wavelet" -o frames/%06d.png --lossless
+  vfpipe run -i clip.y4m -f "median" -o filtered.y4m.gz && gzip -dc filtered.y4m.gz | ffplay -
+
+  # Video file to an image sequence, on the CPU, with a JSON timing report:
+  vfpipe run -i clip.mp4 -o frames/%06d.png --device cpu --report timing.json
+
+  # Change options while running (FFmpeg sendcmd style): lines 'FRAME FILTER key=value:...'
+  printf '100 conv kernel=sharpen:amount=2\n200 median radius=3\n' > cmds.txt
+  vfpipe run -i clip.mp4 -f "median,conv=gauss" --sendcmd cmds.txt -o out.mp4
+
+  # Live webcam processing (newest frame wins, dropped frames are counted):
+  vfpipe live -i camera=0 -f "format=gray" -o recording.mp4
+
+Inputs (-i):  -  (Y4M on stdin) | file.y4m | synthetic=KEY=VAL:... | camera=N | /dev/videoN
+              | video file or URL | image sequence: img_%04d.png or 'frames/*.png'
+Outputs (-o): null (default) | -  (Y4M on stdout) | file.y4m | file.mp4/.mov/.avi/.mkv
+              | image sequence: frames/%06d.png (--lossless: vfpipe's PNG encoder, GPU DEFLATE)
+              | file.y4m.gz: bit-exact archive, gzip by vfpipe's DEFLATE (gzip -dc gives the .y4m)
+Filters (-f): FFmpeg syntax, name=key=value:key=value,name2=...  ('vfpipe filters' lists them)
+Exit status:  0 ok, 1 error, 2 bad usage, 130/143 stopped by SIGINT/SIGTERM (output closed cleanly)
+)";
+
+const char* kLiveHelp = R"(
+Example: vfpipe live -i camera=0 -f "median=radius=2" -o rec.mp4
+A window shows the output (--no-display: none; --display headless: EGL, PNG screenshots).
+Keys: Esc/Q quit (output closed properly) | Space pause | N next frame | 1-4 view: filtered,
+split (drag the divider), side by side, difference | Tab next stage | +/- its main parameter
+(median radius, conv preset, wavelet threshold) | T switch it off/on | S screenshot | R record
+| H HUD | F1 help.
+Ctrl-C stops too.
+)";
+
+const char* kProfileHelp = R"(
+Every frame's host timestamps (read, capture, enqueue, submit, done, write, output) and
+the GPU time of each copy and stage (CUDA events, read back without stalling) are kept
+in memory (the newest --profile-frames). The first --warmup frames (default 10 here) are
+left out. Printed: per step and end to end, count/min/mean/p50/p90/p95/p99/max, the
+steady-state throughput, drops, and the fraction of copy time hidden behind compute.
+
+Examples:
+  vfpipe profile -i "synthetic=size=1920x1080:frames=600" -f "median=radius=2,wavelet" --prefix base
+  # -> base.json, base.trace.json (ui.perfetto.dev / chrome://tracing), base.html (plots)
+  vfpipe run -i clip.mp4 -f conv=gauss -o out.mp4 --profile run1    # profile any run
+  vfpipe profile --compare base.json new.json --fail-above 5          # regressions: exit 1
+  nsys profile vfpipe run -i ...      # NVTX ranges: threads, streams, stages, copies
+)";
+
+struct RunArgs {
+  std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy, sendcmd;
+  std::string size, profile, display, view = "split", screenshot;
+  std::string vsync = "on";
+  int screenshot_every = 0;
+  bool no_display = false, no_hud = false, glass_to_glass = false;
+  double g2g_period = 250;
+  std::string save_dir = ".";
+  double fps = 0;
+  int64_t frames = -1;
+  int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
+  std::string completion = "event";
+  size_t profile_frames = 100000;
+  bool report_frames = false, no_progress = false, quiet = false, verbose = false;
+  bool lossless = false;
+  int compression_level = 1;
+  std::string deflate_engine = "auto";
+  double stats_every = 0;
+};
+
+void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
+  c->add_option("-i,--input", a.input, "input: file, '-' (Y4M stdin), synthetic=..., camera=N, pattern")
+      ->required(input_required);
+  c->add_option("-o,--output", a.output, "output: file.y4m, '-' (Y4M stdout), video file, image pattern, null")
+      ->capture_default_str();
+  c->add_option("-f,--filters,--vf", a.filters, "filter chain, e.g. \"format=gray,null\"");
+  c->add_option("-d,--device", a.device, "backend: auto (CUDA if a GPU is usable), cuda, cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  c->add_option("--pix-fmt", a.pix_fmt,
+                "output pixel format (gray, yuv420p, yuv444p, bgr24, rgb24; 16-bit: gray16le, yuv420p16le, "
+                "yuv444p16le)");
+  c->add_option("-n,--frames", a.frames, "stop after N input frames");
+  c->add_option("--policy", a.policy, "batch: never drop (back-pressure); live: keep the newest frame")
+      ->check(CLI::IsMember({"batch", "live"}));
+  c->add_option("--depth", a.depth, "frames in flight on the GPU (CUDA streams), 2..16")
+      ->check(CLI::Range(2, 16))
+      ->capture_default_str();
+  c->add_option("--completion", a.completion,
+                "CUDA: how a finished frame is noticed: event (a thread waits on its download event) or "
+                "hostfunc (a cudaLaunchHostFunc callback)")
+      ->check(CLI::IsMember({"event", "hostfunc"}))
+      ->capture_default_str();
+  c->add_option("--queue", a.queue, "capacity of the source and sink queues, 1..64")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  c->add_option("--report", a.report, "write a JSON timing report to FILE");
+  c->add_flag("--report-frames", a.report_frames, "include every frame's timings in the report");
+  c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")
+      ->check(CLI::Range(0, 1000000));
+  c->add_option("--codec", a.codec, "video output FOURCC (mp4v, MJPG, FFV1, avc1, ...)");
+  c->add_flag("--lossless", a.lossless,
+              "image sequences by vfpipe's PNG encoder (GPU DEFLATE); refuse lossy outputs (.mp4, .avi)");
+  c->add_option("--deflate-engine", a.deflate_engine,
+                "DEFLATE of PNG and .y4m.gz outputs: auto (the GPU on the CUDA backend, else libdeflate), vfpipe (vfpipe's "
+                "encoder on the GPU or its CPU reference: the same bytes on every machine), libdeflate")
+      ->check(CLI::IsMember({"auto", "vfpipe", "libdeflate"}))
+      ->capture_default_str();
+  c->add_option("--compression-level", a.compression_level, "DEFLATE level of PNG and .y4m.gz outputs (1 fast .. 9)")
+      ->check(CLI::Range(1, 9))
+      ->capture_default_str();
+  c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera")
+      ->check(CLI::Range(0.0, 10000.0));
+  c->add_option("--size", a.size, "capture size to request from a camera, WxH");
+  c->add_option("--sendcmd", a.sendcmd,
+                 "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
+                 "(FILTER: a name or #N), e.g. '30 conv kernel=sharpen'");
+  if (profile_cmd)
+    c->add_option("--prefix", a.profile, "output files: PREFIX.json (profile), PREFIX.trace.json (Perfetto / "
+                                         "chrome://tracing), PREFIX.html (report with plots)")
+        ->capture_default_str();
+  else
+    c->add_option("--profile", a.profile,
+                  "profile the run: PREFIX.json, PREFIX.trace.json, PREFIX.html and a latency table (see "
+                  "'vfpipe profile')");
+  c->add_option("--display", a.display,
+                "show the stream: 'window' (GLFW; the default of 'live') or 'headless' (EGL, offscreen, "
+                "PNG screenshots); keys in the footer")
+      ->expected(0, 1)
+      ->default_str("window")
+      ->check(CLI::IsMember({"window", "headless"}));
+  c->add_flag("--no-display", a.no_display, "live: no window");
+  c->add_option("--view", a.view, "display view: filtered, split, side-by-side, difference")
+      ->check(CLI::IsMember({"filtered", "split", "side-by-side", "difference"}))
+      ->capture_default_str();
+  c->add_option("--vsync", a.vsync, "display: wait for the screen's refresh (on) or not (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  c->add_flag("--no-hud", a.no_hud, "display: start with the HUD hidden");
+  c->add_flag("--glass-to-glass", a.glass_to_glass,
+              "display: flip a patch in the centre black/white; point the camera (-i) at the screen: prints the "
+              "delay from each flip to the first captured frame that shows it (docs/profiling.md)");
+  c->add_option("--g2g-period", a.g2g_period, "glass-to-glass: milliseconds between flips")->capture_default_str();
+  c->add_option("--save-dir", a.save_dir, "display: folder for the S (screenshot) and R (recording) keys")
+      ->capture_default_str();
+  c->add_option("--screenshot", a.screenshot,
+                "display: save PNG screenshots to this path with one %d (the frame number); headless default "
+                "vfpipe-display-%06d.png");
+  c->add_option("--screenshot-every", a.screenshot_every, "display: a screenshot every N frames (0: the last frame)");
+  c->add_option("--profile-frames", a.profile_frames, "per-frame records kept (the newest N; bounded memory)")
+      ->capture_default_str();
+  c->add_option("--trace-frames", a.trace_frames, "frames in the trace file (after warm-up; 0 = all)")
+      ->capture_default_str();
+  c->add_flag("--no-progress", a.no_progress, "no progress line");
+  c->add_option("--stats-every", a.stats_every,
+                "print a statistics line every S seconds: frames, fps, drops, end-to-end latency p50/p99/max, "
+                "resident and GPU memory (long and live runs)")
+      ->check(CLI::Range(0.1, 86400.0));
+  c->add_flag("-q,--quiet", a.quiet, "errors only, no summary");
+  c->add_flag("-v,--verbose", a.verbose, "debug messages (chain negotiation, buffers)");
+}
+
+Backend choose_backend(const std::string& device, const std::vector<std::unique_ptr<Stage>>& stages) {
+  if (device == "cpu") return Backend::CPU;
+  std::string missing;
+  for (const auto& s : stages)
+    if (!s->has_cuda()) missing += (missing.empty() ? "" : ", ") + s->name();
+#if VFPIPE_HAVE_CUDA
+  const cuda::DeviceInfo& gpu = cuda::probe();
+  if (device == "cuda") {
+    if (!gpu.usable) throw Error(ErrorKind::Gpu, "--device cuda: no usable GPU (" + gpu.reason + ")");
+    if (!missing.empty())
+      throw Error(ErrorKind::Usage, "--device cuda: no CUDA implementation for: " + missing);
+    return Backend::CUDA;
+  }
+  if (!gpu.usable) {
+    log::warn("no usable CUDA GPU (%s); running on the CPU", gpu.reason.c_str());
+    return Backend::CPU;
+  }
+  if (!missing.empty()) {
+    log::warn("no CUDA implementation for %s; running the chain on the CPU", missing.c_str());
+    return Backend::CPU;
+  }
+  return Backend::CUDA;
+#else
+  if (device == "cuda")
+    throw Error(ErrorKind::Gpu, "--device cuda: this build of vfpipe has no CUDA support");
+  log::warn("this build has no CUDA support; running on the CPU");
+  return Backend::CPU;
+#endif
+}
+
+// The profile's table on stderr and its three files.
+void write_profile(const RunReport& r, const RunArgs& a, bool quiet) {
+  const ProfileSummary p = summarize_profile(r);
+  if (!quiet) std::fputs(profile_text(r, p).c_str(), stderr);
+  write_file(a.profile + ".json", profile_json(r, p, true).dump(1) + "\n", "profile");
+  write_file(a.profile + ".trace.json", chrome_trace_json(r, static_cast<size_t>(a.trace_frames)) + "\n", "trace");
+  write_file(a.profile + ".html", html_report(r, p), "report");
+  if (!quiet)
+    std::fprintf(stderr, "  wrote %s.json, %s.trace.json (open in ui.perfetto.dev), %s.html\n", a.profile.c_str(),
+                 a.profile.c_str(), a.profile.c_str());
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorKind::Input, "cannot open '" + path + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Input, "'" + path + "' is not JSON: " + e.what());
+  }
+}
+
+int compare_command(const std::vector<std::string>& files, double threshold) {
+  const auto a = read_json(files.at(0)), b = read_json(files.at(1));
+  for (const auto* j : {&a, &b})
+    if (!j->contains("profile") && !j->contains("steps_ms"))
+      throw Error(ErrorKind::Input, "not a vfpipe profile or report (no 'profile' or 'steps_ms')");
+  bool regressed = false;
+  std::printf("A: %s\nB: %s\n%s", files[0].c_str(), files[1].c_str(),
+              compare_profiles(a, b, threshold, &regressed).c_str());
+  if (regressed) std::printf("slower: some p50 of B is more than %.1f%% above A's\n", threshold);
+  return regressed ? 1 : 0;
+}
+
+// The output, checked against the input: a single image must be the whole run.
+std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Source& src) {
+  SinkOptions ko;
+  ko.codec = a.codec;
+  ko.lossless = a.lossless;
+  ko.compression_level = a.compression_level;
+  ko.gpu = backend == Backend::CUDA && a.deflate_engine != "libdeflate";
+  ko.deflate_reference = a.deflate_engine == "vfpipe";
+  std::unique_ptr<Sink> sink = open_sink(a.output, ko);
+  // A single image: the run must stop in time (-n, or an input known to be short enough).
+  if (const int64_t max = sink->max_frames(); max > 0) {
+    const int64_t n = src.frame_count();
+    const bool fits = a.frames >= 0 ? a.frames <= max : (n > 0 && n <= max);
+    if (!fits)
+      throw Error(ErrorKind::Usage,
+                  log::format("'%s' holds %lld image; the input has %s frames: add -n %lld (ffmpeg: -frames:v 1), "
+                              "or write every frame with a pattern such as frames/%%06d.png",
+                              a.output.c_str(), static_cast<long long>(max),
+                              n > 0 ? std::to_string(n).c_str() : "more", static_cast<long long>(max)));
+  }
+  return sink;
+}
+
+#if VFPIPE_HAVE_GL
+// Wraps `sink` in the display (--display, and `live` by default); the display sink or null.
+DisplaySink* add_display(const RunArgs& a, bool live, Backend backend, std::unique_ptr<Sink>& sink) {
+  if (a.display.empty()) return nullptr;
+  DisplaySinkOptions d;
+  d.display.headless = a.display == "headless";
+  d.display.vsync = a.vsync == "on";
+  d.display.hud = !a.no_hud;
+  parse_display_view(a.view, &d.display.view);
+  d.display.title = "vfpipe: " + (a.filters.empty() ? std::string("(no filters)") : a.filters);
+  d.screenshot = a.screenshot.empty() && d.display.headless ? "vfpipe-display-%06d.png" : a.screenshot;
+  d.screenshot_every = a.screenshot_every;
+  d.filters = a.filters;
+  // Live: show the newest frame, skip those it cannot keep up with (no added latency);
+  // batch: show every frame.
+  d.drop_when_behind = live || a.policy == "live";
+  d.display.cuda_interop = backend == Backend::CUDA;
+  d.glass_to_glass = a.glass_to_glass;
+  d.g2g_period_ms = a.g2g_period;
+  d.save_dir = a.save_dir;
+  auto ds = std::make_unique<DisplaySink>(d, std::move(sink), nullptr);
+  DisplaySink* shown = ds.get();
+  sink = std::move(ds);
+  return shown;
+}
+
+void print_display_summary(const RunArgs& a, const DisplaySink& d) {
+  if (!a.quiet && d.shown() > 0)
+    std::fprintf(stderr,
+                 "  display: %lld frames shown (%lld straight from CUDA), %lld skipped to keep up; per frame %.3f ms on "
+                 "the host (upload + draw + present), %.3f ms on the GPU (upload %.3f + draw %.3f); %s\n",
+                 static_cast<long long>(d.shown()), static_cast<long long>(d.shown_from_device()),
+                 static_cast<long long>(d.skipped()), d.mean_show_ms(), d.mean_gpu_ms(), d.mean_gpu_upload_ms(),
+                 d.mean_gpu_draw_ms(), d.renderer().c_str());
+  if (a.glass_to_glass) {
+    const G2GResult& g = d.glass_to_glass();
+    std::fprintf(stderr,
+                 "  glass-to-glass: %zu flips measured, %d not seen by the camera; delay ms: min %.1f, p50 %.1f, mean "
+                 "%.1f, p95 %.1f, max %.1f\n",
+                 g.delays_ms.size(), g.missed, g.ms.min, g.ms.p50, g.ms.mean, g.ms.p95, g.ms.max);
+  }
+}
+#endif
+
+EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const Source& src) {
+  EngineConfig cfg;
+  cfg.backend = backend;
+  std::string policy = a.policy.empty() ? (live || src.is_live() ? "live" : "batch") : a.policy;
+  cfg.policy = policy == "live" ? Policy::Live : Policy::Batch;
+  cfg.depth = a.depth;
+  cfg.completion = a.completion == "hostfunc" ? Completion::HostFunc : Completion::Event;
+  cfg.queue = a.queue;
+  cfg.max_frames = a.frames;
+  cfg.warmup = a.warmup;
+  cfg.max_records = a.profile_frames;
+  cfg.stop = &stop_flag();
+  return cfg;
+}
+
+// The run's summary, reports and profile; the exit status (rethrows the run's error).
+int finish_run(RunResult& res, const RunArgs& a, const Chain& chain) {
+  res.report.filters = a.filters;
+  // A profiled run prints the profile's fuller table instead of the summary's.
+  if (!a.quiet && res.report.frames_out > 0 && a.profile.empty()) std::fputs(res.report.text().c_str(), stderr);
+  if (!a.quiet)
+    for (size_t i = 0; i < chain.size(); ++i)
+      if (const std::string r = chain.step(i).stage->report(); !r.empty()) std::fprintf(stderr, "  %s\n", r.c_str());
+  if (!a.report.empty()) write_file(a.report, res.report.json(a.report_frames) + "\n", "report");
+  if (!a.profile.empty() && res.report.frames_out > 0) write_profile(res.report, a, a.quiet);
+  if (res.error) std::rethrow_exception(res.error);
+  if (res.report.frames_out == 0 && !res.report.interrupted) log::warn("no frames were processed");
+  if (int sig = stop_flag().load()) {
+    log::info("stopped by signal %d after %lld frames; output closed cleanly", sig,
+              static_cast<long long>(res.report.frames_out));
+    return 128 + sig;
+  }
+  return 0;
+}
+
+int run_command(RunArgs& a, bool live) {
+  if (a.quiet) log::set_level(log::Level::Error);
+  if (a.verbose) log::set_level(log::Level::Debug);
+  install_signal_handlers();
+
+  // Everything the user typed is validated before any input or output is opened.
+  auto stages = build_stages(a.filters);
+  std::optional<PixelFormat> forced;
+  if (!a.pix_fmt.empty()) {
+    PixelFormat f;
+    if (!parse_pix_fmt(a.pix_fmt, &f))
+      throw Error(ErrorKind::Usage, "--pix-fmt: unsupported pixel format '" + a.pix_fmt +
+                                        "' (supported: " + pix_fmt_list() + ")");
+    forced = f;
+  }
+  const Backend backend = choose_backend(a.device, stages);
+  SourceOptions so;
+  so.pinned = backend == Backend::CUDA;
+  so.fps = a.fps;
+  if (!a.size.empty() && std::sscanf(a.size.c_str(), "%dx%d", &so.width, &so.height) != 2)
+    throw Error(ErrorKind::Usage, "--size: expected WxH, got '" + a.size + "'");
+  auto src = open_source(a.input, so);
+  std::unique_ptr<Sink> sink = open_output(a, backend, *src);
+  if (live && a.display.empty() && !a.no_display) a.display = "window";
+  if (a.glass_to_glass && a.display.empty())
+    throw Error(ErrorKind::Usage, "--glass-to-glass needs --display (the screen shows the pattern the camera films)");
+#if VFPIPE_HAVE_GL
+  DisplaySink* display_sink = add_display(a, live, backend, sink);
+#else
+  if (a.glass_to_glass) throw Error(ErrorKind::Usage, "--glass-to-glass needs the display, which this build lacks");
+  if (!a.display.empty())
+    throw Error(ErrorKind::Usage, "--display: this build of vfpipe has no display (GLFW, GLEW and EGL were not found)");
+#endif
+
+  Chain chain = Chain::build(std::move(stages), src->spec(), sink->accepted_formats(), forced);
+  log::debug("chain: %s", chain.describe().c_str());
+  std::vector<Command> commands;
+  if (!a.sendcmd.empty()) {
+    commands = load_commands(a.sendcmd);
+    validate_commands(commands, chain);
+  }
+  sink->open(chain.output());
+
+  EngineConfig cfg = engine_config(a, live, backend, *src);
+  int64_t total = src->frame_count();
+  if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
+  Progress progress(!a.no_progress && !a.quiet && a.stats_every == 0, total);
+  cfg.progress = [&](int64_t done, int64_t dropped) { progress.update(done, dropped); };
+  std::unique_ptr<PeriodicStats> stats;
+  if (a.stats_every > 0) {
+    std::function<size_t()> gpu_memory;
+#if VFPIPE_HAVE_CUDA
+    if (backend == Backend::CUDA) gpu_memory = [] { return cuda::device_memory_used(); };
+#endif
+    stats = std::make_unique<PeriodicStats>(a.stats_every, gpu_memory);
+    cfg.on_frame = [&](const FrameRecord& rec, int64_t dropped) { stats->frame(rec, dropped); };
+  }
+  // Live changes between frames: --sendcmd's commands and the display's keys.
+  std::unique_ptr<LiveControls> controls;
+#if VFPIPE_HAVE_GL
+  if (display_sink) {
+    display_sink->set_source_spec(chain.input());
+    controls = std::make_unique<LiveControls>(chain);
+    display_sink->set_controls(controls.get());
+  }
+#endif
+  if (!commands.empty() || controls)
+    cfg.before_frame = [&](int64_t index, Chain& c) {
+      if (!commands.empty()) apply_commands(commands, index, c);
+      if (controls) controls->apply(c);
+    };
+
+  log::info("%s -> [%s] -> %s on %s", src->describe().c_str(), chain.describe().c_str(),
+            sink->describe().c_str(), backend_name(backend));
+  RunResult res = run_pipeline(*src, chain, *sink, cfg);
+  progress.finish();
+  if (stats) stats->finish(res.report.dropped);
+#if VFPIPE_HAVE_GL
+  if (display_sink) print_display_summary(a, *display_sink);
+#endif
+  return finish_run(res, a, chain);
+}
+
+}  // namespace
+
+const char* run_examples() { return kExamples; }
+
+void add_run_commands(CLI::App& app, Subcommands& out) {
+  auto run_args = std::make_shared<RunArgs>(), live_args = std::make_shared<RunArgs>();
+  auto* run = app.add_subcommand("run", "process a file, pipe or generated stream (batch: nothing is dropped)");
+  add_run_options(run, *run_args, false);
+  run->footer(kExamples);
+  auto* live = app.add_subcommand("live", "process a camera (or any source) keeping the newest frame; counts drops");
+  add_run_options(live, *live_args, false);  // camera=0 when no -i
+  live->footer(kLiveHelp);
+  auto prof_args = std::make_shared<RunArgs>();
+  prof_args->profile = "vfpipe-profile";
+  prof_args->warmup = 10;
+  prof_args->output = "null";
+  auto compare = std::make_shared<std::vector<std::string>>();
+  auto threshold = std::make_shared<double>(5);
+  auto* profile = app.add_subcommand("profile", "latency profile of a run: table, JSON, Perfetto trace, HTML plots");
+  add_run_options(profile, *prof_args, false, true);
+  profile->add_option("--compare", *compare, "compare two profiles (A.json B.json) instead of running")
+      ->expected(2);
+  profile->add_option("--fail-above", *threshold, "with --compare: exit 1 if a p50 of B is more than PCT% above A")
+      ->capture_default_str();
+  profile->footer(kProfileHelp);
+  out.push_back({run, [run_args] { return run_command(*run_args, false); }});
+  out.push_back({live, [live_args] {
+                   if (live_args->input.empty()) live_args->input = "camera=0";
+                   return run_command(*live_args, true);
+                 }});
+  out.push_back({profile, [prof_args, compare, threshold] {
+                   if (!compare->empty()) return compare_command(*compare, *threshold);
+                   if (prof_args->input.empty())
+                     throw Error(ErrorKind::Usage, "profile: --input is required (or --compare A B)");
+                   return run_command(*prof_args, false);
+                 }});
+}
+
+}  // namespace vfp
