@@ -45,8 +45,7 @@ class ParseError : public Error {
 // list); the filter-string builder turns it into a ParseError pointing at that value.
 class OptionError : public Error {
  public:
-  OptionError(std::string option, const std::string& msg)
-      : Error(ErrorKind::Usage, msg), option_(std::move(option)) {}
+  OptionError(std::string option, const std::string& msg) : Error(ErrorKind::Usage, msg), option_(std::move(option)) {}
   const std::string& option() const { return option_; }
 
  private:

@@ -28,8 +28,7 @@ class Lexer {
     while (!done()) {
       char c = t_[i_];
       if (c == '\\') {
-        if (i_ + 1 >= t_.size())
-          throw ParseError("invalid filter string: '\\' at the end escapes nothing", t_, i_);
+        if (i_ + 1 >= t_.size()) throw ParseError("invalid filter string: '\\' at the end escapes nothing", t_, i_);
         out += t_[i_ + 1];
         i_ += 2;
         continue;
@@ -70,8 +69,7 @@ std::string trim(const std::string& s, size_t* lead) {
 bool valid_name(const std::string& n) {
   if (n.empty()) return false;
   for (char c : n)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
-      return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
   return true;
 }
 
@@ -82,12 +80,11 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 }
 
 // Normalises and checks one value against its spec; throws ParseError at the value.
-std::string check_value(const OptionSpec& o, const FilterArg& a, const std::string& text,
-                        const std::string& what) {
+std::string check_value(const OptionSpec& o, const FilterArg& a, const std::string& text, const std::string& what) {
   const std::string& v = a.value;
   auto fail = [&](const std::string& why) {
-    throw ParseError(log::format("invalid value '%s' for option '%s' of %s: %s", v.c_str(),
-                                 o.name.c_str(), what.c_str(), why.c_str()),
+    throw ParseError(log::format("invalid value '%s' for option '%s' of %s: %s", v.c_str(), o.name.c_str(),
+                                 what.c_str(), why.c_str()),
                      text, a.value_pos, a.value_len);
   };
   switch (o.type) {
@@ -96,16 +93,14 @@ std::string check_value(const OptionSpec& o, const FilterArg& a, const std::stri
       char* end = nullptr;
       long long x = std::strtoll(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || errno == ERANGE) fail("expected an integer");
-      if (x < o.min || x > o.max)
-        fail(log::format("out of range %g..%g", o.min, o.max));
+      if (x < o.min || x > o.max) fail(log::format("out of range %g..%g", o.min, o.max));
       return std::to_string(x);
     }
     case OptionSpec::Type::Float: {
       errno = 0;
       char* end = nullptr;
       double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x))
-        fail("expected a number");
+      if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x)) fail("expected a number");
       if (x < o.min || x > o.max) fail(log::format("out of range %g..%g", o.min, o.max));
       return v;
     }
@@ -137,11 +132,10 @@ std::vector<FilterSpec> parse_filter_string(const std::string& text) {
     std::string raw = lx.token("=,", &start, &len);
     f.name = trim(raw, &lead);
     f.name_pos = start + lead;
-    if (f.name.empty())
-      throw ParseError("invalid filter string: expected a filter name", text, start);
+    if (f.name.empty()) throw ParseError("invalid filter string: expected a filter name", text, start);
     if (!valid_name(f.name))
-      throw ParseError("invalid filter string: '" + f.name + "' is not a valid filter name", text,
-                       f.name_pos, f.name.size());
+      throw ParseError("invalid filter string: '" + f.name + "' is not a valid filter name", text, f.name_pos,
+                       f.name.size());
     if (lx.peek() == '=') {
       lx.advance();
       bool seen_named = false;
@@ -155,9 +149,8 @@ std::vector<FilterSpec> parse_filter_string(const std::string& text) {
           a.key = trim(first, &klead);
           a.key_pos = s1 + klead;
           if (!valid_name(a.key))
-            throw ParseError("invalid filter string: bad option name '" + a.key + "' in '" +
-                                 f.name + "'",
-                             text, s1, l1);
+            throw ParseError("invalid filter string: bad option name '" + a.key + "' in '" + f.name + "'", text, s1,
+                             l1);
           a.value = lx.token(":,", &a.value_pos, &a.value_len);
           seen_named = true;
         } else {
@@ -166,9 +159,9 @@ std::vector<FilterSpec> parse_filter_string(const std::string& text) {
           a.value_len = l1;
           a.key_pos = s1;
           if (seen_named)
-            throw ParseError("invalid filter string: positional value '" + first +
-                                 "' after a named option in '" + f.name + "'",
-                             text, s1, l1);
+            throw ParseError(
+                "invalid filter string: positional value '" + first + "' after a named option in '" + f.name + "'",
+                text, s1, l1);
         }
         f.args.push_back(std::move(a));
         if (lx.peek() == ':') {
@@ -183,18 +176,16 @@ std::vector<FilterSpec> parse_filter_string(const std::string& text) {
     if (lx.peek() == ',') {
       lx.advance();
       if (lx.done())
-        throw ParseError("invalid filter string: trailing ',' with no filter after it", text,
-                         text.size() - 1);
+        throw ParseError("invalid filter string: trailing ',' with no filter after it", text, text.size() - 1);
       continue;
     }
-    throw ParseError(log::format("invalid filter string: unexpected '%c'", lx.peek()), text,
-                     lx.pos());
+    throw ParseError(log::format("invalid filter string: unexpected '%c'", lx.peek()), text, lx.pos());
   }
   return out;
 }
 
-Options bind_options(const std::vector<OptionSpec>& specs, const FilterSpec& f,
-                     const std::string& text, const std::string& what) {
+Options bind_options(const std::vector<OptionSpec>& specs, const FilterSpec& f, const std::string& text,
+                     const std::string& what) {
   Options opts;
   std::vector<bool> given(specs.size(), false);
   size_t positional = 0;
@@ -202,8 +193,8 @@ Options bind_options(const std::vector<OptionSpec>& specs, const FilterSpec& f,
     int idx = -1;
     if (a.key.empty()) {
       if (positional >= specs.size())
-        throw ParseError(log::format("too many values for %s (it takes %zu option%s)",
-                                     what.c_str(), specs.size(), specs.size() == 1 ? "" : "s"),
+        throw ParseError(log::format("too many values for %s (it takes %zu option%s)", what.c_str(), specs.size(),
+                                     specs.size() == 1 ? "" : "s"),
                          text, a.value_pos, a.value_len);
       idx = static_cast<int>(positional++);
     } else {
@@ -215,8 +206,7 @@ Options bind_options(const std::vector<OptionSpec>& specs, const FilterSpec& f,
       if (idx < 0) {
         std::vector<std::string> names;
         for (const auto& s : specs) names.push_back(s.name);
-        throw ParseError(log::format("unknown option '%s' for %s (options: %s)", a.key.c_str(),
-                                     what.c_str(),
+        throw ParseError(log::format("unknown option '%s' for %s (options: %s)", a.key.c_str(), what.c_str(),
                                      names.empty() ? "none" : join(names, ", ").c_str()),
                          text, a.key_pos, a.key.size());
       }
@@ -240,8 +230,8 @@ std::vector<std::unique_ptr<Stage>> build_stages(const std::string& text, const 
     if (!info) {
       std::vector<std::string> names;
       for (const auto& s : reg.all()) names.push_back(s.name);
-      throw ParseError(log::format("unknown filter '%s' (available: %s; see 'vfpipe filters')",
-                                   f.name.c_str(), join(names, ", ").c_str()),
+      throw ParseError(log::format("unknown filter '%s' (available: %s; see 'vfpipe filters')", f.name.c_str(),
+                                   join(names, ", ").c_str()),
                        text, f.name_pos, f.name.size());
     }
     Options opts = bind_options(info->options, f, text, "filter '" + info->name + "'");

@@ -30,8 +30,8 @@ struct FilterSpec {
 std::vector<FilterSpec> parse_filter_string(const std::string& text);
 
 // Validates one filter's arguments against option specs; `what` names it in errors.
-Options bind_options(const std::vector<OptionSpec>& specs, const FilterSpec& f,
-                     const std::string& text, const std::string& what);
+Options bind_options(const std::vector<OptionSpec>& specs, const FilterSpec& f, const std::string& text,
+                     const std::string& what);
 
 // Parses, looks up every filter in the registry, validates and creates the stages.
 std::vector<std::unique_ptr<Stage>> build_stages(const std::string& text, const Registry& reg);

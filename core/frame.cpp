@@ -22,8 +22,8 @@ struct FmtInfo {
   const char* name;
   int planes;
 };
-constexpr FmtInfo kFmt[] = {{"gray", 1},     {"yuv420p", 3},     {"yuv444p", 3},     {"bgr24", 1},
-                            {"rgb24", 1},    {"gray16le", 1},    {"yuv420p16le", 3}, {"yuv444p16le", 3}};
+constexpr FmtInfo kFmt[] = {{"gray", 1},  {"yuv420p", 3},  {"yuv444p", 3},     {"bgr24", 1},
+                            {"rgb24", 1}, {"gray16le", 1}, {"yuv420p16le", 3}, {"yuv444p16le", 3}};
 static_assert(sizeof(kFmt) / sizeof(kFmt[0]) == static_cast<size_t>(PixelFormat::Count), "one row per format");
 }  // namespace
 
@@ -38,17 +38,27 @@ bool parse_pix_fmt(const std::string& s, PixelFormat* out) {
     PixelFormat f;
   };
   static const Alias aliases[] = {
-      {"gray", PixelFormat::GRAY8},      {"gray8", PixelFormat::GRAY8},
-      {"mono", PixelFormat::GRAY8},      {"y8", PixelFormat::GRAY8},
-      {"yuv420p", PixelFormat::YUV420P}, {"i420", PixelFormat::YUV420P},
-      {"420", PixelFormat::YUV420P},     {"yuv444p", PixelFormat::YUV444P},
-      {"444", PixelFormat::YUV444P},     {"bgr24", PixelFormat::BGR24},
-      {"bgr", PixelFormat::BGR24},       {"rgb24", PixelFormat::RGB24},
+      {"gray", PixelFormat::GRAY8},
+      {"gray8", PixelFormat::GRAY8},
+      {"mono", PixelFormat::GRAY8},
+      {"y8", PixelFormat::GRAY8},
+      {"yuv420p", PixelFormat::YUV420P},
+      {"i420", PixelFormat::YUV420P},
+      {"420", PixelFormat::YUV420P},
+      {"yuv444p", PixelFormat::YUV444P},
+      {"444", PixelFormat::YUV444P},
+      {"bgr24", PixelFormat::BGR24},
+      {"bgr", PixelFormat::BGR24},
+      {"rgb24", PixelFormat::RGB24},
       {"rgb", PixelFormat::RGB24},
-      {"gray16le", PixelFormat::GRAY16}, {"gray16", PixelFormat::GRAY16},
-      {"mono16", PixelFormat::GRAY16},   {"yuv420p16le", PixelFormat::YUV420P16},
-      {"yuv420p16", PixelFormat::YUV420P16}, {"420p16", PixelFormat::YUV420P16},
-      {"yuv444p16le", PixelFormat::YUV444P16}, {"yuv444p16", PixelFormat::YUV444P16},
+      {"gray16le", PixelFormat::GRAY16},
+      {"gray16", PixelFormat::GRAY16},
+      {"mono16", PixelFormat::GRAY16},
+      {"yuv420p16le", PixelFormat::YUV420P16},
+      {"yuv420p16", PixelFormat::YUV420P16},
+      {"420p16", PixelFormat::YUV420P16},
+      {"yuv444p16le", PixelFormat::YUV444P16},
+      {"yuv444p16", PixelFormat::YUV444P16},
       {"444p16", PixelFormat::YUV444P16},
   };
   for (const auto& a : aliases)
@@ -98,16 +108,13 @@ std::string FrameSpec::describe() const {
 void validate_spec(const FrameSpec& s, const char* what) {
   if (s.width <= 0 || s.height <= 0)
     throw Error(ErrorKind::Input,
-                log::format("%s: invalid frame size %dx%d (must be at least 1x1)", what, s.width,
-                            s.height));
+                log::format("%s: invalid frame size %dx%d (must be at least 1x1)", what, s.width, s.height));
   if (s.width > kMaxDimension || s.height > kMaxDimension)
-    throw Error(ErrorKind::Input, log::format("%s: frame size %dx%d exceeds the limit of %d", what,
-                                              s.width, s.height, kMaxDimension));
+    throw Error(ErrorKind::Input,
+                log::format("%s: frame size %dx%d exceeds the limit of %d", what, s.width, s.height, kMaxDimension));
   if (static_cast<int>(s.format) < 0 || s.format >= PixelFormat::Count)
     throw Error(ErrorKind::Input, log::format("%s: unsupported pixel format", what));
 }
-
-
 
 FrameLayout FrameLayout::of(const FrameSpec& s) {
   FrameLayout L;
@@ -178,9 +185,8 @@ HostFrame::HostFrame(const FrameSpec& spec, bool pinned) : spec_(spec), layout_(
 #endif
   data_ = static_cast<uint8_t*>(std::aligned_alloc(kPitchAlign, align_up(n, kPitchAlign)));
   if (!data_)
-    throw Error(ErrorKind::OutOfMemory,
-                log::format("out of host memory allocating a %s frame (%.1f MiB)",
-                            spec.describe().c_str(), n / 1048576.0));
+    throw Error(ErrorKind::OutOfMemory, log::format("out of host memory allocating a %s frame (%.1f MiB)",
+                                                    spec.describe().c_str(), n / 1048576.0));
 }
 
 HostFrame::~HostFrame() {
@@ -218,16 +224,14 @@ bool HostFrame::same_pixels(const HostFrame& o) const {
   for (int p = 0; p < layout_.planes; ++p) {
     const PlaneLayout& pl = layout_.plane[p];
     for (int y = 0; y < pl.height; ++y)
-      if (std::memcmp(data_ + pl.offset + y * pl.pitch, o.data_ + pl.offset + y * pl.pitch,
-                      pl.width_bytes) != 0)
+      if (std::memcmp(data_ + pl.offset + y * pl.pitch, o.data_ + pl.offset + y * pl.pitch, pl.width_bytes) != 0)
         return false;
   }
   return true;
 }
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 

@@ -24,14 +24,14 @@ constexpr size_t kPitchAlign = 256;
 // v rounded up to a multiple of a.
 constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-const char* pix_fmt_name(PixelFormat f);            // ffmpeg spelling: "gray", "yuv420p", ...
+const char* pix_fmt_name(PixelFormat f);                     // ffmpeg spelling: "gray", "yuv420p", ...
 bool parse_pix_fmt(const std::string& s, PixelFormat* out);  // accepts ffmpeg names + aliases
-const std::vector<PixelFormat>& all_pixel_formats();  // every format, in enum order
-std::string pix_fmt_list();                          // "gray, yuv420p, ..., yuv444p16le"
+const std::vector<PixelFormat>& all_pixel_formats();         // every format, in enum order
+std::string pix_fmt_list();                                  // "gray, yuv420p, ..., yuv444p16le"
 int plane_count(PixelFormat f);
-bool is_planar_yuv(PixelFormat f);   // gray, yuv420p, yuv444p (8-bit)
-bool is_packed_rgb(PixelFormat f);   // bgr24, rgb24
-int sample_bytes(PixelFormat f);     // bytes of one sample of one plane: 1, 2, or 3 (packed RGB)
+bool is_planar_yuv(PixelFormat f);  // gray, yuv420p, yuv444p (8-bit)
+bool is_packed_rgb(PixelFormat f);  // bgr24, rgb24
+int sample_bytes(PixelFormat f);    // bytes of one sample of one plane: 1, 2, or 3 (packed RGB)
 // gray16le, yuv420p16le, yuv444p16le (constexpr: the conversion kernels use them at compile time)
 constexpr VFP_HD bool is_16bit(PixelFormat f) {
   return f == PixelFormat::GRAY16 || f == PixelFormat::YUV420P16 || f == PixelFormat::YUV444P16;
@@ -40,10 +40,17 @@ constexpr VFP_HD bool is_16bit(PixelFormat f) {
 constexpr VFP_HD PixelFormat with_depth(PixelFormat f, int bits) {
   using F = PixelFormat;
   switch (f) {
-    case F::GRAY8: case F::GRAY16: return bits == 16 ? F::GRAY16 : F::GRAY8;
-    case F::YUV420P: case F::YUV420P16: return bits == 16 ? F::YUV420P16 : F::YUV420P;
-    case F::YUV444P: case F::YUV444P16: return bits == 16 ? F::YUV444P16 : F::YUV444P;
-    default: return f;
+    case F::GRAY8:
+    case F::GRAY16:
+      return bits == 16 ? F::GRAY16 : F::GRAY8;
+    case F::YUV420P:
+    case F::YUV420P16:
+      return bits == 16 ? F::YUV420P16 : F::YUV420P;
+    case F::YUV444P:
+    case F::YUV444P16:
+      return bits == 16 ? F::YUV444P16 : F::YUV444P;
+    default:
+      return f;
   }
 }
 // Converting between the 8- and 16-bit scales (exact up; round half up down).
@@ -60,9 +67,7 @@ struct FrameSpec {
   PixelFormat format = PixelFormat::GRAY8;
   int width = 0, height = 0;
   Rational fps{25, 1};
-  bool operator==(const FrameSpec& o) const {
-    return format == o.format && width == o.width && height == o.height;
-  }
+  bool operator==(const FrameSpec& o) const { return format == o.format && width == o.width && height == o.height; }
   bool operator!=(const FrameSpec& o) const { return !(*this == o); }
   std::string describe() const;  // "1920x1080 yuv420p @ 30 fps"
 };
@@ -83,8 +88,8 @@ struct PlaneLayout {
 struct FrameLayout {
   int planes = 0;
   PlaneLayout plane[kMaxPlanes];
-  size_t total_bytes = 0;     // with pitch padding
-  size_t payload_bytes = 0;   // sum of width_bytes*height (what a raw/Y4M frame holds)
+  size_t total_bytes = 0;    // with pitch padding
+  size_t payload_bytes = 0;  // sum of width_bytes*height (what a raw/Y4M frame holds)
   static FrameLayout of(const FrameSpec& s);
 };
 
@@ -128,8 +133,8 @@ class HostFrame {
   bool pinned() const { return pinned_; }
 
   // Per-frame metadata travelling with the pixels.
-  int64_t index = 0;          // position in the source stream
-  int64_t capture_ns = 0;     // host steady-clock time when the source produced it
+  int64_t index = 0;       // position in the source stream
+  int64_t capture_ns = 0;  // host steady-clock time when the source produced it
 
   // Copy pixels from/to a tightly packed buffer (Y4M/raw payload order).
   void load_packed(const uint8_t* src);

@@ -16,10 +16,9 @@ void check(int code, const char* what, const char* file, int line) {
   const char* base = file;
   for (const char* p = file; *p; ++p)
     if (*p == '/') base = p + 1;
-  std::string msg = log::format("CUDA error in %s (%s:%d): %s (%s)", what, base, line,
-                                cudaGetErrorString(err), cudaGetErrorName(err));
-  if (err == cudaErrorMemoryAllocation)
-    throw Error(ErrorKind::OutOfMemory, "out of GPU memory: " + msg);
+  std::string msg = log::format("CUDA error in %s (%s:%d): %s (%s)", what, base, line, cudaGetErrorString(err),
+                                cudaGetErrorName(err));
+  if (err == cudaErrorMemoryAllocation) throw Error(ErrorKind::OutOfMemory, "out of GPU memory: " + msg);
   throw Error(ErrorKind::Gpu, msg);
 }
 
@@ -75,9 +74,8 @@ void* host_alloc_pinned(size_t bytes) {
   cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    throw Error(ErrorKind::OutOfMemory,
-                log::format("cannot allocate %.1f MiB of pinned host memory: %s",
-                            bytes / 1048576.0, cudaGetErrorString(err)));
+    throw Error(ErrorKind::OutOfMemory, log::format("cannot allocate %.1f MiB of pinned host memory: %s",
+                                                    bytes / 1048576.0, cudaGetErrorString(err)));
   }
   return p;
 }
@@ -103,9 +101,8 @@ DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) : size_(bytes) {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     cudaGetLastError();
-    std::string msg = log::format("cannot allocate %.1f MiB for %s (%.1f MiB free of %.1f MiB): %s",
-                                  bytes / 1048576.0, what, free_b / 1048576.0,
-                                  total_b / 1048576.0, cudaGetErrorString(err));
+    std::string msg = log::format("cannot allocate %.1f MiB for %s (%.1f MiB free of %.1f MiB): %s", bytes / 1048576.0,
+                                  what, free_b / 1048576.0, total_b / 1048576.0, cudaGetErrorString(err));
     throw Error(err == cudaErrorMemoryAllocation ? ErrorKind::OutOfMemory : ErrorKind::Gpu,
                 (err == cudaErrorMemoryAllocation ? "out of GPU memory: " : "CUDA error: ") + msg);
   }
@@ -167,8 +164,6 @@ void memcpy_d2h_async(void* dst, const void* src, size_t n, StreamHandle s) {
 void memcpy_d2d_async(void* dst, const void* src, size_t n, StreamHandle s) {
   VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s));
 }
-void memset_async(void* dst, int v, size_t n, StreamHandle s) {
-  VFP_CUDA(cudaMemsetAsync(dst, v, n, s));
-}
+void memset_async(void* dst, int v, size_t n, StreamHandle s) { VFP_CUDA(cudaMemsetAsync(dst, v, n, s)); }
 
 }  // namespace vfp::cuda

@@ -38,12 +38,12 @@ void vlog(Level l, const char* tag, const char* fmt, va_list ap) {
 void set_level(Level l) { g_level = static_cast<int>(l); }
 Level level() { return static_cast<Level>(g_level.load()); }
 
-#define VFP_LOG_FN(name, lvl, tag)      \
-  void name(const char* fmt, ...) {     \
-    va_list ap;                         \
-    va_start(ap, fmt);                  \
-    vlog(lvl, tag, fmt, ap);            \
-    va_end(ap);                         \
+#define VFP_LOG_FN(name, lvl, tag)  \
+  void name(const char* fmt, ...) { \
+    va_list ap;                     \
+    va_start(ap, fmt);              \
+    vlog(lvl, tag, fmt, ap);        \
+    va_end(ap);                     \
   }
 VFP_LOG_FN(debug, Level::Debug, "debug: ")
 VFP_LOG_FN(info, Level::Info, "")

@@ -24,8 +24,8 @@ struct OptionSpec {
   Type type = Type::String;
   std::string default_value;  // textual; "" means "unset" for String options
   std::string help;
-  double min = 0, max = 0;             // inclusive range for Int/Float
-  std::vector<std::string> choices;    // Choice values
+  double min = 0, max = 0;               // inclusive range for Int/Float
+  std::vector<std::string> choices;      // Choice values
   std::vector<std::string> alias_names;  // other accepted keys (ffmpeg spellings)
   // Options this one replaces: when a live change (--sendcmd) gives this option, these go
   // back to their defaults (conv's file= and kernel= say the same thing two ways).
@@ -100,8 +100,8 @@ class OptionTable {
                [field](S& s, const std::string& v) { s.*field = v == "1"; });
   }
   // One of `values`, kept as its name.
-  OptionSpec& choice(const char* name, std::string S::*field, const std::string& def,
-                     std::vector<std::string> values, std::string help) {
+  OptionSpec& choice(const char* name, std::string S::*field, const std::string& def, std::vector<std::string> values,
+                     std::string help) {
     return add(name, OptionSpec::Type::Choice, def, help, 0, 0, std::move(values),
                [field](S& s, const std::string& v) { s.*field = v; });
   }

@@ -35,8 +35,7 @@ void set_cpu_threads(int n) {
   std::lock_guard<std::mutex> lk(g_mu);
   g_limit.reset();
   const int t = n == 0 ? available_cores() : n;
-  g_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
-                                                  static_cast<size_t>(t));
+  g_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(t));
   g_threads = t;
 }
 

@@ -5,8 +5,7 @@
 namespace vfp {
 
 void Registry::add(StageInfo info) {
-  if (find(info.name))
-    throw Error(ErrorKind::Internal, "stage '" + info.name + "' registered twice");
+  if (find(info.name)) throw Error(ErrorKind::Internal, "stage '" + info.name + "' registered twice");
   stages_.push_back(std::move(info));
 }
 

@@ -5,7 +5,7 @@
 
 namespace vfp {
 
-std::atomic<int>& stop_flag();  // the signal number that asked to stop, or 0
+std::atomic<int>& stop_flag();   // the signal number that asked to stop, or 0
 void install_signal_handlers();  // also ignores SIGPIPE (a closed pipe is a write error)
 
 }  // namespace vfp

@@ -84,8 +84,8 @@ struct LiveParam {
   enum class Step { Add, Scale, Cycle };
   std::string option;  // the option the keys change; "" = the stage has no live parameter
   Step step = Step::Add;
-  double amount = 1;        // Add: +-amount per press; Scale: times or divided by amount
-  double min = 0, max = 0;  // Add and Scale stay in this range
+  double amount = 1;                // Add: +-amount per press; Scale: times or divided by amount
+  double min = 0, max = 0;          // Add and Scale stay in this range
   std::vector<std::string> values;  // Cycle: the values in order (a preset table's names)
   // Set with every change (wavelet: method=fixed). While they do not hold yet, the first press
   // sets the option to `start` (wavelet: a fixed threshold of 8 levels).

@@ -46,11 +46,16 @@ VFP_HD int border_index(int i, int n, Border b) {
 
 inline const char* border_name(Border b) {
   switch (b) {
-    case Border::Replicate: return "replicate";
-    case Border::Reflect101: return "reflect101";
-    case Border::Reflect: return "reflect";
-    case Border::Constant: return "constant";
-    case Border::Wrap: return "wrap";
+    case Border::Replicate:
+      return "replicate";
+    case Border::Reflect101:
+      return "reflect101";
+    case Border::Reflect:
+      return "reflect";
+    case Border::Constant:
+      return "constant";
+    case Border::Wrap:
+      return "wrap";
   }
   return "?";
 }

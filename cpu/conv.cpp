@@ -63,7 +63,6 @@ std::vector<float> gauss1d(int n, double sigma) {
   return out;
 }
 
-
 constexpr double kMaxTap = 1e9;
 constexpr size_t kMaxKernelFileBytes = 64 * 1024;  // a 31x31 kernel in text is ~20 KiB
 
@@ -98,10 +97,11 @@ std::vector<std::string> split_taps(const std::string& s) {
 void conv_check_size(int w, int h, const char* option) {
   if (w < 1 || h < 1 || w % 2 == 0 || h % 2 == 0)
     throw OptionError(option, log::format("conv: kernel size %dx%d must be odd in both directions "
-                                          "(1, 3, 5, ...)", w, h));
+                                          "(1, 3, 5, ...)",
+                                          w, h));
   if (w > kConvMaxSize || h > kConvMaxSize)
-    throw OptionError(option, log::format("conv: kernel size %dx%d exceeds the maximum %dx%d", w, h,
-                                          kConvMaxSize, kConvMaxSize));
+    throw OptionError(
+        option, log::format("conv: kernel size %dx%d exceeds the maximum %dx%d", w, h, kConvMaxSize, kConvMaxSize));
 }
 
 void conv_detect_separable(ConvKernel& k) {
@@ -148,29 +148,34 @@ ConvKernel derivative(const ConvPresetArgs& a, std::vector<float> smooth, const 
 
 const std::vector<ConvPreset>& conv_presets() {
   static const std::vector<ConvPreset> table = {
-      {"identity", "", [](ConvPresetArgs a) {
+      {"identity", "",
+       [](ConvPresetArgs a) {
          default_size(a, 3);
          std::vector<float> t(static_cast<size_t>(a.w) * a.h, 0.f);
          t[static_cast<size_t>(a.h / 2) * a.w + a.w / 2] = 1.f;
          return from_taps(a.w, a.h, t, log::format("identity %dx%d", a.w, a.h));
        }},
-      {"box", "", [](ConvPresetArgs a) {
+      {"box", "",
+       [](ConvPresetArgs a) {
          default_size(a, 3);
          return from_factors(std::vector<float>(static_cast<size_t>(a.h), 1.f),
                              std::vector<float>(static_cast<size_t>(a.w), 1.f), log::format("box %dx%d", a.w, a.h));
        }},
-      {"gauss", "gaussian", [](ConvPresetArgs a) {
+      {"gauss", "gaussian",
+       [](ConvPresetArgs a) {
          default_size(a, 5);
-         return from_factors(gauss1d(a.h, a.sigma), gauss1d(a.w, a.sigma),
-                             log::format("gauss %dx%d sigma %s", a.w, a.h,
-                                         a.sigma > 0 ? log::format("%g", a.sigma).c_str() : "auto"));
+         return from_factors(
+             gauss1d(a.h, a.sigma), gauss1d(a.w, a.sigma),
+             log::format("gauss %dx%d sigma %s", a.w, a.h, a.sigma > 0 ? log::format("%g", a.sigma).c_str() : "auto"));
        }},
-      {"sharpen", "", [](ConvPresetArgs a) {
+      {"sharpen", "",
+       [](ConvPresetArgs a) {
          fixed3(a, "sharpen");
          const float m = static_cast<float>(a.amount);
          return from_taps(3, 3, {0, -m, 0, -m, 1 + 4 * m, -m, 0, -m, 0}, log::format("sharpen %g", a.amount));
        }},
-      {"unsharp", "", [](ConvPresetArgs a) {
+      {"unsharp", "",
+       [](ConvPresetArgs a) {
          default_size(a, 5);
          const float m = static_cast<float>(a.amount);
          ConvKernel g = from_factors(gauss1d(a.h, a.sigma), gauss1d(a.w, a.sigma), "");
@@ -179,17 +184,26 @@ const std::vector<ConvPreset>& conv_presets() {
          t[static_cast<size_t>(a.h / 2) * a.w + a.w / 2] += 1 + m;
          return from_taps(a.w, a.h, t, log::format("unsharp %dx%d amount %g", a.w, a.h, a.amount));
        }},
-      {"sobel", "", [](ConvPresetArgs a) { return derivative(a, {1, 2, 1}, "sobel"); }},
-      {"scharr", "", [](ConvPresetArgs a) { return derivative(a, {3, 10, 3}, "scharr"); }},
-      {"laplacian", "", [](ConvPresetArgs a) {
+      {"sobel", "",
+       [](ConvPresetArgs a) {
+         return derivative(a, {1, 2, 1}, "sobel");
+       }},
+      {"scharr", "",
+       [](ConvPresetArgs a) {
+         return derivative(a, {3, 10, 3}, "scharr");
+       }},
+      {"laplacian", "",
+       [](ConvPresetArgs a) {
          fixed3(a, "laplacian");
          return from_taps(3, 3, {0, 1, 0, 1, -4, 1, 0, 1, 0}, "laplacian");
        }},
-      {"emboss", "", [](ConvPresetArgs a) {
+      {"emboss", "",
+       [](ConvPresetArgs a) {
          fixed3(a, "emboss");
          return from_taps(3, 3, {-2, -1, 0, -1, 1, 1, 0, 1, 2}, "emboss");
        }},
-      {"edge", "", [](ConvPresetArgs a) {
+      {"edge", "",
+       [](ConvPresetArgs a) {
          fixed3(a, "edge");
          return from_taps(3, 3, {-1, -1, -1, -1, 8, -1, -1, -1, -1}, "edge");
        }},
@@ -203,8 +217,7 @@ std::string conv_preset_names(const char* sep) {
   return r;
 }
 
-ConvKernel conv_preset(const std::string& name, int w, int h, double sigma, double amount,
-                       const std::string& dir) {
+ConvKernel conv_preset(const std::string& name, int w, int h, double sigma, double amount, const std::string& dir) {
   for (const ConvPreset& p : conv_presets())
     if (name == p.name || name == p.alias) return p.make({w, h, sigma, amount, dir});
   throw OptionError("kernel", "conv: unknown kernel preset '" + name + "' (presets: " + conv_preset_names(", ") +
@@ -217,7 +230,8 @@ ConvKernel conv_parse_taps(const std::string& text, int w, int h) {
   for (size_t i = 0; i < tok.size(); ++i) {
     float v;
     if (!parse_float(tok[i], &v))
-      throw OptionError("kernel", log::format("conv: tap %zu ('%s') is not a number within +-1e9", i + 1, tok[i].c_str()));
+      throw OptionError("kernel",
+                        log::format("conv: tap %zu ('%s') is not a number within +-1e9", i + 1, tok[i].c_str()));
     taps.push_back(v);
   }
   const int n = static_cast<int>(taps.size());
@@ -237,14 +251,16 @@ ConvKernel conv_load_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw OptionError("file", "conv: cannot open kernel file '" + path + "': " + std::strerror(errno));
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw OptionError("file", "conv: kernel file '" + path + "' is a directory");
+  if (std::filesystem::is_directory(path, ec))
+    throw OptionError("file", "conv: kernel file '" + path + "' is a directory");
   // Read with a cap: a device (/dev/zero) or a wrong file must not be read whole.
   std::string text(kMaxKernelFileBytes + 1, '\0');
   f.read(&text[0], static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(f.gcount()));
   if (text.size() > kMaxKernelFileBytes)
-    throw OptionError("file", log::format("conv: kernel file '%s' is larger than %zu KiB (a 31x31 kernel needs ~20 KiB)",
-                                          path.c_str(), kMaxKernelFileBytes / 1024));
+    throw OptionError("file",
+                      log::format("conv: kernel file '%s' is larger than %zu KiB (a 31x31 kernel needs ~20 KiB)",
+                                  path.c_str(), kMaxKernelFileBytes / 1024));
   std::istringstream in(text);
   std::vector<float> taps;
   int w = -1, h = 0, lineno = 0;
@@ -264,8 +280,8 @@ ConvKernel conv_load_file(const std::string& path) {
     }
     if (w < 0) w = static_cast<int>(tok.size());
     if (static_cast<int>(tok.size()) != w)
-      throw OptionError("file", log::format("conv: %s:%d: %zu taps, but the first row has %d", path.c_str(),
-                                            lineno, tok.size(), w));
+      throw OptionError(
+          "file", log::format("conv: %s:%d: %zu taps, but the first row has %d", path.c_str(), lineno, tok.size(), w));
     ++h;
   }
   if (h == 0) throw OptionError("file", "conv: kernel file '" + path + "' has no taps");
@@ -335,7 +351,8 @@ inline __attribute__((always_inline)) void sep_rows_h(const BorderMaps& m, const
   for (int r = r0; r < r1; ++r)
     for (int x = 0; x < pl.w; ++x) {
       float acc = 0.f;
-      for (int kx = 0; kx < k.w; ++kx) acc = __builtin_fmaf(k.row[static_cast<size_t>(kx)], px(m, r, x + kx, p.value), acc);
+      for (int kx = 0; kx < k.w; ++kx)
+        acc = __builtin_fmaf(k.row[static_cast<size_t>(kx)], px(m, r, x + kx, p.value), acc);
       t[static_cast<size_t>(r) * pl.w + x] = acc;
     }
 }
@@ -353,7 +370,7 @@ inline __attribute__((always_inline)) void sep_rows_v(const float* t, int w, uin
     }
 }
 
-#define VFP_CONV_VARIANTS(name, params, args)                        \
+#define VFP_CONV_VARIANTS(name, params, args)                          \
   __attribute__((target("fma"))) void name##_fma params { name args; } \
   void name##_plain params { name args; }
 VFP_CONV_VARIANTS(conv2d_rows,
@@ -374,8 +391,7 @@ constexpr int kConvStripeRows = 8;
 
 }  // namespace
 
-void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                    const ConvParams& p) {
+void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const ConvParams& p) {
   const PlaneRef pl{src, spitch, w, h};
   const BorderMaps m = make_maps(pl, p.kernel.w / 2, p.kernel.h / 2, p.border);
   const bool fma = cpu_has_fma();
@@ -387,8 +403,8 @@ void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, in
   });
 }
 
-void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                              int h, const ConvParams& p, std::vector<float>* scratch) {
+void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                              const ConvParams& p, std::vector<float>* scratch) {
   if (!p.kernel.separable) throw Error(ErrorKind::Internal, "conv: kernel is not separable");
   const PlaneRef pl{src, spitch, w, h};
   const int ay = p.kernel.h / 2;

@@ -24,10 +24,10 @@ constexpr int kConvMaxSize = 31;  // largest kernel width or height
 
 struct ConvKernel {
   int w = 1, h = 1;
-  std::vector<float> taps;       // h rows of w, row-major
+  std::vector<float> taps;  // h rows of w, row-major
   bool separable = false;
-  std::vector<float> row, col;   // when separable: taps[y][x] ~= col[y] * row[x]
-  std::string name;              // "gauss 7x7 sigma 1.4", "inline 3x3", ...
+  std::vector<float> row, col;  // when separable: taps[y][x] ~= col[y] * row[x]
+  std::string name;             // "gauss 7x7 sigma 1.4", "inline 3x3", ...
   double sum() const;
 };
 
@@ -47,8 +47,8 @@ struct ConvParams {
 // w, h = 0 take the preset's default. Builders throw vfp::OptionError naming the option at fault.
 struct ConvPresetArgs {
   int w = 0, h = 0;
-  double sigma = 0;   // gauss/unsharp; 0 = from the size
-  double amount = 1;  // sharpen/unsharp strength
+  double sigma = 0;       // gauss/unsharp; 0 = from the size
+  double amount = 1;      // sharpen/unsharp strength
   std::string dir = "x";  // sobel/scharr direction
 };
 struct ConvPreset {
@@ -60,8 +60,7 @@ const std::vector<ConvPreset>& conv_presets();
 std::string conv_preset_names(const char* sep);  // the names in table order
 
 // Kernel builders.
-ConvKernel conv_preset(const std::string& name, int w, int h, double sigma, double amount,
-                       const std::string& dir);
+ConvKernel conv_preset(const std::string& name, int w, int h, double sigma, double amount, const std::string& dir);
 ConvKernel conv_parse_taps(const std::string& text, int w, int h);  // w,h = 0: square from count
 ConvKernel conv_load_file(const std::string& path);
 // Throws OptionError(option) unless w and h are odd and at most kConvMaxSize.
@@ -70,10 +69,9 @@ void conv_check_size(int w, int h, const char* option);
 void conv_detect_separable(ConvKernel& k);
 
 // One plane, the 2-D definition above / the two-pass separable path.
-void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                    const ConvParams& p);
+void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const ConvParams& p);
 // `scratch`: the intermediate rows' buffer, reused across calls when given.
-void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                              int h, const ConvParams& p, std::vector<float>* scratch = nullptr);
+void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                              const ConvParams& p, std::vector<float>* scratch = nullptr);
 
 }  // namespace vfp

@@ -21,8 +21,7 @@ void run(const ImageView& s, const ImageView& d) {
 }  // namespace
 
 void convert_cpu(const ImageView& s, const ImageView& d) {
-  if (s.width != d.width || s.height != d.height)
-    throw Error(ErrorKind::Internal, "convert_cpu: size mismatch");
+  if (s.width != d.width || s.height != d.height) throw Error(ErrorKind::Internal, "convert_cpu: size mismatch");
   bool ok = false;
   conv::with_format(s.format, [&](auto SF) {
     ok = conv::with_format(d.format, [&](auto DF) { run<decltype(SF)::value, decltype(DF)::value>(s, d); });
@@ -33,8 +32,7 @@ void convert_cpu(const ImageView& s, const ImageView& d) {
 void copy_image_cpu(const ImageView& s, const ImageView& d) {
   const int bpp = sample_bytes(s.format);
   for (int p = 0; p < plane_count(s.format); ++p)
-    for (int y = 0; y < s.ph[p]; ++y)
-      std::memcpy(d.row(p, y), s.row(p, y), static_cast<size_t>(s.pw[p]) * bpp);
+    for (int y = 0; y < s.ph[p]; ++y) std::memcpy(d.row(p, y), s.row(p, y), static_cast<size_t>(s.pw[p]) * bpp);
 }
 
 }  // namespace vfp

@@ -31,9 +31,7 @@ VFP_HD int floor_div(int a, int b) {  // b > 0
 VFP_HD int rgb_to_y(int r, int g, int b) { return ((66 * r + 129 * g + 25 * b + 128) >> 8) + 16; }
 VFP_HD int rgb_to_u_num(int r, int g, int b) { return -38 * r - 74 * g + 112 * b; }
 VFP_HD int rgb_to_v_num(int r, int g, int b) { return 112 * r - 94 * g - 18 * b; }
-VFP_HD int chroma_from_num(int sum, int n) {
-  return clamp255(floor_div(sum + 128 * n, 256 * n) + 128);
-}
+VFP_HD int chroma_from_num(int sum, int n) { return clamp255(floor_div(sum + 128 * n, 256 * n) + 128); }
 VFP_HD int rgb_to_gray(int r, int g, int b) { return (77 * r + 150 * g + 29 * b + 128) >> 8; }
 VFP_HD void yuv_to_rgb(int y, int u, int v, int& r, int& g, int& b) {
   int c = y - 16, d = u - 128, e = v - 128;
@@ -107,9 +105,13 @@ VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by
       } else {
         const unsigned char* p = s.row(0, y) + 3 * x;
         if (SL == kBGR) {
-          B = p[0]; G = p[1]; R = p[2];
+          B = p[0];
+          G = p[1];
+          R = p[2];
         } else {
-          R = p[0]; G = p[1]; B = p[2];
+          R = p[0];
+          G = p[1];
+          B = p[2];
         }
       }
       if (DL == kGray) {
@@ -140,9 +142,13 @@ VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by
         }
         unsigned char* p = d.row(0, y) + 3 * x;
         if (DL == kBGR) {
-          p[0] = static_cast<unsigned char>(B); p[1] = static_cast<unsigned char>(G); p[2] = static_cast<unsigned char>(R);
+          p[0] = static_cast<unsigned char>(B);
+          p[1] = static_cast<unsigned char>(G);
+          p[2] = static_cast<unsigned char>(R);
         } else {
-          p[0] = static_cast<unsigned char>(R); p[1] = static_cast<unsigned char>(G); p[2] = static_cast<unsigned char>(B);
+          p[0] = static_cast<unsigned char>(R);
+          p[1] = static_cast<unsigned char>(G);
+          p[2] = static_cast<unsigned char>(B);
         }
       }
     }
@@ -159,14 +165,30 @@ VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by
 template <typename Fn>
 bool with_format(PixelFormat f, Fn&& fn) {
   switch (static_cast<int>(f)) {
-    case kGray: fn(std::integral_constant<int, kGray>{}); return true;
-    case k420: fn(std::integral_constant<int, k420>{}); return true;
-    case k444: fn(std::integral_constant<int, k444>{}); return true;
-    case kBGR: fn(std::integral_constant<int, kBGR>{}); return true;
-    case kRGB: fn(std::integral_constant<int, kRGB>{}); return true;
-    case kGray16: fn(std::integral_constant<int, kGray16>{}); return true;
-    case k420_16: fn(std::integral_constant<int, k420_16>{}); return true;
-    case k444_16: fn(std::integral_constant<int, k444_16>{}); return true;
+    case kGray:
+      fn(std::integral_constant<int, kGray>{});
+      return true;
+    case k420:
+      fn(std::integral_constant<int, k420>{});
+      return true;
+    case k444:
+      fn(std::integral_constant<int, k444>{});
+      return true;
+    case kBGR:
+      fn(std::integral_constant<int, kBGR>{});
+      return true;
+    case kRGB:
+      fn(std::integral_constant<int, kRGB>{});
+      return true;
+    case kGray16:
+      fn(std::integral_constant<int, kGray16>{});
+      return true;
+    case k420_16:
+      fn(std::integral_constant<int, k420_16>{});
+      return true;
+    case k444_16:
+      fn(std::integral_constant<int, k444_16>{});
+      return true;
   }
   return false;
 }

@@ -19,8 +19,7 @@ inline int sample(const uint8_t* src, int spitch, int w, int h, int x, int y, co
 }
 }  // namespace
 
-void median_plane_naive(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                        const MedianParams& p) {
+void median_plane_naive(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p) {
   const int rx = p.rx(), ry = p.ry(), k = p.rank();
   std::vector<uint8_t> win(static_cast<size_t>(p.count()));
   for (int y = 0; y < h; ++y)
@@ -39,8 +38,8 @@ namespace {
 // window's 256-bin histogram at row y0, then per row remove the row leaving and add the row
 // entering. A 16-bin coarse histogram makes the rank search at most 32 steps. Each row's
 // result depends only on its window, so any split into row ranges gives the same output.
-void median_rows(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
-                 int y0, int y1) {
+void median_rows(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p, int y0,
+                 int y1) {
   const int rx = p.rx(), ry = p.ry(), k = p.rank();
   std::vector<int> colmap(static_cast<size_t>(w + 2 * rx));
   for (int i = 0; i < w + 2 * rx; ++i) colmap[static_cast<size_t>(i)] = border_index(i - rx, w, p.border);
@@ -73,8 +72,7 @@ void median_rows(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w
 }
 }  // namespace
 
-void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      const MedianParams& p) {
+void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p) {
   // Stripes of rows on the CPU pool; a stripe re-builds its histograms at its first row
   // (2*ry+1 rows of work), so stripes are kept at least four windows tall.
   parallel_rows(h, std::max(16, 4 * (2 * p.ry() + 1)),

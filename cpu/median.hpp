@@ -16,17 +16,17 @@
 namespace vfp {
 
 struct MedianParams {
-  int radius = 1;       // horizontal, 1..127
-  int radiusV = 0;      // vertical, 0 = same as radius
+  int radius = 1;   // horizontal, 1..127
+  int radiusV = 0;  // vertical, 0 = same as radius
   double percentile = 0.5;
-  int planes = 0xF;     // bit i: filter plane i; other planes are copied
+  int planes = 0xF;  // bit i: filter plane i; other planes are copied
   Border border = Border::Replicate;
-  int value = 0;        // constant border value
+  int value = 0;  // constant border value
 
   int rx() const { return radius; }
   int ry() const { return radiusV > 0 ? radiusV : radius; }
   int count() const { return (2 * rx() + 1) * (2 * ry() + 1); }
-  int rank() const {    // k above
+  int rank() const {  // k above
     const int n = count();
     const int k = static_cast<int>(std::floor(percentile * (n - 1) + 0.5));
     return k < 0 ? 0 : (k > n - 1 ? n - 1 : k);
@@ -35,9 +35,7 @@ struct MedianParams {
 
 // One plane. `naive` sorts every window (the literal definition, slow, for tests);
 // the default slides a 256-bin histogram down each column (same result, O(radius)).
-void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      const MedianParams& p);
-void median_plane_naive(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                        const MedianParams& p);
+void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p);
+void median_plane_naive(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p);
 
 }  // namespace vfp

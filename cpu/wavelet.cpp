@@ -60,8 +60,8 @@ int WaveletParams::levels_for(int w, int h) const {
   return levels;
 }
 
-void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
-                    float* aa, float* da, float* ad, float* dd, WaveletScratch* scratch) {
+void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b, float* aa,
+                    float* da, float* ad, float* dd, WaveletScratch* scratch) {
   const int F = f.taps, s = dwt_analysis_shift(F, b);
   const int cw = dwt_length(w, F, b), ch = dwt_length(h, F, b);
   float lo[kWaveletMaxTaps], hi[kWaveletMaxTaps];
@@ -164,8 +164,8 @@ void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const fl
   });
 }
 
-void wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
-                  int levels, WaveletCoeffs& c, WaveletScratch* scratch) {
+void wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b, int levels,
+                  WaveletCoeffs& c, WaveletScratch* scratch) {
   c.geom = dwt_geometry(w, h, f.taps, b, levels);
   const size_t L = c.geom.size();
   c.da.resize(L);
@@ -351,12 +351,12 @@ WaveletThresholds denoise_plane(const T* src, int spitch, T* dst, int dpitch, in
 }
 }  // namespace
 
-WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p, WaveletScratch* scratch) {
+WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                                            const WaveletParams& p, WaveletScratch* scratch) {
   return denoise_plane(src, spitch, dst, dpitch, w, h, p, scratch);
 }
-WaveletThresholds wavelet_denoise_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p, WaveletScratch* scratch) {
+WaveletThresholds wavelet_denoise_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h,
+                                            const WaveletParams& p, WaveletScratch* scratch) {
   return denoise_plane(src, spitch, dst, dpitch, w, h, p, scratch);
 }
 

@@ -151,9 +151,9 @@ struct WaveletParams {
   int levels = 0;  // 0 = auto: max(max_level - 3, 1) (scikit-image's default), per plane
   ShrinkMode mode = ShrinkMode::Soft;
   ShrinkMethod method = ShrinkMethod::BayesShrink;
-  double threshold = 0;   // method=fixed, in 8-bit sample units
-  double sigma = 0;       // 0 = estimate per plane
-  double percent = 100;   // partial shrinkage (vaguedenoiser); 100 = full
+  double threshold = 0;  // method=fixed, in 8-bit sample units
+  double sigma = 0;      // 0 = estimate per plane
+  double percent = 100;  // partial shrinkage (vaguedenoiser); 100 = full
   int planes = 0xF;
 
   WaveletParams();
@@ -178,7 +178,7 @@ inline std::vector<DwtLevel> dwt_geometry(int w, int h, int taps, WaveletBoundar
 // One plane's multi-level decomposition, finest level first.
 struct WaveletCoeffs {
   std::vector<DwtLevel> geom;
-  std::vector<float> approx;                  // aa of the coarsest level
+  std::vector<float> approx;                   // aa of the coarsest level
   std::vector<std::vector<float>> da, ad, dd;  // per level, cw*ch each, row-major
 };
 
@@ -191,16 +191,16 @@ struct WaveletScratch {
 };
 
 // CPU reference. `pitch` in elements. Without scratch, temporaries are allocated per call.
-void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
-                    float* aa, float* da, float* ad, float* dd, WaveletScratch* scratch = nullptr);
+void dwt2_level_cpu(const float* in, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b, float* aa,
+                    float* da, float* ad, float* dd, WaveletScratch* scratch = nullptr);
 void idwt2_level_cpu(const float* aa, const float* da, const float* ad, const float* dd, int cw, int ch,
                      const WaveletFilter& f, WaveletBoundary b, float* out, int w, int h,
                      WaveletScratch* scratch = nullptr);
-WaveletCoeffs wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f,
-                           WaveletBoundary b, int levels);
+WaveletCoeffs wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
+                           int levels);
 // The same into `c`, reusing its vectors when the geometry is unchanged.
-void wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b,
-                  int levels, WaveletCoeffs& c, WaveletScratch* scratch);
+void wavedec2_cpu(const float* img, int w, int h, int pitch, const WaveletFilter& f, WaveletBoundary b, int levels,
+                  WaveletCoeffs& c, WaveletScratch* scratch);
 // Reconstructs into w x h (the size given to wavedec2), cropping pywt's extra samples.
 void waverec2_cpu(const WaveletCoeffs& c, const WaveletFilter& f, WaveletBoundary b, float* out,
                   WaveletScratch* scratch = nullptr);
@@ -216,10 +216,10 @@ struct WaveletThresholds {
 WaveletThresholds wavelet_thresholds_cpu(const WaveletCoeffs& c, const WaveletParams& p, int w, int h);
 
 // Denoises one 8-bit plane (the stage's CPU path). Returns the thresholds used.
-WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p, WaveletScratch* scratch = nullptr);
+WaveletThresholds wavelet_denoise_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                                            const WaveletParams& p, WaveletScratch* scratch = nullptr);
 // The same for a 16-bit plane (pitches in bytes), computed on the 8-bit scale.
-WaveletThresholds wavelet_denoise_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w,
-                                            int h, const WaveletParams& p, WaveletScratch* scratch = nullptr);
+WaveletThresholds wavelet_denoise_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h,
+                                            const WaveletParams& p, WaveletScratch* scratch = nullptr);
 
 }  // namespace vfp

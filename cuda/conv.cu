@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <mutex>
 
-#include "cuda/conv.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "cuda/conv.hpp"
 
 namespace vfp::cuda {
 
@@ -68,7 +68,8 @@ __device__ __forceinline__ bool words_aligned(const uint8_t* src, int spitch) {
 // Whether the tile of `rows` rows starting at (x0, y0) lies inside the plane as whole,
 // aligned 4-byte words (the word loads need no border rule and no per-sample test).
 template <int KW>
-__device__ __forceinline__ bool aligned_interior(const uint8_t* src, int spitch, int w, int h, int x0, int y0, int rows) {
+__device__ __forceinline__ bool aligned_interior(const uint8_t* src, int spitch, int w, int h, int x0, int y0,
+                                                 int rows) {
   const int xa = x0 - TileGeom<KW>::kOff;
   return xa >= 0 && y0 >= 0 && xa + TileGeom<KW>::pitch <= w && y0 + rows <= h && words_aligned(src, spitch);
 }
@@ -120,8 +121,8 @@ __device__ __forceinline__ float4 word_as_float4(uint32_t v) {
 // Loads rows [y0, y0+rows) x columns [x0, x0+TW) as floats, border applied; source column
 // x0 + c lands in tile column c + kOff.
 template <int KW>
-__device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spitch, int w, int h,
-                          int x0, int y0, int rows, Border border, int value) {
+__device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spitch, int w, int h, int x0, int y0,
+                          int rows, Border border, int value) {
   using G = TileGeom<KW>;
   constexpr int kThreads = kBX * block_rows<KW>();
   const int tid = threadIdx.y * kBX + threadIdx.x;
@@ -189,9 +190,8 @@ __device__ void load_tile(float* tile, const uint8_t* __restrict__ src, int spit
 // (all but the frame's outermost blocks) load aligned words with no test; edge tiles go
 // through the border tables and edge_word.
 template <int KW, int ROWS, bool EDGE>
-__device__ __forceinline__ void fill_tile_rows(float* tile, const uint8_t* __restrict__ src, int spitch, int w,
-                                               int h, int x0, int y0, bool aligned, Border border,
-                                               int value) {
+__device__ __forceinline__ void fill_tile_rows(float* tile, const uint8_t* __restrict__ src, int spitch, int w, int h,
+                                               int x0, int y0, bool aligned, Border border, int value) {
   using G = TileGeom<KW>;
   constexpr int BY = block_rows<KW>(), kThreads = kBX * BY, kExtra = G::words - kBX;
   static_assert(kExtra >= 0, "tile rows are at least one warp of words wide");
@@ -233,13 +233,11 @@ __device__ __forceinline__ void fill_tile_rows(float* tile, const uint8_t* __res
   float4* t4 = reinterpret_cast<float4*>(tile);
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k)
-    if (warp + k * BY < ROWS)
-      t4[(warp + k * BY) * G::words + lane] = word_as_float4(v[k]);
+    if (warp + k * BY < ROWS) t4[(warp + k * BY) * G::words + lane] = word_as_float4(v[k]);
 #pragma unroll
   for (int q = 0; q < kExtraPasses; ++q) {
     const int i = tid + q * kThreads;
-    if (i < ROWS * kExtra)
-      t4[i / kE * G::words + kBX + i % kE] = word_as_float4(e[q]);
+    if (i < ROWS * kExtra) t4[i / kE * G::words + kBX + i % kE] = word_as_float4(e[q]);
   }
 }
 
@@ -295,8 +293,8 @@ __device__ __forceinline__ uint32_t pack4(const float* acc, float rdiv, float bi
   return __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
 }
 
-__device__ __forceinline__ void store4(uint8_t* dst, int dpitch, int w, int h, int x, int y,
-                                       const float* acc, float rdiv, float bias_half) {
+__device__ __forceinline__ void store4(uint8_t* dst, int dpitch, int w, int h, int x, int y, const float* acc,
+                                       float rdiv, float bias_half) {
   if (y >= h) return;
   uint8_t* d = dst + static_cast<size_t>(y) * dpitch;
   const uint32_t v = pack4(acc, rdiv, bias_half);
@@ -344,8 +342,8 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 // loop and index overhead, not arithmetic, set the speed); 0: runtime `kh_arg`.
 template <int KW, int KHC>
 __global__ void __launch_bounds__(kBX* block_rows<KW>(), min_blocks<KW>())
-    conv2d_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch,
-                  int w, int h, int kh_arg, int bank, float rdiv, float bias_half, Border border, int value) {
+    conv2d_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch, int w, int h,
+                  int kh_arg, int bank, float rdiv, float bias_half, Border border, int value) {
   wait_for_previous_grid();
   const int kh = KHC > 0 ? KHC : kh_arg;
   extern __shared__ float4 smem4[];
@@ -384,8 +382,8 @@ __global__ void __launch_bounds__(kBX* block_rows<KW>(), min_blocks<KW>())
 // which unrolls both passes; 0: runtime `kh_arg`.
 template <int KW, int KHC>
 __global__ void __launch_bounds__(kBX* block_rows<KW>(), min_blocks<KW>())
-    conv_sep_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch,
-                    int w, int h, int kh_arg, int bank, float rdiv, float bias_half, Border border, int value) {
+    conv_sep_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch, int w, int h,
+                    int kh_arg, int bank, float rdiv, float bias_half, Border border, int value) {
   wait_for_previous_grid();
   const int kh = KHC > 0 ? KHC : kh_arg;
   extern __shared__ float4 smem4[];
@@ -435,8 +433,8 @@ __global__ void __launch_bounds__(kBX* block_rows<KW>(), min_blocks<KW>())
 using KernelFn = void (*)(const uint8_t*, int, uint8_t*, int, int, int, int, int, float, float, Border, int);
 
 template <int KW>
-void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-            int kh, int bank, float rdiv, float bias_half, Border border, int value, StreamHandle s) {
+void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, int kh, int bank,
+            float rdiv, float bias_half, Border border, int value, StreamHandle s) {
   constexpr int kBY = block_rows<KW>(), kOH = kBY * kPY;
   const int rows = kOH + kh - 1;
   size_t shmem = static_cast<size_t>(rows) * TileGeom<KW>::pitch * sizeof(float);
@@ -448,8 +446,8 @@ void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dp
                           : (fixed ? conv2d_kernel<KW, kFixedH> : conv2d_kernel<KW, 0>);
   static std::once_flag once[4];
   std::call_once(once[(separable ? 2 : 0) + (fixed ? 1 : 0)], [&] {
-    VFP_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+    VFP_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  96 * 1024));
   });
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((w + kOW - 1) / kOW, (h + kOH - 1) / kOH);
@@ -470,10 +468,11 @@ void launch(bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dp
   VFP_CUDA_LAUNCHED(separable ? "conv_sep_kernel" : "conv2d_kernel");
 }
 
-void dispatch(int kw, bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dpitch,
-              int w, int h, int kh, int bank, float rdiv, float bias_half, Border border, int value,
-              StreamHandle s) {
+void dispatch(int kw, bool separable, const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, int kh,
+              int bank, float rdiv, float bias_half, Border border, int value, StreamHandle s) {
   switch (kw) {
+// One case per kernel instantiation, in rows:
+// clang-format off
 #define VFP_KW(K) \
   case K: return launch<K>(separable, src, spitch, dst, dpitch, w, h, kh, bank, rdiv, bias_half, border, value, s);
     VFP_KW(1) VFP_KW(3) VFP_KW(5) VFP_KW(7) VFP_KW(9) VFP_KW(11) VFP_KW(13) VFP_KW(15)
@@ -481,6 +480,7 @@ void dispatch(int kw, bool separable, const uint8_t* src, int spitch, uint8_t* d
 #undef VFP_KW
   }
   throw Error(ErrorKind::Internal, log::format("conv: no kernel for width %d", kw));
+  // clang-format on
 }
 
 }  // namespace
@@ -491,10 +491,9 @@ ConvTaps::ConvTaps(int slots) {
     if (!g_bank_used[b]) banks_.push_back(b);
   if (static_cast<int>(banks_.size()) < slots) {
     banks_.clear();
-    throw Error(ErrorKind::Usage,
-                log::format("conv: out of constant-memory banks (%d in all, one per conv stage and "
-                            "frame in flight); use fewer conv stages or a smaller --depth",
-                            kConvBanks));
+    throw Error(ErrorKind::Usage, log::format("conv: out of constant-memory banks (%d in all, one per conv stage and "
+                                              "frame in flight); use fewer conv stages or a smaller --depth",
+                                              kConvBanks));
   }
   for (int b : banks_) g_bank_used[b] = true;
   versions_.assign(banks_.size(), 0);
@@ -521,8 +520,8 @@ void ConvTaps::use(const ConvParams& p, bool separable, uint64_t version, int sl
   // Pageable source: copied to a staging buffer before the call returns, then written to
   // the bank in stream order (after the bank's previous frame, before this one).
   VFP_CUDA(cudaMemcpyToSymbolAsync(c_taps, host.data(), kBankFloats * sizeof(float),
-                                   static_cast<size_t>(banks_[i]) * kBankFloats * sizeof(float),
-                                   cudaMemcpyHostToDevice, s));
+                                   static_cast<size_t>(banks_[i]) * kBankFloats * sizeof(float), cudaMemcpyHostToDevice,
+                                   s));
   versions_[i] = version;
   params_[i] = p;
   separable_[i] = separable ? 1 : 0;
@@ -538,8 +537,8 @@ void ConvTaps::run(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int
 
 void conv_set_programmatic_launch(bool on) { g_programmatic_launch = on; }
 
-void conv_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      const ConvParams& p, bool separable, StreamHandle s) {
+void conv_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const ConvParams& p,
+                      bool separable, StreamHandle s) {
   static ConvTaps taps(1);
   static std::atomic<uint64_t> version{1};
   taps.use(p, separable, ++version, 0, s);

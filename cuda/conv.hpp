@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/kernels.hpp"
 #include "core/gpu.hpp"
 #include "cpu/conv.hpp"
+#include "cuda/kernels.hpp"
 
 namespace vfp::cuda {
 
@@ -27,8 +27,7 @@ class ConvTaps {
   // Makes `slot`'s bank hold these taps (stream-ordered upload if `version` is new to it).
   void use(const ConvParams& p, bool separable, uint64_t version, int slot, StreamHandle s);
   // Filters one plane with the taps last given to use() for this slot.
-  void run(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, int slot,
-           StreamHandle s) const;
+  void run(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, int slot, StreamHandle s) const;
   int bank(int slot) const { return banks_[static_cast<size_t>(slot) % banks_.size()]; }
 
  private:
@@ -45,7 +44,7 @@ class ConvTaps {
 void conv_set_programmatic_launch(bool on);
 
 // Without the stage machinery (benchmarks, tests): upload to bank 0 and run.
-void conv_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      const ConvParams& p, bool separable, StreamHandle s);
+void conv_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const ConvParams& p,
+                      bool separable, StreamHandle s);
 
 }  // namespace vfp::cuda

@@ -2,9 +2,9 @@
 // the thread that owns its four luma samples (no races, no second pass).
 #include <cuda_runtime.h>
 
-#include "cuda/kernels.hpp"
 #include "core/error.hpp"
 #include "cpu/convert_ops.hpp"
+#include "cuda/kernels.hpp"
 
 namespace vfp::cuda {
 
@@ -30,8 +30,7 @@ void launch(const ImageView& s, const ImageView& d, StreamHandle st) {
 }  // namespace
 
 void convert_async(const ImageView& s, const ImageView& d, StreamHandle st) {
-  if (s.width != d.width || s.height != d.height)
-    throw Error(ErrorKind::Internal, "convert_async: size mismatch");
+  if (s.width != d.width || s.height != d.height) throw Error(ErrorKind::Internal, "convert_async: size mismatch");
   bool ok = false;
   conv::with_format(s.format, [&](auto SF) {
     ok = conv::with_format(d.format, [&](auto DF) { launch<decltype(SF)::value, decltype(DF)::value>(s, d, st); });
@@ -43,15 +42,12 @@ void copy_image_async(const ImageView& s, const ImageView& d, StreamHandle st) {
   const int planes = plane_count(s.format);
   const int bpp = sample_bytes(s.format);
   for (int p = 0; p < planes; ++p)
-    VFP_CUDA(cudaMemcpy2DAsync(d.data[p], d.pitch[p], s.data[p], s.pitch[p],
-                               static_cast<size_t>(s.pw[p]) * bpp, s.ph[p],
-                               cudaMemcpyDeviceToDevice, st));
+    VFP_CUDA(cudaMemcpy2DAsync(d.data[p], d.pitch[p], s.data[p], s.pitch[p], static_cast<size_t>(s.pw[p]) * bpp,
+                               s.ph[p], cudaMemcpyDeviceToDevice, st));
 }
 
-void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      StreamHandle s) {
-  VFP_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, static_cast<size_t>(w), h,
-                             cudaMemcpyDeviceToDevice, s));
+void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, StreamHandle s) {
+  VFP_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, static_cast<size_t>(w), h, cudaMemcpyDeviceToDevice, s));
 }
 
 }  // namespace vfp::cuda

@@ -4,14 +4,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cub/device/device_scan.cuh>
 #include <cstring>
+#include <cub/device/device_scan.cuh>
 
-#include "cuda/deflate.hpp"
 #include "codecs/deflate/deflate_core.hpp"
 #include "codecs/deflate/png.hpp"
 #include "codecs/deflate/png_filter.hpp"
 #include "core/error.hpp"
+#include "cuda/deflate.hpp"
 
 namespace vfp::cuda {
 
@@ -21,7 +21,7 @@ namespace {
 
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kChunksPerSeg = c::kMaxSegment / c::kChunk;  // 16 warps per block
-constexpr uint16_t kNoPos = 0xFFFF;  // the last position of a 64 KiB segment has no hash
+constexpr uint16_t kNoPos = 0xFFFF;                        // the last position of a 64 KiB segment has no hash
 
 // ------------------------------------------------------------------ chains
 // One warp per segment: dist[p] = p - (previous position of the segment with the same hash),
@@ -29,9 +29,9 @@ constexpr uint16_t kNoPos = 0xFFFF;  // the last position of a 64 KiB segment ha
 // (`last`, the next segment's history). The reference's chain is over the whole input: the
 // parse kernel completes it from `last` (see there). Positions whose 3 bytes run past the
 // input's end (avail) have no hash; lanes without one get unique dummy keys.
-__global__ void __launch_bounds__(32) chains_kernel(const uint8_t* __restrict__ in, size_t n, size_t avail,
-                                                    uint32_t seg_size, uint16_t* __restrict__ dist,
-                                                    uint16_t* __restrict__ last) {
+__global__ void __launch_bounds__(32)
+    chains_kernel(const uint8_t* __restrict__ in, size_t n, size_t avail, uint32_t seg_size,
+                  uint16_t* __restrict__ dist, uint16_t* __restrict__ last) {
   extern __shared__ uint16_t head[];
   const size_t begin = static_cast<size_t>(blockIdx.x) * seg_size;
   const uint32_t len = static_cast<uint32_t>(std::min<size_t>(seg_size, n - begin));
@@ -278,18 +278,13 @@ __device__ uint32_t path_rank(const uint32_t* bm, uint32_t rel) {
 // `in` is the batch's first byte, batch_begin its offset in the input, avail the input's bytes
 // from `in` on (history before it is readable: the whole input is in device memory); gdist
 // holds the chains from 32 KiB before the batch; last[seg] the previous segment's table.
-__global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t* __restrict__ in, size_t n,
-                                                                   size_t avail, size_t batch_begin, uint32_t seg_size,
-                                                                   const uint16_t* __restrict__ gdist,
-                                                                   const uint16_t* __restrict__ last,
-                                                                   c::LevelParams lp, uint32_t* __restrict__ tokens,
-                                                                   uint32_t* __restrict__ chunk_ntok,
-                                                                   uint32_t* __restrict__ seg_hist,
-                                                                   unsigned long long* __restrict__ seg_ntok,
-                                                                   uint32_t* __restrict__ bitmap,
-                                                                   uint32_t* __restrict__ pre_tokens,
-                                                                   uint32_t* __restrict__ chunk_start,
-                                                                   uint32_t* __restrict__ chunk_pre) {
+__global__ void __launch_bounds__(32 * kChunksPerSeg)
+    parse_kernel(const uint8_t* __restrict__ in, size_t n, size_t avail, size_t batch_begin, uint32_t seg_size,
+                 const uint16_t* __restrict__ gdist, const uint16_t* __restrict__ last, c::LevelParams lp,
+                 uint32_t* __restrict__ tokens, uint32_t* __restrict__ chunk_ntok, uint32_t* __restrict__ seg_hist,
+                 unsigned long long* __restrict__ seg_ntok, uint32_t* __restrict__ bitmap,
+                 uint32_t* __restrict__ pre_tokens, uint32_t* __restrict__ chunk_start,
+                 uint32_t* __restrict__ chunk_pre) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ uint32_t hist[c::kNumSyms];
 
@@ -381,7 +376,8 @@ __global__ void __launch_bounds__(32 * kChunksPerSeg) parse_kernel(const uint8_t
         // One position at a time, the whole warp on its match search: a path that is out
         // of step with the speculative one (long runs) moves a match per step.
         uint32_t D = 0;
-        uint32_t L = coop_longest_match(s, dist, hdist, H, H + static_cast<int>(base), min(static_cast<uint32_t>(c::kMaxMatch), len - base), lp, &D);
+        uint32_t L = coop_longest_match(s, dist, hdist, H, H + static_cast<int>(base),
+                                        min(static_cast<uint32_t>(c::kMaxMatch), len - base), lp, &D);
         if (L && lp.lazy && base + 1 < len) {
           uint32_t D1 = 0;
           if (coop_longest_match(s, dist, hdist, H, H + static_cast<int>(base) + 1,
@@ -446,13 +442,11 @@ __global__ void blocks_kernel(const unsigned long long* __restrict__ seg_ntok, u
 // then symbol) and the canonical codes computed per symbol in parallel; the code lengths
 // and header by one thread. Grid: one per segment (the most blocks there can be).
 constexpr int kCodesThreads = 64;
-__global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __restrict__ seg_hist,
-                                                              const uint32_t* __restrict__ block_first,
-                                                              const uint32_t* __restrict__ nblocks_ptr, bool last_batch,
-                                                              uint32_t* __restrict__ block_code,
-                                                              uint32_t* __restrict__ block_header,
-                                                              uint32_t* __restrict__ block_hbits,
-                                                              unsigned long long* __restrict__ block_bits) {
+__global__ void __launch_bounds__(kCodesThreads)
+    codes_kernel(const uint32_t* __restrict__ seg_hist, const uint32_t* __restrict__ block_first,
+                 const uint32_t* __restrict__ nblocks_ptr, bool last_batch, uint32_t* __restrict__ block_code,
+                 uint32_t* __restrict__ block_header, uint32_t* __restrict__ block_hbits,
+                 unsigned long long* __restrict__ block_bits) {
   __shared__ uint32_t hist[c::kNumSyms];
   __shared__ uint16_t sorted[c::kNumSyms];
   __shared__ c::BlockCode bc;
@@ -516,7 +510,8 @@ __global__ void __launch_bounds__(kCodesThreads) codes_kernel(const uint32_t* __
       for (unsigned q = a ? c::kNumLitLen : 0; q < i; ++q) k += bc.len[q] == l;
       code = __brev(k) >> (32 - l);
     }
-    const unsigned long long b = static_cast<unsigned long long>(hist[i]) * (l + c::symbol_extra_bits(static_cast<int>(i)));
+    const unsigned long long b =
+        static_cast<unsigned long long>(hist[i]) * (l + c::symbol_extra_bits(static_cast<int>(i)));
     if (b) atomicAdd(&bits, b);
     block_code[blk * c::kNumSyms + i] = code | (static_cast<uint32_t>(l) << 16);
   }
@@ -544,7 +539,8 @@ __global__ void seg_bits_kernel(const uint32_t* __restrict__ seg_hist, const uin
 }
 
 // ------------------------------------------------------------------ pack
-__device__ __forceinline__ void or_bits_global(uint32_t* out, unsigned long long pos, unsigned long long pattern, int n) {
+__device__ __forceinline__ void or_bits_global(uint32_t* out, unsigned long long pos, unsigned long long pattern,
+                                               int n) {
   if (n == 0) return;
   const unsigned long long w = pos >> 5;
   const int o = static_cast<int>(pos & 31);
@@ -556,15 +552,15 @@ __device__ __forceinline__ void or_bits_global(uint32_t* out, unsigned long long
 
 // One block per segment. `out` is word-aligned device memory; base_bit = bit offset of the
 // batch's first segment in it.
-__global__ void __launch_bounds__(32 * kChunksPerSeg) pack_kernel(
-    const uint32_t* __restrict__ tokens, const uint32_t* __restrict__ chunk_ntok,
-    const uint32_t* __restrict__ pre_tokens, const uint32_t* __restrict__ chunk_start,
-    const uint32_t* __restrict__ chunk_pre, size_t n, uint32_t seg_size,
-    const uint32_t* __restrict__ seg_block, const uint32_t* __restrict__ block_first,
-    const uint32_t* __restrict__ block_code, const uint32_t* __restrict__ block_header,
-    const uint32_t* __restrict__ block_hbits, const unsigned long long* __restrict__ block_off,
-    const unsigned long long* __restrict__ seg_scan, uint32_t nseg, bool last_batch, uint32_t* __restrict__ out,
-    unsigned long long base_bit) {
+__global__ void __launch_bounds__(32 * kChunksPerSeg)
+    pack_kernel(const uint32_t* __restrict__ tokens, const uint32_t* __restrict__ chunk_ntok,
+                const uint32_t* __restrict__ pre_tokens, const uint32_t* __restrict__ chunk_start,
+                const uint32_t* __restrict__ chunk_pre, size_t n, uint32_t seg_size,
+                const uint32_t* __restrict__ seg_block, const uint32_t* __restrict__ block_first,
+                const uint32_t* __restrict__ block_code, const uint32_t* __restrict__ block_header,
+                const uint32_t* __restrict__ block_hbits, const unsigned long long* __restrict__ block_off,
+                const unsigned long long* __restrict__ seg_scan, uint32_t nseg, bool last_batch,
+                uint32_t* __restrict__ out, unsigned long long base_bit) {
   __shared__ c::BlockCode bc;  // len and code used; the header is read from global
   __shared__ unsigned long long chunk_bits[kChunksPerSeg + 1];
   __shared__ uint32_t stage[kChunksPerSeg][64];
@@ -859,10 +855,11 @@ __global__ void png_filter_kernel(const uint8_t* __restrict__ img, size_t pitch,
   }
 }
 
-struct PngFrame {  // the bytes around the zlib stream
+struct PngFrame {    // the bytes around the zlib stream
   uint8_t head[41];  // signature, IHDR chunk, IDAT length (patched on the device) and type
 };
-__global__ void png_finish_kernel(uint8_t* out, PngFrame f, const unsigned long long* zlen_ptr, const unsigned int* crc) {
+__global__ void png_finish_kernel(uint8_t* out, PngFrame f, const unsigned long long* zlen_ptr,
+                                  const unsigned int* crc) {
   const unsigned long long z = *zlen_ptr;
   for (int i = 0; i < 41; ++i) out[i] = f.head[i];
   for (int i = 0; i < 4; ++i) out[33 + i] = static_cast<uint8_t>(z >> (24 - 8 * i));
@@ -876,7 +873,8 @@ __global__ void png_finish_kernel(uint8_t* out, PngFrame f, const unsigned long 
 
 // ------------------------------------------------------------------ encoder
 struct DeflateEncoder::Impl {
-  DeviceBuffer in, dist, last, tokens, pre_tokens, chunk_start, chunk_pre, bitmap, seg_ntok, seg_block, block_first, seg_bits, seg_scan, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
+  DeviceBuffer in, dist, last, tokens, pre_tokens, chunk_start, chunk_pre, bitmap, seg_ntok, seg_block, block_first,
+      seg_bits, seg_scan, ntok, hist, code, header, hbits, bytes, off, scan_tmp, small, png_rows;
   Event e[6];
   Stream side;  // checksums
   uint8_t* pinned = nullptr;
@@ -935,7 +933,8 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       h[0] = 0x78;
       h[1] = flg;
     } else {
-      const uint8_t g[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, static_cast<uint8_t>(level >= 9 ? 2 : level <= 1 ? 4 : 0), 255};
+      const uint8_t g[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, static_cast<uint8_t>(level >= 9 ? 2 : level <= 1 ? 4 : 0),
+                             255};
       std::memcpy(h, g, 10);
     }
     VFP_CUDA(cudaMemcpyAsync(out + prefix, h, head, cudaMemcpyHostToDevice, s));
@@ -991,7 +990,8 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
     // history + segment + pad, the segment's chains
     const size_t parse_smem = (lp.history ? c::kWindow : 0) + seg + 16 + seg * 2;
     VFP_CUDA(cudaFuncSetAttribute(chains_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 << c::kHashBits));
-    VFP_CUDA(cudaFuncSetAttribute(parse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(parse_smem)));
+    VFP_CUDA(
+        cudaFuncSetAttribute(parse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(parse_smem)));
     for (size_t b0 = 0; b0 < n; b0 += batch) {
       const size_t bn = std::min(batch, n - b0);
       const uint32_t ns = static_cast<uint32_t>((bn + seg - 1) / seg);
@@ -1023,9 +1023,9 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       VFP_CUDA_LAUNCHED("chains_kernel");
       m.e[4].record(s);
       VFP_CUDA(cudaMemsetAsync(bitmap, 0, ((bn + c::kChunk - 1) / c::kChunk) * kBitmapWords * 4, s));
-      parse_kernel<<<ns, 32 * kChunksPerSeg, parse_smem, s>>>(src, bn, n - b0, b0, static_cast<uint32_t>(seg), dist, lastpos,
-                                                             lp, tokens, ntok, hist, seg_ntok, bitmap, pre_tokens,
-                                                             chunk_start, chunk_pre);
+      parse_kernel<<<ns, 32 * kChunksPerSeg, parse_smem, s>>>(src, bn, n - b0, b0, static_cast<uint32_t>(seg), dist,
+                                                              lastpos, lp, tokens, ntok, hist, seg_ntok, bitmap,
+                                                              pre_tokens, chunk_start, chunk_pre);
       VFP_CUDA_LAUNCHED("parse_kernel");
       if (!last && lp.history) {  // carry the history to the next batch
         memcpy_d2d_async(dist - c::kWindow, dist + bn - c::kWindow, c::kWindow * 2, s);
@@ -1046,9 +1046,9 @@ size_t DeflateEncoder::compress_device(const uint8_t* d_in, size_t n, const defl
       VFP_CUDA(cub::DeviceScan::ExclusiveSum(m.scan_tmp.get(), scan_bytes, seg_bits, seg_scan, ns + 1, s));
       Event after_codes;
       after_codes.record(s);
-      pack_kernel<<<ns, 32 * kChunksPerSeg, 0, s>>>(tokens, ntok, pre_tokens, chunk_start, chunk_pre, bn, static_cast<uint32_t>(seg), seg_block, block_first,
-                                                   code, header, hbits, off, seg_scan, ns, last,
-                                                   reinterpret_cast<uint32_t*>(out), (body + written) * 8ull);
+      pack_kernel<<<ns, 32 * kChunksPerSeg, 0, s>>>(
+          tokens, ntok, pre_tokens, chunk_start, chunk_pre, bn, static_cast<uint32_t>(seg), seg_block, block_first,
+          code, header, hbits, off, seg_scan, ns, last, reinterpret_cast<uint32_t*>(out), (body + written) * 8ull);
       VFP_CUDA_LAUNCHED("pack_kernel");
       unsigned long long bits = 0;
       VFP_CUDA(cudaMemcpyAsync(&bits, off + ns, 8, cudaMemcpyDeviceToHost, s));

@@ -27,8 +27,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/gpu.hpp"
 #include "codecs/deflate/deflate.hpp"
+#include "core/gpu.hpp"
 
 namespace vfp::cuda {
 
@@ -48,8 +48,8 @@ class DeflateEncoder {
   // Compresses n bytes of device memory into the encoder's device output buffer, leaving
   // `prefix` bytes free in front of it (for a caller's header); returns the stream's size
   // (without the prefix). Synchronises with `s` once, to read that size.
-  size_t compress_device(const uint8_t* d_in, size_t n, const deflate::Options& opt, DeflateContainer c,
-                         StreamHandle s, size_t prefix = 0);
+  size_t compress_device(const uint8_t* d_in, size_t n, const deflate::Options& opt, DeflateContainer c, StreamHandle s,
+                         size_t prefix = 0);
   // Device output of the last compress_device (prefix included).
   uint8_t* output() const { return out_.get(); }
 
@@ -60,8 +60,8 @@ class DeflateEncoder {
   // 8-bit PNG of a device image (channels 1 gray, 3 RGB, 4 RGBA; swap_rb: the pixels are
   // BGR/BGRA). Rows filtered on the GPU (the filter with the smallest sum of |signed bytes|,
   // as libpng), then zlib by this encoder, CRCs on the GPU. Same bytes as vfp::encode_png.
-  std::vector<uint8_t> encode_png(const uint8_t* d_img, size_t pitch, int width, int height, int channels,
-                                  bool swap_rb, int level, StreamHandle s);
+  std::vector<uint8_t> encode_png(const uint8_t* d_img, size_t pitch, int width, int height, int channels, bool swap_rb,
+                                  int level, StreamHandle s);
   // The same, into the encoder's pinned host buffer (no extra copy; valid until the next call).
   struct HostBytes {
     const uint8_t* data;

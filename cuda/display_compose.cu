@@ -18,8 +18,8 @@ __device__ uchar4 texel_rgb(const ComposeFrame& f, float u, float v) {
   x = min(max(x, 0), f.w - 1);
   y = min(max(y, 0), f.h - 1);
   const uint8_t* p0 = f.planes[0] + static_cast<size_t>(y) * f.pitch[0];
-  if (f.format == 2) return make_uchar4(p0[3 * x], p0[3 * x + 1], p0[3 * x + 2], 255);   // rgb24
-  if (f.format == 3) return make_uchar4(p0[3 * x + 2], p0[3 * x + 1], p0[3 * x], 255);   // bgr24
+  if (f.format == 2) return make_uchar4(p0[3 * x], p0[3 * x + 1], p0[3 * x + 2], 255);  // rgb24
+  if (f.format == 3) return make_uchar4(p0[3 * x + 2], p0[3 * x + 1], p0[3 * x], 255);  // bgr24
   const int Y = p0[x];
   if (f.format == 0) return make_uchar4(Y, Y, Y, 255);
   const int cx = x >> f.chroma_shift, cy = y >> f.chroma_shift;

@@ -1,8 +1,8 @@
 // Host-side launchers of the CUDA kernels. Declared here so that stage code compiled by
 // the host compiler can call them; all run asynchronously on the given stream.
 #pragma once
-#include "core/gpu.hpp"
 #include "core/frame.hpp"
+#include "core/gpu.hpp"
 
 namespace vfp::cuda {
 
@@ -12,7 +12,6 @@ void convert_async(const ImageView& src, const ImageView& dst, StreamHandle s);
 void copy_image_async(const ImageView& src, const ImageView& dst, StreamHandle s);
 
 // Copies one 8-bit plane (planes a stage leaves unfiltered).
-void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                      StreamHandle s);
+void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, StreamHandle s);
 
 }  // namespace vfp::cuda

@@ -1,8 +1,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "cuda/median.hpp"
 #include "core/error.hpp"
+#include "cuda/median.hpp"
 
 namespace vfp::cuda {
 
@@ -71,8 +71,8 @@ constexpr int kSelRows = 4;
 // pixel finishes with a median of 2*WX+1 (the WX+1 values and its own extra row).
 template <int RX, int RY>
 __global__ void __launch_bounds__(kSelBX* kSelBY)
-    median_select_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst,
-                         int dpitch, int w, int h, Border border, int value) {
+    median_select_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch, int w,
+                         int h, Border border, int value) {
   constexpr int WX = 2 * RX + 1, WY = 2 * RY + 1, N = WX * WY;
   constexpr int C = (N - 1) / 2;
   constexpr int S = WX * (WY - 1);  // shared by the two pixels of a pair
@@ -109,12 +109,10 @@ __global__ void __launch_bounds__(kSelBX* kSelBY)
       },
       mid);
   // Top pixels (P0, P2): extra row above the shared part; bottom (P1, P3): row below.
-  const __half2 top = median_of<2 * WX + 1>([&](int e) {
-    return e < K ? mid[e] : __halves2half2(tile[ty][tx + e - K], tile[ty + 2][tx + e - K]);
-  });
-  const __half2 bottom = median_of<2 * WX + 1>([&](int e) {
-    return e < K ? mid[e] : __halves2half2(tile[ty + WY][tx + e - K], tile[ty + 2 + WY][tx + e - K]);
-  });
+  const __half2 top = median_of<2 * WX + 1>(
+      [&](int e) { return e < K ? mid[e] : __halves2half2(tile[ty][tx + e - K], tile[ty + 2][tx + e - K]); });
+  const __half2 bottom = median_of<2 * WX + 1>(
+      [&](int e) { return e < K ? mid[e] : __halves2half2(tile[ty + WY][tx + e - K], tile[ty + 2 + WY][tx + e - K]); });
   const uint8_t p0 = static_cast<uint8_t>(__half2ushort_rn(__low2half(top)));
   const uint8_t p2 = static_cast<uint8_t>(__half2ushort_rn(__high2half(top)));
   const uint8_t p1 = static_cast<uint8_t>(__half2ushort_rn(__low2half(bottom)));
@@ -127,8 +125,8 @@ __global__ void __launch_bounds__(kSelBX* kSelBY)
 }
 
 template <int RX, int RY>
-void launch_select(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                   const MedianParams& p, StreamHandle s) {
+void launch_select(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                   StreamHandle s) {
   dim3 block(kSelBX, kSelBY);
   dim3 grid((w + kSelBX - 1) / kSelBX, (h + kSelRows * kSelBY - 1) / (kSelRows * kSelBY));
   median_select_kernel<RX, RY><<<grid, block, 0, s>>>(src, spitch, dst, dpitch, w, h, p.border, p.value);
@@ -141,12 +139,11 @@ constexpr int kHistT = 64;  // threads (columns) per block
 // (t / 2) whatever the bin, so the 64 threads never conflict (two threads share a word).
 
 __global__ void __launch_bounds__(kHistT)
-    median_hist_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst,
-                       int dpitch, int w, int h, int rx, int ry, int rank, Border border,
-                       int value, int rows_per_thread) {
+    median_hist_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch, int w, int h,
+                       int rx, int ry, int rank, Border border, int value, int rows_per_thread) {
   extern __shared__ uint16_t hist[];
-  uint16_t* fine = hist;                  // 256 bins
-  uint16_t* coarse = hist + 256 * kHistT; // 16 bins (upper nibble)
+  uint16_t* fine = hist;                   // 256 bins
+  uint16_t* coarse = hist + 256 * kHistT;  // 16 bins (upper nibble)
   const int t = threadIdx.x;
   const int x = blockIdx.x * kHistT + t;
   const int y0 = blockIdx.y * rows_per_thread;
@@ -188,8 +185,8 @@ __global__ void __launch_bounds__(kHistT)
   }
 }
 
-void launch_hist(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                 const MedianParams& p, StreamHandle s) {
+void launch_hist(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                 StreamHandle s) {
   // Rows per thread: long enough to amortise the initial window (n adds) against the
   // per-row cost (2 * window width), short enough to keep every SM busy.
   const int ry = p.ry();
@@ -199,8 +196,8 @@ void launch_hist(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w
   while (rows > 16 && threads * 128 / rows < 60000) rows /= 2;  // small frames: more strips
   dim3 grid((w + kHistT - 1) / kHistT, (h + rows - 1) / rows);
   const size_t shmem = (256 + 16) * kHistT * sizeof(uint16_t);
-  median_hist_kernel<<<grid, kHistT, shmem, s>>>(src, spitch, dst, dpitch, w, h, p.rx(), ry, p.rank(),
-                                                 p.border, p.value, rows);
+  median_hist_kernel<<<grid, kHistT, shmem, s>>>(src, spitch, dst, dpitch, w, h, p.rx(), ry, p.rank(), p.border,
+                                                 p.value, rows);
   VFP_CUDA_LAUNCHED("median_hist_kernel");
 }
 
@@ -216,18 +213,21 @@ MedianAlgo median_auto_algo(const MedianParams& p) {
   return median_select_supported(p) ? MedianAlgo::Select : MedianAlgo::Histogram;
 }
 
-void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                        const MedianParams& p, MedianAlgo algo, StreamHandle s) {
+void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                        MedianAlgo algo, StreamHandle s) {
   if (algo == MedianAlgo::Auto) algo = median_auto_algo(p);
   if (algo == MedianAlgo::Select && !median_select_supported(p)) algo = MedianAlgo::Histogram;
   if (algo == MedianAlgo::Histogram) return launch_hist(src, spitch, dst, dpitch, w, h, p, s);
   const int rx = p.rx(), ry = p.ry();
+// One case per kernel instantiation, in rows:
+// clang-format off
 #define VFP_SEL(X, Y) \
   if (rx == X && ry == Y) return launch_select<X, Y>(src, spitch, dst, dpitch, w, h, p, s);
   VFP_SEL(1, 1) VFP_SEL(1, 2) VFP_SEL(1, 3) VFP_SEL(2, 1) VFP_SEL(2, 2) VFP_SEL(2, 3)
   VFP_SEL(3, 1) VFP_SEL(3, 2) VFP_SEL(3, 3) VFP_SEL(4, 4)
 #undef VFP_SEL
   throw Error(ErrorKind::Internal, "median: no selection kernel for this window");
+  // clang-format on
 }
 
 }  // namespace vfp::cuda

@@ -11,9 +11,9 @@
 #pragma once
 #include <cstdint>
 
-#include "cuda/kernels.hpp"
 #include "core/gpu.hpp"
 #include "cpu/median.hpp"
+#include "cuda/kernels.hpp"
 
 namespace vfp::cuda {
 
@@ -23,7 +23,7 @@ enum class MedianAlgo { Auto, Select, Histogram };
 MedianAlgo median_auto_algo(const MedianParams& p);
 bool median_select_supported(const MedianParams& p);
 
-void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                        const MedianParams& p, MedianAlgo algo, StreamHandle s);
+void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                        MedianAlgo algo, StreamHandle s);
 
 }  // namespace vfp::cuda

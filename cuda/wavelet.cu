@@ -2,8 +2,8 @@
 // estimate, device-side thresholds. Overview in cuda/wavelet.hpp.
 #include "cuda/wavelet.hpp"
 
-#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
+#include <cub/block/block_scan.cuh>
 
 #include <algorithm>
 #include <cfloat>
@@ -27,11 +27,11 @@ struct Taps {
 
 // Device-side state of one plane's statistics and thresholds.
 struct Stats {
-  double sums[3 * kMaxLevels];         // sum of squares of da, ad, dd per level
-  unsigned int hist[2][kHistBins];     // radix-select histograms of the two middle ranks
-  unsigned int count;                  // |dd1| values seen by pass 0
-  unsigned int prefix[2], rank[2];     // selection state of the two ranks
-  double sigma;  // double: BayesShrink's sigma^2 - mean square cancels digits
+  double sums[3 * kMaxLevels];      // sum of squares of da, ad, dd per level
+  unsigned int hist[2][kHistBins];  // radix-select histograms of the two middle ranks
+  unsigned int count;               // |dd1| values seen by pass 0
+  unsigned int prefix[2], rank[2];  // selection state of the two ranks
+  double sigma;                     // double: BayesShrink's sigma^2 - mean square cancels digits
   float thr[3 * kMaxLevels];
 };
 
@@ -74,9 +74,9 @@ constexpr int kBlockX = 32, kBlockY = 8;
 
 template <int F, typename InT>
 __global__ void __launch_bounds__(kBlockX* kBlockY)
-    dwt2_forward_kernel(const InT* __restrict__ in, int ipitch, int w, int h, int cw, int ch, WaveletBoundary b,
-                        Taps t, float* __restrict__ aa, float* __restrict__ da, float* __restrict__ ad,
-                        float* __restrict__ dd, double* sums) {
+    dwt2_forward_kernel(const InT* __restrict__ in, int ipitch, int w, int h, int cw, int ch, WaveletBoundary b, Taps t,
+                        float* __restrict__ aa, float* __restrict__ da, float* __restrict__ ad, float* __restrict__ dd,
+                        double* sums) {
   constexpr int RW = 2 * kFwdTX + F - 2, RH = 2 * kFwdTY + F - 2;
   __shared__ float S[RH][RW + 1];
   __shared__ float L[RH][kFwdTX + 1], H[RH][kFwdTX + 1];
@@ -139,8 +139,8 @@ template <int F, typename OutT>
 __global__ void __launch_bounds__(kBlockX* kBlockY)
     idwt2_inverse_kernel(const float* __restrict__ aa, const float* __restrict__ da, const float* __restrict__ ad,
                          const float* __restrict__ dd, int cw, int ch, WaveletBoundary b, Taps t,
-                         const float* __restrict__ thr, ShrinkMode mode, float pct, OutT* __restrict__ out,
-                         int opitch, int w, int h) {
+                         const float* __restrict__ thr, ShrinkMode mode, float pct, OutT* __restrict__ out, int opitch,
+                         int w, int h) {
   constexpr int C = kInvTX / 2 + F / 2 + 1;  // coefficients per tile side
   __shared__ float A[4][C][C + 1];
   __shared__ float L[kInvTY][C + 1], H[kInvTY][C + 1];
@@ -298,7 +298,8 @@ __global__ void __launch_bounds__(kScanThreads) select_scan_kernel(int pass, Sta
   for (int i = threadIdx.x; i < 2 * kHistBins; i += kScanThreads) (&st->hist[0][0])[i] = 0;
   if (pass == 2 && threadIdx.x == 0) {
     const double med = st->count ? (static_cast<double>(__uint_as_float(st->prefix[0])) +
-                                    static_cast<double>(__uint_as_float(st->prefix[1]))) / 2.0
+                                    static_cast<double>(__uint_as_float(st->prefix[1]))) /
+                                       2.0
                                  : 0.0;
     st->sigma = med / kMadToSigma;
   }
@@ -336,15 +337,32 @@ Taps filter_taps(const WaveletFilter& f, bool analysis) {
 template <typename Fn>
 void with_taps(int taps, Fn&& fn) {
   switch (taps) {
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 4: fn(std::integral_constant<int, 4>{}); break;
-    case 6: fn(std::integral_constant<int, 6>{}); break;
-    case 8: fn(std::integral_constant<int, 8>{}); break;
-    case 10: fn(std::integral_constant<int, 10>{}); break;
-    case 12: fn(std::integral_constant<int, 12>{}); break;
-    case 14: fn(std::integral_constant<int, 14>{}); break;
-    case 16: fn(std::integral_constant<int, 16>{}); break;
-    default: throw Error(ErrorKind::Internal, log::format("wavelet: unsupported filter length %d", taps));
+    case 2:
+      fn(std::integral_constant<int, 2>{});
+      break;
+    case 4:
+      fn(std::integral_constant<int, 4>{});
+      break;
+    case 6:
+      fn(std::integral_constant<int, 6>{});
+      break;
+    case 8:
+      fn(std::integral_constant<int, 8>{});
+      break;
+    case 10:
+      fn(std::integral_constant<int, 10>{});
+      break;
+    case 12:
+      fn(std::integral_constant<int, 12>{});
+      break;
+    case 14:
+      fn(std::integral_constant<int, 14>{});
+      break;
+    case 16:
+      fn(std::integral_constant<int, 16>{});
+      break;
+    default:
+      throw Error(ErrorKind::Internal, log::format("wavelet: unsupported filter length %d", taps));
   }
 }
 
@@ -360,8 +378,8 @@ float* WaveletWorkspace::band_mut(int level, int which) const {
 const float* WaveletWorkspace::band(int level, int which) const { return band_mut(level, which); }
 
 template <typename InT>
-void WaveletWorkspace::forward_impl(const InT* src, int spitch, int w, int h, const WaveletFilter& f,
-                                    WaveletBoundary b, int levels, bool band_sums, StreamHandle s) {
+void WaveletWorkspace::forward_impl(const InT* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,
+                                    int levels, bool band_sums, StreamHandle s) {
   spitch /= static_cast<int>(sizeof(InT));  // bytes -> samples
   if (levels < 1 || levels > kMaxLevels)
     throw Error(ErrorKind::Internal, log::format("wavelet: %d levels (1..%d)", levels, kMaxLevels));
@@ -387,24 +405,24 @@ void WaveletWorkspace::forward_impl(const InT* src, int spitch, int w, int h, co
       const dim3 grid((g.cw + kFwdTX - 1) / kFwdTX, (g.ch + kFwdTY - 1) / kFwdTY);
       double* sums = band_sums ? st->sums + 3 * l : nullptr;
       if (l == 0)
-        dwt2_forward_kernel<decltype(F)::value, InT><<<grid, block, 0, s>>>(
-            src, spitch, g.w, g.h, g.cw, g.ch, b, t, band_mut(0, 0), band_mut(0, 1), band_mut(0, 2),
-            band_mut(0, 3), sums);
+        dwt2_forward_kernel<decltype(F)::value, InT><<<grid, block, 0, s>>>(src, spitch, g.w, g.h, g.cw, g.ch, b, t,
+                                                                            band_mut(0, 0), band_mut(0, 1),
+                                                                            band_mut(0, 2), band_mut(0, 3), sums);
       else
-        dwt2_forward_kernel<decltype(F)::value, float><<<grid, block, 0, s>>>(
-            band_mut(l - 1, 0), g.w, g.w, g.h, g.cw, g.ch, b, t, band_mut(l, 0), band_mut(l, 1), band_mut(l, 2),
-            band_mut(l, 3), sums);
+        dwt2_forward_kernel<decltype(F)::value, float>
+            <<<grid, block, 0, s>>>(band_mut(l - 1, 0), g.w, g.w, g.h, g.cw, g.ch, b, t, band_mut(l, 0), band_mut(l, 1),
+                                    band_mut(l, 2), band_mut(l, 3), sums);
       VFP_CUDA_LAUNCHED("dwt2_forward_kernel");
     }
   });
 }
 
-void WaveletWorkspace::forward(const uint8_t* src, int spitch, int w, int h, const WaveletFilter& f,
-                               WaveletBoundary b, int levels, bool band_sums, StreamHandle s) {
+void WaveletWorkspace::forward(const uint8_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,
+                               int levels, bool band_sums, StreamHandle s) {
   forward_impl(src, spitch, w, h, f, b, levels, band_sums, s);
 }
-void WaveletWorkspace::forward(const uint16_t* src, int spitch, int w, int h, const WaveletFilter& f,
-                               WaveletBoundary b, int levels, bool band_sums, StreamHandle s) {
+void WaveletWorkspace::forward(const uint16_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,
+                               int levels, bool band_sums, StreamHandle s) {
   forward_impl(src, spitch, w, h, f, b, levels, band_sums, s);
 }
 
@@ -444,13 +462,13 @@ void WaveletWorkspace::inverse_impl(OutT* dst, int dpitch, const WaveletParams& 
       const dim3 grid((g.w + kInvTX - 1) / kInvTX, (g.h + kInvTY - 1) / kInvTY);
       const float* thr = shrink ? st->thr + 3 * l : nullptr;
       if (l == 0)
-        idwt2_inverse_kernel<decltype(F)::value, OutT><<<grid, block, 0, s>>>(
-            band(0, 0), band(0, 1), band(0, 2), band(0, 3), g.cw, g.ch, boundary_, t, thr, p.mode, pct, dst,
-            dpitch / static_cast<int>(sizeof(OutT)), g.w, g.h);
+        idwt2_inverse_kernel<decltype(F)::value, OutT>
+            <<<grid, block, 0, s>>>(band(0, 0), band(0, 1), band(0, 2), band(0, 3), g.cw, g.ch, boundary_, t, thr,
+                                    p.mode, pct, dst, dpitch / static_cast<int>(sizeof(OutT)), g.w, g.h);
       else  // into the approximation of the next finer level
-        idwt2_inverse_kernel<decltype(F)::value, float><<<grid, block, 0, s>>>(
-            band(l, 0), band(l, 1), band(l, 2), band(l, 3), g.cw, g.ch, boundary_, t, thr, p.mode, pct,
-            band_mut(l - 1, 0), g.w, g.w, g.h);
+        idwt2_inverse_kernel<decltype(F)::value, float>
+            <<<grid, block, 0, s>>>(band(l, 0), band(l, 1), band(l, 2), band(l, 3), g.cw, g.ch, boundary_, t, thr,
+                                    p.mode, pct, band_mut(l - 1, 0), g.w, g.w, g.h);
       VFP_CUDA_LAUNCHED("idwt2_inverse_kernel");
     }
   });

@@ -41,10 +41,10 @@ class WaveletWorkspace {
   // estimate() computes the thresholds of p for the last forward(); inverse() reconstructs,
   // shrinking the details with them when `shrink` (else the plain inverse transform).
   // Sample pitches are in bytes, except inverse_float's, which counts floats.
-  void forward(const uint8_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,
-               int levels, bool band_sums, StreamHandle s);
-  void forward(const uint16_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b,
-               int levels, bool band_sums, StreamHandle s);
+  void forward(const uint8_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b, int levels,
+               bool band_sums, StreamHandle s);
+  void forward(const uint16_t* src, int spitch, int w, int h, const WaveletFilter& f, WaveletBoundary b, int levels,
+               bool band_sums, StreamHandle s);
   void estimate(const WaveletParams& p, StreamHandle s);
   void inverse(uint8_t* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s);
   void inverse(uint16_t* dst, int dpitch, const WaveletParams& p, bool shrink, StreamHandle s);

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/chain.hpp"
 #include "core/stage.hpp"
+#include "pipeline/chain.hpp"
 
 namespace vfp {
 
@@ -32,9 +32,9 @@ class LiveControls {
 
  private:
   struct Entry {
-    size_t step;        // index in the chain
+    size_t step;            // index in the chain
     const StageInfo* info;  // the stage's declaration (its live parameter)
-    Options options;    // the display thread's copy
+    Options options;        // the display thread's copy
     bool dirty = false;
     bool can_bypass = false, off = false, off_dirty = false;
   };

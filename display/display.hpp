@@ -21,8 +21,8 @@ bool parse_display_view(const std::string& s, DisplayView* v);
 const char* display_view_name(DisplayView v);
 
 struct DisplayOptions {
-  bool headless = false;      // EGL + offscreen framebuffer instead of a window
-  bool vsync = true;          // window: wait for the display's refresh on swap
+  bool headless = false;  // EGL + offscreen framebuffer instead of a window
+  bool vsync = true;      // window: wait for the display's refresh on swap
   DisplayView view = DisplayView::Split;
   int width = 0, height = 0;  // window / framebuffer size; 0: the frame's (twice as wide side by side)
   float divider = 0.5f;       // split view: where the divider starts

@@ -21,10 +21,10 @@
 #include "cuda/display_compose.hpp"
 #endif
 
-#include "display/display.hpp"
-#include "display/font.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "display/display.hpp"
+#include "display/font.hpp"
 
 namespace vfp {
 
@@ -72,12 +72,17 @@ GLuint program(const char* vs, const char* fs, const char* name) {
 
 int format_code(PixelFormat f) {
   switch (f) {
-    case PixelFormat::GRAY8: return 0;
+    case PixelFormat::GRAY8:
+      return 0;
     case PixelFormat::YUV420P:
-    case PixelFormat::YUV444P: return 1;
-    case PixelFormat::RGB24: return 2;
-    case PixelFormat::BGR24: return 3;
-    default: return 0;
+    case PixelFormat::YUV444P:
+      return 1;
+    case PixelFormat::RGB24:
+      return 2;
+    case PixelFormat::BGR24:
+      return 3;
+    default:
+      return 0;
   }
 }
 
@@ -611,21 +616,32 @@ class GlDisplay final : public Display {
       auto platform = reinterpret_cast<PFNEGLGETPLATFORMDISPLAYEXTPROC>(eglGetProcAddress("eglGetPlatformDisplayEXT"));
       EGLDeviceEXT dev[8];
       EGLint n = 0;
-      if (!query || !platform || !query(8, dev, &n) || n < 1) gl_fail("no EGL display or device for headless rendering");
+      if (!query || !platform || !query(8, dev, &n) || n < 1)
+        gl_fail("no EGL display or device for headless rendering");
       egl_display_ = platform(EGL_PLATFORM_DEVICE_EXT, dev[0], nullptr);
       if (egl_display_ == EGL_NO_DISPLAY || !eglInitialize(egl_display_, &major, &minor))
         gl_fail("cannot initialise EGL on the GPU device");
     }
-    const EGLint cfg_attr[] = {EGL_SURFACE_TYPE, EGL_PBUFFER_BIT, EGL_RENDERABLE_TYPE, EGL_OPENGL_BIT,
-                               EGL_RED_SIZE, 8, EGL_GREEN_SIZE, 8, EGL_BLUE_SIZE, 8, EGL_NONE};
+    const EGLint cfg_attr[] = {EGL_SURFACE_TYPE,
+                               EGL_PBUFFER_BIT,
+                               EGL_RENDERABLE_TYPE,
+                               EGL_OPENGL_BIT,
+                               EGL_RED_SIZE,
+                               8,
+                               EGL_GREEN_SIZE,
+                               8,
+                               EGL_BLUE_SIZE,
+                               8,
+                               EGL_NONE};
     EGLConfig cfg;
     EGLint n = 0;
     if (!eglChooseConfig(egl_display_, cfg_attr, &cfg, 1, &n) || n < 1) gl_fail("no EGL config for OpenGL");
     const EGLint pb_attr[] = {EGL_WIDTH, 16, EGL_HEIGHT, 16, EGL_NONE};
     egl_surface_ = eglCreatePbufferSurface(egl_display_, cfg, pb_attr);
     if (!eglBindAPI(EGL_OPENGL_API)) gl_fail("EGL has no desktop OpenGL");
-    const EGLint ctx_attr[] = {EGL_CONTEXT_MAJOR_VERSION, 3, EGL_CONTEXT_MINOR_VERSION, 3,
-                               EGL_CONTEXT_OPENGL_PROFILE_MASK, EGL_CONTEXT_OPENGL_CORE_PROFILE_BIT, EGL_NONE};
+    const EGLint ctx_attr[] = {
+        EGL_CONTEXT_MAJOR_VERSION,           3,       EGL_CONTEXT_MINOR_VERSION, 3, EGL_CONTEXT_OPENGL_PROFILE_MASK,
+        EGL_CONTEXT_OPENGL_CORE_PROFILE_BIT, EGL_NONE};
     egl_context_ = eglCreateContext(egl_display_, cfg, EGL_NO_CONTEXT, ctx_attr);
     if (egl_context_ == EGL_NO_CONTEXT) gl_fail("cannot create an OpenGL 3.3 core context with EGL");
     if (!eglMakeCurrent(egl_display_, egl_surface_, egl_surface_, egl_context_))
@@ -668,7 +684,8 @@ class GlDisplay final : public Display {
       glRenderbufferStorage(GL_RENDERBUFFER, GL_RGBA8, w, h);
       glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, rbo_);
     }
-    if (glCheckFramebufferStatus(GL_FRAMEBUFFER) != GL_FRAMEBUFFER_COMPLETE) gl_fail("offscreen framebuffer incomplete");
+    if (glCheckFramebufferStatus(GL_FRAMEBUFFER) != GL_FRAMEBUFFER_COMPLETE)
+      gl_fail("offscreen framebuffer incomplete");
   }
 
   void make_font() {
@@ -839,8 +856,8 @@ class GlDisplay final : public Display {
   uint64_t shown_ = 0;
 #if VFPIPE_HAVE_CUDA
   std::unique_ptr<CudaInterop> interop_;
-  bool compose_ = false;                     // CUDA composes the picture (GPU path)
-  int last_slot_ = -1;                       // the slot of the picture on screen
+  bool compose_ = false;  // CUDA composes the picture (GPU path)
+  int last_slot_ = -1;    // the slot of the picture on screen
   bool last_with_source_ = false;
   cudaGraphicsResource_t fb_res_ = nullptr;  // the framebuffer texture, registered
   float compose_ms_ = 0;
@@ -851,11 +868,16 @@ class GlDisplay final : public Display {
 }  // namespace
 
 bool parse_display_view(const std::string& s, DisplayView* v) {
-  if (s == "filtered") *v = DisplayView::Filtered;
-  else if (s == "split") *v = DisplayView::Split;
-  else if (s == "side-by-side" || s == "sbs") *v = DisplayView::SideBySide;
-  else if (s == "difference" || s == "diff") *v = DisplayView::Difference;
-  else return false;
+  if (s == "filtered")
+    *v = DisplayView::Filtered;
+  else if (s == "split")
+    *v = DisplayView::Split;
+  else if (s == "side-by-side" || s == "sbs")
+    *v = DisplayView::SideBySide;
+  else if (s == "difference" || s == "diff")
+    *v = DisplayView::Difference;
+  else
+    return false;
   return true;
 }
 

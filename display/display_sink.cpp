@@ -6,11 +6,11 @@
 
 #include <thread>
 
+#include "core/error.hpp"
+#include "core/log.hpp"
 #include "display/controls.hpp"
 #include "display/png.hpp"
-#include "core/error.hpp"
 #include "io/open.hpp"
-#include "core/log.hpp"
 #include "pipeline/stats.hpp"
 
 namespace vfp {
@@ -98,16 +98,32 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
         closed_ = true;
         request_stop();
         return;
-      case GLFW_KEY_SPACE: paused_ = !paused_; break;
+      case GLFW_KEY_SPACE:
+        paused_ = !paused_;
+        break;
       case GLFW_KEY_N:
-      case GLFW_KEY_RIGHT: step_ = true; break;
-      case GLFW_KEY_1: display_->set_view(DisplayView::Filtered); break;
-      case GLFW_KEY_2: display_->set_view(DisplayView::Split); break;
-      case GLFW_KEY_3: display_->set_view(DisplayView::SideBySide); break;
-      case GLFW_KEY_4: display_->set_view(DisplayView::Difference); break;
-      case GLFW_KEY_H: opt_.display.hud = !opt_.display.hud; break;
+      case GLFW_KEY_RIGHT:
+        step_ = true;
+        break;
+      case GLFW_KEY_1:
+        display_->set_view(DisplayView::Filtered);
+        break;
+      case GLFW_KEY_2:
+        display_->set_view(DisplayView::Split);
+        break;
+      case GLFW_KEY_3:
+        display_->set_view(DisplayView::SideBySide);
+        break;
+      case GLFW_KEY_4:
+        display_->set_view(DisplayView::Difference);
+        break;
+      case GLFW_KEY_H:
+        opt_.display.hud = !opt_.display.hud;
+        break;
       case GLFW_KEY_F1:
-      case GLFW_KEY_SLASH: help_ = !help_; break;
+      case GLFW_KEY_SLASH:
+        help_ = !help_;
+        break;
       case GLFW_KEY_TAB:
         if (controls_) controls_->select_next();
         break;
@@ -124,7 +140,9 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
       case GLFW_KEY_DOWN:
         if (controls_) message_ = controls_->adjust(-1);
         break;
-      case GLFW_KEY_S: screenshot(log::format("%s/vfpipe-shot-%04d.png", opt_.save_dir.c_str(), ++shots_)); break;
+      case GLFW_KEY_S:
+        screenshot(log::format("%s/vfpipe-shot-%04d.png", opt_.save_dir.c_str(), ++shots_));
+        break;
       case GLFW_KEY_R:
         if (recorder_) {
           recording_ = false;
@@ -142,7 +160,8 @@ void DisplaySink::handle_keys(const DisplayInput& in, const HostFrame& frame) {
           message_ = "RECORDING NEEDS A YUV OR GRAY OUTPUT (Y4M)";
         }
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -236,8 +255,7 @@ void DisplaySink::write_frame(const OutFrame& f) {
     ++gpu_n_;
   }
   last_index_ = f.record ? f.record->index : frames_ - 1;
-  if (screenshot_due)
-    screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
+  if (screenshot_due) screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
   handle_keys(display_->poll(), f.frame);
   // Paused: keep drawing and listening; the stream waits (batch) or drops (live).
   while (paused_ && !step_ && !closed_) {
@@ -277,9 +295,10 @@ void DisplaySink::end_of_stream() {
   if (opt_.glass_to_glass) {
     g2g_result_ = analyze_glass_to_glass(flips_, samples_);
     const G2GResult& r = g2g_result_;
-    log::info("glass-to-glass: %zu flips measured, %d not seen; delay ms min %.1f, p50 %.1f, mean %.1f, p95 %.1f, "
-              "max %.1f (patch luma threshold %.0f)",
-              r.delays_ms.size(), r.missed, r.ms.min, r.ms.p50, r.ms.mean, r.ms.p95, r.ms.max, r.threshold);
+    log::info(
+        "glass-to-glass: %zu flips measured, %d not seen; delay ms min %.1f, p50 %.1f, mean %.1f, p95 %.1f, "
+        "max %.1f (patch luma threshold %.0f)",
+        r.delays_ms.size(), r.missed, r.ms.min, r.ms.p50, r.ms.mean, r.ms.p95, r.ms.max, r.threshold);
   }
   if (display_ && !opt_.screenshot.empty() && opt_.screenshot_every == 0)
     screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));

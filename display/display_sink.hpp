@@ -5,8 +5,8 @@
 #pragma once
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,15 +23,15 @@ class LiveControls;
 
 struct DisplaySinkOptions {
   DisplayOptions display;
-  std::string screenshot;       // PNG path pattern with one %d (frame number); "" = none
-  int screenshot_every = 0;     // every N frames; 0: the last frame only
-  std::string filters;          // shown in the HUD
-  bool drop_when_behind = false; // skip showing a frame when newer ones wait (live: no added latency)
+  std::string screenshot;         // PNG path pattern with one %d (frame number); "" = none
+  int screenshot_every = 0;       // every N frames; 0: the last frame only
+  std::string filters;            // shown in the HUD
+  bool drop_when_behind = false;  // skip showing a frame when newer ones wait (live: no added latency)
   // Glass-to-glass: a patch in the centre flips black/white every `g2g_period_ms`; the
   // camera (the chain's input) must see the screen; the delays are measured at the end.
   bool glass_to_glass = false;
   double g2g_period_ms = 250;
-  std::string save_dir = ".";   // where the S and R keys write vfpipe-shot-N.png / vfpipe-rec-N.y4m
+  std::string save_dir = ".";  // where the S and R keys write vfpipe-shot-N.png / vfpipe-rec-N.y4m
 };
 
 // The keys, for --help and the help overlay.
@@ -50,9 +50,7 @@ class DisplaySink final : public Sink {
   void end_of_stream() override;
   DeviceTap* device_tap() override;
   // Frames shown from the GPU need no host copy, unless the -o output or a recording does.
-  bool needs_host_frames() const override {
-    return recording_.load() || (inner_ && inner_->needs_host_frames());
-  }
+  bool needs_host_frames() const override { return recording_.load() || (inner_ && inner_->needs_host_frames()); }
   // The chain's input format (the original in the split views); default: the output's.
   void set_source_spec(const FrameSpec& s) { source_spec_ = s; }
   void close() override;

@@ -12,9 +12,9 @@
 #include "codecs/deflate/deflate.hpp"
 #include "codecs/deflate/png.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "io/open.hpp"
 #include "io/y4m.hpp"
-#include "core/log.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/deflate.hpp"
 #endif
@@ -84,7 +84,8 @@ std::vector<uint8_t> LosslessEncoder::png(const uint8_t* img, size_t pitch, int 
   return encode_png(img, pitch, w, h, ch, swap_rb, level_);
 }
 
-std::vector<uint8_t> LosslessEncoder::compress(const uint8_t* p, size_t n, const deflate::Options& opt, DeflateFormat f) {
+std::vector<uint8_t> LosslessEncoder::compress(const uint8_t* p, size_t n, const deflate::Options& opt,
+                                               DeflateFormat f) {
 #if VFPIPE_HAVE_CUDA
   if (gpu_)
     return gpu_->enc.compress(p, n, opt,
@@ -106,7 +107,8 @@ void require_output_dir(const std::string& path) {
     throw Error(ErrorKind::Output, "output directory '" + dir.string() + "' " +
                                        (errno == ENOENT ? std::string("does not exist (create it first)")
                                                         : std::string("cannot be used: ") + std::strerror(errno)));
-  if (!S_ISDIR(st.st_mode)) throw Error(ErrorKind::Output, "output directory '" + dir.string() + "' is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    throw Error(ErrorKind::Output, "output directory '" + dir.string() + "' is not a directory");
 }
 
 // ------------------------------------------------------------------ PNG sequence
@@ -137,12 +139,14 @@ void PngSequenceSink::open(const FrameSpec& spec) {
 
 void PngSequenceSink::write(const HostFrame& f) {
   if (single() && n_ > 0)
-    throw Error(ErrorKind::Output, "'" + pattern_ + "' holds one image and a second frame came: add -n 1 "
-                                   "(ffmpeg: -frames:v 1), or write every frame with a pattern such as frames/%06d.png");
+    throw Error(ErrorKind::Output,
+                "'" + pattern_ +
+                    "' holds one image and a second frame came: add -n 1 "
+                    "(ffmpeg: -frames:v 1), or write every frame with a pattern such as frames/%06d.png");
   const ImageView v = f.view();
   const int ch = f.spec().format == PixelFormat::GRAY8 ? 1 : 3;
-  const std::vector<uint8_t> png =
-      enc_->png(v.data[0], static_cast<size_t>(v.pitch[0]), v.pw[0], v.ph[0], ch, f.spec().format == PixelFormat::BGR24);
+  const std::vector<uint8_t> png = enc_->png(v.data[0], static_cast<size_t>(v.pitch[0]), v.pw[0], v.ph[0], ch,
+                                             f.spec().format == PixelFormat::BGR24);
   write_file_atomically(name(n_), png);
   ++n_;
 }
@@ -203,7 +207,8 @@ void Y4mGzSink::close() {
   if (!f_) return;
   FILE* f = f_;
   f_ = nullptr;
-  if (std::fclose(f) != 0) throw Error(ErrorKind::Output, "cannot finish writing " + path_ + ": " + std::strerror(errno));
+  if (std::fclose(f) != 0)
+    throw Error(ErrorKind::Output, "cannot finish writing " + path_ + ": " + std::strerror(errno));
 }
 
 }  // namespace vfp

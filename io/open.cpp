@@ -77,10 +77,12 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
     return std::make_unique<SyntheticSource>(p);
   }
   std::string cam;
-  if (starts_with(spec, "camera=")) cam = spec.substr(7);
-  else if (starts_with(spec, "webcam=")) cam = spec.substr(7);
-  else if (spec == "camera" || spec == "webcam") cam = "0";
-  else if (starts_with(spec, "/dev/video")) cam = spec;
+  if (starts_with(spec, "camera=") || starts_with(spec, "webcam="))
+    cam = spec.substr(7);
+  else if (spec == "camera" || spec == "webcam")
+    cam = "0";
+  else if (starts_with(spec, "/dev/video"))
+    cam = spec;
   if (!cam.empty()) {
 #if VFPIPE_HAVE_OPENCV
     return open_camera_source(cam, opt.width, opt.height, opt.fps);
@@ -126,21 +128,25 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
   if (!pattern && ext == ".png") return std::make_unique<PngSequenceSink>(spec, lo);
   if (pattern && (opt.lossless || !VFPIPE_HAVE_OPENCV)) {
     if (ext != ".png")
-      throw Error(ErrorKind::Usage, "output '" + spec + "': vfpipe's lossless image sequences are PNG (frames/%06d.png)");
+      throw Error(ErrorKind::Usage,
+                  "output '" + spec + "': vfpipe's lossless image sequences are PNG (frames/%06d.png)");
     if (!valid_int_pattern(spec))
       throw Error(ErrorKind::Usage, "bad image pattern '" + spec + "' (use one %d or %0Nd, e.g. frames/%06d.png)");
     return std::make_unique<PngSequenceSink>(spec, lo);
   }
   if (opt.lossless && !(ext == ".mkv" && (opt.codec.empty() || opt.codec == "FFV1")))
-    throw Error(ErrorKind::Usage, "--lossless: '" + spec +
-                                      "' would be lossy; use frames/%06d.png, .y4m, .y4m.gz or .mkv (FFV1)");
+    throw Error(ErrorKind::Usage,
+                "--lossless: '" + spec + "' would be lossy; use frames/%06d.png, .y4m, .y4m.gz or .mkv (FFV1)");
 #if VFPIPE_HAVE_OPENCV
   if (pattern) return open_image_sequence_sink(spec);
   std::string codec = opt.codec;
   if (codec.empty()) {
-    if (ext == ".mp4" || ext == ".mov" || ext == ".m4v") codec = "mp4v";
-    else if (ext == ".avi") codec = "MJPG";
-    else if (ext == ".mkv") codec = "FFV1";
+    if (ext == ".mp4" || ext == ".mov" || ext == ".m4v")
+      codec = "mp4v";
+    else if (ext == ".avi")
+      codec = "MJPG";
+    else if (ext == ".mkv")
+      codec = "FFV1";
     else
       throw Error(ErrorKind::Usage, "unknown output type '" + spec +
                                         "' (use .y4m, .mp4, .mov, .avi, .mkv, an image pattern "

@@ -15,17 +15,17 @@
 namespace vfp {
 
 struct SourceOptions {
-  bool pinned = false;  // frames cached by the source go to pinned memory (CUDA backend)
+  bool pinned = false;        // frames cached by the source go to pinned memory (CUDA backend)
   int width = 0, height = 0;  // camera capture size request
   double fps = 0;             // camera request / image-sequence rate
 };
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);
 
 struct SinkOptions {
-  std::string codec;         // fourcc; empty: by extension
-  bool lossless = false;     // image sequences by vfpipe's PNG encoder; lossy outputs refused
-  int compression_level = 1; // DEFLATE level of PNG / .y4m.gz outputs
-  bool gpu = false;          // the run uses CUDA: so does the DEFLATE of those outputs
+  std::string codec;               // fourcc; empty: by extension
+  bool lossless = false;           // image sequences by vfpipe's PNG encoder; lossy outputs refused
+  int compression_level = 1;       // DEFLATE level of PNG / .y4m.gz outputs
+  bool gpu = false;                // the run uses CUDA: so does the DEFLATE of those outputs
   bool deflate_reference = false;  // vfpipe's DEFLATE on the CPU too, not libdeflate (--deflate-engine vfpipe)
 };
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt);

@@ -44,10 +44,8 @@ void mat_to_frame(const cv::Mat& m0, HostFrame& dst) {
   }
   cv::Mat m = m0;
   if (m.channels() == 4) cv::cvtColor(m0, m, cv::COLOR_BGRA2BGR);
-  if (dst.spec().format == PixelFormat::GRAY8 && m.channels() == 3)
-    cv::cvtColor(m, m, cv::COLOR_BGR2GRAY);
-  if (dst.spec().format == PixelFormat::BGR24 && m.channels() == 1)
-    cv::cvtColor(m, m, cv::COLOR_GRAY2BGR);
+  if (dst.spec().format == PixelFormat::GRAY8 && m.channels() == 3) cv::cvtColor(m, m, cv::COLOR_BGR2GRAY);
+  if (dst.spec().format == PixelFormat::BGR24 && m.channels() == 1) cv::cvtColor(m, m, cv::COLOR_GRAY2BGR);
   ImageView v = dst.view();
   const size_t row_bytes = static_cast<size_t>(v.pw[0]) * (m.channels() == 3 ? 3 : 1);
   for (int y = 0; y < v.height; ++y) std::memcpy(v.row(0, y), m.ptr(y), row_bytes);
@@ -67,10 +65,10 @@ class CaptureSource final : public Source {
     // Decode the first frame now: an unreadable or corrupt input fails here, before any
     // output is created.
     if (!cap_->read(first_) || first_.empty())
-      throw Error(ErrorKind::Input, name_ + ": no frame could be decoded (corrupt, empty or "
-                                            "unsupported video)");
-    if (first_.depth() != CV_8U)
-      throw Error(ErrorKind::Input, name_ + ": unsupported sample depth (8-bit video only)");
+      throw Error(ErrorKind::Input, name_ +
+                                        ": no frame could be decoded (corrupt, empty or "
+                                        "unsupported video)");
+    if (first_.depth() != CV_8U) throw Error(ErrorKind::Input, name_ + ": unsupported sample depth (8-bit video only)");
     spec_.format = PixelFormat::BGR24;
     spec_.width = first_.cols;
     spec_.height = first_.rows;
@@ -94,15 +92,14 @@ class CaptureSource final : public Source {
       first_ = cv::Mat();
     } else if (!cap_->read(m) || m.empty()) {
       if (count_ > 0 && read_ + 1 < count_)
-        log::warn("%s: the stream ended after %lld of %lld frames (truncated or corrupt?)",
-                  name_.c_str(), static_cast<long long>(read_), static_cast<long long>(count_));
+        log::warn("%s: the stream ended after %lld of %lld frames (truncated or corrupt?)", name_.c_str(),
+                  static_cast<long long>(read_), static_cast<long long>(count_));
       return false;
     }
     if (m.cols != spec_.width || m.rows != spec_.height)
       throw Error(ErrorKind::Input,
                   log::format("%s: frame %lld changed size to %dx%d (from %dx%d)", name_.c_str(),
-                              static_cast<long long>(read_), m.cols, m.rows, spec_.width,
-                              spec_.height));
+                              static_cast<long long>(read_), m.cols, m.rows, spec_.width, spec_.height));
     mat_to_frame(m, dst);
     ++read_;
     return true;
@@ -122,7 +119,9 @@ class ImageSeqSource final : public Source {
   ImageSeqSource(std::vector<std::string> files, std::string pattern, double fps)
       : files_(std::move(files)), pattern_(std::move(pattern)) {
     cv::Mat m = load(0);
-    spec_.format = m.depth() == CV_16U ? PixelFormat::GRAY16 : m.channels() == 1 ? PixelFormat::GRAY8 : PixelFormat::BGR24;
+    spec_.format = m.depth() == CV_16U ? PixelFormat::GRAY16
+                   : m.channels() == 1 ? PixelFormat::GRAY8
+                                       : PixelFormat::BGR24;
     spec_.width = m.cols;
     spec_.height = m.rows;
     if (fps > 0) spec_.fps = {static_cast<int>(std::lround(fps * 1000)), 1000};
@@ -130,17 +129,14 @@ class ImageSeqSource final : public Source {
     validate_spec(spec_, files_[0].c_str());
   }
   FrameSpec spec() const override { return spec_; }
-  std::string describe() const override {
-    return log::format("%s (%zu images)", pattern_.c_str(), files_.size());
-  }
+  std::string describe() const override { return log::format("%s (%zu images)", pattern_.c_str(), files_.size()); }
   int64_t frame_count() const override { return static_cast<int64_t>(files_.size()); }
   bool read(HostFrame& dst) override {
     if (next_ >= files_.size()) return false;
     cv::Mat m = load(next_);
     if (m.cols != spec_.width || m.rows != spec_.height)
       throw Error(ErrorKind::Input, log::format("%s: size %dx%d differs from the first image (%dx%d)",
-                                                files_[next_].c_str(), m.cols, m.rows, spec_.width,
-                                                spec_.height));
+                                                files_[next_].c_str(), m.cols, m.rows, spec_.width, spec_.height));
     if ((m.depth() == CV_16U) != (spec_.format == PixelFormat::GRAY16))
       throw Error(ErrorKind::Input, files_[next_] + ": bit depth differs from the first image's");
     mat_to_frame(m, dst);
@@ -174,19 +170,17 @@ class VideoSink final : public Sink {
     } catch (...) {  // the engine closes first and reports; a destructor must not throw
     }
   }
-  std::vector<PixelFormat> accepted_formats() const override {
-    return {PixelFormat::BGR24, PixelFormat::GRAY8};
-  }
+  std::vector<PixelFormat> accepted_formats() const override { return {PixelFormat::BGR24, PixelFormat::GRAY8}; }
   void open(const FrameSpec& s) override {
     if (fourcc_.size() != 4)
-      throw Error(ErrorKind::Usage, "codec must be a four-character code (e.g. mp4v, MJPG, FFV1), got '" + fourcc_ + "'");
+      throw Error(ErrorKind::Usage,
+                  "codec must be a four-character code (e.g. mp4v, MJPG, FFV1), got '" + fourcc_ + "'");
     int cc = cv::VideoWriter::fourcc(fourcc_[0], fourcc_[1], fourcc_[2], fourcc_[3]);
     w_ = std::make_unique<cv::VideoWriter>();
     bool color = s.format != PixelFormat::GRAY8;
     if (!w_->open(path_, cv::CAP_FFMPEG, cc, s.fps.value(), cv::Size(s.width, s.height), color))
-      throw Error(ErrorKind::Output,
-                  "cannot open video output '" + path_ + "' with codec '" + fourcc_ +
-                      "' (directory missing, not writable, or codec unsupported by this OpenCV)");
+      throw Error(ErrorKind::Output, "cannot open video output '" + path_ + "' with codec '" + fourcc_ +
+                                         "' (directory missing, not writable, or codec unsupported by this OpenCV)");
   }
   // cv::VideoWriter reports no write errors: a full disk is noticed from the free space
   // while writing, and any other loss by reading the file back after closing it.
@@ -242,8 +236,7 @@ class ImageSeqSink final : public Sink {
     std::filesystem::path dir = std::filesystem::path(name(0)).parent_path();
     std::error_code ec;
     if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-    if (ec)
-      throw Error(ErrorKind::Output, "cannot create directory '" + dir.string() + "': " + ec.message());
+    if (ec) throw Error(ErrorKind::Output, "cannot create directory '" + dir.string() + "': " + ec.message());
     std::string ext = std::filesystem::path(pattern_).extension().string();
     if (!cv::haveImageWriter("x" + ext))
       throw Error(ErrorKind::Output, "no image writer for '" + ext + "' (use .png, .jpg, .bmp, .tif, .ppm)");
@@ -270,8 +263,7 @@ class ImageSeqSink final : public Sink {
 
 }  // namespace
 
-std::unique_ptr<Source> open_camera_source(const std::string& camera, int width, int height,
-                                           double fps) {
+std::unique_ptr<Source> open_camera_source(const std::string& camera, int width, int height, double fps) {
   quiet_opencv();
   auto cap = std::make_unique<cv::VideoCapture>();
   bool is_index = !camera.empty() && std::all_of(camera.begin(), camera.end(), ::isdigit);
@@ -291,10 +283,10 @@ std::unique_ptr<Source> open_video_source(const std::string& path) {
   bool url = path.find("://") != std::string::npos;
   if (!url) {
     std::error_code ec;
-    if (!std::filesystem::exists(path, ec))
-      throw Error(ErrorKind::Input, "input '" + path + "' not found");
+    if (!std::filesystem::exists(path, ec)) throw Error(ErrorKind::Input, "input '" + path + "' not found");
     if (std::filesystem::is_directory(path, ec))
-      throw Error(ErrorKind::Input, "input '" + path + "' is a directory (for images use a pattern such as '" + path + "/%06d.png' or '" + path + "/*.png')");
+      throw Error(ErrorKind::Input, "input '" + path + "' is a directory (for images use a pattern such as '" + path +
+                                        "/%06d.png' or '" + path + "/*.png')");
   }
   auto cap = std::make_unique<cv::VideoCapture>();
   if (!cap->open(path, cv::CAP_FFMPEG))

@@ -10,8 +10,7 @@
 namespace vfp {
 
 // `camera`: an index ("0") or a device path ("/dev/video0").
-std::unique_ptr<Source> open_camera_source(const std::string& camera, int width, int height,
-                                           double fps);
+std::unique_ptr<Source> open_camera_source(const std::string& camera, int width, int height, double fps);
 std::unique_ptr<Source> open_video_source(const std::string& path_or_url);
 // printf pattern ("img_%04d.png") or glob ("frames/*.png").
 std::unique_ptr<Source> open_image_sequence_source(const std::string& pattern, double fps);

@@ -51,9 +51,9 @@ bool parse_size(const std::string& s, int* w, int* h) {
     const char* n;
     int w, h;
   };
-  static const Named named[] = {{"qvga", 320, 240}, {"vga", 640, 480},   {"hd720", 1280, 720},
-                                {"hd1080", 1920, 1080}, {"1080p", 1920, 1080}, {"720p", 1280, 720},
-                                {"4k", 3840, 2160}, {"uhd2160", 3840, 2160}, {"2160p", 3840, 2160}};
+  static const Named named[] = {{"qvga", 320, 240},     {"vga", 640, 480},       {"hd720", 1280, 720},
+                                {"hd1080", 1920, 1080}, {"1080p", 1920, 1080},   {"720p", 1280, 720},
+                                {"4k", 3840, 2160},     {"uhd2160", 3840, 2160}, {"2160p", 3840, 2160}};
   for (const auto& n : named)
     if (s == n.n) {
       *w = n.w;
@@ -113,7 +113,8 @@ SyntheticParams parse_synthetic(const std::string& text) {
     throw ParseError("a synthetic source takes one 'synthetic=key=value:...' spec", text,
                      specs.size() > 1 ? specs[1].name_pos : 0);
   const FilterSpec& f = specs[0];
-  const SyntheticSettings o = synthetic_table().bind(bind_options(synthetic_options(), f, text, "the synthetic source"));
+  const SyntheticSettings o =
+      synthetic_table().bind(bind_options(synthetic_options(), f, text, "the synthetic source"));
   SyntheticParams p;
   auto at = [&](const std::string& key) -> std::pair<size_t, size_t> {
     for (const auto& a : f.args)
@@ -121,11 +122,10 @@ SyntheticParams parse_synthetic(const std::string& text) {
     return {f.name_pos, f.name.size()};
   };
   if (!parse_size(o.size, &p.spec.width, &p.spec.height))
-    throw ParseError("synthetic: bad size '" + o.size + "' (expected WxH, e.g. 1280x720)",
-                     text, at("size").first, at("size").second);
+    throw ParseError("synthetic: bad size '" + o.size + "' (expected WxH, e.g. 1280x720)", text, at("size").first,
+                     at("size").second);
   if (!parse_rate(o.rate, &p.spec.fps))
-    throw ParseError("synthetic: bad rate '" + o.rate + "'", text, at("rate").first,
-                     at("rate").second);
+    throw ParseError("synthetic: bad rate '" + o.rate + "'", text, at("rate").first, at("rate").second);
   if (!parse_pix_fmt(o.format, &p.spec.format) || is_16bit(p.spec.format))
     throw ParseError("synthetic: unsupported format '" + o.format +
                          "' (supported: gray, yuv420p, yuv444p, bgr24, rgb24; for 16 bits add a filter, "
@@ -157,9 +157,9 @@ SyntheticSource::SyntheticSource(const SyntheticParams& p) : p_(p) {
     }
   }
   if (p_.cache > 0) {
-    check_host_memory(static_cast<size_t>(p_.cache) * FrameLayout::of(p_.spec).total_bytes,
-                      log::format("synthetic cache=%d (%d pre-rendered %s frames)", p_.cache, p_.cache,
-                                  p_.spec.describe().c_str()));
+    check_host_memory(
+        static_cast<size_t>(p_.cache) * FrameLayout::of(p_.spec).total_bytes,
+        log::format("synthetic cache=%d (%d pre-rendered %s frames)", p_.cache, p_.cache, p_.spec.describe().c_str()));
     for (int i = 0; i < p_.cache; ++i) {
       auto f = std::make_shared<HostFrame>(p_.spec, p_.pinned);
       render(i, *f);
@@ -182,8 +182,9 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
   if (!rgb_) rgb_ = std::make_unique<HostFrame>(rgb_spec, false);
   ImageView v = rgb_->view();
   const double tt = static_cast<double>(t);
-  const int cx = static_cast<int>(W / 2 + W / 3.0 * std::cos(tt * 0.05));
-  const int cy = static_cast<int>(H / 2 + H / 4.0 * std::sin(tt * 0.08));
+  const int half_w = W / 2, half_h = H / 2;  // integer centre, then the double offset
+  const int cx = static_cast<int>(half_w + W / 3.0 * std::cos(tt * 0.05));
+  const int cy = static_cast<int>(half_h + H / 4.0 * std::sin(tt * 0.08));
   const int rad = std::max(1, std::min(W, H) / 8);
   const int bars_h = H / 4;
   const int chk_y0 = H - H / 5, chk_x0 = static_cast<int>((t * 4) % std::max(1, W));
@@ -198,20 +199,28 @@ void SyntheticSource::render(int64_t t, HostFrame& dst) const {
         uint8_t b, g, r;
         if (y < bars_h) {
           const uint8_t* c = bars[std::min(7, x * 8 / std::max(1, W))];
-          b = c[0]; g = c[1]; r = c[2];
+          b = c[0];
+          g = c[1];
+          r = c[2];
         } else {
           r = static_cast<uint8_t>((x * 256 / std::max(1, W) + 2 * t) & 255);
           g = static_cast<uint8_t>(y * 256 / std::max(1, H));
           b = static_cast<uint8_t>(((x + y) / 2 + t) & 255);
           int dx = x - cx, dy = y - cy;
-          if (dx * dx + dy * dy <= rad * rad) { r = 250; g = 240; b = 230; }
+          if (dx * dx + dy * dy <= rad * rad) {
+            r = 250;
+            g = 240;
+            b = 230;
+          }
           int rx = (x - chk_x0 + W) % std::max(1, W);
           if (y >= chk_y0 && rx < chk_w) {
             bool on = (((rx >> 3) + ((y - chk_y0) >> 3)) & 1) != 0;
             r = g = b = on ? 235 : 20;
           }
         }
-        row[3 * x] = b; row[3 * x + 1] = g; row[3 * x + 2] = r;
+        row[3 * x] = b;
+        row[3 * x + 1] = g;
+        row[3 * x + 2] = r;
       }
     }
   });

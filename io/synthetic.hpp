@@ -10,21 +10,21 @@
 #include <vector>
 
 #include "core/parallel.hpp"
-#include "pipeline/source.hpp"
 #include "core/stage.hpp"
+#include "pipeline/source.hpp"
 
 namespace vfp {
 
 struct SyntheticParams {
   FrameSpec spec{PixelFormat::YUV420P, 640, 360, {25, 1}};
-  int64_t frames = 250;  // 0: endless
+  int64_t frames = 250;        // 0: endless
   std::string noise = "none";  // none | gauss | saltpepper
-  double sigma = 15;     // gauss: standard deviation in 8-bit levels
-  double density = 0.05; // saltpepper: fraction of samples replaced by 0 or 255
+  double sigma = 15;           // gauss: standard deviation in 8-bit levels
+  double density = 0.05;       // saltpepper: fraction of samples replaced by 0 or 255
   uint64_t seed = 1;
   int cache = 0;
-  bool realtime = false; // pace frames at the frame rate (a camera stand-in)
-  bool pinned = false;   // cache in pinned memory (set by the CUDA backend)
+  bool realtime = false;  // pace frames at the frame rate (a camera stand-in)
+  bool pinned = false;    // cache in pinned memory (set by the CUDA backend)
 };
 
 const std::vector<OptionSpec>& synthetic_options();
@@ -51,7 +51,7 @@ class SyntheticSource final : public Source {
   int64_t next_ = 0;
   int64_t start_ns_ = 0;
   std::vector<FramePtr> cached_;
-  std::vector<float> gauss_;  // N(0,1) samples, indexed by a hash of (seed, t, position)
+  std::vector<float> gauss_;                // N(0,1) samples, indexed by a hash of (seed, t, position)
   mutable std::unique_ptr<HostFrame> rgb_;  // render()'s BGR scene, allocated once
   std::unique_ptr<PoolShare> pool_;         // rendering leaves the engine's threads their cores
 };

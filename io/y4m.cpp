@@ -31,12 +31,9 @@ bool parse_int(const std::string& s, int* out) {
 }  // namespace
 
 Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
-  auto bad = [&](const std::string& why) {
-    throw Error(ErrorKind::Input, name + ": not a valid Y4M stream: " + why);
-  };
+  auto bad = [&](const std::string& why) { throw Error(ErrorKind::Input, name + ": not a valid Y4M stream: " + why); };
   const std::string magic = "YUV4MPEG2";
-  if (line.compare(0, magic.size(), magic) != 0)
-    bad("missing YUV4MPEG2 signature");
+  if (line.compare(0, magic.size(), magic) != 0) bad("missing YUV4MPEG2 signature");
   Y4mHeader h;
   h.spec.width = h.spec.height = -1;
   size_t i = magic.size();
@@ -59,8 +56,8 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
       case 'F': {
         size_t c = val.find(':');
         int n = 0, d = 0;
-        if (c == std::string::npos || !parse_int(val.substr(0, c), &n) ||
-            !parse_int(val.substr(c + 1), &d) || n <= 0 || d <= 0)
+        if (c == std::string::npos || !parse_int(val.substr(0, c), &n) || !parse_int(val.substr(c + 1), &d) || n <= 0 ||
+            d <= 0)
           bad("bad frame rate '" + val + "'");
         h.spec.fps = {n, d};
         break;
@@ -95,14 +92,12 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
   else if (c == "mono16")
     h.spec.format = PixelFormat::GRAY16;
   else
-    throw Error(ErrorKind::Input,
-                name + ": unsupported Y4M colorspace 'C" + c +
-                    "' (supported: C420jpeg, C420paldv, C420mpeg2, C420, C444, Cmono, and 16-bit "
-                    "C420p16, C444p16, Cmono16). Convert with ffmpeg, e.g. -pix_fmt yuv420p");
+    throw Error(ErrorKind::Input, name + ": unsupported Y4M colorspace 'C" + c +
+                                      "' (supported: C420jpeg, C420paldv, C420mpeg2, C420, C444, Cmono, and 16-bit "
+                                      "C420p16, C444p16, Cmono16). Convert with ffmpeg, e.g. -pix_fmt yuv420p");
   validate_spec(h.spec, name.c_str());
   if (h.interlace != 'p' && h.interlace != '?')
-    log::warn("%s: interlaced Y4M (I%c) is processed as progressive frames", name.c_str(),
-              h.interlace);
+    log::warn("%s: interlaced Y4M (I%c) is processed as progressive frames", name.c_str(), h.interlace);
   return h;
 }
 
@@ -111,8 +106,7 @@ Y4mSource::Y4mSource(const std::string& path) : path_(path), buf_(1 << 20) {
     in_.fd = 0;
   } else {
     in_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (in_.fd < 0)
-      throw Error(ErrorKind::Input, "cannot open input '" + path + "': " + std::strerror(errno));
+    if (in_.fd < 0) throw Error(ErrorKind::Input, "cannot open input '" + path + "': " + std::strerror(errno));
     in_.own_fd = true;
     if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
 #if VFPIPE_HAVE_ZLIB
@@ -120,14 +114,16 @@ Y4mSource::Y4mSource(const std::string& path) : path_(path), buf_(1 << 20) {
       if (!in_.gz) throw Error(ErrorKind::Input, "cannot open input '" + path + "' (zlib)");
       in_.own_fd = false;  // gzclose closes it
 #else
-      throw Error(ErrorKind::Input, "input '" + path + "': this build has no zlib; use gzip -dc " + path + " | vfpipe run -i -");
+      throw Error(ErrorKind::Input,
+                  "input '" + path + "': this build has no zlib; use gzip -dc " + path + " | vfpipe run -i -");
 #endif
     }
   }
   std::string line;
   if (!read_line(&line, kMaxHeader)) {
     if (line.empty()) throw Error(ErrorKind::Input, describe() + ": empty input (no Y4M header)");
-    throw Error(ErrorKind::Input, describe() + ": not a valid Y4M stream: header line missing or longer than 4096 bytes");
+    throw Error(ErrorKind::Input,
+                describe() + ": not a valid Y4M stream: header line missing or longer than 4096 bytes");
   }
   hdr_ = parse_y4m_header(line, describe());
   payload_.resize(FrameLayout::of(hdr_.spec).payload_bytes);
@@ -177,8 +173,7 @@ size_t Y4mSource::fill(uint8_t* dst, size_t n) {
         continue;
       }
       if (r < 0 && errno == EINTR && !stop_flag().load()) continue;
-      if (r < 0 && errno != EINTR)
-        throw Error(ErrorKind::Input, describe() + ": read error: " + std::strerror(errno));
+      if (r < 0 && errno != EINTR) throw Error(ErrorKind::Input, describe() + ": read error: " + std::strerror(errno));
       break;
     }
     const long r = raw_read(buf_.data(), buf_.size());
@@ -188,8 +183,7 @@ size_t Y4mSource::fill(uint8_t* dst, size_t n) {
       continue;
     }
     if (r < 0 && errno == EINTR && !stop_flag().load()) continue;
-    if (r < 0 && errno != EINTR)
-      throw Error(ErrorKind::Input, describe() + ": read error: " + std::strerror(errno));
+    if (r < 0 && errno != EINTR) throw Error(ErrorKind::Input, describe() + ": read error: " + std::strerror(errno));
     break;  // EOF or interrupted by a stop request
   }
   offset_ += got;
@@ -216,21 +210,17 @@ bool Y4mSource::read(HostFrame& dst) {
     throw Error(ErrorKind::Input,
                 log::format("%s: truncated or corrupt Y4M: incomplete frame header at frame %lld "
                             "(byte %llu)",
-                            describe().c_str(), static_cast<long long>(frames_),
-                            static_cast<unsigned long long>(at)));
+                            describe().c_str(), static_cast<long long>(frames_), static_cast<unsigned long long>(at)));
   }
   if (line.compare(0, 5, "FRAME") != 0 || (line.size() > 5 && line[5] != ' '))
     throw Error(ErrorKind::Input,
-                log::format("%s: corrupt Y4M: expected 'FRAME' at frame %lld (byte %llu)",
-                            describe().c_str(), static_cast<long long>(frames_),
-                            static_cast<unsigned long long>(at)));
+                log::format("%s: corrupt Y4M: expected 'FRAME' at frame %lld (byte %llu)", describe().c_str(),
+                            static_cast<long long>(frames_), static_cast<unsigned long long>(at)));
   size_t got = fill(payload_.data(), payload_.size());
   if (got != payload_.size()) {
     if (stop_flag().load()) return false;
-    throw Error(ErrorKind::Input,
-                log::format("%s: truncated Y4M: frame %lld has %zu of %zu bytes",
-                            describe().c_str(), static_cast<long long>(frames_), got,
-                            payload_.size()));
+    throw Error(ErrorKind::Input, log::format("%s: truncated Y4M: frame %lld has %zu of %zu bytes", describe().c_str(),
+                                              static_cast<long long>(frames_), got, payload_.size()));
   }
   dst.load_packed(payload_.data());
   ++frames_;
@@ -238,9 +228,9 @@ bool Y4mSource::read(HostFrame& dst) {
 }
 
 std::string y4m_header(const FrameSpec& s) {
-  const char* cs = s.format == PixelFormat::YUV420P   ? "C420jpeg XYSCSS=420JPEG"
-                   : s.format == PixelFormat::YUV444P ? "C444 XYSCSS=444"
-                   : s.format == PixelFormat::GRAY8   ? "Cmono XYSCSS=400"
+  const char* cs = s.format == PixelFormat::YUV420P     ? "C420jpeg XYSCSS=420JPEG"
+                   : s.format == PixelFormat::YUV444P   ? "C444 XYSCSS=444"
+                   : s.format == PixelFormat::GRAY8     ? "Cmono XYSCSS=400"
                    : s.format == PixelFormat::YUV420P16 ? "C420p16 XYSCSS=420P16"
                    : s.format == PixelFormat::YUV444P16 ? "C444p16 XYSCSS=444P16"
                    : s.format == PixelFormat::GRAY16    ? "Cmono16 XYSCSS=400"
@@ -269,9 +259,7 @@ void Y4mSink::open(const FrameSpec& s) {
     f_ = stdout;
   } else {
     f_ = std::fopen(path_.c_str(), "wb");
-    if (!f_)
-      throw Error(ErrorKind::Output,
-                  "cannot open output '" + path_ + "': " + std::strerror(errno));
+    if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + std::strerror(errno));
     own_ = true;
   }
   const std::string h = y4m_header(s);
@@ -282,8 +270,7 @@ void Y4mSink::open(const FrameSpec& s) {
 void Y4mSink::put(const void* p, size_t n) {
   if (std::fwrite(p, 1, n, f_) != n)
     throw Error(ErrorKind::Output, "cannot write to " + describe() + ": " +
-                                       (errno == EPIPE ? "broken pipe (the reader exited)"
-                                                       : std::strerror(errno)));
+                                       (errno == EPIPE ? "broken pipe (the reader exited)" : std::strerror(errno)));
 }
 
 void Y4mSink::write(const HostFrame& fr) {

@@ -36,7 +36,7 @@ class Y4mSource final : public Source {
 
  private:
   size_t fill(uint8_t* dst, size_t n);  // reads up to n bytes; fewer only at EOF/interrupt
-  long raw_read(void* dst, size_t n);    // read(2), or gzread for .gz
+  long raw_read(void* dst, size_t n);   // read(2), or gzread for .gz
   bool read_line(std::string* line, size_t max_len);
   std::string path_;
   // The open input. A member, so that it is closed also when the constructor throws (a bad

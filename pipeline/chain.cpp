@@ -9,9 +9,7 @@
 namespace vfp {
 
 namespace {
-bool contains(const std::vector<PixelFormat>& v, PixelFormat f) {
-  return std::find(v.begin(), v.end(), f) != v.end();
-}
+bool contains(const std::vector<PixelFormat>& v, PixelFormat f) { return std::find(v.begin(), v.end(), f) != v.end(); }
 
 // The format to convert to before a stage that does not take `from`: the accepted format
 // that keeps the most of it (colour before gray, full chroma before subsampled).
@@ -24,11 +22,21 @@ PixelFormat pick_conversion(PixelFormat from, const std::vector<PixelFormat>& ac
     from = with_depth(from, 8);
   }
   switch (from) {
-    case F::BGR24: pref.insert(pref.end(), {F::RGB24, F::YUV444P, F::YUV420P, F::GRAY8}); break;
-    case F::RGB24: pref.insert(pref.end(), {F::BGR24, F::YUV444P, F::YUV420P, F::GRAY8}); break;
-    case F::YUV444P: pref.insert(pref.end(), {F::BGR24, F::RGB24, F::YUV420P, F::GRAY8}); break;
-    case F::YUV420P: pref.insert(pref.end(), {F::YUV444P, F::BGR24, F::RGB24, F::GRAY8}); break;
-    default: pref.insert(pref.end(), {F::YUV420P, F::YUV444P, F::BGR24, F::RGB24}); break;
+    case F::BGR24:
+      pref.insert(pref.end(), {F::RGB24, F::YUV444P, F::YUV420P, F::GRAY8});
+      break;
+    case F::RGB24:
+      pref.insert(pref.end(), {F::BGR24, F::YUV444P, F::YUV420P, F::GRAY8});
+      break;
+    case F::YUV444P:
+      pref.insert(pref.end(), {F::BGR24, F::RGB24, F::YUV420P, F::GRAY8});
+      break;
+    case F::YUV420P:
+      pref.insert(pref.end(), {F::YUV444P, F::BGR24, F::RGB24, F::GRAY8});
+      break;
+    default:
+      pref.insert(pref.end(), {F::YUV420P, F::YUV444P, F::BGR24, F::RGB24});
+      break;
   }
   for (F f : pref)
     if (contains(accepted, f)) return f;
@@ -37,8 +45,8 @@ PixelFormat pick_conversion(PixelFormat from, const std::vector<PixelFormat>& ac
 }  // namespace
 
 Chain Chain::build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& input,
-                   const std::vector<PixelFormat>& sink_formats,
-                   std::optional<PixelFormat> forced_out, const Registry& reg) {
+                   const std::vector<PixelFormat>& sink_formats, std::optional<PixelFormat> forced_out,
+                   const Registry& reg) {
   Chain c;
   c.input_ = input;
   FrameSpec cur = input;
@@ -57,8 +65,8 @@ Chain Chain::build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& 
     const StageInfo* info = reg.find(st->name());
     if (info && !info->formats.empty() && !contains(info->formats, cur.format)) {
       const PixelFormat to = pick_conversion(cur.format, info->formats);
-      log::debug("inserting a conversion %s -> %s before '%s'", pix_fmt_name(cur.format),
-                 pix_fmt_name(to), st->name().c_str());
+      log::debug("inserting a conversion %s -> %s before '%s'", pix_fmt_name(cur.format), pix_fmt_name(to),
+                 st->name().c_str());
       add(make_format_stage(to), true);
     }
     add(std::move(st), false);
@@ -69,8 +77,7 @@ Chain Chain::build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& 
   else if (!sink_formats.empty() && !contains(sink_formats, cur.format))
     want = sink_formats.front();
   if (!sink_formats.empty() && !contains(sink_formats, want))
-    throw Error(ErrorKind::Usage, log::format("the output cannot take pixel format '%s'",
-                                              pix_fmt_name(want)));
+    throw Error(ErrorKind::Usage, log::format("the output cannot take pixel format '%s'", pix_fmt_name(want)));
   if (want != cur.format) add(make_format_stage(want), true);
   c.output_ = cur;
   return c;

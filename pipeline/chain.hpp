@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/frame.hpp"
-#include "stages/builtin.hpp"
 #include "core/stage.hpp"
+#include "stages/builtin.hpp"
 
 namespace vfp {
 
@@ -24,8 +24,7 @@ class Chain {
   // `sink_formats`: formats the sink accepts, preferred first (empty: anything).
   // `forced_out`: --pix-fmt; the output is converted to it.
   static Chain build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& input,
-                     const std::vector<PixelFormat>& sink_formats,
-                     std::optional<PixelFormat> forced_out = std::nullopt,
+                     const std::vector<PixelFormat>& sink_formats, std::optional<PixelFormat> forced_out = std::nullopt,
                      const Registry& reg = registry());
 
   const FrameSpec& input() const { return input_; }
@@ -33,7 +32,7 @@ class Chain {
   size_t size() const { return steps_.size(); }
   Step& step(size_t i) { return steps_[i]; }
   const Step& step(size_t i) const { return steps_[i]; }
-  bool all_cuda() const;  // every non-passthrough step has a CUDA implementation
+  bool all_cuda() const;         // every non-passthrough step has a CUDA implementation
   std::string describe() const;  // "format(bgr24->yuv420p) -> null"
 
  private:

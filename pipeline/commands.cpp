@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
-#include <map>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -45,12 +45,14 @@ std::vector<Command> load_commands(const std::string& path) {
     for (size_t i = 0; i < line.size(); ++i) {
       const unsigned char ch = static_cast<unsigned char>(line[i]);
       if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-        throw Error(ErrorKind::Usage, log::format("%s:%d: unexpected byte \\x%02x at column %zu (not a text command file?): %s",
-                                                  path.c_str(), n, ch, i + 1, printable(line.substr(0, 60)).c_str()));
+        throw Error(ErrorKind::Usage,
+                    log::format("%s:%d: unexpected byte \\x%02x at column %zu (not a text command file?): %s",
+                                path.c_str(), n, ch, i + 1, printable(line.substr(0, 60)).c_str()));
     }
     const size_t hash = line.find('#');
     // '#' starts a comment unless it is a "#N" target (followed by a digit).
-    if (hash != std::string::npos && !(hash + 1 < line.size() && std::isdigit(static_cast<unsigned char>(line[hash + 1]))))
+    if (hash != std::string::npos &&
+        !(hash + 1 < line.size() && std::isdigit(static_cast<unsigned char>(line[hash + 1]))))
       line.resize(hash);
     std::istringstream ls(line);
     Command c;

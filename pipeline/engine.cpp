@@ -3,25 +3,25 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
-#include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "core/error.hpp"
-#include "pipeline/frame_pool.hpp"
 #include "core/log.hpp"
+#include "cpu/convert.hpp"
+#include "pipeline/frame_pool.hpp"
 #include "pipeline/nvtx.hpp"
 #include "pipeline/queue.hpp"
-#include "cpu/convert.hpp"
 #if VFPIPE_HAVE_CUDA
-#include "cuda/kernels.hpp"
 #include "core/gpu.hpp"
+#include "cuda/kernels.hpp"
 #endif
 
 namespace vfp {
@@ -69,8 +69,7 @@ class CpuWorker final : public Worker {
       if (!chain_.step(i).stage->passthrough()) last_active_ = static_cast<int>(i);
     bufs_.resize(chain_.size());
     for (int i = 0; i < last_active_; ++i)
-      if (!chain_.step(i).stage->passthrough())
-        bufs_[i] = std::make_unique<HostFrame>(chain_.step(i).out, false);
+      if (!chain_.step(i).stage->passthrough()) bufs_[i] = std::make_unique<HostFrame>(chain_.step(i).out, false);
     if (last_active_ >= 0) out_pool_.emplace(chain_.output(), out_frames, false);
     for (size_t i = 0; i < chain_.size(); ++i) chain_.step(i).stage->prepare(Backend::CPU, 1);
     for (size_t i = 0; i < chain_.size(); ++i) labels_.push_back(chain_.step(i).stage->label());
@@ -155,8 +154,8 @@ class CudaWorker final : public Worker {
     timing_ = timing;
     keep_source_ = keep_source;
     if (chain_.size() + 5 > kMaxEvents)
-      throw Error(ErrorKind::Usage, log::format("a chain of %zu stages is too long (at most %zu)", chain_.size(),
-                                                kMaxEvents - 5));
+      throw Error(ErrorKind::Usage,
+                  log::format("a chain of %zu stages is too long (at most %zu)", chain_.size(), kMaxEvents - 5));
     // Events per frame: up start/end, [2] computed of an empty chain, one per stage end,
     // [3 + S] unused, down end.
     events_ = std::make_shared<EventPool>(chain_.size() + 5);
@@ -170,8 +169,7 @@ class CudaWorker final : public Worker {
         const auto& step = chain_.step(i);
         sl->bufs.emplace_back(step.stage->passthrough()
                                   ? cuda::DeviceBuffer()
-                                  : cuda::DeviceBuffer(FrameLayout::of(step.out).total_bytes,
-                                                       "a stage output frame"));
+                                  : cuda::DeviceBuffer(FrameLayout::of(step.out).total_bytes, "a stage output frame"));
       }
       slots_.push_back(std::move(sl));
     }
@@ -462,7 +460,7 @@ class CudaWorker final : public Worker {
 
  public:
   void finalize(OutItem& item) override {
-    auto evs = std::static_pointer_cast<FrameEvents>(std::move(item.timing));
+    auto evs = std::static_pointer_cast<FrameEvents>(item.timing);
     if (!evs) return;
     const size_t S = chain_.size();
     const Anchor& a = *evs->anchor;
@@ -554,9 +552,15 @@ namespace {
 class PipelineRun {
  public:
   PipelineRun(Source& src, Chain& chain, Sink& sink, const EngineConfig& cfg)
-      : src_(src), chain_(chain), sink_(sink), cfg_(cfg), depth_(cfg.depth < 2 ? 2 : cfg.depth),
-        qcap_(cfg.queue < 1 ? 1 : cfg.queue), gpu_(cfg.backend == Backend::CUDA),
-        inq_(static_cast<size_t>(qcap_)), outq_(static_cast<size_t>(qcap_)) {}
+      : src_(src),
+        chain_(chain),
+        sink_(sink),
+        cfg_(cfg),
+        depth_(cfg.depth < 2 ? 2 : cfg.depth),
+        qcap_(cfg.queue < 1 ? 1 : cfg.queue),
+        gpu_(cfg.backend == Backend::CUDA),
+        inq_(static_cast<size_t>(qcap_)),
+        outq_(static_cast<size_t>(qcap_)) {}
 
   RunResult run() {
     describe_run();
@@ -637,8 +641,7 @@ class PipelineRun {
     source_failed_ = true;
   }
   bool stopping() const {
-    return failing_.load() || source_failed_.load() || (cfg_.stop && cfg_.stop->load() != 0) ||
-           sink_.stop_requested();
+    return failing_.load() || source_failed_.load() || (cfg_.stop && cfg_.stop->load() != 0) || sink_.stop_requested();
   }
 
   void source_loop() {
@@ -733,8 +736,8 @@ class PipelineRun {
     it.rec.write_ns = now_ns();
     {
       NvtxRange range("write", it.rec.index);
-      OutFrame of{*it.frame, it.source.get(), &it.rec, &rep.steps, dropped_.load(), outq_.size(),
-                  it.device_slot, it.host_valid};
+      OutFrame of{*it.frame,       it.source.get(), &it.rec,        &rep.steps,
+                  dropped_.load(), outq_.size(),    it.device_slot, it.host_valid};
       sink_.write_frame(of);
     }
     it.source.reset();

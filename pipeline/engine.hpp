@@ -34,11 +34,11 @@ enum class Completion { Event, HostFunc };
 struct EngineConfig {
   Backend backend = Backend::CPU;
   Policy policy = Policy::Batch;
-  int depth = 3;            // frames in flight on the GPU (buffer slots), >= 2
-  int queue = 4;            // capacity of each inter-thread queue
+  int depth = 3;  // frames in flight on the GPU (buffer slots), >= 2
+  int queue = 4;  // capacity of each inter-thread queue
   Completion completion = Completion::Event;
-  int64_t max_frames = -1;  // stop after this many source frames (-1: until the end)
-  int warmup = 0;           // frames left out of the summary statistics
+  int64_t max_frames = -1;      // stop after this many source frames (-1: until the end)
+  int warmup = 0;               // frames left out of the summary statistics
   size_t max_records = 100000;  // per-frame timing records kept (the newest); 0 = all
   // false: no per-step timing events, no records (frames are only counted). For measuring
   // what the timing itself costs (vfpipe-bench-engine --timing-overhead).

@@ -34,9 +34,7 @@ class NvtxRange {
   NvtxRange(const NvtxRange&) = delete;
   NvtxRange& operator=(const NvtxRange&) = delete;
 };
-inline void nvtx_name_thread(const char* name) {
-  nvtxNameOsThreadA(static_cast<uint32_t>(syscall(SYS_gettid)), name);
-}
+inline void nvtx_name_thread(const char* name) { nvtxNameOsThreadA(static_cast<uint32_t>(syscall(SYS_gettid)), name); }
 inline void nvtx_name_stream(CUstream_st* s, const char* name) { nvtxNameCudaStreamA(s, name); }
 #else
 class NvtxRange {

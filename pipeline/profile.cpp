@@ -26,18 +26,23 @@ std::vector<Interval> merged(std::vector<Interval> v) {
 }
 
 json summary_json(const Summary& s) {
-  return json{{"count", s.count}, {"min", s.min}, {"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90},
-              {"p95", s.p95},     {"p99", s.p99}, {"max", s.max}};
+  return json{{"count", s.count}, {"min", s.min}, {"mean", s.mean}, {"p50", s.p50},
+              {"p90", s.p90},     {"p95", s.p95}, {"p99", s.p99},   {"max", s.max}};
 }
 
 std::string esc(const std::string& s) {  // HTML / XML text
   std::string r;
   for (char c : s) {
-    if (c == '<') r += "&lt;";
-    else if (c == '>') r += "&gt;";
-    else if (c == '&') r += "&amp;";
-    else if (c == '"') r += "&quot;";
-    else r += c;
+    if (c == '<')
+      r += "&lt;";
+    else if (c == '>')
+      r += "&gt;";
+    else if (c == '&')
+      r += "&amp;";
+    else if (c == '"')
+      r += "&quot;";
+    else
+      r += c;
   }
   return r;
 }
@@ -98,8 +103,8 @@ std::string svg_lines(const std::string& title, const std::string& xlabel, const
     const size_t stride = std::max<size_t>(1, series[k].pts.size() / 2000);
     for (size_t i = 0; i < series[k].pts.size(); i += stride)
       d += log::format("%s%.1f,%.1f ", i == 0 ? "M" : "L", X(series[k].pts[i].first), Y(series[k].pts[i].second));
-    s += log::format("<path d='%s' stroke='%s' fill='none' stroke-width='1.2'><title>%s</title></path>", d.c_str(),
-                     c, esc(series[k].name).c_str());
+    s += log::format("<path d='%s' stroke='%s' fill='none' stroke-width='1.2'><title>%s</title></path>", d.c_str(), c,
+                     esc(series[k].name).c_str());
     s += log::format("<rect x='%.1f' y='%zu' width='12' height='3' fill='%s'/>", L + pw + 12, T + 10 + 16 * k, c);
     std::string n = series[k].name.size() > 26 ? series[k].name.substr(0, 24) + ".." : series[k].name;
     s += log::format("<text x='%.1f' y='%zu' class='tick'>%s</text>", L + pw + 28, T + 15 + 16 * k, esc(n).c_str());
@@ -122,9 +127,10 @@ std::string svg_hist_cdf(const std::string& title, std::vector<double> v, int W 
   const double pw = W - L - R, ph = H - T - B, bw = pw / bins;
   for (int i = 0; i < bins; ++i) {
     const double bh = ph * h[i] / std::max(1, hmax);
-    s += log::format("<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='bar'><title>%.4f-%.4f ms: %d</title></rect>",
-                     L + i * bw, T + ph - bh, std::max(0.5, bw - 1), bh, lo + (hi - lo) * i / bins,
-                     lo + (hi - lo) * (i + 1) / bins, h[i]);
+    s += log::format(
+        "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='bar'><title>%.4f-%.4f ms: %d</title></rect>",
+        L + i * bw, T + ph - bh, std::max(0.5, bw - 1), bh, lo + (hi - lo) * i / bins, lo + (hi - lo) * (i + 1) / bins,
+        h[i]);
   }
   std::string d;
   const size_t stride = std::max<size_t>(1, v.size() / 400);
@@ -135,7 +141,8 @@ std::string svg_hist_cdf(const std::string& title, std::vector<double> v, int W 
   s += log::format("<path d='%s' class='cdf'/>", d.c_str());
   for (int i = 0; i <= 4; ++i) {
     const double x = lo + (hi - lo) * i / 4;
-    s += log::format("<text x='%.1f' y='%d' class='tick' text-anchor='middle'>%.3g</text>", L + pw * i / 4, H - B + 15, x);
+    s += log::format("<text x='%.1f' y='%d' class='tick' text-anchor='middle'>%.3g</text>", L + pw * i / 4, H - B + 15,
+                     x);
     s += log::format("<text x='%.1f' y='%.1f' class='tick'>%.2f</text>", L + pw + 4, T + ph - ph * i / 4 + 4, i / 4.0);
   }
   s += log::format("<text x='%d' y='%.1f' class='tick' text-anchor='end'>%d</text>", L - 4, T + 4.0, hmax);
@@ -206,7 +213,8 @@ std::string svg_timeline(const RunReport& r, size_t first, size_t n, int W = 110
   auto X = [&](int64_t t) { return L + (t - t0) / 1e6 / span_ms * pw; };
   for (size_t k = 0; k < tracks.size(); ++k) {
     const int y = T + rowh * static_cast<int>(k);
-    s += log::format("<text x='%d' y='%d' class='tick' text-anchor='end'>%s</text>", L - 6, y + 16, esc(tracks[k]).c_str());
+    s += log::format("<text x='%d' y='%d' class='tick' text-anchor='end'>%s</text>", L - 6, y + 16,
+                     esc(tracks[k]).c_str());
     s += log::format("<line x1='%d' x2='%.1f' y1='%d' y2='%d' class='grid'/>", L, L + pw, y + rowh, y + rowh);
   }
   for (const auto& e : ev) {
@@ -214,14 +222,15 @@ std::string svg_timeline(const RunReport& r, size_t first, size_t n, int W = 110
     const bool outer = e.name.rfind("frame ", 0) == 0;
     const int y = T + rowh * static_cast<int>(k) + (outer ? 2 : 6);
     const double x = X(e.begin), w = std::max(0.8, X(e.end) - x);
-    s += log::format("<rect x='%.1f' y='%d' width='%.1f' height='%d' fill='%s' fill-opacity='%s' stroke='#333' "
-                     "stroke-width='0.3'><title>%s, frame %lld: %.3f ms</title></rect>",
-                     x, y, w, outer ? rowh - 4 : rowh - 12, kColors[e.frame % 10], outer ? "0.25" : "0.85",
-                     esc(e.name).c_str(), static_cast<long long>(e.frame), (e.end - e.begin) / 1e6);
+    s += log::format(
+        "<rect x='%.1f' y='%d' width='%.1f' height='%d' fill='%s' fill-opacity='%s' stroke='#333' "
+        "stroke-width='0.3'><title>%s, frame %lld: %.3f ms</title></rect>",
+        x, y, w, outer ? rowh - 4 : rowh - 12, kColors[e.frame % 10], outer ? "0.25" : "0.85", esc(e.name).c_str(),
+        static_cast<long long>(e.frame), (e.end - e.begin) / 1e6);
   }
   for (int i = 0; i <= 5; ++i)
-    s += log::format("<text x='%.1f' y='%d' class='tick' text-anchor='middle'>%.2f ms</text>", L + pw * i / 5,
-                     H - 16, span_ms * i / 5);
+    s += log::format("<text x='%.1f' y='%d' class='tick' text-anchor='middle'>%.2f ms</text>", L + pw * i / 5, H - 16,
+                     span_ms * i / 5);
   return s + "</svg>";
 }
 
@@ -240,8 +249,10 @@ int64_t intersection_length(std::vector<Interval> a, std::vector<Interval> b) {
   while (i < A.size() && j < B.size()) {
     const int64_t lo = std::max(A[i].begin, B[j].begin), hi = std::min(A[i].end, B[j].end);
     if (hi > lo) n += hi - lo;
-    if (A[i].end < B[j].end) ++i;
-    else ++j;
+    if (A[i].end < B[j].end)
+      ++i;
+    else
+      ++j;
   }
   return n;
 }
@@ -287,21 +298,22 @@ ProfileSummary summarize_profile(const RunReport& r) {
 }
 
 std::string profile_text(const RunReport& r, const ProfileSummary& p) {
-  std::string t = log::format("profile: %zu frames counted (%d warm-up skipped%s), %.1f fps steady state, "
-                              "backend %s (%s)\n",
-                              p.counted, r.warmup,
-                              r.records_evicted ? log::format(", %lld oldest records not kept",
-                                                              static_cast<long long>(r.records_evicted)).c_str()
-                                                : "",
-                              p.fps, r.backend.c_str(), r.device.c_str());
+  std::string t = log::format(
+      "profile: %zu frames counted (%d warm-up skipped%s), %.1f fps steady state, "
+      "backend %s (%s)\n",
+      p.counted, r.warmup,
+      r.records_evicted
+          ? log::format(", %lld oldest records not kept", static_cast<long long>(r.records_evicted)).c_str()
+          : "",
+      p.fps, r.backend.c_str(), r.device.c_str());
   t += "  input:  " + r.input + " (" + r.input_spec + ")\n";
   t += "  chain:  " + r.chain + "\n";
   t += "  output: " + r.output + " (" + r.output_spec + ")\n";
   if (r.dropped > 0 || r.frames_in != r.frames_out)
     t += log::format("  dropped: %lld of %lld frames\n", static_cast<long long>(r.dropped),
                      static_cast<long long>(r.frames_in));
-  t += log::format("  %-30s %-9s %7s %8s %8s %8s %8s %8s %8s %8s\n", "ms per frame", "where", "count", "min",
-                   "mean", "p50", "p90", "p95", "p99", "max");
+  t += log::format("  %-30s %-9s %7s %8s %8s %8s %8s %8s %8s %8s\n", "ms per frame", "where", "count", "min", "mean",
+                   "p50", "p90", "p95", "p99", "max");
   auto row = [&](const ProfileRow& x) {
     std::string n = x.name.size() > 30 ? x.name.substr(0, 27) + "..." : x.name;
     std::string where = x.track.empty() ? "host" : x.track.rfind("CUDA", 0) == 0 ? "gpu" : "cpu";
@@ -342,11 +354,18 @@ json profile_json(const RunReport& r, const ProfileSummary& p, bool per_frame) {
   if (per_frame) {
     json fr = json::array();
     for (const auto& f : r.frames)
-      fr.push_back({{"index", f.index},           {"read_ns", f.read_ns},       {"capture_ns", f.capture_ns},
-                    {"enqueue_ns", f.enqueue_ns}, {"submit_ns", f.submit_ns},   {"launched_ns", f.launched_ns},
-                    {"done_ns", f.done_ns},       {"write_ns", f.write_ns},     {"output_ns", f.output_ns},
+      fr.push_back({{"index", f.index},
+                    {"read_ns", f.read_ns},
+                    {"capture_ns", f.capture_ns},
+                    {"enqueue_ns", f.enqueue_ns},
+                    {"submit_ns", f.submit_ns},
+                    {"launched_ns", f.launched_ns},
+                    {"done_ns", f.done_ns},
+                    {"write_ns", f.write_ns},
+                    {"output_ns", f.output_ns},
                     {"display_ns", f.display_ns},
-                    {"step_ms", f.step_ms},       {"step_start_ns", f.step_start_ns},
+                    {"step_ms", f.step_ms},
+                    {"step_start_ns", f.step_start_ns},
                     {"step_end_ns", f.step_end_ns}});
     j["frames"] = fr;
   }
@@ -364,25 +383,42 @@ std::string chrome_trace_json(const RunReport& r, size_t frames) {
   out.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", "vfpipe " + r.chain}}}});
   for (size_t k = 0; k < tracks.size(); ++k) {
     out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", k + 1}, {"args", {{"name", tracks[k]}}}});
-    out.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", k + 1}, {"args", {{"sort_index", k}}}});
+    out.push_back(
+        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", k + 1}, {"args", {{"sort_index", k}}}});
   }
   auto us = [&](int64_t t) { return (t - t0) / 1e3; };
   for (const auto& e : ev) {
     const size_t k = static_cast<size_t>(std::find(tracks.begin(), tracks.end(), e.track) - tracks.begin());
-    out.push_back({{"name", e.name}, {"cat", e.track.rfind("CUDA", 0) == 0 ? "gpu" : "host"}, {"ph", "X"},
-                   {"ts", us(e.begin)}, {"dur", std::max(0.0, (e.end - e.begin) / 1e3)}, {"pid", 1},
-                   {"tid", k + 1}, {"args", {{"frame", e.frame}}}});
+    out.push_back({{"name", e.name},
+                   {"cat", e.track.rfind("CUDA", 0) == 0 ? "gpu" : "host"},
+                   {"ph", "X"},
+                   {"ts", us(e.begin)},
+                   {"dur", std::max(0.0, (e.end - e.begin) / 1e3)},
+                   {"pid", 1},
+                   {"tid", k + 1},
+                   {"args", {{"frame", e.frame}}}});
   }
   // Each frame's life, capture to output, as an async span (its own row in Perfetto).
   for (size_t f = first; f < r.frames.size() && f < first + n; ++f) {
     const FrameRecord& fr = r.frames[f];
     const std::string name = "frame " + std::to_string(fr.index);
-    out.push_back({{"name", name}, {"cat", "latency"}, {"ph", "b"}, {"id", fr.index}, {"ts", us(fr.capture_ns)},
-                   {"pid", 1}, {"tid", 1}});
-    out.push_back({{"name", name}, {"cat", "latency"}, {"ph", "e"}, {"id", fr.index}, {"ts", us(fr.output_ns)},
-                   {"pid", 1}, {"tid", 1}});
+    out.push_back({{"name", name},
+                   {"cat", "latency"},
+                   {"ph", "b"},
+                   {"id", fr.index},
+                   {"ts", us(fr.capture_ns)},
+                   {"pid", 1},
+                   {"tid", 1}});
+    out.push_back({{"name", name},
+                   {"cat", "latency"},
+                   {"ph", "e"},
+                   {"id", fr.index},
+                   {"ts", us(fr.output_ns)},
+                   {"pid", 1},
+                   {"tid", 1}});
   }
-  json j = {{"traceEvents", out}, {"displayTimeUnit", "ms"},
+  json j = {{"traceEvents", out},
+            {"displayTimeUnit", "ms"},
             {"otherData", {{"vfpipe_chain", r.chain}, {"backend", r.backend}, {"device", r.device}}}};
   return j.dump();
 }
@@ -402,14 +438,16 @@ std::string html_report(const RunReport& r, const ProfileSummary& p) {
        log::format("%zu frames counted, %d warm-up frames skipped, %.1f fps steady state", p.counted, r.warmup, p.fps);
   if (r.dropped) h += log::format(", %lld dropped", static_cast<long long>(r.dropped));
   if (p.hidden_copy_fraction >= 0)
-    h += log::format("<br>copy/compute overlap: %.1f%% of copy time hidden behind compute", 100 * p.hidden_copy_fraction);
+    h += log::format("<br>copy/compute overlap: %.1f%% of copy time hidden behind compute",
+                     100 * p.hidden_copy_fraction);
   h += "</p><h2>Latency (ms)</h2><table><tr><th>step</th><th>where</th><th>count</th><th>min</th><th>mean</th>"
        "<th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th></tr>";
   auto row = [&](const ProfileRow& x) {
-    h += log::format("<tr><td>%s</td><td>%s</td><td>%zu</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td>"
-                     "<td>%.3f</td><td>%.3f</td><td>%.3f</td></tr>",
-                     esc(x.name).c_str(), esc(x.track.empty() ? "host" : x.track).c_str(), x.ms.count, x.ms.min,
-                     x.ms.mean, x.ms.p50, x.ms.p90, x.ms.p95, x.ms.p99, x.ms.max);
+    h += log::format(
+        "<tr><td>%s</td><td>%s</td><td>%zu</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td>"
+        "<td>%.3f</td><td>%.3f</td><td>%.3f</td></tr>",
+        esc(x.name).c_str(), esc(x.track.empty() ? "host" : x.track).c_str(), x.ms.count, x.ms.min, x.ms.mean, x.ms.p50,
+        x.ms.p90, x.ms.p95, x.ms.p99, x.ms.max);
   };
   for (const auto& s : p.steps) row(s);
   for (const auto& s : p.segments) row(s);
@@ -482,9 +520,7 @@ std::string compare_profiles(const json& a, const json& b, double threshold_pct,
   for (const auto& entry : rb)
     if (std::none_of(ra.begin(), ra.end(), [&](const auto& e) { return e.first == entry.first; }))
       t += log::format("  %-30s only in B\n", entry.first.c_str());
-  auto fps = [](const json& j) {
-    return j.contains("profile") ? j["profile"].value("fps", 0.0) : j.value("fps", 0.0);
-  };
+  auto fps = [](const json& j) { return j.contains("profile") ? j["profile"].value("fps", 0.0) : j.value("fps", 0.0); };
   t += log::format("  %-30s %10.1f %10.1f %+7.1f%%\n", "throughput (fps)", fps(a), fps(b), pct(fps(a), fps(b)));
   return t;
 }

@@ -52,7 +52,6 @@ std::string html_report(const RunReport& r, const ProfileSummary& p);
 // A table of per-step and end-to-end differences (p50, p95, mean, fps) of two profiles
 // written by profile_json. `regressed` (if given) is set when a p50 of B exceeds A's by
 // more than `threshold_pct` percent.
-std::string compare_profiles(const nlohmann::json& a, const nlohmann::json& b, double threshold_pct,
-                             bool* regressed);
+std::string compare_profiles(const nlohmann::json& a, const nlohmann::json& b, double threshold_pct, bool* regressed);
 
 }  // namespace vfp

@@ -19,7 +19,8 @@ class BoundedQueue {
   // just before the item enters the queue, after any wait for room (the engine stamps the
   // enqueue time there).
   template <typename F = void (*)(T&)>
-  bool push(T item, F&& on_insert = [](T&) {}) {
+  bool push(
+      T item, F&& on_insert = [](T&) {}) {
     std::unique_lock<std::mutex> lk(mu_);
     not_full_.wait(lk, [&] { return closed_ || q_.size() < cap_; });
     if (closed_) return false;
@@ -32,7 +33,8 @@ class BoundedQueue {
 
   // Returns how many items were dropped to make room (0 or 1); -1 if closed.
   template <typename F = void (*)(T&)>
-  int push_keep_newest(T item, F&& on_insert = [](T&) {}) {
+  int push_keep_newest(
+      T item, F&& on_insert = [](T&) {}) {
     std::unique_lock<std::mutex> lk(mu_);
     if (closed_) return -1;
     on_insert(item);

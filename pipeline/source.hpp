@@ -42,14 +42,14 @@ class DeviceTap {
 
 // What the engine hands a sink with each frame (write_frame).
 struct OutFrame {
-  const HostFrame& frame;                       // the chain's output
-  const HostFrame* source = nullptr;            // the chain's input, if the sink wants_source()
-  FrameRecord* record = nullptr;                // its timings (steps as in `steps`); a display stamps display_ns
+  const HostFrame& frame;             // the chain's output
+  const HostFrame* source = nullptr;  // the chain's input, if the sink wants_source()
+  FrameRecord* record = nullptr;      // its timings (steps as in `steps`); a display stamps display_ns
   const std::vector<std::string>* steps = nullptr;
-  int64_t dropped = 0;                          // frames the live policy dropped so far
-  size_t backlog = 0;                           // frames already waiting behind this one
-  int device_slot = -1;                         // DeviceTap slot holding this frame, or -1
-  bool host_valid = true;                       // `frame` holds the data (false: only the slot does)
+  int64_t dropped = 0;     // frames the live policy dropped so far
+  size_t backlog = 0;      // frames already waiting behind this one
+  int device_slot = -1;    // DeviceTap slot holding this frame, or -1
+  bool host_valid = true;  // `frame` holds the data (false: only the slot does)
 };
 
 class Sink {

@@ -51,21 +51,21 @@ Summary RunReport::latency_summary() const {
 
 std::string RunReport::text() const {
   std::string r;
-  r += log::format("%lld frame%s in %.2f s: %.1f fps, backend %s (%s)%s\n",
-                   static_cast<long long>(frames_out), frames_out == 1 ? "" : "s", wall_s, fps(),
-                   backend.c_str(), device.c_str(), interrupted ? ", interrupted" : "");
+  r += log::format("%lld frame%s in %.2f s: %.1f fps, backend %s (%s)%s\n", static_cast<long long>(frames_out),
+                   frames_out == 1 ? "" : "s", wall_s, fps(), backend.c_str(), device.c_str(),
+                   interrupted ? ", interrupted" : "");
   r += "  input:  " + input + " (" + input_spec + ")\n";
   r += "  chain:  " + chain + "\n";
   r += "  output: " + output + " (" + output_spec + ")\n";
   if (dropped > 0 || backend == "live")
-    r += log::format("  dropped: %lld of %lld frames (live policy kept the newest)\n",
-                     static_cast<long long>(dropped), static_cast<long long>(frames_in));
-  r += log::format("  %-28s %7s %9s %9s %9s %9s %9s\n", "step (ms per frame)", "frames", "mean",
-                   "p50", "p95", "p99", "max");
+    r += log::format("  dropped: %lld of %lld frames (live policy kept the newest)\n", static_cast<long long>(dropped),
+                     static_cast<long long>(frames_in));
+  r += log::format("  %-28s %7s %9s %9s %9s %9s %9s\n", "step (ms per frame)", "frames", "mean", "p50", "p95", "p99",
+                   "max");
   auto row = [&](const std::string& name, const Summary& s) {
     std::string n = name.size() > 28 ? name.substr(0, 25) + "..." : name;
-    r += log::format("  %-28s %7zu %9.3f %9.3f %9.3f %9.3f %9.3f\n", n.c_str(), s.count, s.mean,
-                     s.p50, s.p95, s.p99, s.max);
+    r += log::format("  %-28s %7zu %9.3f %9.3f %9.3f %9.3f %9.3f\n", n.c_str(), s.count, s.mean, s.p50, s.p95, s.p99,
+                     s.max);
   };
   for (size_t i = 0; i < steps.size(); ++i) row(steps[i], step_summary(i));
   row("end-to-end (capture->output)", latency_summary());

@@ -10,17 +10,17 @@ namespace vfp {
 // Host timestamps are steady-clock nanoseconds (now_ns()). GPU steps are timed by CUDA
 // events and placed on the same clock through an anchor event (pipeline/engine.cpp).
 struct FrameRecord {
-  int64_t index = 0;       // source frame number
-  int64_t read_ns = 0;     // source thread started reading the frame
-  int64_t capture_ns = 0;  // source produced the frame
-  int64_t enqueue_ns = 0;  // in the input queue (after waiting for room, batch policy)
-  int64_t submit_ns = 0;   // taken by the worker, handed to the backend
-  int64_t launched_ns = 0; // worker finished enqueueing its GPU work (CPU: = done)
-  int64_t done_ns = 0;     // backend finished (download complete)
-  int64_t write_ns = 0;    // sink thread started writing
-  int64_t output_ns = 0;   // sink finished writing
-  int64_t display_ns = 0;  // the display presented it (0: not shown)
-  std::vector<float> step_ms;  // GPU (CUDA events) or CPU time of each step, see RunReport::steps
+  int64_t index = 0;                                // source frame number
+  int64_t read_ns = 0;                              // source thread started reading the frame
+  int64_t capture_ns = 0;                           // source produced the frame
+  int64_t enqueue_ns = 0;                           // in the input queue (after waiting for room, batch policy)
+  int64_t submit_ns = 0;                            // taken by the worker, handed to the backend
+  int64_t launched_ns = 0;                          // worker finished enqueueing its GPU work (CPU: = done)
+  int64_t done_ns = 0;                              // backend finished (download complete)
+  int64_t write_ns = 0;                             // sink thread started writing
+  int64_t output_ns = 0;                            // sink finished writing
+  int64_t display_ns = 0;                           // the display presented it (0: not shown)
+  std::vector<float> step_ms;                       // GPU (CUDA events) or CPU time of each step, see RunReport::steps
   std::vector<int64_t> step_start_ns, step_end_ns;  // the same steps on the host clock
 };
 
@@ -35,8 +35,8 @@ Summary summarize(std::vector<double> values);
 double percentile_sorted(const std::vector<double>& sorted, double p);
 
 struct RunReport {
-  std::string backend;      // "cuda" or "cpu"
-  std::string device;       // GPU name or "CPU"
+  std::string backend;  // "cuda" or "cpu"
+  std::string device;   // GPU name or "CPU"
   std::string input, output, filters, chain;
   std::string input_spec, output_spec;
   std::vector<std::string> steps;  // names of FrameRecord::step_ms entries
@@ -47,12 +47,12 @@ struct RunReport {
   std::vector<FrameRecord> frames;  // in output order; at most max_records, the newest
   size_t max_records = 0;           // 0 = unbounded
   int64_t records_evicted = 0;      // older records dropped to stay within max_records
-  int64_t frames_in = 0;    // read from the source
-  int64_t frames_out = 0;   // written to the sink
-  int64_t dropped = 0;      // live policy: frames replaced by newer ones before processing
-  double wall_s = 0;        // first capture to last output
-  int warmup = 0;           // records skipped in the statistics
-  int depth = 0;            // frames in flight
+  int64_t frames_in = 0;            // read from the source
+  int64_t frames_out = 0;           // written to the sink
+  int64_t dropped = 0;              // live policy: frames replaced by newer ones before processing
+  double wall_s = 0;                // first capture to last output
+  int warmup = 0;                   // records skipped in the statistics
+  int depth = 0;                    // frames in flight
   bool interrupted = false;
   size_t input_queue_high_water = 0;
   size_t bytes_up = 0, bytes_down = 0;  // per frame

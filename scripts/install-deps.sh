@@ -8,6 +8,7 @@ PKGS=(cmake ninja-build g++ pkg-config
       libcli11-dev nlohmann-json3-dev libgtest-dev
       libtbb-dev             # oneTBB: the CPU thread pool
       clang libclang-rt-dev  # the sanitizer build (asan preset) and the libFuzzer targets
+      clang-format clang-tidy  # the style checks (scripts/format.sh, scripts/tidy.sh)
       libglfw3-dev libglew-dev libegl-dev   # display (GL window, headless EGL)
       xvfb xauth libgl1-mesa-dri libegl-mesa0  # display tests: X server and GL in software
       ffmpeg                 # tests compose vfpipe with ffmpeg pipes

@@ -17,6 +17,11 @@ fi
 rc=0
 "${X[@]}" ctest --preset ci -j "$(nproc)" || rc=1
 
+# Style: the whole tree formatted (.clang-format), and no clang-tidy finding (.clang-tidy).
+echo "== style: clang-format, clang-tidy"
+bash scripts/format.sh --check || rc=1
+bash scripts/tidy.sh build || rc=1
+
 # The sanitizer build (clang, ASan + UBSan, CPU only): the CPU suite under it, then each
 # fuzz target for FUZZ_SECONDS (60) from its seed corpus (scripts/fuzz.sh; docs/hardening.md).
 echo "== sanitizers: asan preset"

@@ -62,9 +62,7 @@ class ConvStage final : public Stage {
     separable_ = use_separable;
     ++version_;
   }
-  std::string label() const override {
-    return "conv(" + p_.kernel.name + (separable_ ? ", separable" : "") + ")";
-  }
+  std::string label() const override { return "conv(" + p_.kernel.name + (separable_ ? ", separable" : "") + ")"; }
 
  private:
   ConvParams p_;
@@ -137,12 +135,11 @@ ConvParams conv_params_from_options(const Options& o, bool* use_separable) {
   const std::string& kern = s.kernel;
   bool user_taps = false;
   if (!s.file.empty()) {
-    if (o.is_explicit("kernel"))
-      throw OptionError("file", "conv: give either kernel= or file=, not both");
+    if (o.is_explicit("kernel")) throw OptionError("file", "conv: give either kernel= or file=, not both");
     p.kernel = conv_load_file(s.file);
     user_taps = true;
-  } else if (!kern.empty() && (std::isdigit(static_cast<unsigned char>(kern[0])) || kern[0] == '-' ||
-                               kern[0] == '+' || kern[0] == '.')) {
+  } else if (!kern.empty() && (std::isdigit(static_cast<unsigned char>(kern[0])) || kern[0] == '-' || kern[0] == '+' ||
+                               kern[0] == '.')) {
     p.kernel = conv_parse_taps(kern, w, h);
     user_taps = true;
   } else {
@@ -168,8 +165,7 @@ ConvParams conv_params_from_options(const Options& o, bool* use_separable) {
     throw OptionError("separable", "conv: separable=on, but the " + p.kernel.name + " kernel is not rank 1");
   // Two passes pay off once the 2-D taps outnumber the two 1-D passes by enough
   // (docs/perf.md#convolution has the crossover); small kernels stay 2-D (bit-exact).
-  *use_separable = p.kernel.separable && s.separable != "off" &&
-                   (s.separable == "on" || p.kernel.w * p.kernel.h >= 49);
+  *use_separable = p.kernel.separable && s.separable != "off" && (s.separable == "on" || p.kernel.w * p.kernel.h >= 49);
   if (p.planes == 0) throw OptionError("planes", "conv: planes=0 filters nothing");
   return p;
 }
@@ -194,8 +190,11 @@ void register_conv_stage(Registry& reg) {
   s.live.step = LiveParam::Step::Cycle;
   for (const ConvPreset& p : conv_presets()) s.live.values.push_back(p.name);
   s.live.resets = {"size", "sigma", "amount", "dir", "file", "rdiv", "bias", "separable"};
-  s.examples = {"conv=gauss:size=7", "conv=kernel=1 2 1 2 4 2 1 2 1", "conv=sobel:dir=y:bias=128",
-                "conv=sharpen:amount=0.5:planes=1", "conv=file=kernel.txt:border=replicate",
+  s.examples = {"conv=gauss:size=7",
+                "conv=kernel=1 2 1 2 4 2 1 2 1",
+                "conv=sobel:dir=y:bias=128",
+                "conv=sharpen:amount=0.5:planes=1",
+                "conv=file=kernel.txt:border=replicate",
                 "conv=box:size=31x9"};
   s.create = [](const Options& o) {
     bool sep = false;

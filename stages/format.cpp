@@ -5,8 +5,8 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/registry.hpp"
-#include "stages/builtin.hpp"
 #include "cpu/convert.hpp"
+#include "stages/builtin.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
 #endif
@@ -27,9 +27,7 @@ class FormatStage final : public Stage {
     return out_;
   }
   bool passthrough() const override { return in_.format == out_.format; }
-  void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
-    convert_cpu(in, out);
-  }
+  void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override { convert_cpu(in, out); }
 #if VFPIPE_HAVE_CUDA
   void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     cuda::convert_async(in, out, ctx.stream);
@@ -53,8 +51,8 @@ std::vector<PixelFormat> parse_list(const std::string& s) {
     std::string name = s.substr(a, b - a);
     PixelFormat f;
     if (!parse_pix_fmt(name, &f))
-      throw OptionError("pix_fmts", "format: unsupported pixel format '" + name +
-                                        "' (supported: " + pix_fmt_list() + ")");
+      throw OptionError("pix_fmts",
+                        "format: unsupported pixel format '" + name + "' (supported: " + pix_fmt_list() + ")");
     out.push_back(f);
     a = b + 1;
   }

@@ -4,9 +4,9 @@
 // writes the bitstream (frames in order: the engine's CPU worker runs stages in order).
 #include <mutex>
 
+#include "codecs/mmp/container.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "codecs/mmp/container.hpp"
 #include "core/registry.hpp"
 #include "stages/builtin.hpp"
 
@@ -55,8 +55,9 @@ class MmpStage final : public Stage {
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
     // Frames arrive in order (the engine's CPU worker runs a stage's frames one after another),
     // which carried dictionaries need.
-    const mmp::FrameStats st =
-        writer_ ? writer_->write(in, &out) : mmp::encode_frame(in, params_, &out, nullptr, params_.carry ? &states_ : nullptr);
+    const mmp::FrameStats st = writer_
+                                   ? writer_->write(in, &out)
+                                   : mmp::encode_frame(in, params_, &out, nullptr, params_.carry ? &states_ : nullptr);
     std::lock_guard<std::mutex> lock(mu_);
     total_ += st;
     ++frames_;
@@ -66,8 +67,9 @@ class MmpStage final : public Stage {
     if (frames_ == 0) return "";
     const double px = static_cast<double>(spec_.width) * spec_.height;
     return log::format("mmp (lambda %g): %lld frames, %.0f bits/frame, %.4f bpp, PSNR %.2f dB, %.2f s/frame encode%s%s",
-                       params_.lambda, static_cast<long long>(frames_), total_.bits / frames_, total_.bits / frames_ / px,
-                       total_.psnr(), total_.seconds / frames_, file_.empty() ? "" : ", bitstream ", file_.c_str());
+                       params_.lambda, static_cast<long long>(frames_), total_.bits / frames_,
+                       total_.bits / frames_ / px, total_.psnr(), total_.seconds / frames_,
+                       file_.empty() ? "" : ", bitstream ", file_.c_str());
   }
   std::string label() const override { return log::format("mmp(lambda=%g)", params_.lambda); }
 

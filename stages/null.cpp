@@ -2,8 +2,8 @@
 // the engine forwards the device buffer, so the stage costs nothing; it exists to measure
 // the engine itself (upload, download, overlap) and to exercise the chain.
 #include "core/registry.hpp"
-#include "stages/builtin.hpp"
 #include "cpu/convert.hpp"
+#include "stages/builtin.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
 #endif
@@ -15,9 +15,7 @@ class NullStage final : public Stage {
  public:
   FrameSpec configure(const FrameSpec& in) override { return in; }
   bool passthrough() const override { return true; }
-  void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
-    copy_image_cpu(in, out);
-  }
+  void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override { copy_image_cpu(in, out); }
 #if VFPIPE_HAVE_CUDA
   void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     cuda::copy_image_async(in, out, ctx.stream);

@@ -22,8 +22,8 @@ inline FrameSpec check_planar_input(const char* stage, const FrameSpec& in, int 
     throw Error(ErrorKind::Input, std::string(stage) + ": unsupported pixel format " + pix_fmt_name(in.format));
   const int np = plane_count(in.format);
   if ((planes & ((1 << np) - 1)) == 0)
-    throw OptionError("planes", log::format("%s: planes=%d selects none of the %d plane%s of %s", stage, planes,
-                                            np, np == 1 ? "" : "s", pix_fmt_name(in.format)));
+    throw OptionError("planes", log::format("%s: planes=%d selects none of the %d plane%s of %s", stage, planes, np,
+                                            np == 1 ? "" : "s", pix_fmt_name(in.format)));
   return in;
 }
 
@@ -59,8 +59,7 @@ void for_each_plane_cpu(const ImageView& in, const ImageView& out, int planes, F
 #if VFPIPE_HAVE_CUDA
 // The same on the device: unselected planes are copied on `stream`.
 template <typename F>
-void for_each_plane_cuda(const ImageView& in, const ImageView& out, int planes, cuda::StreamHandle stream,
-                         F&& filter) {
+void for_each_plane_cuda(const ImageView& in, const ImageView& out, int planes, cuda::StreamHandle stream, F&& filter) {
   for (int pl = 0; pl < plane_count(in.format); ++pl) {
     if (planes & (1 << pl))
       filter(in.data[pl], in.pitch[pl], out.data[pl], out.pitch[pl], in.pw[pl], in.ph[pl]);

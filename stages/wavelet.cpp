@@ -66,8 +66,10 @@ WaveletParams wavelet_params_from(const Options& o) {
   if (method == "soft" || method == "hard" || method == "garrote") {
     // FFmpeg vaguedenoiser spelling: `method` is the shrinkage rule.
     if (o.is_explicit("mode") && mode != method)
-      throw OptionError("method", "wavelet: method=" + method + " (the vaguedenoiser spelling of mode) "
-                                  "contradicts mode=" + mode);
+      throw OptionError("method", "wavelet: method=" + method +
+                                      " (the vaguedenoiser spelling of mode) "
+                                      "contradicts mode=" +
+                                      mode);
     mode = method;
     method = o.is_explicit("threshold") ? "fixed" : "bayesshrink";
   } else if (!o.is_explicit("method") && o.is_explicit("threshold")) {

@@ -9,8 +9,8 @@
 
 #include "core/gpu.hpp"
 
-#define REQUIRE_GPU()                                                                      \
-  do {                                                                                     \
+#define REQUIRE_GPU()                                                                                   \
+  do {                                                                                                  \
     if (!::vfp::cuda::probe().usable) GTEST_SKIP() << "no usable GPU: " << ::vfp::cuda::probe().reason; \
   } while (0)
 

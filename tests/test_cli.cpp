@@ -6,9 +6,9 @@
 #include <fcntl.h>
 
 #include <filesystem>
-#include <sstream>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "io/open.hpp"
@@ -32,7 +32,7 @@ TEST(Cli, HelpTeachesAndExitsZero) {
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("--filters"), std::string::npos);
   EXPECT_NE(r.out.find("yuv4mpegpipe"), std::string::npos);
-  EXPECT_EQ(run_cmd(kBin).rc, 2);                       // no subcommand
+  EXPECT_EQ(run_cmd(kBin).rc, 2);  // no subcommand
   EXPECT_EQ(run_cmd(kBin + " run --bogus").rc, 2);
   EXPECT_EQ(run_cmd(kBin + " run -i x --device gpu").rc, 2);
 }
@@ -96,8 +96,10 @@ TEST(Cli, BadInputsGiveOneClearErrorAndNonZeroExit) {
 
 TEST(Cli, RunWritesOutputSummaryAndReport) {
   std::string out = tmp_path("run.y4m"), rep = tmp_path("report.json");
-  CmdResult r = run_cmd(kBin + " run --device cpu -i 'synthetic=size=96x64:frames=20:noise=gauss' "
-                        "-f 'format=gray,null' -o " + out + " --report " + rep + " --report-frames");
+  CmdResult r = run_cmd(kBin +
+                        " run --device cpu -i 'synthetic=size=96x64:frames=20:noise=gauss' "
+                        "-f 'format=gray,null' -o " +
+                        out + " --report " + rep + " --report-frames");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("20 frames in"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("format(yuv420p->gray)"), std::string::npos);
@@ -115,8 +117,8 @@ TEST(Cli, RunWritesOutputSummaryAndReport) {
 
 TEST(Cli, Y4mThroughStdinAndStdout) {
   std::string out = tmp_path("pipe.y4m");
-  CmdResult r = run_cmd("cat " + data("testsrc2_67x45_yuv444p.y4m") + " | " + kBin +
-                        " run -q -i - -f null -o - > " + out);
+  CmdResult r =
+      run_cmd("cat " + data("testsrc2_67x45_yuv444p.y4m") + " | " + kBin + " run -q -i - -f null -o - > " + out);
   ASSERT_EQ(r.rc, 0) << r.out;
   std::ifstream a(data("testsrc2_67x45_yuv444p.y4m"), std::ios::binary), b(out, std::ios::binary);
   std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});

@@ -4,9 +4,9 @@
 
 #include <fstream>
 
-#include "pipeline/commands.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
+#include "pipeline/commands.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

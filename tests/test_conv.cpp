@@ -6,9 +6,9 @@
 #include <cmath>
 #include <fstream>
 
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
+#include "pipeline/engine.hpp"
 #include "stages/conv.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_OPENCV
@@ -108,14 +108,16 @@ TEST(Conv, IntegerKernelsAreExact) {
       const int k[3] = {1, 2, 1};
       for (int dy = -1; dy <= 1; ++dy)
         for (int dx = -1; dx <= 1; ++dx)
-          sum += k[dy + 1] * k[dx + 1] * src[static_cast<size_t>(std::clamp(y + dy, 0, 18)) * 37 + std::clamp(x + dx, 0, 36)];
+          sum += k[dy + 1] * k[dx + 1] *
+                 src[static_cast<size_t>(std::clamp(y + dy, 0, 18)) * 37 + std::clamp(x + dx, 0, 36)];
       EXPECT_EQ(out[static_cast<size_t>(y) * 37 + x], (sum + 8) / 16) << x << "," << y;  // half up
     }
 }
 
 TEST(Conv, SeparablePathWithinOneLevelOfTheDefinition) {
-  for (const char* f : {"conv=gauss:size=9", "conv=gauss:size=31:sigma=6", "conv=box:size=15x5",
-                        "conv=sobel:dir=y:bias=128", "conv=kernel=1 4 6 4 1 4 16 24 16 4 6 24 36 24 6 4 16 24 16 4 1 4 6 4 1"})
+  for (const char* f :
+       {"conv=gauss:size=9", "conv=gauss:size=31:sigma=6", "conv=box:size=15x5", "conv=sobel:dir=y:bias=128",
+        "conv=kernel=1 4 6 4 1 4 16 24 16 4 6 24 36 24 6 4 16 24 16 4 1 4 6 4 1"})
     for (const char* b : {"reflect101", "replicate", "constant", "wrap"}) {
       ConvParams p = params_for(std::string(f) + ":border=" + b);
       ASSERT_TRUE(p.kernel.separable) << f;
@@ -152,7 +154,8 @@ TEST(Conv, MatchesOpenCvFilter2DWithinOneLevel) {
         cv::Mat img, out;
         cv::merge(mats, img);
         cv::Mat kern(p.kernel.h, p.kernel.w, CV_32F);
-        for (int i = 0; i < p.kernel.h * p.kernel.w; ++i) kern.at<float>(i / p.kernel.w, i % p.kernel.w) = p.kernel.taps[static_cast<size_t>(i)] * p.rdiv;
+        for (int i = 0; i < p.kernel.h * p.kernel.w; ++i)
+          kern.at<float>(i / p.kernel.w, i % p.kernel.w) = p.kernel.taps[static_cast<size_t>(i)] * p.rdiv;
         cv::filter2D(img, out, CV_8U, kern, cv::Point(-1, -1), p.bias, bcv);
         std::vector<cv::Mat> outs;
         cv::split(out, outs);
@@ -162,7 +165,8 @@ TEST(Conv, MatchesOpenCvFilter2DWithinOneLevel) {
           int worst = 0;
           for (int y = 0; y < h; ++y)
             for (int x = 0; x < w; ++x)
-              worst = std::max(worst, std::abs(ours[static_cast<size_t>(y) * w + x] - outs[static_cast<size_t>(c)].at<uint8_t>(y, x)));
+              worst = std::max(worst, std::abs(ours[static_cast<size_t>(y) * w + x] -
+                                               outs[static_cast<size_t>(c)].at<uint8_t>(y, x)));
           EXPECT_LE(worst, 1) << filter << " channels " << channels;
         }
       }

@@ -7,9 +7,8 @@
 using namespace vfp;
 
 namespace {
-const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P,   PixelFormat::YUV444P,
-                            PixelFormat::BGR24, PixelFormat::RGB24,     PixelFormat::GRAY16,
-                            PixelFormat::YUV420P16, PixelFormat::YUV444P16};
+const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,   PixelFormat::BGR24,
+                            PixelFormat::RGB24, PixelFormat::GRAY16,  PixelFormat::YUV420P16, PixelFormat::YUV444P16};
 
 std::unique_ptr<HostFrame> solid_bgr(int w, int h, uint8_t b, uint8_t g, uint8_t r) {
   auto f = std::make_unique<HostFrame>(FrameSpec{PixelFormat::BGR24, w, h, {25, 1}}, false);
@@ -124,8 +123,7 @@ TEST(Convert, RgbYuvRgbErrorIsSmall) {
   convert_cpu(m.view(), b.view());
   int worst = 0;
   for (int y = 0; y < 64; ++y)
-    for (int x = 0; x < 64 * 3; ++x)
-      worst = std::max(worst, std::abs(a.view().row(0, y)[x] - b.view().row(0, y)[x]));
+    for (int x = 0; x < 64 * 3; ++x) worst = std::max(worst, std::abs(a.view().row(0, y)[x] - b.view().row(0, y)[x]));
   EXPECT_LE(worst, 3);
 }
 
@@ -150,7 +148,8 @@ TEST(Convert, SixteenBitScale) {
   for (int x = 0; x < 256; ++x) ASSERT_EQ(g16.view().row16(0, 0)[x], x * 257);
   convert_cpu(g16.view(), back.view());
   EXPECT_TRUE(g8.same_pixels(back));
-  HostFrame all16({PixelFormat::GRAY16, 65536, 1, {25, 1}}, false), all8({PixelFormat::GRAY8, 65536, 1, {25, 1}}, false);
+  HostFrame all16({PixelFormat::GRAY16, 65536, 1, {25, 1}}, false),
+      all8({PixelFormat::GRAY8, 65536, 1, {25, 1}}, false);
   for (int v = 0; v < 65536; ++v) all16.view().row16(0, 0)[v] = static_cast<uint16_t>(v);
   convert_cpu(all16.view(), all8.view());
   for (int v = 0; v < 65536; ++v) {

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "codecs/deflate/deflate.hpp"
@@ -36,11 +36,11 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> inputs() {
   std::vector<uint8_t> img;
   std::normal_distribution<float> n(0, 2);
   for (int y = 0; y < 360; ++y)
-    for (int x = 0; x < 640; ++x) img.push_back(static_cast<uint8_t>(std::clamp(x / 3.f + y / 5.f + n(rng), 0.f, 255.f)));
+    for (int x = 0; x < 640; ++x)
+      img.push_back(static_cast<uint8_t>(std::clamp(x / 3.f + y / 5.f + n(rng), 0.f, 255.f)));
   v.push_back({"image", img});
   return v;
 }
-
 
 }  // namespace
 
@@ -136,8 +136,10 @@ TEST(Deflate, ZlibInflatesEveryStream) {
         const std::string what = name + " level " + std::to_string(level) + " segment " + std::to_string(seg);
         const auto raw = deflate::compress(data.data(), data.size(), o);
         ASSERT_EQ(test::inflate_all(raw, -15, data.size()), data) << what << " (raw)";
-        ASSERT_EQ(test::inflate_all(deflate::compress_zlib(data.data(), data.size(), o), 15, data.size()), data) << what;
-        ASSERT_EQ(test::inflate_all(deflate::compress_gzip(data.data(), data.size(), o), 31, data.size()), data) << what;
+        ASSERT_EQ(test::inflate_all(deflate::compress_zlib(data.data(), data.size(), o), 15, data.size()), data)
+            << what;
+        ASSERT_EQ(test::inflate_all(deflate::compress_gzip(data.data(), data.size(), o), 31, data.size()), data)
+            << what;
         EXPECT_EQ(deflate::compress(data.data(), data.size(), o), raw) << what << ": not deterministic";
       }
 #endif
@@ -168,7 +170,8 @@ TEST(Deflate, CliCompressesAFile) {
   const std::string in = test::tmp_path("deflate_in.bin"), bin = VFPIPE_BIN;
   std::vector<uint8_t> data;
   for (int i = 0; i < 200000; ++i) data.push_back(static_cast<uint8_t>((i * 7) % 251 + (i / 1000) % 3));
-  std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  std::ofstream(in, std::ios::binary)
+      .write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
   const test::CmdResult r = test::run_cmd(bin + " compress " + in + " --level 9 --segment 16");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("level 9, gzip, 16 KiB segments"), std::string::npos) << r.out;

@@ -6,20 +6,20 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 #include <random>
-#include <filesystem>
 #include <thread>
 
+#include "core/error.hpp"
+#include "core/filter_parser.hpp"
+#include "cpu/convert.hpp"
 #include "display/controls.hpp"
 #include "display/png.hpp"
 #include "pipeline/engine.hpp"
-#include "core/error.hpp"
-#include "core/filter_parser.hpp"
 #include "pipeline/profile.hpp"
-#include "cpu/convert.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
@@ -119,8 +119,8 @@ bool display_required(bool headless) {
 
 // A display of each kind that this machine can make; skips (or fails where the CI says a
 // display must exist) otherwise.
-std::unique_ptr<Display> make_display(bool headless, const DisplayOptions& base, const FrameSpec& a,
-                                      const FrameSpec& b, std::string* why) {
+std::unique_ptr<Display> make_display(bool headless, const DisplayOptions& base, const FrameSpec& a, const FrameSpec& b,
+                                      std::string* why) {
   DisplayOptions o = base;
   o.headless = headless;
   if (!headless && !std::getenv("DISPLAY")) {
@@ -135,24 +135,24 @@ std::unique_ptr<Display> make_display(bool headless, const DisplayOptions& base,
   }
 }
 
-#define MAKE_DISPLAY(var, headless, opts, a, b)                                                       \
-  std::string why_##var;                                                                              \
-  auto var = make_display(headless, opts, a, b, &why_##var);                                          \
-  if (!var) {                                                                                         \
+#define MAKE_DISPLAY(var, headless, opts, a, b)                                                    \
+  std::string why_##var;                                                                           \
+  auto var = make_display(headless, opts, a, b, &why_##var);                                       \
+  if (!var) {                                                                                      \
     if (display_required(headless)) FAIL() << (headless ? "headless: " : "window: ") << why_##var; \
-    GTEST_SKIP() << why_##var;                                                                        \
+    GTEST_SKIP() << why_##var;                                                                     \
   }
 
 // A run through a headless display sink that failed for want of a display: skip, or fail
 // where one is required.
-#define SKIP_IF_NO_HEADLESS_DISPLAY(result)                  \
-  if ((result).error) {                                      \
-    try {                                                    \
-      std::rethrow_exception((result).error);                \
-    } catch (const Error& e) {                               \
-      if (display_required(true)) FAIL() << e.what();        \
-      GTEST_SKIP() << e.what();                              \
-    }                                                        \
+#define SKIP_IF_NO_HEADLESS_DISPLAY(result)           \
+  if ((result).error) {                               \
+    try {                                             \
+      std::rethrow_exception((result).error);         \
+    } catch (const Error& e) {                        \
+      if (display_required(true)) FAIL() << e.what(); \
+      GTEST_SKIP() << e.what();                       \
+    }                                                 \
   }
 
 void expect_views_exact(bool headless) {
@@ -188,10 +188,12 @@ void expect_views_exact(bool headless) {
       for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x) {
           const uint8_t* want;
-          if (view == DisplayView::Filtered) want = &fa[(static_cast<size_t>(y) * W + x) * 3];
-          else if (view == DisplayView::Split) want = x <= 19 ? &fb[(static_cast<size_t>(y) * W + x) * 3]
-                                                              : &fa[(static_cast<size_t>(y) * W + x) * 3];
-          else want = x < W ? &fb[(static_cast<size_t>(y) * W + x) * 3] : &fa[(static_cast<size_t>(y) * W + x - W) * 3];
+          if (view == DisplayView::Filtered)
+            want = &fa[(static_cast<size_t>(y) * W + x) * 3];
+          else if (view == DisplayView::Split)
+            want = x <= 19 ? &fb[(static_cast<size_t>(y) * W + x) * 3] : &fa[(static_cast<size_t>(y) * W + x) * 3];
+          else
+            want = x < W ? &fb[(static_cast<size_t>(y) * W + x) * 3] : &fa[(static_cast<size_t>(y) * W + x - W) * 3];
           const uint8_t* g = &got[(static_cast<size_t>(y) * w + x) * 3];
           ASSERT_TRUE(g[0] == want[0] && g[1] == want[1] && g[2] == want[2])
               << pix_fmt_name(fmt) << " view " << display_view_name(view) << " at " << x << "," << y << ": got "
@@ -356,7 +358,7 @@ void keys_through_the_display(Backend backend) {
   sink.set_controls(&controls);
   sink.set_source_spec(chain.input());
   sink.open(chain.output());
-  sink.press_at(2, 'S');   // GLFW_KEY_S == 'S'
+  sink.press_at(2, 'S');  // GLFW_KEY_S == 'S'
   sink.press_at(3, 'R');
   sink.press_at(8, 'R');   // 5 frames recorded: 3..7
   sink.press_at(10, '=');  // GLFW_KEY_EQUAL
@@ -415,8 +417,10 @@ TEST(Display, KeysOnTheGpuPath) {
 
 TEST(Display, CliHeadlessRun) {
   const std::string bin = VFPIPE_BIN, pat = tmp_path("cli_%d.png");
-  const CmdResult r = run_cmd(bin + " run -i 'synthetic=size=160x90:frames=6' -f median --device cpu --no-progress "
-                                    "--display headless --screenshot " + pat);
+  const CmdResult r = run_cmd(bin +
+                              " run -i 'synthetic=size=160x90:frames=6' -f median --device cpu --no-progress "
+                              "--display headless --screenshot " +
+                              pat);
   if (r.rc != 0 && !display_required(true)) GTEST_SKIP() << r.out;
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("display: 6 frames shown"), std::string::npos) << r.out;
@@ -430,9 +434,11 @@ TEST(Display, CliWindowRunSplitView) {
   // A noisy synthetic source, median-filtered, split view: the left part of the picture is
   // the noisy original, the right the filtered frame. The window's last frame is saved.
   const std::string bin = VFPIPE_BIN, pat = tmp_path("win_%d.png");
-  const CmdResult r = run_cmd(bin + " run -i 'synthetic=size=200x120:frames=5:noise=saltpepper:density=0.2' "
-                                    "-f median=radius=2 --device cpu --no-progress --display --vsync off --no-hud "
-                                    "--view split --screenshot " + pat);
+  const CmdResult r = run_cmd(bin +
+                              " run -i 'synthetic=size=200x120:frames=5:noise=saltpepper:density=0.2' "
+                              "-f median=radius=2 --device cpu --no-progress --display --vsync off --no-hud "
+                              "--view split --screenshot " +
+                              pat);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("display: 5 frames shown"), std::string::npos) << r.out;
 #if VFPIPE_HAVE_OPENCV

@@ -3,10 +3,10 @@
 // scenarios in test_gpu.cpp.)
 #include <gtest/gtest.h>
 
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
 #include "cpu/convert.hpp"
+#include "pipeline/engine.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;
@@ -72,8 +72,8 @@ TEST(Engine, BackPressureBlocksTheSourceInBatchMode) {
 }
 
 TEST(Engine, LivePolicyKeepsNewestAndCountsDrops) {
-  TestSource src(kSpec, 300);       // as fast as possible
-  CaptureSink sink(2000, false);    // 2 ms per frame
+  TestSource src(kSpec, 300);     // as fast as possible
+  CaptureSink sink(2000, false);  // 2 ms per frame
   EngineConfig cfg;
   cfg.policy = Policy::Live;
   cfg.queue = 2;
@@ -159,9 +159,9 @@ TEST(Chain, InsertsConversionsForTheSink) {
   Chain forced = Chain::build(build_stages(""), {PixelFormat::BGR24, 9, 9, {25, 1}},
                               {PixelFormat::YUV420P, PixelFormat::GRAY8}, PixelFormat::GRAY8);
   EXPECT_EQ(forced.output().format, PixelFormat::GRAY8);
-  EXPECT_THROW(Chain::build(build_stages(""), {PixelFormat::BGR24, 9, 9, {25, 1}},
-                            {PixelFormat::YUV420P}, PixelFormat::RGB24),
-               Error);
+  EXPECT_THROW(
+      Chain::build(build_stages(""), {PixelFormat::BGR24, 9, 9, {25, 1}}, {PixelFormat::YUV420P}, PixelFormat::RGB24),
+      Error);
   // 16-bit frames: wavelet takes them as they are; median gets the same layout at 8 bits;
   // an 8-bit-only sink gets 8 bits.
   const FrameSpec s16{PixelFormat::YUV420P16, 9, 9, {25, 1}};
@@ -180,7 +180,7 @@ TEST(Chain, InsertsConversionsForTheSink) {
   EXPECT_TRUE(med.step(0).inserted);
   Chain med420 = Chain::build(build_stages("median"), {PixelFormat::YUV420P, 9, 9, {25, 1}}, {});
   EXPECT_EQ(med420.size(), 1u);
-  Chain same = Chain::build(build_stages(""), {PixelFormat::GRAY8, 9, 9, {25, 1}},
-                            {PixelFormat::YUV420P, PixelFormat::GRAY8});
+  Chain same =
+      Chain::build(build_stages(""), {PixelFormat::GRAY8, 9, 9, {25, 1}}, {PixelFormat::YUV420P, PixelFormat::GRAY8});
   EXPECT_EQ(same.size(), 0u);
 }

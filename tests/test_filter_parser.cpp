@@ -127,13 +127,13 @@ TEST(FilterParser, BindValidatesTypesAndRanges) {
     }
     return std::string::npos;
   };
-  EXPECT_EQ(pos_of("demo=radius=0"), 12u);      // below range
-  EXPECT_EQ(pos_of("demo=radius=2.5"), 12u);    // not an integer
+  EXPECT_EQ(pos_of("demo=radius=0"), 12u);    // below range
+  EXPECT_EQ(pos_of("demo=radius=2.5"), 12u);  // not an integer
   EXPECT_EQ(pos_of("demo=radius=abc"), 12u);
   EXPECT_EQ(pos_of("demo=1:percentile=2"), 18u);
   EXPECT_EQ(pos_of("demo=border=wrap"), 12u);
   EXPECT_EQ(pos_of("demo=on=maybe"), 8u);
-  EXPECT_EQ(pos_of("demo=radius=2:3"), 14u);    // positional after named
+  EXPECT_EQ(pos_of("demo=radius=2:3"), 14u);  // positional after named
   EXPECT_EQ(pos_of("demo=percentile=nan"), 16u);
 }
 

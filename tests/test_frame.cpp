@@ -34,8 +34,8 @@ TEST(Frame, LayoutOfPackedAndGray) {
 }
 
 TEST(Frame, PackedRoundTripKeepsPixels) {
-  for (PixelFormat f : {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,
-                        PixelFormat::BGR24, PixelFormat::RGB24}) {
+  for (PixelFormat f :
+       {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::BGR24, PixelFormat::RGB24}) {
     FrameSpec s{f, 13, 5, {25, 1}};
     HostFrame a(s, false), b(s, false);
     test::fill_random(a, 3);

@@ -2,16 +2,16 @@
 // GPU is usable (CI); on the device they must run (scripts/device-test.sh).
 #include <gtest/gtest.h>
 
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "io/synthetic.hpp"
 #include "cpu/convert.hpp"
 #include "gpu_test_util.hpp"
+#include "io/synthetic.hpp"
+#include "pipeline/engine.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
-#include "cuda/kernels.hpp"
 #include "core/gpu.hpp"
+#include "cuda/kernels.hpp"
 #endif
 
 using namespace vfp;
@@ -19,9 +19,8 @@ using namespace vfp::test;
 
 #if VFPIPE_HAVE_CUDA
 namespace {
-const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P,   PixelFormat::YUV444P,
-                            PixelFormat::BGR24, PixelFormat::RGB24,     PixelFormat::GRAY16,
-                            PixelFormat::YUV420P16, PixelFormat::YUV444P16};
+const PixelFormat kAll[] = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P,   PixelFormat::BGR24,
+                            PixelFormat::RGB24, PixelFormat::GRAY16,  PixelFormat::YUV420P16, PixelFormat::YUV444P16};
 
 // Uploads, runs fn on the device, downloads into `out`.
 void on_device(const HostFrame& in, HostFrame& out,
@@ -35,8 +34,8 @@ void on_device(const HostFrame& in, HostFrame& out,
   s.synchronize();
 }
 
-RunResult run_engine(Backend b, const std::string& src_spec_filters, const FrameSpec& spec,
-                     int64_t frames, int depth, CaptureSink& sink, const std::string& filters) {
+RunResult run_engine(Backend b, const std::string& src_spec_filters, const FrameSpec& spec, int64_t frames, int depth,
+                     CaptureSink& sink, const std::string& filters) {
   (void)src_spec_filters;
   TestSource src(spec, frames);
   Chain chain = Chain::build(build_stages(filters), spec, {});
@@ -64,11 +63,9 @@ TEST(Gpu, ConvertMatchesCpuForEveryPairAndSize) {
         HostFrame in(ss, false), want(ds, false), got(ds, false);
         fill_random(in, static_cast<uint32_t>(w * 31 + h));
         convert_cpu(in.view(), want.view());
-        on_device(in, got, [](const ImageView& a, const ImageView& b, cuda::StreamHandle s) {
-          cuda::convert_async(a, b, s);
-        });
-        ASSERT_TRUE(got.same_pixels(want))
-            << pix_fmt_name(sf) << " -> " << pix_fmt_name(df) << " at " << w << "x" << h;
+        on_device(in, got,
+                  [](const ImageView& a, const ImageView& b, cuda::StreamHandle s) { cuda::convert_async(a, b, s); });
+        ASSERT_TRUE(got.same_pixels(want)) << pix_fmt_name(sf) << " -> " << pix_fmt_name(df) << " at " << w << "x" << h;
       }
 }
 
@@ -86,9 +83,8 @@ TEST(Gpu, ConvertMatchesCpuOnStructuredInput) {
           for (int x = 0; x < v.pw[p] * bpp; ++x)
             v.row(p, y)[x] = static_cast<uint8_t>(y < 64 ? ((x / 7) & 1) * 255 : (x + y * 3 + p * 85));
       convert_cpu(in.view(), want.view());
-      on_device(in, got, [](const ImageView& a, const ImageView& b, cuda::StreamHandle s) {
-        cuda::convert_async(a, b, s);
-      });
+      on_device(in, got,
+                [](const ImageView& a, const ImageView& b, cuda::StreamHandle s) { cuda::convert_async(a, b, s); });
       ASSERT_TRUE(got.same_pixels(want)) << pix_fmt_name(sf) << " -> " << pix_fmt_name(df);
     }
 }
@@ -99,23 +95,26 @@ TEST(Gpu, CopyIsExact) {
     FrameSpec s{f, 1921, 1081, {25, 1}};
     HostFrame in(s, false), got(s, false);
     fill_random(in, 77);
-    on_device(in, got, [](const ImageView& a, const ImageView& b, cuda::StreamHandle st) {
-      cuda::copy_image_async(a, b, st);
-    });
+    on_device(in, got,
+              [](const ImageView& a, const ImageView& b, cuda::StreamHandle st) { cuda::copy_image_async(a, b, st); });
     EXPECT_TRUE(got.same_pixels(in)) << pix_fmt_name(f);
   }
 }
 
 TEST(Gpu, EngineCudaEqualsCpuFrameByFrame) {
   REQUIRE_GPU();
-  const char* chains[] = {"", "null", "format=gray", "format=yuv444p,format=rgb24,format=yuv420p",
-                          "null,format=bgr24,null", "median=radius=2",
+  const char* chains[] = {"",
+                          "null",
+                          "format=gray",
+                          "format=yuv444p,format=rgb24,format=yuv420p",
+                          "null,format=bgr24,null",
+                          "median=radius=2",
                           "median=radius=5:radiusV=2:percentile=0.3:planes=5:border=reflect101"};
   for (const char* filters : chains)
     for (int depth : {2, 8})
-      for (FrameSpec spec : {FrameSpec{PixelFormat::YUV420P, 1921, 1081, {25, 1}},
-                             FrameSpec{PixelFormat::BGR24, 3, 7, {25, 1}},
-                             FrameSpec{PixelFormat::GRAY8, 1, 1, {25, 1}}}) {
+      for (FrameSpec spec :
+           {FrameSpec{PixelFormat::YUV420P, 1921, 1081, {25, 1}}, FrameSpec{PixelFormat::BGR24, 3, 7, {25, 1}},
+            FrameSpec{PixelFormat::GRAY8, 1, 1, {25, 1}}}) {
         CaptureSink cpu, gpu;
         RunResult rc = run_engine(Backend::CPU, "", spec, 12, depth, cpu, filters);
         RunResult rg = run_engine(Backend::CUDA, "", spec, 12, depth, gpu, filters);
@@ -150,8 +149,8 @@ TEST(Gpu, EngineKeepsOrderUnderBackPressureAndLiveDrops) {
     for (size_t i = 0; i < 300; ++i) ASSERT_EQ(sink.indices[i], static_cast<int64_t>(i));
   }
   {
-    TestSource src(spec, 150);        // ~3 ms per frame to fill with random bytes
-    CaptureSink sink(15000, false);   // 15 ms per frame: the newest frame must win
+    TestSource src(spec, 150);       // ~3 ms per frame to fill with random bytes
+    CaptureSink sink(15000, false);  // 15 ms per frame: the newest frame must win
     Chain chain = Chain::build(build_stages("null"), spec, {});
     sink.open(chain.output());
     EngineConfig cfg;
@@ -217,9 +216,8 @@ TEST(Gpu, LatencyIsTheWorkNotTheDepth) {
     ASSERT_FALSE(r.error);
     ASSERT_EQ(r.report.frames_out + r.report.dropped, 200);
     const LatencyP99 l = latency_p99(r.report, 20);
-    EXPECT_LE(l.end_to_end, l.work + 1.5)
-        << (c == Completion::Event ? "event" : "hostfunc") << ": p99 end to end " << l.end_to_end
-        << " ms, p99 work " << l.work << " ms";
+    EXPECT_LE(l.end_to_end, l.work + 1.5) << (c == Completion::Event ? "event" : "hostfunc") << ": p99 end to end "
+                                          << l.end_to_end << " ms, p99 work " << l.work << " ms";
   }
 }
 
@@ -241,7 +239,9 @@ TEST(Gpu, OutOfMemoryIsAClearError) {
 TEST(Gpu, CliRunsOnCudaAndMatchesCpu) {
   REQUIRE_GPU();
   std::string a = tmp_path("gpu_cli_cuda.y4m"), b = tmp_path("gpu_cli_cpu.y4m");
-  std::string common = " run --no-progress -i 'synthetic=size=1921x1081:frames=10:noise=gauss:format=bgr24' -f 'format=yuv444p,null' -o ";
+  std::string common =
+      " run --no-progress -i 'synthetic=size=1921x1081:frames=10:noise=gauss:format=bgr24' -f 'format=yuv444p,null' "
+      "-o ";
   CmdResult r1 = run_cmd(std::string(VFPIPE_BIN) + common + a + " --device cuda");
   CmdResult r2 = run_cmd(std::string(VFPIPE_BIN) + common + b + " --device cpu");
   ASSERT_EQ(r1.rc, 0) << r1.out;

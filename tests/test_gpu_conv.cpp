@@ -2,15 +2,15 @@
 // live kernel changes with frames in flight.
 #include <gtest/gtest.h>
 
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "stages/conv.hpp"
 #include "gpu_test_util.hpp"
+#include "pipeline/engine.hpp"
+#include "stages/conv.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
-#include "cuda/conv.hpp"
 #include "core/gpu.hpp"
+#include "cuda/conv.hpp"
 #endif
 
 using namespace vfp;
@@ -47,7 +47,8 @@ std::vector<uint8_t> plane(int w, int h, uint32_t seed) {
 
 TEST(GpuConv, TwoDimensionalEqualsCpu) {
   REQUIRE_GPU();
-  const std::pair<int, int> shapes[] = {{1, 1}, {3, 3}, {5, 5}, {7, 7}, {9, 3}, {3, 9}, {15, 15}, {31, 31}, {31, 1}, {1, 31}, {13, 27}};
+  const std::pair<int, int> shapes[] = {{1, 1},   {3, 3},   {5, 5},  {7, 7},  {9, 3},  {3, 9},
+                                        {15, 15}, {31, 31}, {31, 1}, {1, 31}, {13, 27}};
   const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {67, 45}, {300, 131}};
   for (auto [kw, kh] : shapes)
     for (auto [w, h] : sizes)
@@ -83,8 +84,8 @@ TEST(GpuConv, UnalignedAndOddPitchedRows) {
         cuda::Stream s;
         cuda::DeviceBuffer din(static_cast<size_t>(pitch) * h + 8), dout(static_cast<size_t>(pitch) * h + 8);
         for (int y = 0; y < h; ++y)
-          cuda::memcpy_h2d_async(din.get() + offset + static_cast<size_t>(y) * pitch, in.data() + static_cast<size_t>(y) * w,
-                                 static_cast<size_t>(w), s.get());
+          cuda::memcpy_h2d_async(din.get() + offset + static_cast<size_t>(y) * pitch,
+                                 in.data() + static_cast<size_t>(y) * w, static_cast<size_t>(w), s.get());
         cuda::conv_plane_async(din.get() + offset, pitch, dout.get() + offset, pitch, w, h, p, false, s.get());
         std::vector<uint8_t> host(dout.size()), got(in.size());
         cuda::memcpy_d2h_async(host.data(), dout.get(), host.size(), s.get());
@@ -132,7 +133,8 @@ TEST(GpuConv, FullHdOddSizeEveryPathThroughTheStage) {
       RunResult r = run_pipeline(src, chain, *sink, cfg);
       ASSERT_FALSE(r.error) << f;
     }
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(gpu.frames[static_cast<size_t>(i)]->same_pixels(*cpu.frames[static_cast<size_t>(i)])) << f;
+    for (int i = 0; i < 2; ++i)
+      ASSERT_TRUE(gpu.frames[static_cast<size_t>(i)]->same_pixels(*cpu.frames[static_cast<size_t>(i)])) << f;
   }
 }
 
@@ -140,7 +142,7 @@ TEST(GpuConv, LiveChangesReachExactlyTheLaterFrames) {
   REQUIRE_GPU();
   // A different kernel for almost every frame, with 3 and 8 frames in flight: each output
   // must use the kernel that was current when its frame was submitted.
-  const char* kernels[] = {"conv=identity", "conv=box:size=5", "conv=gauss:size=31:sigma=8",
+  const char* kernels[] = {"conv=identity",         "conv=box:size=5",     "conv=gauss:size=31:sigma=8",
                            "conv=sharpen:amount=3", "conv=sobel:bias=128", "conv=box:size=3x31"};
   FrameSpec spec{PixelFormat::GRAY8, 640, 360, {25, 1}};
   for (int depth : {3, 8}) {

@@ -8,9 +8,9 @@
 #include <iterator>
 #include <random>
 
-#include "gpu_test_util.hpp"
 #include "codecs/deflate/deflate.hpp"
 #include "codecs/deflate/png.hpp"
+#include "gpu_test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/deflate.hpp"
 #endif
@@ -62,7 +62,6 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> inputs() {
   return v;
 }
 
-
 }  // namespace
 
 #if VFPIPE_HAVE_CUDA
@@ -81,12 +80,16 @@ TEST(GpuDeflate, ByteIdenticalToCpuReference) {
         ASSERT_EQ(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Raw), cpu) << what;
         if (level != 6 || seg != 65536) continue;
         ASSERT_EQ(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Zlib),
-                  deflate::compress_zlib(data.data(), data.size(), o)) << what;
+                  deflate::compress_zlib(data.data(), data.size(), o))
+            << what;
         ASSERT_EQ(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Gzip),
-                  deflate::compress_gzip(data.data(), data.size(), o)) << what;
+                  deflate::compress_gzip(data.data(), data.size(), o))
+            << what;
 #if VFPIPE_HAVE_ZLIB
-        ASSERT_EQ(test::inflate_all(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Zlib), 15, data.size()),
-                  data) << what;
+        ASSERT_EQ(
+            test::inflate_all(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Zlib), 15, data.size()),
+            data)
+            << what;
 #endif
       }
 }
@@ -99,7 +102,8 @@ TEST(GpuDeflate, EveryLevelOnVideoFrames) {
     deflate::Options o;
     o.level = level;
     ASSERT_EQ(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Zlib),
-              deflate::compress_zlib(data.data(), data.size(), o)) << "level " << level;
+              deflate::compress_zlib(data.data(), data.size(), o))
+        << "level " << level;
   }
 }
 
@@ -113,12 +117,14 @@ TEST(GpuDeflate, BatchEdgesKeepTheHistory) {
     o.level = level;
     o.batch_bytes = 4 * 65536;
     ASSERT_EQ(enc.compress(data.data(), data.size(), o, cuda::DeflateContainer::Zlib),
-              deflate::compress_zlib(data.data(), data.size(), o)) << "level " << level;
+              deflate::compress_zlib(data.data(), data.size(), o))
+        << "level " << level;
   }
   deflate::Options o;
   o.segment_bytes = 4096;
   o.batch_bytes = 3 * 4096;
-  ASSERT_EQ(enc.compress(data.data(), 300000, o, cuda::DeflateContainer::Raw), deflate::compress(data.data(), 300000, o));
+  ASSERT_EQ(enc.compress(data.data(), 300000, o, cuda::DeflateContainer::Raw),
+            deflate::compress(data.data(), 300000, o));
 }
 
 TEST(GpuDeflate, LargeInputInflatesBack) {
@@ -177,7 +183,8 @@ TEST(GpuDeflate, PngIdenticalToCpuEncoder) {
       // A mix: smooth gradients (Sub/Up/Paeth win) and noisy patches (None wins).
       for (int y = 0; y < k.h; ++y)
         for (size_t i = 0; i < static_cast<size_t>(k.w) * k.ch; ++i)
-          img[y * pitch + i] = static_cast<uint8_t>(((y / 16 + i / 48) % 3 == 0) ? rng() : (i / 3 + y * 2 + i % 3 * 50));
+          img[y * pitch + i] =
+              static_cast<uint8_t>(((y / 16 + i / 48) % 3 == 0) ? rng() : (i / 3 + y * 2 + i % 3 * 50));
       cuda::DeviceBuffer d(img.size());
       cuda::memcpy_h2d_async(d.get(), img.data(), img.size(), s.get());
       const auto gpu = enc.encode_png(d.get(), pitch, k.w, k.h, k.ch, swap, 6, s.get());
@@ -204,7 +211,8 @@ TEST(GpuDeflate, LosslessSinksWriteTheCpuBytes) {
     fs::create_directories(dir + "/" + dev);
     const std::string base = bin + " run -q -i 'synthetic=size=643x361:frames=4:noise=gauss:sigma=4' -f median " +
                              "--deflate-engine vfpipe --device " + dev;
-    ASSERT_EQ(std::system((base + " --pix-fmt bgr24 -o " + dir + "/" + dev + "/%02d.png --lossless").c_str()), 0) << dev;
+    ASSERT_EQ(std::system((base + " --pix-fmt bgr24 -o " + dir + "/" + dev + "/%02d.png --lossless").c_str()), 0)
+        << dev;
     ASSERT_EQ(std::system((base + " -o " + dir + "/" + dev + "/clip.y4m.gz --compression-level 6").c_str()), 0) << dev;
   }
   auto bytes = [](const std::string& p) {

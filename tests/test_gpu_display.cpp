@@ -7,9 +7,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/filter_parser.hpp"
 #include "gpu_test_util.hpp"
 #include "pipeline/engine.hpp"
-#include "core/filter_parser.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_GL
 #include "display/display_sink.hpp"
@@ -58,7 +58,8 @@ Shown render(Backend backend, PixelFormat fmt, DisplayView view, const std::stri
   r.from_device = sink.shown_from_device();
   // The last frame's screenshot. Our PNG encoder is deterministic, so equal pictures give
   // equal files (compared as bytes: the GPU machine has no PNG decoder).
-  const std::string path = tmp_path(std::string("gpu_display_") + (backend == Backend::CUDA ? "cuda" : "cpu") + "_6.png");
+  const std::string path =
+      tmp_path(std::string("gpu_display_") + (backend == Backend::CUDA ? "cuda" : "cpu") + "_6.png");
   std::ifstream f(path, std::ios::binary);
   r.rgb.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   r.w = view == DisplayView::SideBySide ? 2 * spec.width : spec.width;

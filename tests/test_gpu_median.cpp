@@ -6,8 +6,8 @@
 #include "gpu_test_util.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
-#include "cuda/median.hpp"
 #include "core/gpu.hpp"
+#include "cuda/median.hpp"
 #endif
 
 using namespace vfp;
@@ -27,10 +27,18 @@ Plane make_plane(int w, int h, uint32_t seed, int kind) {
     for (int x = 0; x < w; ++x) {
       uint8_t v;
       switch (kind) {
-        case 0: v = static_cast<uint8_t>(rng()); break;                       // random
-        case 1: v = static_cast<uint8_t>((x * 3 + y * 5) & 255); break;       // ramps
-        case 2: v = ((x / 5 + y / 3) & 1) ? 255 : 0; break;                   // extremes
-        default: v = static_cast<uint8_t>(rng() % 7 + 100); break;            // many ties
+        case 0:
+          v = static_cast<uint8_t>(rng());
+          break;  // random
+        case 1:
+          v = static_cast<uint8_t>((x * 3 + y * 5) & 255);
+          break;  // ramps
+        case 2:
+          v = ((x / 5 + y / 3) & 1) ? 255 : 0;
+          break;  // extremes
+        default:
+          v = static_cast<uint8_t>(rng() % 7 + 100);
+          break;  // many ties
       }
       p.px[static_cast<size_t>(y) * w + x] = v;
     }
@@ -64,25 +72,25 @@ TEST(GpuMedian, SelectionEqualsCpuForSmallWindows) {
   shapes.push_back({4, 4});
   for (auto [w, h] : sizes)
     for (auto [rx, ry] : shapes)
-        for (Border b : {Border::Replicate, Border::Reflect101, Border::Reflect, Border::Constant})
-          for (int kind = 0; kind < 4; ++kind) {
-            if (w * h > 100000 && (kind != 0 || b == Border::Reflect)) continue;  // keep it quick
-            MedianParams p;
-            p.radius = rx;
-            p.radiusV = ry;
-            p.border = b;
-            p.value = 200;
-            Plane in = make_plane(w, h, static_cast<uint32_t>(w + rx * 10 + ry), kind);
-            ASSERT_EQ(run_gpu(in, p, cuda::MedianAlgo::Select), run_cpu(in, p))
-                << w << "x" << h << " " << 2 * rx + 1 << "x" << 2 * ry + 1 << " " << border_name(b)
-                << " kind " << kind;
-          }
+      for (Border b : {Border::Replicate, Border::Reflect101, Border::Reflect, Border::Constant})
+        for (int kind = 0; kind < 4; ++kind) {
+          if (w * h > 100000 && (kind != 0 || b == Border::Reflect)) continue;  // keep it quick
+          MedianParams p;
+          p.radius = rx;
+          p.radiusV = ry;
+          p.border = b;
+          p.value = 200;
+          Plane in = make_plane(w, h, static_cast<uint32_t>(w + rx * 10 + ry), kind);
+          ASSERT_EQ(run_gpu(in, p, cuda::MedianAlgo::Select), run_cpu(in, p))
+              << w << "x" << h << " " << 2 * rx + 1 << "x" << 2 * ry + 1 << " " << border_name(b) << " kind " << kind;
+        }
 }
 
 TEST(GpuMedian, HistogramEqualsCpuForAnyWindowAndPercentile) {
   REQUIRE_GPU();
   const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {67, 45}, {300, 131}};
-  const std::pair<int, int> radii[] = {{1, 1}, {2, 2}, {4, 4}, {7, 7}, {10, 10}, {25, 25}, {3, 12}, {40, 2}, {127, 127}};
+  const std::pair<int, int> radii[] = {{1, 1},   {2, 2},  {4, 4},  {7, 7},    {10, 10},
+                                       {25, 25}, {3, 12}, {40, 2}, {127, 127}};
   for (auto [w, h] : sizes)
     for (auto [rx, ry] : radii)
       for (Border b : {Border::Replicate, Border::Reflect101, Border::Reflect, Border::Constant})

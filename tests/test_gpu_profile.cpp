@@ -3,9 +3,9 @@
 // overlap kernels.
 #include <gtest/gtest.h>
 
+#include "core/filter_parser.hpp"
 #include "gpu_test_util.hpp"
 #include "pipeline/engine.hpp"
-#include "core/filter_parser.hpp"
 #include "pipeline/profile.hpp"
 #include "test_util.hpp"
 #include "trace_check.hpp"

@@ -8,12 +8,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "stages/builtin.hpp"
 #include "cpu/wavelet.hpp"
 #include "gpu_test_util.hpp"
+#include "pipeline/engine.hpp"
+#include "stages/builtin.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -72,10 +72,14 @@ TEST(GpuWavelet, ForwardAndInverseEqualCpuBitForBit) {
         const std::string what = name + " " + std::to_string(w) + "x" + std::to_string(h) +
                                  (b == WaveletBoundary::Symmetric ? " symmetric" : " periodization");
         for (int l = 0; l < levels; ++l) {
-          const size_t n = static_cast<size_t>(ref.geom[static_cast<size_t>(l)].cw) * ref.geom[static_cast<size_t>(l)].ch;
-          ASSERT_TRUE(same_bits(fetch(ws.band(l, 1), n, s.get()), ref.da[static_cast<size_t>(l)])) << what << " da" << l;
-          ASSERT_TRUE(same_bits(fetch(ws.band(l, 2), n, s.get()), ref.ad[static_cast<size_t>(l)])) << what << " ad" << l;
-          ASSERT_TRUE(same_bits(fetch(ws.band(l, 3), n, s.get()), ref.dd[static_cast<size_t>(l)])) << what << " dd" << l;
+          const size_t n =
+              static_cast<size_t>(ref.geom[static_cast<size_t>(l)].cw) * ref.geom[static_cast<size_t>(l)].ch;
+          ASSERT_TRUE(same_bits(fetch(ws.band(l, 1), n, s.get()), ref.da[static_cast<size_t>(l)]))
+              << what << " da" << l;
+          ASSERT_TRUE(same_bits(fetch(ws.band(l, 2), n, s.get()), ref.ad[static_cast<size_t>(l)]))
+              << what << " ad" << l;
+          ASSERT_TRUE(same_bits(fetch(ws.band(l, 3), n, s.get()), ref.dd[static_cast<size_t>(l)]))
+              << what << " dd" << l;
         }
         ASSERT_TRUE(same_bits(fetch(ws.band(levels - 1, 0), ref.approx.size(), s.get()), ref.approx)) << what;
         // The plain inverse: the CPU's reconstruction bit for bit, the input within float rounding.
@@ -128,8 +132,8 @@ TEST(GpuWavelet, NoiseEstimateAndThresholdsEqualCpu) {
 // GPU against CPU denoised samples: equal when `bit_exact`, else each within `tol` and at
 // most 1/`per` of them different.
 template <typename T>
-void expect_denoised_equal(const std::vector<T>& got, const std::vector<T>& want, bool bit_exact, int tol,
-                           size_t per, const std::string& what) {
+void expect_denoised_equal(const std::vector<T>& got, const std::vector<T>& want, bool bit_exact, int tol, size_t per,
+                           const std::string& what) {
   if (bit_exact) {
     ASSERT_EQ(got, want) << what;
     return;
@@ -212,8 +216,8 @@ TEST(GpuWavelet, SixteenBitPlanesEqualCpu) {
       auto out = dst.download(s.get());
       std::vector<uint16_t> got(in.size());
       std::memcpy(got.data(), out.data(), out.size());
-      const std::string what = std::to_string(static_cast<int>(method)) + " " + std::to_string(w) + "x" +
-                               std::to_string(h);
+      const std::string what =
+          std::to_string(static_cast<int>(method)) + " " + std::to_string(w) + "x" + std::to_string(h);
       // The BayesShrink bound of docs/wavelet.md at 16 bits: within 2 units (1/128 of an
       // 8-bit level) on at most 1% of the samples.
       expect_denoised_equal(got, want, method != ShrinkMethod::BayesShrink, 2, 100, what);
@@ -222,8 +226,8 @@ TEST(GpuWavelet, SixteenBitPlanesEqualCpu) {
 
 TEST(GpuWavelet, StageOnOddYuvThroughTheEngine) {
   REQUIRE_GPU();
-  for (PixelFormat fmt : {PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::GRAY8, PixelFormat::YUV420P16,
-                          PixelFormat::GRAY16}) {
+  for (PixelFormat fmt :
+       {PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::GRAY8, PixelFormat::YUV420P16, PixelFormat::GRAY16}) {
     FrameSpec spec{fmt, 1921, 1081, {25, 1}};
     const std::string filters = "wavelet=sym4:method=visushrink:mode=soft:levels=3,wavelet=haar:threshold=6:planes=5";
     RunResult rc, rg;
@@ -242,7 +246,8 @@ TEST(GpuWavelet, StageOnOddYuvThroughTheEngine) {
     ASSERT_FALSE(rg.error);
     ASSERT_EQ(cpu.frames.size(), 3u);
     ASSERT_EQ(gpu.frames.size(), 3u);
-    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(gpu.frames[i]->same_pixels(*cpu.frames[i])) << pix_fmt_name(fmt) << " " << i;
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_TRUE(gpu.frames[i]->same_pixels(*cpu.frames[i])) << pix_fmt_name(fmt) << " " << i;
   }
 }
 

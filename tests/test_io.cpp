@@ -5,11 +5,11 @@
 #include <fstream>
 #include <iterator>
 
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "io/open.hpp"
 #include "cpu/convert.hpp"
+#include "io/open.hpp"
+#include "pipeline/engine.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;
@@ -41,13 +41,13 @@ TEST(Io, SinkDispatchAndErrors) {
   EXPECT_EQ(open_sink("", {})->describe(), "null");
   EXPECT_EQ(open_sink("null", {})->describe(), "null");
   auto bad = open_sink("/nonexistent-dir/x.y4m", {});
-  EXPECT_NE(error_of([&] { bad->open({PixelFormat::GRAY8, 4, 4, {25, 1}}); }).find("cannot open output"),
+  EXPECT_NE(error_of([&] {
+              bad->open({PixelFormat::GRAY8, 4, 4, {25, 1}});
+            }).find("cannot open output"),
             std::string::npos);
   if (have_opencv()) {
-    EXPECT_NE(error_of([] { open_sink(tmp_path("x.unknownext"), {}); }).find("unknown output type"),
-              std::string::npos);
-    EXPECT_NE(error_of([] { open_sink(tmp_path("x_%d_%d.png"), {}); }).find("bad image pattern"),
-              std::string::npos);
+    EXPECT_NE(error_of([] { open_sink(tmp_path("x.unknownext"), {}); }).find("unknown output type"), std::string::npos);
+    EXPECT_NE(error_of([] { open_sink(tmp_path("x_%d_%d.png"), {}); }).find("bad image pattern"), std::string::npos);
   } else {
     EXPECT_NE(error_of([] { open_sink(tmp_path("x.mp4"), {}); }).find("needs OpenCV"), std::string::npos);
   }

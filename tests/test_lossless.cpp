@@ -94,7 +94,9 @@ TEST(Png, LibpngDecodesEveryShape) {
         // Stored with a row pitch larger than the row.
         const size_t pitch = static_cast<size_t>(w) * ch + 5;
         std::vector<uint8_t> pitched(pitch * h, 0xEE);
-        for (int y = 0; y < h; ++y) std::copy_n(px.begin() + static_cast<long>(y) * w * ch, w * ch, pitched.begin() + static_cast<long>(y * pitch));
+        for (int y = 0; y < h; ++y)
+          std::copy_n(px.begin() + static_cast<long>(y) * w * ch, w * ch,
+                      pitched.begin() + static_cast<long>(y * pitch));
         const auto png = encode_png(pitched.data(), pitch, w, h, ch, swap, 6);
         int dw = 0, dh = 0, dc = 0;
         std::vector<uint8_t> back = libpng_decode(png, &dw, &dh, &dc);
@@ -119,8 +121,8 @@ TEST(Png, EveryFilterTypeIsChosenSomewhere) {
   int seen[5] = {0};
   for (int y = 0; y < h; ++y) seen[rows[static_cast<size_t>(y) * (w * ch + 1)]]++;
   for (int f = 0; f < 5; ++f)
-    EXPECT_GT(seen[f], 0) << "filter type " << f << " never chosen: " << seen[0] << " " << seen[1] << " " << seen[2] << " "
-                          << seen[3] << " " << seen[4];
+    EXPECT_GT(seen[f], 0) << "filter type " << f << " never chosen: " << seen[0] << " " << seen[1] << " " << seen[2]
+                          << " " << seen[3] << " " << seen[4];
   // The file's IDAT holds exactly these rows.
   const auto png = encode_png(px.data(), static_cast<size_t>(w) * ch, w, h, ch, false, 6);
   const size_t idat_len = (size_t(png[33]) << 24) | (size_t(png[34]) << 16) | (size_t(png[35]) << 8) | png[36];
@@ -138,8 +140,10 @@ TEST(Png, SizeWithinTenPercentOfLibpng) {
   // A photo-like frame: the synthetic scene with sensor-like noise, 640x360 RGB.
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("pngsize");
   fs::create_directories(dir);
-  ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=640x360:frames=1:format=bgr24:noise=gauss:sigma=3' -o " + dir +
-                          "/%02d.png --lossless --compression-level 6 --device cpu").rc, 0);
+  ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=640x360:frames=1:format=bgr24:noise=gauss:sigma=3' -o " +
+                          dir + "/%02d.png --lossless --compression-level 6 --device cpu")
+                .rc,
+            0);
   int w, h, ch;
   const std::vector<uint8_t> ours = read_file(dir + "/01.png");
   const std::vector<uint8_t> px = libpng_decode(ours, &w, &h, &ch);
@@ -195,11 +199,13 @@ TEST(LosslessSinks, PngSequenceAndY4mGzAreBitExact) {
   std::vector<uint8_t> gz = read_file(dir + "/out.y4m.gz");
   std::vector<uint8_t> bad = gz;
   for (size_t i = bad.size() / 2; i < bad.size() / 2 + 64; ++i) bad[i] ^= 0x5A;
-  std::ofstream(dir + "/bad.y4m.gz", std::ios::binary).write(reinterpret_cast<const char*>(bad.data()), static_cast<std::streamsize>(bad.size()));
+  std::ofstream(dir + "/bad.y4m.gz", std::ios::binary)
+      .write(reinterpret_cast<const char*>(bad.data()), static_cast<std::streamsize>(bad.size()));
   r = test::run_cmd(bin + " run -q -i " + dir + "/bad.y4m.gz -o " + dir + "/bad.y4m");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("corrupt"), std::string::npos) << r.out;
-  std::ofstream(dir + "/cut.y4m.gz", std::ios::binary).write(reinterpret_cast<const char*>(gz.data()), static_cast<std::streamsize>(gz.size() * 2 / 3));
+  std::ofstream(dir + "/cut.y4m.gz", std::ios::binary)
+      .write(reinterpret_cast<const char*>(gz.data()), static_cast<std::streamsize>(gz.size() * 2 / 3));
   r = test::run_cmd(bin + " run -i " + dir + "/cut.y4m.gz -o " + dir + "/cut.y4m");
   EXPECT_EQ(r.rc, 1) << r.out;  // as a truncated .y4m: an error, the frames before it written
   EXPECT_NE(r.out.find("truncated Y4M"), std::string::npos) << r.out;

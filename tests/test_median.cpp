@@ -5,11 +5,11 @@
 #include <cstring>
 #include <fstream>
 
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "io/y4m.hpp"
 #include "cpu/median.hpp"
+#include "io/y4m.hpp"
+#include "pipeline/engine.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;
@@ -66,8 +66,7 @@ TEST(Median, SlidingHistogramEqualsDefinition) {
             std::vector<uint8_t> a(src.size()), c(src.size());
             median_plane_naive(src.data(), w, a.data(), w, w, h, p);
             median_plane_cpu(src.data(), w, c.data(), w, w, h, p);
-            ASSERT_EQ(a, c) << w << "x" << h << " r=" << rx << "," << ry << " " << border_name(b)
-                            << " p=" << pc;
+            ASSERT_EQ(a, c) << w << "x" << h << " r=" << rx << "," << ry << " " << border_name(b) << " p=" << pc;
           }
 }
 
@@ -144,10 +143,11 @@ TEST(Median, BitExactWithFfmpeg) {
   for (const char* fmt : {"gray", "yuv420p"}) {
     // A noisy odd-sized clip made by ffmpeg itself.
     CmdResult g = run_cmd(std::string("ffmpeg -v error -y -f lavfi -i testsrc2=size=161x91:rate=25 "
-                                      "-vf noise=alls=40:allf=t -frames:v 3 -pix_fmt ") + fmt + " " + in);
+                                      "-vf noise=alls=40:allf=t -frames:v 3 -pix_fmt ") +
+                          fmt + " " + in);
     ASSERT_EQ(g.rc, 0) << g.out;
-    for (const char* args : {"radius=1", "radius=2", "radius=3:radiusV=1", "radius=1:radiusV=4",
-                             "radius=7", "radius=20:radiusV=10"}) {
+    for (const char* args :
+         {"radius=1", "radius=2", "radius=3:radiusV=1", "radius=1:radiusV=4", "radius=7", "radius=20:radiusV=10"}) {
       CmdResult f = run_cmd("ffmpeg -v error -y -i " + in + " -vf median=" + args + " -f yuv4mpegpipe " + ff);
       ASSERT_EQ(f.rc, 0) << f.out;
       Y4mSource a(in), b(ff);

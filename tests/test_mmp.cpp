@@ -16,11 +16,11 @@
 #include <iterator>
 #include <random>
 
-#include "core/error.hpp"
 #include "codecs/mmp/container.hpp"
 #include "codecs/mmp/mmp.hpp"
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/range_coder.hpp"
+#include "core/error.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;
@@ -273,7 +273,8 @@ TEST(Mmp, ContainerCarriesDictionariesWhenAsked) {
     p.shared_chroma = shared;
     p.post_filter = post;
     p.block_log = 3 + mode % 3;  // 8, 16 and 32 blocks across the combinations
-    const std::string f = dir + (carry ? "/carry" : "/fresh") + (shared ? "_shared" : "") + (post ? "_post.mmp" : ".mmp");
+    const std::string f =
+        dir + (carry ? "/carry" : "/fresh") + (shared ? "_shared" : "") + (post ? "_post.mmp" : ".mmp");
     std::deque<HostFrame> recs;  // HostFrame does not move
     std::vector<double> bits;
     {
@@ -420,11 +421,21 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
     for (int e = 0; e < edits && !b.empty(); ++e) {
       const size_t at = rng() % b.size();
       switch (rng() % 5) {
-        case 0: b[at] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
-        case 1: b[at] = static_cast<uint8_t>(rng()); break;
-        case 2: b.insert(b.begin() + static_cast<long>(at), static_cast<uint8_t>(rng())); break;
-        case 3: b.erase(b.begin() + static_cast<long>(at)); break;
-        case 4: b.resize(at); break;
+        case 0:
+          b[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+          break;
+        case 1:
+          b[at] = static_cast<uint8_t>(rng());
+          break;
+        case 2:
+          b.insert(b.begin() + static_cast<long>(at), static_cast<uint8_t>(rng()));
+          break;
+        case 3:
+          b.erase(b.begin() + static_cast<long>(at));
+          break;
+        case 4:
+          b.resize(at);
+          break;
       }
     }
     const std::string f = dir + "/fuzz.mmp";
@@ -483,7 +494,8 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
   EXPECT_NE(r.out.find("independent frames"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Cr continues Cb's dictionaries"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("post-filter: on"), std::string::npos) << r.out;
-  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/own.mmp --lambda 20 --independent-chroma --no-post-filter -n 1");
+  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir +
+                    "/own.mmp --lambda 20 --independent-chroma --no-post-filter -n 1");
   ASSERT_EQ(r.rc, 0) << r.out;
   r = test::run_cmd(bin + " mmp info " + dir + "/own.mmp");
   EXPECT_NE(r.out.find("each plane with dictionaries of its own"), std::string::npos) << r.out;

@@ -7,13 +7,13 @@
 #include <cmath>
 #include <random>
 
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "io/synthetic.hpp"
 #include "core/parallel.hpp"
 #include "cpu/median.hpp"
 #include "cpu/wavelet.hpp"
+#include "io/synthetic.hpp"
+#include "pipeline/engine.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;

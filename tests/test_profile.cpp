@@ -6,13 +6,13 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 
-#include "pipeline/engine.hpp"
 #include "core/filter_parser.hpp"
+#include "pipeline/engine.hpp"
 #include "pipeline/profile.hpp"
 #include "test_util.hpp"
 #include "trace_check.hpp"
@@ -190,7 +190,8 @@ TEST(Profile, HtmlReportRendersInHeadlessChromium) {
   }
   const CmdResult cr = run_cmd(std::string(chromium) +
                                " --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1600 "
-                               "--screenshot=" + png + " file://" + path);
+                               "--screenshot=" +
+                               png + " file://" + path);
   ASSERT_EQ(cr.rc, 0) << cr.out;
   std::ifstream f(png, std::ios::binary | std::ios::ate);
   ASSERT_TRUE(f.good()) << cr.out;
@@ -241,8 +242,10 @@ TEST(Profile, CompareFlagsRegressions) {
 
 TEST(Profile, CliWritesTableJsonTraceAndHtml) {
   const std::string bin = VFPIPE_BIN, prefix = tmp_path("prof");
-  CmdResult r = run_cmd(bin + " profile -i 'synthetic=size=160x90:frames=40' -f 'median,conv=gauss' --device cpu "
-                              "--no-progress --prefix " + prefix);
+  CmdResult r = run_cmd(bin +
+                        " profile -i 'synthetic=size=160x90:frames=40' -f 'median,conv=gauss' --device cpu "
+                        "--no-progress --prefix " +
+                        prefix);
   ASSERT_EQ(r.rc, 0) << r.out;
   for (const char* k : {"p90", "input queue (capture->submit)", "end-to-end (capture->output)", "30 frames counted"})
     EXPECT_NE(r.out.find(k), std::string::npos) << k << "\n" << r.out;
@@ -252,8 +255,10 @@ TEST(Profile, CliWritesTableJsonTraceAndHtml) {
   EXPECT_GT(check_nesting(json::parse(std::ifstream(prefix + ".trace.json"))), 0u);
   EXPECT_TRUE(std::ifstream(prefix + ".html").good());
   // --profile on run, with a bounded record count.
-  r = run_cmd(bin + " run -i 'synthetic=size=64x64:frames=30' -f median --device cpu --no-progress "
-                    "--profile-frames 8 --profile " + prefix + "2");
+  r = run_cmd(bin +
+              " run -i 'synthetic=size=64x64:frames=30' -f median --device cpu --no-progress "
+              "--profile-frames 8 --profile " +
+              prefix + "2");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(json::parse(std::ifstream(prefix + "2.json"))["frames"].size(), 8u);
   EXPECT_EQ(run_cmd(bin + " profile -f median").rc, 2);  // no input
@@ -320,7 +325,8 @@ TEST(GlassToGlass, MissedFlipsAndNoSamples) {
   r = analyze_glass_to_glass(flips, {});
   EXPECT_EQ(r.missed, 10);
   // Patch luma of frames: gray and BGR.
-  HostFrame g(FrameSpec{PixelFormat::GRAY8, 8, 8, {25, 1}}, false), c(FrameSpec{PixelFormat::BGR24, 8, 8, {25, 1}}, false);
+  HostFrame g(FrameSpec{PixelFormat::GRAY8, 8, 8, {25, 1}}, false),
+      c(FrameSpec{PixelFormat::BGR24, 8, 8, {25, 1}}, false);
   std::memset(g.data(), 0, g.layout().total_bytes);
   for (int y = 2; y < 6; ++y)
     for (int x = 2; x < 6; ++x) g.view().row(0, y)[x] = 200;

@@ -28,9 +28,14 @@ std::vector<Item> random_items(size_t n, uint32_t seed) {
     if (kind == 0) v.push_back({0, ctx, (rng() % 100) < static_cast<uint32_t>(10 + 25 * ctx) ? 1u : 0u, 1});
     if (kind == 1) {
       const int nb = 1 + static_cast<int>(rng() % 32);
-      v.push_back({1, 0, nb == 32 ? static_cast<uint32_t>(rng()) : static_cast<uint32_t>(rng()) & ((1u << nb) - 1), nb});
+      v.push_back(
+          {1, 0, nb == 32 ? static_cast<uint32_t>(rng()) : static_cast<uint32_t>(rng()) & ((1u << nb) - 1), nb});
     }
-    if (kind == 2) v.push_back({2, ctx, static_cast<uint32_t>(std::min<int>(static_cast<int>(std::abs(std::normal_distribution<double>(0, 6)(rng))), 63)), 6});
+    if (kind == 2)
+      v.push_back({2, ctx,
+                   static_cast<uint32_t>(
+                       std::min<int>(static_cast<int>(std::abs(std::normal_distribution<double>(0, 6)(rng))), 63)),
+                   6});
   }
   return v;
 }

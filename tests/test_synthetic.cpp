@@ -9,7 +9,8 @@
 using namespace vfp;
 
 TEST(Synthetic, ParsesOptions) {
-  SyntheticParams p = parse_synthetic("synthetic=size=1921x1081:rate=30000/1001:frames=5:format=gray:noise=gauss:sigma=7:seed=3");
+  SyntheticParams p =
+      parse_synthetic("synthetic=size=1921x1081:rate=30000/1001:frames=5:format=gray:noise=gauss:sigma=7:seed=3");
   EXPECT_EQ(p.spec.width, 1921);
   EXPECT_EQ(p.spec.height, 1081);
   EXPECT_EQ(p.spec.fps.num, 30000);

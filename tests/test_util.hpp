@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/frame.hpp"
-#include "pipeline/engine.hpp"
 #include "core/filter_parser.hpp"
+#include "core/frame.hpp"
 #include "io/synthetic.hpp"
+#include "pipeline/engine.hpp"
 #include "pipeline/source.hpp"
 #include "pipeline/stats.hpp"
 
@@ -61,8 +61,7 @@ inline uint32_t read_stamp(const HostFrame& f) {
 // A source producing `count` frames: random content stamped with the frame number.
 class TestSource : public Source {
  public:
-  TestSource(FrameSpec spec, int64_t count, int delay_us = 0)
-      : spec_(spec), count_(count), delay_us_(delay_us) {}
+  TestSource(FrameSpec spec, int64_t count, int delay_us = 0) : spec_(spec), count_(count), delay_us_(delay_us) {}
   FrameSpec spec() const override { return spec_; }
   std::string describe() const override { return "test"; }
   int64_t frame_count() const override { return count_; }
@@ -88,11 +87,13 @@ class CaptureSink : public Sink {
  public:
   explicit CaptureSink(int delay_us = 0, bool keep = true) : delay_us_(delay_us), keep_(keep) {}
   std::vector<PixelFormat> accepted_formats() const override { return {}; }
-  void open(const FrameSpec& s) override { spec = s; opened = true; }
+  void open(const FrameSpec& s) override {
+    spec = s;
+    opened = true;
+  }
   void write(const HostFrame& f) override {
     if (delay_us_) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
-    if (fail_at >= 0 && static_cast<int64_t>(stamps.size()) == fail_at)
-      throw std::runtime_error("test sink failure");
+    if (fail_at >= 0 && static_cast<int64_t>(stamps.size()) == fail_at) throw std::runtime_error("test sink failure");
     stamps.push_back(read_stamp(f));
     indices.push_back(f.index);
     if (keep_) {
@@ -100,8 +101,7 @@ class CaptureSink : public Sink {
       ImageView s = f.view(), d = frames.back()->view();
       int bpp = sample_bytes(s.format);
       for (int p = 0; p < plane_count(s.format); ++p)
-        for (int y = 0; y < s.ph[p]; ++y)
-          std::copy(s.row(p, y), s.row(p, y) + s.pw[p] * bpp, d.row(p, y));
+        for (int y = 0; y < s.ph[p]; ++y) std::copy(s.row(p, y), s.row(p, y) + s.pw[p] * bpp, d.row(p, y));
     }
   }
   void close() override { ++closes; }
@@ -143,7 +143,6 @@ inline std::string tmp_path(const std::string& name) {
   return dir + "vfpipe_" + std::to_string(::getpid()) + "_" + name;
 }
 
-
 // End-to-end latency (capture -> output) and the frame's own work (the sum of its step
 // times: CPU stage times, or the GPU's copy and stage times from CUDA events), p99 over the
 // frames after `warmup`, in milliseconds.
@@ -154,7 +153,8 @@ struct LatencyP99 {
 // Descriptors this process has open (/proc/self/fd): leak checks compare it before and after.
 inline size_t open_descriptor_count() {
   size_t n = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator(); ++it)
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator();
+       ++it)
     ++n;
   return n;
 }

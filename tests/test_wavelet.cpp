@@ -5,16 +5,16 @@
 
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "stages/builtin.hpp"
 #include "cpu/wavelet.hpp"
+#include "stages/builtin.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;
@@ -49,11 +49,11 @@ const nlohmann::json* pywt_reference() {
   return ref.is_null() ? nullptr : &ref;
 }
 
-#define REQUIRE_PYWT(ref)                                                                        \
-  const nlohmann::json* ref = pywt_reference();                                                  \
-  if (!ref) {                                                                                    \
-    if (std::getenv("VFPIPE_REQUIRE_PYWT")) FAIL() << "python3-pywt / python3-skimage missing";  \
-    GTEST_SKIP() << "python3 with pywt and skimage not available";                               \
+#define REQUIRE_PYWT(ref)                                                                       \
+  const nlohmann::json* ref = pywt_reference();                                                 \
+  if (!ref) {                                                                                   \
+    if (std::getenv("VFPIPE_REQUIRE_PYWT")) FAIL() << "python3-pywt / python3-skimage missing"; \
+    GTEST_SKIP() << "python3 with pywt and skimage not available";                              \
   }
 
 }  // namespace
@@ -246,8 +246,10 @@ TEST(WaveletStage, SixteenBitOutputKeepsWhatEightBitsRound) {
   EXPECT_LT(mse16, mse8);
   // Through the CLI: format=gray16le before the stage, 16-bit Y4M out.
   const std::string bin = VFPIPE_BIN, out = test::tmp_path("wavelet16.y4m");
-  test::CmdResult r = test::run_cmd(bin + " run -i 'synthetic=size=64x48:frames=2:format=gray:noise=gauss:sigma=10' -f "
-                                          "'format=gray16le,wavelet=db2:levels=2' -o " + out + " --device cpu --no-progress");
+  test::CmdResult r = test::run_cmd(bin +
+                                    " run -i 'synthetic=size=64x48:frames=2:format=gray:noise=gauss:sigma=10' -f "
+                                    "'format=gray16le,wavelet=db2:levels=2' -o " +
+                                    out + " --device cpu --no-progress");
   ASSERT_EQ(r.rc, 0) << r.out;
   std::ifstream f(out, std::ios::binary);
   std::string y4m((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -435,7 +437,8 @@ TEST(WaveletStage, WiredIntoTheCli) {
   EXPECT_NE(r.out.find("bayesshrink"), std::string::npos);
   EXPECT_NE(r.out.find("nsteps"), std::string::npos);
   const std::string out = test::tmp_path("wavelet_cli.y4m");
-  r = test::run_cmd(bin + " run -i 'synthetic=size=96x64:frames=4:noise=gauss:sigma=15' -f 'wdenoise=sym4:levels=2' -o " +
+  r = test::run_cmd(bin +
+                    " run -i 'synthetic=size=96x64:frames=4:noise=gauss:sigma=15' -f 'wdenoise=sym4:levels=2' -o " +
                     out + " --device cpu --no-progress");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("wavelet(sym4,bayes,soft,2 levels)"), std::string::npos) << r.out;

@@ -86,8 +86,7 @@ TEST(Y4m, ReadsFilesWrittenByFfmpeg) {
     for (int i = 0; i < 5; ++i) {
       ASSERT_TRUE(src.read(f)) << c.name << " frame " << i;
       f.store_packed(packed.data());
-      EXPECT_EQ(0, std::memcmp(packed.data(), raw.data() + i * frame_bytes, frame_bytes))
-          << c.name << " frame " << i;
+      EXPECT_EQ(0, std::memcmp(packed.data(), raw.data() + i * frame_bytes, frame_bytes)) << c.name << " frame " << i;
     }
     EXPECT_FALSE(src.read(f));
   }

@@ -15,9 +15,9 @@
 #include <sstream>
 
 #include "apps/bench/bench_util.hpp"
-#include "cuda/conv.hpp"
 #include "core/gpu.hpp"
 #include "cpu/conv.hpp"
+#include "cuda/conv.hpp"
 #if VFPIPE_HAVE_NPP
 #include <nppi_filtering_functions.h>
 #endif
@@ -35,7 +35,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (!bench::require_gpu()) return 1;
-    std::printf("vfpipe convolution benchmark on %s (8-bit gray, ms per call = median of %d batches of 10 back-to-back calls)\n", cuda::probe().name.c_str(), iters);
+    std::printf(
+        "vfpipe convolution benchmark on %s (8-bit gray, ms per call = median of %d batches of 10 back-to-back "
+        "calls)\n",
+        cuda::probe().name.c_str(), iters);
 #if !VFPIPE_HAVE_NPP
     std::printf("NPP: not available in this build\n");
 #endif
@@ -78,9 +81,8 @@ int main(int argc, char** argv) {
           cuda::ConvTaps taps(1);
           static uint64_t version = 0;
           taps.use(p, sep, ++version, 0, stream.get());
-          return bench::time_ms(iters, stream, [&] {
-            taps.run(d_in.get(), pitch, d_out.get(), pitch, w, h, 0, stream.get());
-          });
+          return bench::time_ms(iters, stream,
+                                [&] { taps.run(d_in.get(), pitch, d_out.get(), pitch, w, h, 0, stream.get()); });
         };
         const double t2 = timed(p2, false);
         // The same without programmatic dependent launch: each call waits for the previous
@@ -106,8 +108,8 @@ int main(int argc, char** argv) {
           const Npp8u* src = d_in.get() + static_cast<size_t>(r) * pitch + r;
           Npp8u* dst = d_out.get() + static_cast<size_t>(r) * pitch + r;
           tnpp = bench::time_ms(iters, stream, [&] {
-            st = nppiFilter32f_8u_C1R_Ctx(src, pitch, dst, pitch, roi, reinterpret_cast<const Npp32f*>(dk.get()),
-                                          ksz, anchor, ctx);
+            st = nppiFilter32f_8u_C1R_Ctx(src, pitch, dst, pitch, roi, reinterpret_cast<const Npp32f*>(dk.get()), ksz,
+                                          anchor, ctx);
           });
           if (st != NPP_SUCCESS) throw std::runtime_error("nppiFilter32f_8u_C1R_Ctx failed: " + std::to_string(st));
         }
@@ -118,11 +120,18 @@ int main(int argc, char** argv) {
                     tnpp > 0 ? (std::to_string(tnpp / t2).substr(0, 5) + "x").c_str() : "-", tauto / copy_ms,
                     t2_plain / copy_ms);
         std::fflush(stdout);
-        out.push_back({{"size", sz}, {"kernel", k}, {"conv2d_ms", t2}, {"conv2d_no_pdl_ms", t2_plain},
+        out.push_back({{"size", sz},
+                       {"kernel", k},
+                       {"conv2d_ms", t2},
+                       {"conv2d_no_pdl_ms", t2_plain},
                        {"separable_ms", tsep},
-                       {"auto_gauss_ms", tauto}, {"auto_mpix_s", mpix}, {"npp_ms", tnpp},
-                       {"npp_over_2d", tnpp > 0 ? tnpp / t2 : 0}, {"floor_ms", copy_ms},
-                       {"copy_GBps", gbps}, {"device", cuda::probe().name}});
+                       {"auto_gauss_ms", tauto},
+                       {"auto_mpix_s", mpix},
+                       {"npp_ms", tnpp},
+                       {"npp_over_2d", tnpp > 0 ? tnpp / t2 : 0},
+                       {"floor_ms", copy_ms},
+                       {"copy_GBps", gbps},
+                       {"device", cuda::probe().name}});
       }
     }
     if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";

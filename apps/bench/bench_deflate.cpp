@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "apps/bench/bench_util.hpp"
-#include "cuda/deflate.hpp"
 #include "codecs/deflate/deflate.hpp"
 #include "codecs/deflate/png.hpp"
+#include "cuda/deflate.hpp"
 #include "io/synthetic.hpp"
 #include "pipeline/stats.hpp"
 #if VFPIPE_HAVE_ZLIB
@@ -33,9 +33,7 @@ using namespace vfp;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 template <typename F>
 double median_s(int reps, F&& f) {
@@ -90,7 +88,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (!bench::require_gpu()) return 1;
 
-  SyntheticParams sp = parse_synthetic("size=" + size + ":format=" + format + ":noise=gauss:sigma=" + std::to_string(sigma));
+  SyntheticParams sp =
+      parse_synthetic("size=" + size + ":format=" + format + ":noise=gauss:sigma=" + std::to_string(sigma));
   SyntheticSource src(sp);
   HostFrame f(sp.spec, false);
   const size_t fbytes = static_cast<size_t>(f.layout().total_bytes);
@@ -116,16 +115,18 @@ int main(int argc, char** argv) {
   cuda::DeflateEncoder enc;
   std::printf("\n%-26s %10s %9s %9s   %s\n", "encoder", "GB/s", "ratio", "ms", "parts (ms)");
   auto row = [&](const std::string& name, double sec, size_t z, const std::string& extra = "") {
-    std::printf("%-26s %10.2f %9.3f %9.2f   %s\n", name.c_str(), n / sec / 1e9, double(n) / z, sec * 1e3, extra.c_str());
-    J["rows"].push_back({{"encoder", name}, {"gbps", n / sec / 1e9}, {"ratio", double(n) / z}, {"ms", sec * 1e3},
-                         {"bytes", z}});
+    std::printf("%-26s %10.2f %9.3f %9.2f   %s\n", name.c_str(), n / sec / 1e9, double(n) / z, sec * 1e3,
+                extra.c_str());
+    J["rows"].push_back(
+        {{"encoder", name}, {"gbps", n / sec / 1e9}, {"ratio", double(n) / z}, {"ms", sec * 1e3}, {"bytes", z}});
   };
   for (int level : ints(levels_s)) {
     deflate::Options o;
     o.level = level;
     size_t z = 0;
     enc.compress_device(din.get(), n, o, cuda::DeflateContainer::Zlib, s.get());  // warm-up, sizes buffers
-    const double t = median_s(reps, [&] { z = enc.compress_device(din.get(), n, o, cuda::DeflateContainer::Zlib, s.get()); });
+    const double t =
+        median_s(reps, [&] { z = enc.compress_device(din.get(), n, o, cuda::DeflateContainer::Zlib, s.get()); });
     const auto& tm = enc.timings();
     char parts[160];
     std::snprintf(parts, sizeof parts, "chains %.2f parse %.2f codes %.2f pack %.2f adler %.2f", tm.chains, tm.parse,
@@ -192,8 +193,8 @@ int main(int argc, char** argv) {
     const int ch = format == "bgr24" ? 3 : 1;
     const int w = sp.spec.width, h = sp.spec.height;
     const size_t pitch = static_cast<size_t>(w) * ch;
-    std::printf("\nPNG of one %dx%d %s frame\n%-26s %10s %12s %9s\n", w, h, ch == 3 ? "RGB" : "gray", "encoder", "frames/s",
-                "bytes", "vs libpng");
+    std::printf("\nPNG of one %dx%d %s frame\n%-26s %10s %12s %9s\n", w, h, ch == 3 ? "RGB" : "gray", "encoder",
+                "frames/s", "bytes", "vs libpng");
     size_t png_ref = 0;
 #if VFPIPE_HAVE_LIBPNG
     {
@@ -221,7 +222,8 @@ int main(int argc, char** argv) {
         png = enc.encode_png_pinned(din.get(), pitch, w, h, ch, ch == 3, level, s.get());
       });
       const std::string name = "vfpipe GPU PNG level " + std::to_string(level);
-      std::printf("%-26s %10.1f %12zu %9.3f\n", name.c_str(), 1 / t, png.size, png_ref ? double(png.size) / png_ref : 0.0);
+      std::printf("%-26s %10.1f %12zu %9.3f\n", name.c_str(), 1 / t, png.size,
+                  png_ref ? double(png.size) / png_ref : 0.0);
       J["png"].push_back({{"encoder", name}, {"fps", 1 / t}, {"bytes", png.size}});
     }
   }

@@ -9,20 +9,20 @@
 //                       [--depth 3] [--repeat 5] [--device cuda|cpu] [--json out.json]
 //                       [--completion event|hostfunc] [--threads N] [--filters CHAIN]
 #include <CLI/CLI.hpp>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "pipeline/chain.hpp"
-#include "pipeline/engine.hpp"
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
-#include "io/open.hpp"
-#include "io/synthetic.hpp"
 #include "core/log.hpp"
 #include "core/parallel.hpp"
+#include "io/open.hpp"
+#include "io/synthetic.hpp"
+#include "pipeline/chain.hpp"
+#include "pipeline/engine.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
 #endif
@@ -33,7 +33,7 @@ namespace {
 
 struct CopyBound {
   double h2d_ms = 0, d2h_ms = 0, both_ms = 0;  // medians of single copies
-  double stream_ms = 0;  // per frame, streaming both directions back to back
+  double stream_ms = 0;                        // per frame, streaming both directions back to back
 };
 
 #if VFPIPE_HAVE_CUDA
@@ -109,8 +109,7 @@ CopyBound measure_copies(size_t bytes, int reps, int nbuf) {
 
 int main(int argc, char** argv) {
   CLI::App app{"vfpipe engine benchmark: pass-through throughput and copy/compute overlap"};
-  std::string sizes = "1920x1080,3840x2160", format = "bgr24", device = "cuda", json_path,
-              filters = "null";
+  std::string sizes = "1920x1080,3840x2160", format = "bgr24", device = "cuda", json_path, filters = "null";
   int64_t frames = 600;
   int depth = 3, queue = 4, cache = 8, repeat = 5;
   app.add_option("--sizes", sizes, "comma-separated frame sizes")->capture_default_str();
@@ -152,12 +151,13 @@ int main(int argc, char** argv) {
     std::string devname = "CPU";
 #endif
     nlohmann::json out = nlohmann::json::array();
-    std::printf("vfpipe engine benchmark on %s: %s, chain '%s', depth %d, %lld frames per size, completion %s, "
-                "%d CPU threads\n",
-                devname.c_str(), format.c_str(), filters.c_str(), depth, static_cast<long long>(frames),
-                completion.c_str(), cpu_threads());
-    std::printf("%-10s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n", "size", "fps", "up GB/s",
-                "down GB/s", "H2D ms", "D2H ms", "both ms", "rot ms", "stream ms", "bound fps", "of bound");
+    std::printf(
+        "vfpipe engine benchmark on %s: %s, chain '%s', depth %d, %lld frames per size, completion %s, "
+        "%d CPU threads\n",
+        devname.c_str(), format.c_str(), filters.c_str(), depth, static_cast<long long>(frames), completion.c_str(),
+        cpu_threads());
+    std::printf("%-10s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n", "size", "fps", "up GB/s", "down GB/s", "H2D ms",
+                "D2H ms", "both ms", "rot ms", "stream ms", "bound fps", "of bound");
     std::stringstream ss(sizes);
     std::string sz;
     while (std::getline(ss, sz, ',')) {
@@ -217,11 +217,20 @@ int main(int argc, char** argv) {
       // The bound: copies alone streaming both directions at once (uploads back to back on
       // one stream, downloads on another), through as many host buffers as the engine.
       double bound_fps = cb.stream_ms > 0 ? 1000.0 / cb.stream_ms : 0;
-      nlohmann::json j = {{"size", sz},         {"format", format}, {"frames", rep.frames_out},
-                          {"fps", fps},         {"fps_min", fs.min}, {"fps_max", fs.max},
-                          {"repeat", repeat},   {"up_GBps", up},    {"down_GBps", down},
-                          {"device", devname},  {"depth", depth},   {"filters", filters},
-                          {"bytes_per_frame", rep.bytes_up}, {"completion", completion},
+      nlohmann::json j = {{"size", sz},
+                          {"format", format},
+                          {"frames", rep.frames_out},
+                          {"fps", fps},
+                          {"fps_min", fs.min},
+                          {"fps_max", fs.max},
+                          {"repeat", repeat},
+                          {"up_GBps", up},
+                          {"down_GBps", down},
+                          {"device", devname},
+                          {"depth", depth},
+                          {"filters", filters},
+                          {"bytes_per_frame", rep.bytes_up},
+                          {"completion", completion},
                           {"cpu_threads", cpu_threads()}};
       j["copy_h2d_ms"] = cb.h2d_ms;
       j["copy_d2h_ms"] = cb.d2h_ms;
@@ -235,8 +244,8 @@ int main(int argc, char** argv) {
         const double untimed = summarize(untimed_runs).p50;
         j["fps_untimed"] = untimed;
         j["timing_overhead"] = untimed > 0 ? 1.0 - fps / untimed : 0;
-        std::printf("%-10s timing overhead: %.1f fps timed vs %.1f fps untimed (medians of %d): %+.2f%%\n",
-                    sz.c_str(), fps, untimed, repeat, untimed > 0 ? 100.0 * (1.0 - fps / untimed) : 0.0);
+        std::printf("%-10s timing overhead: %.1f fps timed vs %.1f fps untimed (medians of %d): %+.2f%%\n", sz.c_str(),
+                    fps, untimed, repeat, untimed > 0 ? 100.0 * (1.0 - fps / untimed) : 0.0);
       }
       j["steps"] = nlohmann::json::array();
       for (size_t i = 0; i < rep.steps.size(); ++i) {
@@ -244,8 +253,8 @@ int main(int argc, char** argv) {
         j["steps"].push_back({{"name", rep.steps[i]}, {"mean_ms", st.mean}, {"p50_ms", st.p50}, {"p99_ms", st.p99}});
       }
       out.push_back(j);
-      std::printf("%-10s %9.1f %9.2f %9.2f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %7.1f%%  (fps %.0f..%.0f)\n",
-                  sz.c_str(), fps, up, down, cb.h2d_ms, cb.d2h_ms, cb.both_ms, rot_ms, cb.stream_ms, bound_fps,
+      std::printf("%-10s %9.1f %9.2f %9.2f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %7.1f%%  (fps %.0f..%.0f)\n", sz.c_str(),
+                  fps, up, down, cb.h2d_ms, cb.d2h_ms, cb.both_ms, rot_ms, cb.stream_ms, bound_fps,
                   bound_fps > 0 ? 100.0 * fps / bound_fps : 0.0, fs.min, fs.max);
     }
     if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";

@@ -15,9 +15,9 @@
 #include <sstream>
 #include <type_traits>
 
-#include "cuda/median.hpp"
-#include "core/gpu.hpp"
 #include "apps/bench/bench_util.hpp"
+#include "core/gpu.hpp"
+#include "cuda/median.hpp"
 #include "pipeline/stats.hpp"
 #if VFPIPE_HAVE_NPP
 #include <cuda_runtime.h>
@@ -57,15 +57,17 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (!bench::require_gpu()) return 1;
-    std::printf("vfpipe median benchmark on %s (8-bit gray, random content; ms per call = median of %d batches of 10 back-to-back calls)\n",
-                cuda::probe().name.c_str(), iters);
+    std::printf(
+        "vfpipe median benchmark on %s (8-bit gray, random content; ms per call = median of %d batches of 10 "
+        "back-to-back calls)\n",
+        cuda::probe().name.c_str(), iters);
 #if VFPIPE_HAVE_NPP
     std::printf("NPP: nppiFilterMedian_8u_C1R_Ctx on the interior ROI\n");
 #else
     std::printf("NPP: not available in this build\n");
 #endif
-    std::printf("%-10s %7s %10s %10s %10s %11s %10s %9s\n", "size", "window", "select ms", "hist ms",
-                "auto ms", "auto Mpix/s", "NPP ms", "vs NPP");
+    std::printf("%-10s %7s %10s %10s %10s %11s %10s %9s\n", "size", "window", "select ms", "hist ms", "auto ms",
+                "auto Mpix/s", "NPP ms", "vs NPP");
     nlohmann::json out = nlohmann::json::array();
     cuda::Stream stream;
     for (const std::string& sz : bench::split_list(sizes)) {
@@ -116,9 +118,15 @@ int main(int argc, char** argv) {
                     t_npp > 0 ? std::to_string(t_npp).substr(0, 7).c_str() : "-",
                     t_npp > 0 ? (std::to_string(t_npp / t_auto).substr(0, 5) + "x").c_str() : "-");
         std::fflush(stdout);
-        out.push_back({{"size", sz}, {"window", win}, {"select_ms", t_sel}, {"histogram_ms", t_hist},
-                       {"auto_ms", t_auto}, {"auto_mpix_s", mpix}, {"npp_ms", t_npp},
-                       {"speedup_vs_npp", t_npp > 0 ? t_npp / t_auto : 0}, {"device", cuda::probe().name}});
+        out.push_back({{"size", sz},
+                       {"window", win},
+                       {"select_ms", t_sel},
+                       {"histogram_ms", t_hist},
+                       {"auto_ms", t_auto},
+                       {"auto_mpix_s", mpix},
+                       {"npp_ms", t_npp},
+                       {"speedup_vs_npp", t_npp > 0 ? t_npp / t_auto : 0},
+                       {"device", cuda::probe().name}});
       }
     }
     if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";

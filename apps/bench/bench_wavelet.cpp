@@ -16,9 +16,9 @@
 
 #include "apps/bench/bench_util.hpp"
 #include "core/gpu.hpp"
+#include "cpu/wavelet.hpp"
 #include "cuda/wavelet.hpp"
 #include "stages/planar.hpp"
-#include "cpu/wavelet.hpp"
 
 using namespace vfp;
 
@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   app.add_option("--wavelets", wavelets, "wavelets")->capture_default_str();
   app.add_option("--levels", levels, "decomposition levels")->capture_default_str();
   app.add_option("--method", method, "bayesshrink | visushrink")->capture_default_str();
-  app.add_option("--bits", bits, "sample depth of the plane: 8 or 16 (gray16le)")->check(CLI::IsMember({8, 16}))
+  app.add_option("--bits", bits, "sample depth of the plane: 8 or 16 (gray16le)")
+      ->check(CLI::IsMember({8, 16}))
       ->capture_default_str();
   app.add_option("--iters", iters, "timed GPU runs per case (median reported)")->capture_default_str();
   app.add_option("--cpu-iters", cpu_iters, "CPU reference runs per case (0 = skip)")->capture_default_str();
@@ -38,9 +39,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (!bench::require_gpu()) return 1;
-    std::printf("vfpipe wavelet benchmark on %s: %d levels, %s soft, %d-bit gray plane with Gaussian noise "
-                "(sigma 20); ms per call = median of %d batches of 10\n",
-                cuda::probe().name.c_str(), levels, method.c_str(), bits, iters);
+    std::printf(
+        "vfpipe wavelet benchmark on %s: %d levels, %s soft, %d-bit gray plane with Gaussian noise "
+        "(sigma 20); ms per call = median of %d batches of 10\n",
+        cuda::probe().name.c_str(), levels, method.c_str(), bits, iters);
     const int sb = bits / 8;  // bytes per sample
     cuda::Stream stream;
     const double gbps = bench::measure_bandwidth_gbps(stream);
@@ -62,7 +64,8 @@ int main(int argc, char** argv) {
           const float v = 128.f + 60.f * std::sin(x * 0.01f) * std::cos(y * 0.013f) + noise(rng);
           const auto q = static_cast<uint8_t>(std::lround(std::fmin(255.f, std::fmax(0.f, v))));
           if (sb == 2)
-            reinterpret_cast<uint16_t*>(host.data() + static_cast<size_t>(y) * pitch)[x] = static_cast<uint16_t>(q * 257);
+            reinterpret_cast<uint16_t*>(host.data() + static_cast<size_t>(y) * pitch)[x] =
+                static_cast<uint16_t>(q * 257);
           else
             host[static_cast<size_t>(y) * pitch + x] = q;
         }
@@ -87,7 +90,8 @@ int main(int argc, char** argv) {
         // The inverse consumes the approximation band it overwrites: re-run forward, time both, subtract.
         const double t_fi = bench::time_ms(iters, stream, [&] {
           fwd();
-          with_samples(deep, d_in.get(), d_out.get(), [&](auto, auto out) { ws.inverse(out, pitch, p, true, stream.get()); });
+          with_samples(deep, d_in.get(), d_out.get(),
+                       [&](auto, auto out) { ws.inverse(out, pitch, p, true, stream.get()); });
         });
         const double t_inv = t_fi - t_fwd;
         const double t_all = bench::time_ms(iters, stream, [&] {
@@ -120,10 +124,22 @@ int main(int argc, char** argv) {
         std::printf("%-10s %-6s %9.4f %9.4f %9.4f %9.4f %9.4f %8.2fx %8.0f %10.1f\n", sz.c_str(), wn.c_str(), t_fwd,
                     t_est, t_inv, t_all, floor_ms, t_all / floor_ms, mpix, t_cpu);
         std::fflush(stdout);
-        out.push_back({{"size", sz}, {"wavelet", wn}, {"levels", lv}, {"method", method}, {"bits", bits}, {"forward_ms", t_fwd},
-                       {"estimate_ms", t_est}, {"inverse_ms", t_inv}, {"total_ms", t_all},
-                       {"bytes_forward", b_fwd}, {"bytes_estimate", b_est}, {"bytes_inverse", b_inv},
-                       {"floor_ms", floor_ms}, {"copy_GBps", gbps}, {"mpix_s", mpix}, {"cpu_ms", t_cpu},
+        out.push_back({{"size", sz},
+                       {"wavelet", wn},
+                       {"levels", lv},
+                       {"method", method},
+                       {"bits", bits},
+                       {"forward_ms", t_fwd},
+                       {"estimate_ms", t_est},
+                       {"inverse_ms", t_inv},
+                       {"total_ms", t_all},
+                       {"bytes_forward", b_fwd},
+                       {"bytes_estimate", b_est},
+                       {"bytes_inverse", b_inv},
+                       {"floor_ms", floor_ms},
+                       {"copy_GBps", gbps},
+                       {"mpix_s", mpix},
+                       {"cpu_ms", t_cpu},
                        {"device", cuda::probe().name}});
       }
     }

@@ -36,7 +36,8 @@ int compress_command(const CompressArgs& a) {
   o.segment_bytes = static_cast<size_t>(a.segment_kib) * 1024;
   LosslessEncoder enc(a.level, a.device != "cpu" && a.engine != "libdeflate", a.engine == "vfpipe");
 #if VFPIPE_HAVE_CUDA
-  if (a.device == "cuda" && !enc.on_gpu()) log::warn("no usable GPU (%s): compressing on the CPU", cuda::probe().reason.c_str());
+  if (a.device == "cuda" && !enc.on_gpu())
+    log::warn("no usable GPU (%s): compressing on the CPU", cuda::probe().reason.c_str());
 #endif
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<uint8_t> z = enc.compress(data.data(), data.size(), o,
@@ -45,9 +46,12 @@ int compress_command(const CompressArgs& a) {
                                                                   : DeflateFormat::Gzip);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string out = !a.output.empty() ? a.output
-                          : a.input + (a.format == "zlib" ? ".zz" : a.format == "raw" ? ".deflate" : ".gz");
+                                            : a.input + (a.format == "zlib"  ? ".zz"
+                                                         : a.format == "raw" ? ".deflate"
+                                                                             : ".gz");
   write_file(out, std::string(z.begin(), z.end()), "output");
-  std::fprintf(stderr, "%s: %zu -> %zu bytes (%.2f%%, ratio %.3f) in %.3f s, %.1f MB/s, level %d, %s, %d KiB segments, %s\n",
+  std::fprintf(stderr,
+               "%s: %zu -> %zu bytes (%.2f%%, ratio %.3f) in %.3f s, %.1f MB/s, level %d, %s, %d KiB segments, %s\n",
                out.c_str(), data.size(), z.size(), data.empty() ? 0.0 : 100.0 * z.size() / data.size(),
                z.empty() ? 0.0 : static_cast<double>(data.size()) / z.size(), s, data.size() / 1e6 / std::max(s, 1e-9),
                a.level, a.format.c_str(), a.segment_kib, enc.engine());
@@ -71,17 +75,19 @@ void add_compress_command(CLI::App& app, Subcommands& out) {
   compress->add_option("-d,--device", comp_args.device, "auto (the GPU if usable), cuda, cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  compress->add_option("--engine", comp_args.engine,
-                       "auto (vfpipe's GPU encoder, else libdeflate), vfpipe (its GPU encoder or CPU reference: the "
-                       "same bytes everywhere), libdeflate")
+  compress
+      ->add_option("--engine", comp_args.engine,
+                   "auto (vfpipe's GPU encoder, else libdeflate), vfpipe (its GPU encoder or CPU reference: the "
+                   "same bytes everywhere), libdeflate")
       ->check(CLI::IsMember({"auto", "vfpipe", "libdeflate"}))
       ->capture_default_str();
   compress->add_option("--segment", comp_args.segment_kib, "segment size in KiB (4..64, the GPU's unit of work)")
       ->check(CLI::Range(4, 64))
       ->capture_default_str();
-  compress->footer("\nvfpipe's DEFLATE encoder (docs/deflate.md): on the GPU when one is usable, else its CPU\n"
-                   "reference; both write the same bytes, which any gzip/zlib reads.\n"
-                   "Example: vfpipe compress frames.raw --level 1 && gzip -t frames.raw.gz\n");
+  compress->footer(
+      "\nvfpipe's DEFLATE encoder (docs/deflate.md): on the GPU when one is usable, else its CPU\n"
+      "reference; both write the same bytes, which any gzip/zlib reads.\n"
+      "Example: vfpipe compress frames.raw --level 1 && gzip -t frames.raw.gz\n");
   out.push_back({compress, [args] { return compress_command(*args); }});
 }
 

@@ -18,15 +18,19 @@ namespace {
 
 std::string type_name(const OptionSpec& o) {
   switch (o.type) {
-    case OptionSpec::Type::Int: return log::format("int %g..%g", o.min, o.max);
-    case OptionSpec::Type::Float: return log::format("float %g..%g", o.min, o.max);
-    case OptionSpec::Type::Bool: return "bool";
+    case OptionSpec::Type::Int:
+      return log::format("int %g..%g", o.min, o.max);
+    case OptionSpec::Type::Float:
+      return log::format("float %g..%g", o.min, o.max);
+    case OptionSpec::Type::Bool:
+      return "bool";
     case OptionSpec::Type::Choice: {
       std::string r;
       for (const auto& c : o.choices) r += (r.empty() ? "" : "|") + c;
       return r;
     }
-    case OptionSpec::Type::String: return "string";
+    case OptionSpec::Type::String:
+      return "string";
   }
   return "";
 }
@@ -56,8 +60,8 @@ int filters_command(const std::string& name) {
       for (const auto& al : s->aliases) std::printf(" %s", al.c_str());
       std::printf(")");
     }
-    std::printf(": %s\n\n  %s\n\n  backends: cpu%s\n  input formats:", s->summary.c_str(),
-                s->description.c_str(), s->cuda ? ", cuda" : "");
+    std::printf(": %s\n\n  %s\n\n  backends: cpu%s\n  input formats:", s->summary.c_str(), s->description.c_str(),
+                s->cuda ? ", cuda" : "");
     for (PixelFormat f : s->formats) std::printf(" %s", pix_fmt_name(f));
     std::printf("\n  options (positional values follow this order):\n");
     if (s->options.empty()) std::printf("    none\n");
@@ -99,8 +103,8 @@ int info_command() {
   const cuda::DeviceInfo& g = cuda::probe();
   std::printf("  CUDA backend: built in\n");
   if (g.usable)
-    std::printf("  GPU: %s (compute %d.%d, %.1f GiB, %d copy engines)\n", g.name.c_str(), g.cc_major,
-                g.cc_minor, g.total_mem / 1073741824.0, g.async_engines);
+    std::printf("  GPU: %s (compute %d.%d, %.1f GiB, %d copy engines)\n", g.name.c_str(), g.cc_major, g.cc_minor,
+                g.total_mem / 1073741824.0, g.async_engines);
   else
     std::printf("  GPU: none usable (%s); --device auto runs on the CPU\n", g.reason.c_str());
 #else

@@ -43,9 +43,10 @@ void reject_non_finite(const CLI::App& app) {
 
 int main(int argc, char** argv) {
   using namespace vfp;
-  CLI::App app{"vfpipe: real-time video filtering on NVIDIA GPUs, with CPU fallback.\n"
-               "Frames flow source -> GPU stages (pinned double-buffered copies, several CUDA "
-               "streams) -> sink."};
+  CLI::App app{
+      "vfpipe: real-time video filtering on NVIDIA GPUs, with CPU fallback.\n"
+      "Frames flow source -> GPU stages (pinned double-buffered copies, several CUDA "
+      "streams) -> sink."};
   app.footer(run_examples());
   app.require_subcommand(1);
   // Parse errors read like every other error: one "vfpipe: error:" line, then the hint.

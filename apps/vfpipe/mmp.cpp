@@ -28,8 +28,10 @@ struct MmpArgs {
 
 // A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
 void convert_frame(const HostFrame& src, HostFrame& dst) {
-  if (src.spec().format == dst.spec().format) copy_image_cpu(src.view(), dst.view());
-  else convert_cpu(src.view(), dst.view());
+  if (src.spec().format == dst.spec().format)
+    copy_image_cpu(src.view(), dst.view());
+  else
+    convert_cpu(src.view(), dst.view());
 }
 
 // `vfpipe mmp encode`: any vfpipe input to an .mmp file, with bits, bpp, PSNR and time per frame.
@@ -38,7 +40,8 @@ int mmp_encode_command(const MmpArgs& a) {
   auto src = open_source(a.input, SourceOptions{});
   FrameSpec in = src->spec(), coded = in;
   if (!a.pix_fmt.empty()) {
-    if (!parse_pix_fmt(a.pix_fmt, &coded.format)) throw Error(ErrorKind::Usage, "--pix-fmt: unknown format '" + a.pix_fmt + "'");
+    if (!parse_pix_fmt(a.pix_fmt, &coded.format))
+      throw Error(ErrorKind::Usage, "--pix-fmt: unknown format '" + a.pix_fmt + "'");
   } else {
     // MMP codes 8-bit planes: 16-bit input keeps its layout at 8 bits; RGB becomes yuv420p.
     coded.format = with_depth(in.format, 8);
@@ -85,8 +88,9 @@ int mmp_decode_command(const MmpArgs& a) {
     HostFrame c(s, false);
     convert_frame(f, c);
     const ImageView v = c.view();
-    write_file_atomically(a.output, encode_png(v.data[0], static_cast<size_t>(v.pitch[0]), s.width, s.height,
-                                               s.format == PixelFormat::GRAY8 ? 1 : 3, s.format == PixelFormat::BGR24, 6));
+    write_file_atomically(a.output,
+                          encode_png(v.data[0], static_cast<size_t>(v.pitch[0]), s.width, s.height,
+                                     s.format == PixelFormat::GRAY8 ? 1 : 3, s.format == PixelFormat::BGR24, 6));
     std::fprintf(stderr, "%s: %s\n", a.output.c_str(), s.describe().c_str());
     return 0;
   }
@@ -103,7 +107,8 @@ int mmp_decode_command(const MmpArgs& a) {
     ++n;
   }
   sink->close();
-  std::fprintf(stderr, "%s: %lld frames %s\n", sink->describe().c_str(), static_cast<long long>(n), out.describe().c_str());
+  std::fprintf(stderr, "%s: %lld frames %s\n", sink->describe().c_str(), static_cast<long long>(n),
+               out.describe().c_str());
   return 0;
 }
 
@@ -136,14 +141,16 @@ int mmp_info_command(const MmpArgs& a) {
 void add_mmp_commands(CLI::App& app, Subcommands& out) {
   auto args = std::make_shared<MmpArgs>();
   MmpArgs& mmp_args = *args;
-  auto* mmp_cmd = app.add_subcommand("mmp", "MMP intra codec (docs/mmp.md): encode, decode, info")->require_subcommand(1);
+  auto* mmp_cmd =
+      app.add_subcommand("mmp", "MMP intra codec (docs/mmp.md): encode, decode, info")->require_subcommand(1);
   auto* mmp_enc = mmp_cmd->add_subcommand("encode", "encode any vfpipe input into an .mmp file");
   mmp_enc->add_option("input", mmp_args.input, "input (file, image pattern, Y4M, synthetic=...)")->required();
   mmp_enc->add_option("-o,--output", mmp_args.output, "output .mmp (default INPUT.mmp)");
   mmp_enc->add_option("--lambda", mmp_args.lambda, "Lagrangian multiplier: larger = fewer bits, lower quality")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
-  mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt, "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
+  mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt,
+                      "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
   mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
   mmp_enc->add_flag("--carry", mmp_args.carry,
                     "keep each plane's dictionaries and models from frame to frame (fewer bits on video; frames "
@@ -154,22 +161,26 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc->add_flag("--no-post-filter", mmp_args.no_post_filter,
                     "leave out the restoration post-filter (least-squares taps per activity class, sent with "
                     "each plane; about +0.3 dB on photographs at 0.5 bpp)");
-  mmp_enc->add_option("--block", mmp_args.block,
-                      "block size: 16, or 8 (faster, for small images) or 32 (larger prediction units and "
-                      "dictionary scales up to 32x32; slower)")
+  mmp_enc
+      ->add_option("--block", mmp_args.block,
+                   "block size: 16, or 8 (faster, for small images) or 32 (larger prediction units and "
+                   "dictionary scales up to 32x32; slower)")
       ->check(CLI::IsMember({8, 16, 32}))
       ->capture_default_str();
-  mmp_enc->add_option("--modes", mmp_args.mode_candidates,
-                      "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
-                      "slower, slightly fewer bits)")
+  mmp_enc
+      ->add_option("--modes", mmp_args.mode_candidates,
+                   "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
+                   "slower, slightly fewer bits)")
       ->check(CLI::Range(1, 11))
       ->capture_default_str();
   auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
   mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();
-  mmp_dec->add_option("-o,--output", mmp_args.output, "out.png (first frame), out.y4m, frames/%06d.png, '-' (Y4M stdout)");
+  mmp_dec->add_option("-o,--output", mmp_args.output,
+                      "out.png (first frame), out.y4m, frames/%06d.png, '-' (Y4M stdout)");
   auto* mmp_info = mmp_cmd->add_subcommand("info", "show an .mmp file's header and frame sizes");
   mmp_info->add_option("input", mmp_args.input, ".mmp file")->required();
-  mmp_cmd->footer("\nExample: vfpipe mmp encode photo.y4m -o photo.mmp --lambda 40 && vfpipe mmp decode photo.mmp -o back.png\n");
+  mmp_cmd->footer(
+      "\nExample: vfpipe mmp encode photo.y4m -o photo.mmp --lambda 40 && vfpipe mmp decode photo.mmp -o back.png\n");
   out.push_back({mmp_enc, [args] { return mmp_encode_command(*args); }});
   out.push_back({mmp_dec, [args] { return mmp_decode_command(*args); }});
   out.push_back({mmp_info, [args] { return mmp_info_command(*args); }});

@@ -10,18 +10,15 @@
 
 namespace vfp {
 
-Progress::Progress(bool enabled, int64_t total)
-    : enabled_(enabled && isatty(2)), total_(total), start_ns_(now_ns()) {}
+Progress::Progress(bool enabled, int64_t total) : enabled_(enabled && isatty(2)), total_(total), start_ns_(now_ns()) {}
 
-std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed,
-                                 int width) {
+std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed, int width) {
   double fps = elapsed > 0 ? done / elapsed : 0;
   std::string tail = log::format(" %lld", static_cast<long long>(done));
   if (total > 0) tail += log::format("/%lld", static_cast<long long>(total));
   tail += log::format(" frames  %.1f fps", fps);
   if (dropped > 0) tail += log::format("  %lld dropped", static_cast<long long>(dropped));
-  if (total > 0 && fps > 0 && done < total)
-    tail += log::format("  ETA %.0fs", (total - done) / fps);
+  if (total > 0 && fps > 0 && done < total) tail += log::format("  ETA %.0fs", (total - done) / fps);
   if (total <= 0) return tail.substr(1);
   int bar = width - static_cast<int>(tail.size()) - 8;
   if (bar < 10) bar = 10;
@@ -62,7 +59,9 @@ size_t resident_bytes() {
 }
 
 PeriodicStats::PeriodicStats(double period_s, std::function<size_t()> gpu_memory)
-    : period_ns_(static_cast<int64_t>(period_s * 1e9)), start_ns_(now_ns()), window_start_ns_(start_ns_),
+    : period_ns_(static_cast<int64_t>(period_s * 1e9)),
+      start_ns_(now_ns()),
+      window_start_ns_(start_ns_),
       gpu_memory_(std::move(gpu_memory)) {}
 
 void PeriodicStats::frame(const FrameRecord& rec, int64_t dropped_total) {
@@ -77,11 +76,12 @@ void PeriodicStats::finish(int64_t dropped_total) {
 void PeriodicStats::emit(int64_t now, int64_t dropped_total) {
   const Summary l = summarize(e2e_ms_);
   const double span = (now - window_start_ns_) / 1e9;
-  std::string line = log::format("stats: t=%.0fs frames=%zu fps=%.1f dropped=%lld e2e_ms p50=%.3f p99=%.3f max=%.3f "
-                                 "rss_mb=%.1f",
-                                 (now - start_ns_) / 1e9, l.count, span > 0 ? l.count / span : 0.0,
-                                 static_cast<long long>(dropped_total - dropped_at_window_start_), l.p50, l.p99, l.max,
-                                 resident_bytes() / 1048576.0);
+  std::string line = log::format(
+      "stats: t=%.0fs frames=%zu fps=%.1f dropped=%lld e2e_ms p50=%.3f p99=%.3f max=%.3f "
+      "rss_mb=%.1f",
+      (now - start_ns_) / 1e9, l.count, span > 0 ? l.count / span : 0.0,
+      static_cast<long long>(dropped_total - dropped_at_window_start_), l.p50, l.p99, l.max,
+      resident_bytes() / 1048576.0);
   if (gpu_memory_) line += log::format(" gpu_mb=%.1f", gpu_memory_() / 1048576.0);
   std::fprintf(stderr, "%s\n", line.c_str());
   e2e_ms_.clear();

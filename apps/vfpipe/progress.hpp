@@ -46,7 +46,6 @@ class PeriodicStats {
 // Resident set size of this process in bytes (/proc/self/statm).
 size_t resident_bytes();
 
-std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed_s,
-                                 int width);
+std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed_s, int width);
 
 }  // namespace vfp

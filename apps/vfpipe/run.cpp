@@ -132,14 +132,14 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->capture_default_str();
   c->add_option("--report", a.report, "write a JSON timing report to FILE");
   c->add_flag("--report-frames", a.report_frames, "include every frame's timings in the report");
-  c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")
-      ->check(CLI::Range(0, 1000000));
+  c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")->check(CLI::Range(0, 1000000));
   c->add_option("--codec", a.codec, "video output FOURCC (mp4v, MJPG, FFV1, avc1, ...)");
   c->add_flag("--lossless", a.lossless,
               "image sequences by vfpipe's PNG encoder (GPU DEFLATE); refuse lossy outputs (.mp4, .avi)");
-  c->add_option("--deflate-engine", a.deflate_engine,
-                "DEFLATE of PNG and .y4m.gz outputs: auto (the GPU on the CUDA backend, else libdeflate), vfpipe (vfpipe's "
-                "encoder on the GPU or its CPU reference: the same bytes on every machine), libdeflate")
+  c->add_option(
+       "--deflate-engine", a.deflate_engine,
+       "DEFLATE of PNG and .y4m.gz outputs: auto (the GPU on the CUDA backend, else libdeflate), vfpipe (vfpipe's "
+       "encoder on the GPU or its CPU reference: the same bytes on every machine), libdeflate")
       ->check(CLI::IsMember({"auto", "vfpipe", "libdeflate"}))
       ->capture_default_str();
   c->add_option("--compression-level", a.compression_level, "DEFLATE level of PNG and .y4m.gz outputs (1 fast .. 9)")
@@ -149,11 +149,12 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->check(CLI::Range(0.0, 10000.0));
   c->add_option("--size", a.size, "capture size to request from a camera, WxH");
   c->add_option("--sendcmd", a.sendcmd,
-                 "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
-                 "(FILTER: a name or #N), e.g. '30 conv kernel=sharpen'");
+                "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
+                "(FILTER: a name or #N), e.g. '30 conv kernel=sharpen'");
   if (profile_cmd)
-    c->add_option("--prefix", a.profile, "output files: PREFIX.json (profile), PREFIX.trace.json (Perfetto / "
-                                         "chrome://tracing), PREFIX.html (report with plots)")
+    c->add_option("--prefix", a.profile,
+                  "output files: PREFIX.json (profile), PREFIX.trace.json (Perfetto / "
+                  "chrome://tracing), PREFIX.html (report with plots)")
         ->capture_default_str();
   else
     c->add_option("--profile", a.profile,
@@ -205,8 +206,7 @@ Backend choose_backend(const std::string& device, const std::vector<std::unique_
   const cuda::DeviceInfo& gpu = cuda::probe();
   if (device == "cuda") {
     if (!gpu.usable) throw Error(ErrorKind::Gpu, "--device cuda: no usable GPU (" + gpu.reason + ")");
-    if (!missing.empty())
-      throw Error(ErrorKind::Usage, "--device cuda: no CUDA implementation for: " + missing);
+    if (!missing.empty()) throw Error(ErrorKind::Usage, "--device cuda: no CUDA implementation for: " + missing);
     return Backend::CUDA;
   }
   if (!gpu.usable) {
@@ -219,8 +219,7 @@ Backend choose_backend(const std::string& device, const std::vector<std::unique_
   }
   return Backend::CUDA;
 #else
-  if (device == "cuda")
-    throw Error(ErrorKind::Gpu, "--device cuda: this build of vfpipe has no CUDA support");
+  if (device == "cuda") throw Error(ErrorKind::Gpu, "--device cuda: this build of vfpipe has no CUDA support");
   log::warn("this build has no CUDA support; running on the CPU");
   return Backend::CPU;
 #endif
@@ -277,8 +276,8 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
       throw Error(ErrorKind::Usage,
                   log::format("'%s' holds %lld image; the input has %s frames: add -n %lld (ffmpeg: -frames:v 1), "
                               "or write every frame with a pattern such as frames/%%06d.png",
-                              a.output.c_str(), static_cast<long long>(max),
-                              n > 0 ? std::to_string(n).c_str() : "more", static_cast<long long>(max)));
+                              a.output.c_str(), static_cast<long long>(max), n > 0 ? std::to_string(n).c_str() : "more",
+                              static_cast<long long>(max)));
   }
   return sink;
 }
@@ -311,12 +310,13 @@ DisplaySink* add_display(const RunArgs& a, bool live, Backend backend, std::uniq
 
 void print_display_summary(const RunArgs& a, const DisplaySink& d) {
   if (!a.quiet && d.shown() > 0)
-    std::fprintf(stderr,
-                 "  display: %lld frames shown (%lld straight from CUDA), %lld skipped to keep up; per frame %.3f ms on "
-                 "the host (upload + draw + present), %.3f ms on the GPU (upload %.3f + draw %.3f); %s\n",
-                 static_cast<long long>(d.shown()), static_cast<long long>(d.shown_from_device()),
-                 static_cast<long long>(d.skipped()), d.mean_show_ms(), d.mean_gpu_ms(), d.mean_gpu_upload_ms(),
-                 d.mean_gpu_draw_ms(), d.renderer().c_str());
+    std::fprintf(
+        stderr,
+        "  display: %lld frames shown (%lld straight from CUDA), %lld skipped to keep up; per frame %.3f ms on "
+        "the host (upload + draw + present), %.3f ms on the GPU (upload %.3f + draw %.3f); %s\n",
+        static_cast<long long>(d.shown()), static_cast<long long>(d.shown_from_device()),
+        static_cast<long long>(d.skipped()), d.mean_show_ms(), d.mean_gpu_ms(), d.mean_gpu_upload_ms(),
+        d.mean_gpu_draw_ms(), d.renderer().c_str());
   if (a.glass_to_glass) {
     const G2GResult& g = d.glass_to_glass();
     std::fprintf(stderr,
@@ -373,8 +373,8 @@ int run_command(RunArgs& a, bool live) {
   if (!a.pix_fmt.empty()) {
     PixelFormat f;
     if (!parse_pix_fmt(a.pix_fmt, &f))
-      throw Error(ErrorKind::Usage, "--pix-fmt: unsupported pixel format '" + a.pix_fmt +
-                                        "' (supported: " + pix_fmt_list() + ")");
+      throw Error(ErrorKind::Usage,
+                  "--pix-fmt: unsupported pixel format '" + a.pix_fmt + "' (supported: " + pix_fmt_list() + ")");
     forced = f;
   }
   const Backend backend = choose_backend(a.device, stages);
@@ -434,8 +434,8 @@ int run_command(RunArgs& a, bool live) {
       if (controls) controls->apply(c);
     };
 
-  log::info("%s -> [%s] -> %s on %s", src->describe().c_str(), chain.describe().c_str(),
-            sink->describe().c_str(), backend_name(backend));
+  log::info("%s -> [%s] -> %s on %s", src->describe().c_str(), chain.describe().c_str(), sink->describe().c_str(),
+            backend_name(backend));
   RunResult res = run_pipeline(*src, chain, *sink, cfg);
   progress.finish();
   if (stats) stats->finish(res.report.dropped);
@@ -465,8 +465,7 @@ void add_run_commands(CLI::App& app, Subcommands& out) {
   auto threshold = std::make_shared<double>(5);
   auto* profile = app.add_subcommand("profile", "latency profile of a run: table, JSON, Perfetto trace, HTML plots");
   add_run_options(profile, *prof_args, false, true);
-  profile->add_option("--compare", *compare, "compare two profiles (A.json B.json) instead of running")
-      ->expected(2);
+  profile->add_option("--compare", *compare, "compare two profiles (A.json B.json) instead of running")->expected(2);
   profile->add_option("--fail-above", *threshold, "with --compare: exit 1 if a p50 of B is more than PCT% above A")
       ->capture_default_str();
   profile->footer(kProfileHelp);

@@ -247,8 +247,8 @@ std::vector<uint8_t> compress_zlib(const uint8_t* data, size_t n, const Options&
 }
 
 std::vector<uint8_t> compress_gzip(const uint8_t* data, size_t n, const Options& opt) {
-  std::vector<uint8_t> out{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, static_cast<uint8_t>(opt.level >= 9 ? 2 : opt.level <= 1 ? 4 : 0),
-                           255};
+  std::vector<uint8_t> out{
+      0x1f, 0x8b, 8, 0, 0, 0, 0, 0, static_cast<uint8_t>(opt.level >= 9 ? 2 : opt.level <= 1 ? 4 : 0), 255};
   const std::vector<uint8_t> body = compress(data, n, opt);
   out.insert(out.end(), body.begin(), body.end());
   const uint32_t c = crc32(data, n), size = static_cast<uint32_t>(n);

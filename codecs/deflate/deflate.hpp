@@ -25,9 +25,9 @@
 namespace vfp::deflate {
 
 struct Options {
-  int level = 6;                   // 1 (fast) .. 9 (best); 0 = stored blocks of 65535 bytes
-  size_t segment_bytes = 1 << 16;  // independent segments (the GPU's unit of work)
-  bool filtered = false;           // matches shorter than 6 not used (PNG rows; zlib's Z_FILTERED)
+  int level = 6;                           // 1 (fast) .. 9 (best); 0 = stored blocks of 65535 bytes
+  size_t segment_bytes = 1 << 16;          // independent segments (the GPU's unit of work)
+  bool filtered = false;                   // matches shorter than 6 not used (PNG rows; zlib's Z_FILTERED)
   size_t batch_bytes = size_t(256) << 20;  // the stream is byte-aligned (sync flush) every batch
 };
 

@@ -23,7 +23,9 @@ constexpr int kHeaderWords = 160;
 // (zlib's blocks hold 16 Ki symbols): segment s opens a block when the tokens before it cross
 // a multiple of it. Compressible data gets few headers, varied data adaptive tables.
 constexpr uint64_t kBlockTokens = 16384;
-VFP_HD uint64_t block_of(uint64_t tokens_before) { return tokens_before / kBlockTokens; }  // worst-case block header: 74 + 316 * 14 bits < 160 * 32
+VFP_HD uint64_t block_of(uint64_t tokens_before) {
+  return tokens_before / kBlockTokens;
+}  // worst-case block header: 74 + 316 * 14 bits < 160 * 32
 
 // How far before a segment its matches may start: the 32 KiB window, but never more than one
 // segment back (so that, on the GPU, a segment needs only its own chains and the previous
@@ -46,15 +48,24 @@ struct LevelParams {
 VFP_HD LevelParams level_params(int level, bool filtered = false) {
   const int m = filtered ? 6 : 3;
   switch (level) {
-    case 1: return {4, 32, false, m, false};
-    case 2: return {4, 32, false, m, true};
-    case 3: return {16, 128, false, m, true};
-    case 4: return {16, 64, true, m, true};
-    case 5: return {32, 128, true, m, true};
-    case 6: return {64, 128, true, m, true};
-    case 7: return {128, 258, true, m, true};
-    case 8: return {512, 258, true, m, true};
-    default: return {2048, 258, true, m, true};
+    case 1:
+      return {4, 32, false, m, false};
+    case 2:
+      return {4, 32, false, m, true};
+    case 3:
+      return {16, 128, false, m, true};
+    case 4:
+      return {16, 64, true, m, true};
+    case 5:
+      return {32, 128, true, m, true};
+    case 6:
+      return {64, 128, true, m, true};
+    case 7:
+      return {128, 258, true, m, true};
+    case 8:
+      return {512, 258, true, m, true};
+    default:
+      return {2048, 258, true, m, true};
   }
 }
 

@@ -17,11 +17,16 @@ VFP_HD int paeth(int a, int b, int c) {
 // upper (b) and upper-left (c) neighbours.
 VFP_HD uint8_t filtered(int f, int x, int a, int b, int c) {
   switch (f) {
-    case 0: return static_cast<uint8_t>(x);
-    case 1: return static_cast<uint8_t>(x - a);
-    case 2: return static_cast<uint8_t>(x - b);
-    case 3: return static_cast<uint8_t>(x - ((a + b) >> 1));
-    default: return static_cast<uint8_t>(x - paeth(a, b, c));
+    case 0:
+      return static_cast<uint8_t>(x);
+    case 1:
+      return static_cast<uint8_t>(x - a);
+    case 2:
+      return static_cast<uint8_t>(x - b);
+    case 3:
+      return static_cast<uint8_t>(x - ((a + b) >> 1));
+    default:
+      return static_cast<uint8_t>(x - paeth(a, b, c));
   }
 }
 

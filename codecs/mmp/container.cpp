@@ -79,7 +79,8 @@ Writer::~Writer() {
 }
 
 void Writer::put(const void* p, size_t n) {
-  if (std::fwrite(p, 1, n, file_.f) != n) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
+  if (std::fwrite(p, 1, n, file_.f) != n)
+    throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
 }
 
 FrameStats encode_frame(const ImageView& v, const Params& params, const ImageView* recon,
@@ -130,7 +131,8 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
     st.sse += r.sse;
     st.samples += static_cast<int64_t>(w) * h;
     if (recon)
-      for (int y = 0; y < h; ++y) std::memcpy(recon->row(p, y), &r.recon[static_cast<size_t>(y) * w], static_cast<size_t>(w));
+      for (int y = 0; y < h; ++y)
+        std::memcpy(recon->row(p, y), &r.recon[static_cast<size_t>(y) * w], static_cast<size_t>(w));
     if (payloads) payloads->push_back(std::move(r.bytes));
   }
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -146,7 +148,8 @@ FrameStats Writer::write(const ImageView& f, const ImageView* recon) {
     put(len.data(), 4);
     put(b.data(), b.size());
   }
-  if (std::fflush(file_.f) != 0) throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
+  if (std::fflush(file_.f) != 0)
+    throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
   return st;
 }
 
@@ -154,7 +157,8 @@ void Writer::close() {
   if (!file_.f) return;
   FILE* f = file_.f;
   file_.f = nullptr;
-  if (std::fclose(f) != 0) throw Error(ErrorKind::Output, "cannot finish writing " + path_ + ": " + std::strerror(errno));
+  if (std::fclose(f) != 0)
+    throw Error(ErrorKind::Output, "cannot finish writing " + path_ + ": " + std::strerror(errno));
 }
 
 Reader::Reader(const std::string& path) : path_(path) {
@@ -166,8 +170,9 @@ Reader::Reader(const std::string& path) : path_(path) {
   uint8_t h[kHeaderBytes];
   if (std::fread(h, 1, kHeaderBytes, file_.f) != kHeaderBytes || std::memcmp(h, kMagic, 4) != 0)
     throw Error(ErrorKind::Input, path + ": not an .mmp file (no VMMP header)");
-  if (h[4] != kVersion) throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]) +
-                                                       " (this vfpipe reads version " + std::to_string(kVersion) + ")");
+  if (h[4] != kVersion)
+    throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]) +
+                                      " (this vfpipe reads version " + std::to_string(kVersion) + ")");
   const int fmt = h[5];
   if (fmt > 2) throw Error(ErrorKind::Input, path + ": unknown pixel format code " + std::to_string(fmt));
   spec_.format = fmt == 0 ? PixelFormat::GRAY8 : fmt == 1 ? PixelFormat::YUV420P : PixelFormat::YUV444P;
@@ -176,7 +181,8 @@ Reader::Reader(const std::string& path) : path_(path) {
     throw Error(ErrorKind::Input, path + ": bad frame size " + std::to_string(w) + "x" + std::to_string(hh));
   spec_.width = static_cast<int>(w);
   spec_.height = static_cast<int>(hh);
-  spec_.fps = {static_cast<int>(std::min<uint32_t>(get_u32(h + 14), 1000000)), static_cast<int>(std::max<uint32_t>(1, std::min<uint32_t>(get_u32(h + 18), 1000000)))};
+  spec_.fps = {static_cast<int>(std::min<uint32_t>(get_u32(h + 14), 1000000)),
+               static_cast<int>(std::max<uint32_t>(1, std::min<uint32_t>(get_u32(h + 18), 1000000)))};
   uint64_t lb = 0;
   for (int i = 0; i < 8; ++i) lb |= static_cast<uint64_t>(h[22 + i]) << (8 * i);
   std::memcpy(&params_.lambda, &lb, 8);
@@ -208,10 +214,13 @@ bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
       throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_) + " (plane of " +
                                         std::to_string(n) + " bytes)");
     std::vector<uint8_t> data(n);
-    if (std::fread(data.data(), 1, n, file_.f) != n) throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
-    const std::vector<uint8_t> plane = decode_plane(data.data(), n, v.pw[p], v.ph[p], params_,
-                                                    plane_state(params_, p, params_.carry ? &states_ : nullptr, frame_chroma));
-    for (int y = 0; y < v.ph[p]; ++y) std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));
+    if (std::fread(data.data(), 1, n, file_.f) != n)
+      throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
+    const std::vector<uint8_t> plane =
+        decode_plane(data.data(), n, v.pw[p], v.ph[p], params_,
+                     plane_state(params_, p, params_.carry ? &states_ : nullptr, frame_chroma));
+    for (int y = 0; y < v.ph[p]; ++y)
+      std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));
     if (plane_bytes) plane_bytes->push_back(n);
   }
   ++frames_;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/frame.hpp"
 #include "codecs/mmp/mmp.hpp"
+#include "core/frame.hpp"
 
 namespace vfp::mmp {
 

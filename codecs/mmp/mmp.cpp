@@ -1,18 +1,18 @@
 #include "codecs/mmp/mmp.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
-#include "core/error.hpp"
-#include "core/log.hpp"
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/range_coder.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace vfp::mmp {
 
@@ -154,11 +154,21 @@ void predict_block(const uint8_t* rec, const uint8_t* done, int W, int H, int x,
     for (int xx = 0; xx < N; ++xx) {
       int v = 128;
       switch (mode) {
-        case kNone: v = 128; break;
-        case kDC: v = dc; break;
-        case kVert: v = t[xx]; break;
-        case kHorz: v = l[yy]; break;
-        case kPlane: v = std::clamp((a + b * (xx - (N / 2 - 1)) + c * (yy - (N / 2 - 1)) + 16) >> 5, 0, 255); break;
+        case kNone:
+          v = 128;
+          break;
+        case kDC:
+          v = dc;
+          break;
+        case kVert:
+          v = t[xx];
+          break;
+        case kHorz:
+          v = l[yy];
+          break;
+        case kPlane:
+          v = std::clamp((a + b * (xx - (N / 2 - 1)) + c * (yy - (N / 2 - 1)) + 16) >> 5, 0, 255);
+          break;
         case kDDL:
           v = xx == N - 1 && yy == N - 1 ? (t[2 * N - 2] + 3 * t[2 * N - 1] + 2) >> 2
                                          : f3(t[xx + yy], t[xx + yy + 1], t[xx + yy + 2]);

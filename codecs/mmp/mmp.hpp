@@ -22,7 +22,7 @@
 
 namespace vfp::mmp {
 
-constexpr int kModes = 11;  // prediction modes, in bitstream order (docs/mmp.md)
+constexpr int kModes = 11;                         // prediction modes, in bitstream order (docs/mmp.md)
 constexpr int kMinBlockLog = 3, kMaxBlockLog = 5;  // block sizes 8, 16, 32
 // log2 of a block size of 8, 16 or 32; -1 for any other size.
 inline int block_log_of_size(long long size) { return size == 8 ? 3 : size == 16 ? 4 : size == 32 ? 5 : -1; }
@@ -82,10 +82,10 @@ struct PlaneResult {
   std::vector<uint8_t> recon;  // the decoder's output, w*h
   double sse = 0;
   int64_t blocks = 0, leaves = 0, dict_elements = 0;
-  int64_t modes[kModes] = {};  // prediction units per mode
-  int64_t unit_sizes[4] = {};  // prediction units of 32x32, 16x16, 8x8, 4x4
-  int64_t splits[2] = {0, 0};  // segment splits into left|right, top/bottom
-  int post_filter_classes = 0; // activity classes the post-filter changes (0..4)
+  int64_t modes[kModes] = {};   // prediction units per mode
+  int64_t unit_sizes[4] = {};   // prediction units of 32x32, 16x16, 8x8, 4x4
+  int64_t splits[2] = {0, 0};   // segment splits into left|right, top/bottom
+  int post_filter_classes = 0;  // activity classes the post-filter changes (0..4)
 };
 
 // `state` null: fresh dictionaries and models (an independent plane).

@@ -10,7 +10,7 @@ namespace vfp::mmp {
 namespace {
 
 constexpr int kOffsets[kPostTaps][2] = {{0, 1}, {0, 2}, {1, 0}, {2, 0}, {1, 1}, {1, -1}};  // (dy, dx)
-constexpr int kShift = kPostTapBits;  // taps in 1/1024
+constexpr int kShift = kPostTapBits;                                                       // taps in 1/1024
 
 // The plane with a 2-sample replicated border, so that every tap is a plain index.
 struct Padded {
@@ -20,7 +20,8 @@ struct Padded {
   Padded(const uint8_t* r, int w, int h) : pw(w + 2 * kB), v(static_cast<size_t>(pw) * (h + 2 * kB)) {
     for (int y = -kB; y < h + kB; ++y)
       for (int x = -kB; x < w + kB; ++x)
-        v[static_cast<size_t>(y + kB) * pw + (x + kB)] = r[static_cast<size_t>(std::clamp(y, 0, h - 1)) * w + std::clamp(x, 0, w - 1)];
+        v[static_cast<size_t>(y + kB) * pw + (x + kB)] =
+            r[static_cast<size_t>(std::clamp(y, 0, h - 1)) * w + std::clamp(x, 0, w - 1)];
   }
   int at(int x, int y) const { return v[static_cast<size_t>(y + kB) * pw + (x + kB)]; }
   // r(+o_k) + r(-o_k) - 2 r0 at (x, y): what tap k multiplies.
@@ -56,7 +57,8 @@ std::vector<uint8_t> classify(const Padded& p, int w, int h) {
     t[q] = sorted[k];
   }
   std::vector<uint8_t> cls(sum.size());
-  for (size_t i = 0; i < sum.size(); ++i) cls[i] = static_cast<uint8_t>((sum[i] > t[0]) + (sum[i] > t[1]) + (sum[i] > t[2]));
+  for (size_t i = 0; i < sum.size(); ++i)
+    cls[i] = static_cast<uint8_t>((sum[i] > t[0]) + (sum[i] > t[1]) + (sum[i] > t[2]));
   return cls;
 }
 

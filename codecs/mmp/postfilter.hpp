@@ -19,8 +19,8 @@
 namespace vfp::mmp {
 
 constexpr int kPostClasses = 4;
-constexpr int kPostTaps = 6;        // per class, besides the derived centre
-constexpr int kPostTapBits = 10;    // signed, in 1/1024
+constexpr int kPostTaps = 6;      // per class, besides the derived centre
+constexpr int kPostTapBits = 10;  // signed, in 1/1024
 constexpr int kPostTapMax = (1 << (kPostTapBits - 1)) - 1;
 
 struct PostFilter {

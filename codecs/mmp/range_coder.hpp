@@ -24,8 +24,10 @@ constexpr int kAdaptShift = 5;
 struct Prob {
   uint16_t p = kProbOne / 2;
   void update(int bit) {
-    if (bit) p = static_cast<uint16_t>(p - (p >> kAdaptShift));
-    else p = static_cast<uint16_t>(p + ((kProbOne - p) >> kAdaptShift));
+    if (bit)
+      p = static_cast<uint16_t>(p - (p >> kAdaptShift));
+    else
+      p = static_cast<uint16_t>(p + ((kProbOne - p) >> kAdaptShift));
   }
 };
 

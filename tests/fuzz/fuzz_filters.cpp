@@ -2,11 +2,11 @@
 // source specs: any text gives a chain or a ParseError / Error, never a crash.
 #include <string>
 
-#include "fuzz_util.hpp"
-#include "pipeline/chain.hpp"
 #include "core/filter_parser.hpp"
-#include "stages/builtin.hpp"
+#include "fuzz_util.hpp"
 #include "io/synthetic.hpp"
+#include "pipeline/chain.hpp"
+#include "stages/builtin.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vfp;

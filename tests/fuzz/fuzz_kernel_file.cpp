@@ -1,6 +1,6 @@
 // conv kernel files: any bytes give a kernel or an Error.
-#include "fuzz_util.hpp"
 #include "cpu/conv.hpp"
+#include "fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vfp;

@@ -1,8 +1,8 @@
 // MMP container reader and plane decoder: any bytes give frames or a vfp::Error.
-#include "fuzz_util.hpp"
-#include "core/frame.hpp"
 #include "codecs/mmp/container.hpp"
 #include "codecs/mmp/mmp.hpp"
+#include "core/frame.hpp"
+#include "fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vfp;

@@ -1,9 +1,9 @@
 // --sendcmd files: any bytes give commands (checked against a chain) or an Error.
 #include <string>
 
+#include "core/filter_parser.hpp"
 #include "fuzz_util.hpp"
 #include "pipeline/commands.hpp"
-#include "core/filter_parser.hpp"
 #include "stages/builtin.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // Y4M reader, plain and gzip: any bytes give frames or a vfp::Error, never a crash.
-#include "fuzz_util.hpp"
 #include "core/frame.hpp"
+#include "fuzz_util.hpp"
 #include "io/y4m.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
