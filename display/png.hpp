@@ -1,5 +1,5 @@
 // The screenshot writer: 8-bit RGB through vfpipe's PNG encoder (codecs/deflate/png.hpp, our
-// own DEFLATE; no dependencies: the GPU machine has neither libpng nor OpenCV).
+// own DEFLATE; no dependencies, so screenshots work where libpng and OpenCV are missing).
 // The tests decode its output with OpenCV/libpng. Throws vfp::Error (Output) when the file
 // cannot be written.
 #pragma once

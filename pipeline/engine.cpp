@@ -128,7 +128,7 @@ class CpuWorker final : public Worker {
 
 #if VFPIPE_HAVE_CUDA
 // ---------------------------------------------------------------- CUDA backend
-// Three streams by function (seed 003: "kernel on stream A while stream B copies"):
+// Three streams by function, so that one frame's kernels overlap the next frame's copies:
 //   upload stream:   H2D(n)                  H2D(n+1)               ...
 //   compute stream:           stages(n)              stages(n+1)
 //   download stream:                   D2H(n)                 D2H(n+1)

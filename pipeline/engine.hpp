@@ -1,4 +1,4 @@
-// The streaming engine (seed 003's design, generalised):
+// The streaming engine (copy/compute overlap over several CUDA streams, generalised):
 //
 //   source thread --[bounded queue]--> GPU/CPU worker --[bounded queue]--> sink thread
 //

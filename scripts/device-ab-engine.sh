@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Engine throughput, before against after, in one run on the GPU machine: the pass-through
+# Engine throughput, before against after, in one run on a GPU host: the pass-through
 # benchmark of a baseline tree (.baseline/, e.g. `git archive <commit> | tar -x -C .baseline`
 # and a .deps link) and of this tree, alternating, so that the shared machine's drift hits
 # both. Needs build-device/ from scripts/device-test.sh.

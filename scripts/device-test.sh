@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds vfpipe on the GPU machine (CUDA 13, cmake, g++; no OpenCV/GL/packages), runs the
+# Builds vfpipe on a GPU host without packages (CUDA 13, cmake, g++; no OpenCV/GL/packages), runs the
 # whole test suite (the GPU tests must run there, not skip), the GPU tests again under
 # compute-sanitizer, and the engine benchmark. Results go to $OUT (or ./device-out).
 #
@@ -43,7 +43,7 @@ ctest --preset device -j 8 --timeout 240 --output-junit "$OUT/ctest.xml" > "$OUT
 rc_tests=$?
 tail -25 "$OUT/ctest.log"
 if grep -q "Skipped" "$OUT/ctest.log" && grep -E "Gpu\..*Skipped" "$OUT/ctest.log"; then
-  echo "GPU tests were skipped on the GPU machine: failing"; rc_tests=1
+  echo "GPU tests were skipped on the GPU host: failing"; rc_tests=1
 fi
 
 log "GPU tests under compute-sanitizer (memcheck)"

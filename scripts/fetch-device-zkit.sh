@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# oneTBB (the CPU pool vfpipe builds on), zlib, libdeflate and libpng for the GPU machine (it
+# oneTBB (the CPU pool vfpipe builds on), zlib, libdeflate and libpng for a GPU host without packages (it
 # has no -dev packages and no registry): TBB to build at all; the others are the references
 # the DEFLATE benchmark compares with and the tests decode with.
 #   Here, once:      scripts/fetch-device-zkit.sh        (fills .zk/, git-excluded)

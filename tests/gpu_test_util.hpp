@@ -1,4 +1,4 @@
-// Shared by the GPU tests: skip (never fail) where no GPU is usable; on the GPU machine
+// Shared by the GPU tests: skip (never fail) where no GPU is usable; on a GPU host
 // the device script fails the run if any GPU test skipped.
 #pragma once
 #include <gtest/gtest.h>

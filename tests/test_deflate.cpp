@@ -149,7 +149,7 @@ TEST(Deflate, RatioAgainstZlib) {
 #if !VFPIPE_HAVE_ZLIB
   GTEST_SKIP() << "built without zlib";
 #else
-  // Not a target here (issue 9 states them for the GPU encoder): a sanity bound that the
+  // Not a speed or ratio target (those are the GPU encoder's): a sanity bound that the
   // encoder compresses like a DEFLATE encoder should on text and on an image.
   for (const auto& [name, data] : inputs()) {
     if (name != "text" && name != "image") continue;

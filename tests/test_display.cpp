@@ -112,7 +112,7 @@ TEST(LiveControls, AdjustAndApply) {
 
 #if VFPIPE_HAVE_GL
 namespace {
-// CI (Xvfb + Mesa) requires both kinds; the GPU machine (EGL, no X) the headless one.
+// CI (Xvfb + Mesa) requires both kinds; a GPU host without X (EGL) the headless one.
 bool display_required(bool headless) {
   return std::getenv("VFPIPE_REQUIRE_DISPLAY") || (headless && std::getenv("VFPIPE_REQUIRE_HEADLESS"));
 }
@@ -460,9 +460,9 @@ TEST(Display, CliWindowRunSplitView) {
 TEST(Display, NotBuilt) { GTEST_SKIP() << "built without GLFW/GLEW/EGL"; }
 #endif
 
-// A window slower than the stream skips frames: the HUD's rate stays the stream's (it read
-// 195084 FPS when skipped frames arrived microseconds apart), and --screenshot-every still
-// saves exactly every N-th frame (skipped frames used to swallow them).
+// A window slower than the stream skips frames: the HUD's rate stays the stream's (averaging
+// 1/dt over skipped frames microseconds apart would read ~195000 FPS), and --screenshot-every still
+// saves exactly every N-th frame, skipped frames included.
 TEST(Display, SkippedFramesKeepRateAndScreenshots) {
   const FrameSpec spec{PixelFormat::GRAY8, 64, 48, {25, 1}};
   const std::string dir = tmp_path("skip_shots");

@@ -1,6 +1,6 @@
 // The display's GPU path: with the CUDA backend, frames go from the device buffers into
 // pixel buffers registered with CUDA, never through the host; the picture must equal the
-// one drawn from the CPU backend's host frames. Headless (EGL) on the GPU machine.
+// one drawn from the CPU backend's host frames. Headless (EGL) where there is no X server.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -57,7 +57,7 @@ Shown render(Backend backend, PixelFormat fmt, DisplayView view, const std::stri
   r.shown = sink.shown();
   r.from_device = sink.shown_from_device();
   // The last frame's screenshot. Our PNG encoder is deterministic, so equal pictures give
-  // equal files (compared as bytes: the GPU machine has no PNG decoder).
+  // equal files (compared as bytes: no PNG decoder is needed).
   const std::string path =
       tmp_path(std::string("gpu_display_") + (backend == Backend::CUDA ? "cuda" : "cpu") + "_6.png");
   std::ifstream f(path, std::ios::binary);

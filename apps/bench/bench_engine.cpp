@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
     std::stringstream ss(sizes);
     std::string sz;
     while (std::getline(ss, sz, ',')) {
-      // The GPU machine is a shared VM: single runs vary by +-10%, so every figure is the
+      // Single runs on a shared VM vary by +-10%, so every figure is the
       // median of `repeat` runs, with copies-alone measured between engine runs.
       std::vector<double> fps_runs, both_runs, hot_runs, h2d_runs, d2h_runs, stream_runs, untimed_runs;
       RunReport rep;

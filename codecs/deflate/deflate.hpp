@@ -1,5 +1,5 @@
 // DEFLATE (RFC 1951) encoder, CPU reference of the segment-parallel algorithm the GPU
-// encoder (issue 9) is to reproduce byte for byte. Standard streams: any inflate reads them.
+// encoder (cuda/deflate.cu) reproduces byte for byte. Standard streams: any inflate reads them.
 //
 // Algorithm (docs/deflate.md; shared definitions in deflate_core.hpp):
 //   * The input is cut into segments of `segment_bytes` (64 KiB by default, a multiple of

@@ -1,5 +1,5 @@
 // MMP (Multidimensional Multiscale Parser) intra coding of one 8-bit plane —
-// the exact CPU codec of issue 8 (docs/mmp.md defines the bitstream).
+// the exact CPU codec (docs/mmp.md defines the bitstream).
 //
 // Per B x B block (B = 16, or 8 / 32 by option), raster order: a prediction tree
 // (the block is predicted whole, or split into four quadrants, each predicted whole

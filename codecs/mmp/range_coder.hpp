@@ -1,4 +1,4 @@
-// Adaptive binary range coder for the MMP codec (issue 8): the entropy coder of its split
+// Adaptive binary range coder for the MMP codec: the entropy coder of its split
 // flags, prediction modes and dictionary indices, and the source of the rate R in its
 // Lagrangian cost J = D + lambda * R.
 //
