@@ -78,11 +78,12 @@ const std::vector<PixelFormat>& all_pixel_formats() {
   return all;
 }
 
-std::string pix_fmt_list() {
+std::string pix_fmt_list(int depth) {
   std::string r;
-  for (int i = 0; i < static_cast<int>(PixelFormat::Count); ++i) {
-    if (i) r += ", ";
-    r += kFmt[i].name;
+  for (PixelFormat f : all_pixel_formats()) {
+    if (depth != 0 && (depth == 16) != is_16bit(f)) continue;
+    if (!r.empty()) r += ", ";
+    r += pix_fmt_name(f);
   }
   return r;
 }

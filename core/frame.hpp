@@ -27,7 +27,8 @@ constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 const char* pix_fmt_name(PixelFormat f);                     // ffmpeg spelling: "gray", "yuv420p", ...
 bool parse_pix_fmt(const std::string& s, PixelFormat* out);  // accepts ffmpeg names + aliases
 const std::vector<PixelFormat>& all_pixel_formats();         // every format, in enum order
-std::string pix_fmt_list();                                  // "gray, yuv420p, ..., yuv444p16le"
+// "gray, yuv420p, ..., yuv444p16le"; depth 8 or 16: only the formats of that depth.
+std::string pix_fmt_list(int depth = 0);
 int plane_count(PixelFormat f);
 bool is_planar_yuv(PixelFormat f);  // gray, yuv420p, yuv444p (8-bit)
 bool is_packed_rgb(PixelFormat f);  // bgr24, rgb24

@@ -127,8 +127,8 @@ SyntheticParams parse_synthetic(const std::string& text) {
   if (!parse_rate(o.rate, &p.spec.fps))
     throw ParseError("synthetic: bad rate '" + o.rate + "'", text, at("rate").first, at("rate").second);
   if (!parse_pix_fmt(o.format, &p.spec.format) || is_16bit(p.spec.format))
-    throw ParseError("synthetic: unsupported format '" + o.format +
-                         "' (supported: gray, yuv420p, yuv444p, bgr24, rgb24; for 16 bits add a filter, "
+    throw ParseError("synthetic: unsupported format '" + o.format + "' (supported: " + pix_fmt_list(8) +
+                         "; for 16 bits add a filter, "
                          "e.g. -f format=gray16le)",
                      text, at("format").first, at("format").second);
   p.frames = o.frames;

@@ -88,7 +88,7 @@ void register_format_stage(Registry& reg) {
   StageInfo s;
   s.name = "format";
   s.aliases = {"convert"};
-  s.summary = "convert to a pixel format (gray, yuv420p, yuv444p, bgr24, rgb24, 16-bit gray/yuv)";
+  s.summary = "convert to a pixel format (" + pix_fmt_list(8) + ", 16-bit gray/yuv)";
   s.description =
       "Converts frames to the first listed pixel format, unless they already are in one of "
       "the listed formats. BT.601 limited-range YUV, integer arithmetic identical on CPU and "

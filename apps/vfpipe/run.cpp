@@ -114,8 +114,7 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
   c->add_option("--pix-fmt", a.pix_fmt,
-                "output pixel format (gray, yuv420p, yuv444p, bgr24, rgb24; 16-bit: gray16le, yuv420p16le, "
-                "yuv444p16le)");
+                "output pixel format (" + pix_fmt_list(8) + "; 16-bit: " + pix_fmt_list(16) + ")");
   c->add_option("-n,--frames", a.frames, "stop after N input frames");
   c->add_option("--policy", a.policy, "batch: never drop (back-pressure); live: keep the newest frame")
       ->check(CLI::IsMember({"batch", "live"}));
