@@ -104,11 +104,8 @@ const OptionTable<ConvSettings>& conv_table() {
     t.text("file", &S::file, "", "text file with one kernel row per line").excludes({"kernel"});
     t.number("rdiv", &S::rdiv, 0, -1e9, 1e9, "multiply the sum by this; 0 = 1/sum of taps (1 for zero-sum presets)");
     t.number("bias", &S::bias, 0, -1e9, 1e9, "add after rdiv (128 shows signed edges)");
-    t.integer("planes", &S::planes, 15, 0, 15, "bit mask of planes to filter (others are copied)");
-    t.choice("border", &S::border, Border::Reflect101,
-             {Border::Reflect101, Border::Replicate, Border::Reflect, Border::Constant, Border::Wrap}, border_name,
-             "samples outside the frame");
-    t.integer("value", &S::value, 0, 0, 255, "sample value outside the frame for border=constant");
+    declare_planes_and_border(t, Border::Reflect101,
+                              {Border::Reflect101, Border::Replicate, Border::Reflect, Border::Constant, Border::Wrap});
     t.choice("separable", &S::separable, "auto", {"auto", "on", "off"},
              "two 1-D passes: auto (rank-1 kernels of 7x7 and up), on, off");
     return t;

@@ -26,11 +26,8 @@ const OptionTable<MedianSettings>& median_options() {
     t.integer("radius", &S::radius, 1, 1, 127, "horizontal radius (window width 2*radius+1)").aliases({"r"});
     t.integer("radiusV", &S::radiusV, 0, 0, 127, "vertical radius, 0 = same as radius").aliases({"rv"});
     t.number("percentile", &S::percentile, 0.5, 0, 1, "rank as a fraction: 0.5 median, 0 min, 1 max").aliases({"p"});
-    t.integer("planes", &S::planes, 15, 0, 15, "bit mask of planes to filter (others are copied)");
-    t.choice("border", &S::border, Border::Replicate,
-             {Border::Replicate, Border::Reflect101, Border::Reflect, Border::Constant}, border_name,
-             "samples outside the frame");
-    t.integer("value", &S::value, 0, 0, 255, "sample value outside the frame for border=constant");
+    declare_planes_and_border(t, Border::Replicate,
+                              {Border::Replicate, Border::Reflect101, Border::Reflect, Border::Constant});
     t.choice("algo", &S::algo, "auto", {"auto", "select", "histogram"},
              "GPU algorithm (for benchmarks): auto, select, histogram");
     return t;

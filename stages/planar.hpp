@@ -7,12 +7,23 @@
 #include "core/error.hpp"
 #include "core/frame.hpp"
 #include "core/log.hpp"
+#include "core/options.hpp"
 #include "core/parallel.hpp"
+#include "cpu/border.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
 #endif
 
 namespace vfp {
+
+// The options every spatial planar stage shares, in this positional order: `planes`,
+// `border` (the modes it supports, `def` first by default) and `value`.
+template <class S>
+void declare_planes_and_border(OptionTable<S>& t, Border def, const std::vector<Border>& modes) {
+  t.integer("planes", &S::planes, 15, 0, 15, "bit mask of planes to filter (others are copied)");
+  t.choice("border", &S::border, def, modes, border_name, "samples outside the frame");
+  t.integer("value", &S::value, 0, 0, 255, "sample value outside the frame for border=constant");
+}
 
 // Throws for packed formats (and 16-bit ones unless `high_depth`), and an
 // OptionError("planes") when the mask selects none of the input's planes. Returns `in`
