@@ -11,6 +11,9 @@
 #if VFPIPE_HAVE_OPENCV
 #include "io/opencv_io.hpp"
 #endif
+#if VFPIPE_HAVE_LIBAV
+#include "io/libav.hpp"
+#endif
 
 namespace vfp {
 
@@ -99,7 +102,17 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
     no_opencv("image-sequence input");
 #endif
   }
-#if VFPIPE_HAVE_OPENCV
+#if VFPIPE_HAVE_LIBAV
+  if (spec.find("://") == std::string::npos) {
+    std::error_code ec;
+    if (!std::filesystem::exists(spec, ec)) throw Error(ErrorKind::Input, "input '" + spec + "' not found");
+    if (std::filesystem::is_directory(spec, ec))
+      throw Error(ErrorKind::Input, "input '" + spec + "' is a directory (images in it: '" + spec + "/*.png')");
+  }
+  return open_libav_source(spec, LibavInputOptions{opt.start, opt.duration, opt.ignore_input_errors});
+#elif VFPIPE_HAVE_OPENCV
+  if (opt.start > 0 || opt.duration >= 0)
+    throw Error(ErrorKind::Usage, "-ss / -t need a build with FFmpeg's libraries");
   return open_video_source(spec);
 #else
   std::error_code ec;
@@ -108,6 +121,16 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
   no_opencv("video input '" + spec + "'");
 #endif
 }
+
+namespace {
+// FFmpeg's rule: an existing output is only replaced when asked (-y); -n keeps it.
+void check_overwrite(const std::string& path, Overwrite o) {
+  std::error_code ec;
+  if (o == Overwrite::Yes || !std::filesystem::exists(path, ec)) return;
+  if (o == Overwrite::No) throw Error(ErrorKind::Output, "output '" + path + "' exists; not overwritten (-n)");
+  throw Error(ErrorKind::Usage, "output '" + path + "' exists: add -y to overwrite it (-n: never overwrite)");
+}
+}  // namespace
 
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt) {
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
@@ -134,9 +157,30 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
       throw Error(ErrorKind::Usage, "bad image pattern '" + spec + "' (use one %d or %0Nd, e.g. frames/%06d.png)");
     return std::make_unique<PngSequenceSink>(spec, lo);
   }
-  if (opt.lossless && !(ext == ".mkv" && (opt.codec.empty() || opt.codec == "FFV1")))
+  if (opt.lossless && !(ext == ".mkv" && (opt.codec.empty() || opt.codec == "FFV1" || opt.codec == "ffv1")))
     throw Error(ErrorKind::Usage,
                 "--lossless: '" + spec + "' would be lossy; use frames/%06d.png, .y4m, .y4m.gz or .mkv (FFV1)");
+#if VFPIPE_HAVE_LIBAV
+  if (!pattern) {
+    check_overwrite(spec, opt.overwrite);
+    LibavOutputOptions lo2;
+    // The fourcc spellings of OpenCV builds still work.
+    static const std::pair<const char*, const char*> fourcc[] = {
+        {"mp4v", "mpeg4"}, {"MJPG", "mjpeg"}, {"FFV1", "ffv1"}, {"avc1", "libx264"}, {"H264", "libx264"}};
+    lo2.codec = opt.codec;
+    for (const auto& [cc, name] : fourcc)
+      if (opt.codec == cc) lo2.codec = name;
+    lo2.crf = opt.crf;
+    lo2.preset = opt.preset;
+    lo2.bitrate = opt.bitrate;
+    lo2.gop = opt.gop;
+    lo2.codec_params = opt.codec_params;
+    lo2.lossless = opt.lossless;
+    lo2.audio = opt.audio;
+    lo2.input = opt.input;
+    return open_libav_sink(spec, lo2);
+  }
+#endif
 #if VFPIPE_HAVE_OPENCV
   if (pattern) return open_image_sequence_sink(spec);
   std::string codec = opt.codec;

@@ -2,10 +2,10 @@
 //
 // Inputs:  "-" (Y4M on stdin), "*.y4m", "synthetic=..." , "camera=0" / "/dev/video0",
 //          image sequences ("img_%04d.png", "frames/*.png"), anything else: a video file or
-//          URL opened by OpenCV.
+//          URL, opened by FFmpeg's libraries (io/libav.hpp; OpenCV in builds without them).
 // Outputs: "null" (discard), "-" (Y4M on stdout), "*.y4m", "*.y4m.gz" (gzip, our DEFLATE),
 //          "frames/%06d.png" (OpenCV; with `lossless`, or without OpenCV, our PNG encoder),
-//          or a video file (.mp4/.mov/.m4v: mp4v, .avi: MJPG, .mkv: FFV1, override with --codec).
+//          or a video file (libav: H.264 by default, FFV1 for .mkv with `lossless`, -c:v to choose).
 #pragma once
 #include <memory>
 #include <string>
@@ -15,18 +15,32 @@
 namespace vfp {
 
 struct SourceOptions {
-  bool pinned = false;        // frames cached by the source go to pinned memory (CUDA backend)
-  int width = 0, height = 0;  // camera capture size request
-  double fps = 0;             // camera request / image-sequence rate
+  bool pinned = false;               // frames cached by the source go to pinned memory (CUDA backend)
+  int width = 0, height = 0;         // camera capture size request
+  double fps = 0;                    // camera request / image-sequence rate
+  double start = 0;                  // -ss: seconds into a video file
+  double duration = -1;              // -t: seconds of a video file to process (< 0: all)
+  bool ignore_input_errors = false;  // a truncated video file: a warning, not an error
 };
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);
 
+struct LibavInput;
+enum class Overwrite { Refuse, Yes, No };  // an existing video output: error, -y, -n
+
 struct SinkOptions {
-  std::string codec;               // fourcc; empty: by extension
+  std::string codec;               // -c:v encoder name (OpenCV builds: a fourcc); empty: by extension
   bool lossless = false;           // image sequences by vfpipe's PNG encoder; lossy outputs refused
   int compression_level = 1;       // DEFLATE level of PNG / .y4m.gz outputs
   bool gpu = false;                // the run uses CUDA: so does the DEFLATE of those outputs
   bool deflate_reference = false;  // vfpipe's DEFLATE on the CPU too, not libdeflate (--deflate-engine vfpipe)
+  // Video files (libav): quality, the input's streams and timestamps, overwriting.
+  int crf = -1;
+  std::string preset, codec_params;
+  int64_t bitrate = 0;
+  int gop = -1;
+  bool audio = true;
+  std::shared_ptr<LibavInput> input;
+  Overwrite overwrite = Overwrite::Refuse;
 };
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt);
 

@@ -27,5 +27,5 @@ FILTERS=${FILTERS:-"median=radius=2"}
 build/vfpipe run \
   -i "synthetic=size=1280x720:rate=30:frames=300:noise=saltpepper:density=0.1:seed=1" \
   -f "$FILTERS" \
-  -o out/demo.mp4 --report out/demo-report.json
+  -y -o out/demo.mp4 --report out/demo-report.json  # -y: replace an earlier run's video
 echo "wrote out/demo.mp4 and out/demo-report.json"

@@ -144,7 +144,9 @@ TEST(Io, VideoFileRoundTrip) {
   auto src = open_source(path, {});
   EXPECT_EQ(src->spec().width, 64);
   EXPECT_EQ(src->spec().height, 48);
-  EXPECT_EQ(src->spec().format, PixelFormat::BGR24);
+  // FFmpeg's libraries keep the file's own format (the BGR frames were encoded as YUV);
+  // OpenCV's reader hands out BGR.
+  EXPECT_EQ(src->spec().format, VFPIPE_HAVE_LIBAV ? PixelFormat::YUV420P : PixelFormat::BGR24);
   EXPECT_EQ(src->frame_count(), 12);
   HostFrame f(src->spec(), false);
   int n = 0;
@@ -179,7 +181,7 @@ TEST(Io, LostVideoWritesAreErrors) {
   for (const char* ext : {"avi", "mkv", "y4m", "y4m.gz"}) {
     const std::string out = dir + "/full." + ext;
     fs::create_symlink("/dev/full", out);
-    CmdResult r = run_cmd(bin + in + out);
+    CmdResult r = run_cmd(bin + " run -y" + in.substr(4) + out);  // -y: the link exists
     EXPECT_EQ(r.rc, 1) << ext << ": " << r.out;
     EXPECT_NE(r.out.find("vfpipe: error:"), std::string::npos) << r.out;
   }
@@ -187,7 +189,11 @@ TEST(Io, LostVideoWritesAreErrors) {
     const std::string out = dir + "/limited." + ext;
     CmdResult r = run_cmd("ulimit -f 100; " + bin + in + out);  // 50 KB: the file cannot hold 40 noisy frames
     EXPECT_EQ(r.rc, 1) << ext << ": " << r.out;
-    EXPECT_NE(r.out.find("is unreadable after 40 frames"), std::string::npos) << r.out;
+    // FFmpeg's muxer reports the failed write; OpenCV's writer does not, and vfpipe reads the
+    // file back to find it.
+    const bool said = VFPIPE_HAVE_LIBAV ? r.out.find("File too large") != std::string::npos
+                                        : r.out.find("is unreadable after 40 frames") != std::string::npos;
+    EXPECT_TRUE(said) << r.out;
     EXPECT_EQ(r.out.find("@ 0x"), std::string::npos) << "libav's own log leaked: " << r.out;
   }
   CmdResult ok = run_cmd(bin + in + dir + "/ok.mkv");

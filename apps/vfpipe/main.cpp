@@ -1,9 +1,12 @@
 // vfpipe: the command-line front end. Each subcommand lives in its own file (cli.hpp);
 // this one builds the app, parses, and turns errors into one line and an exit status.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "apps/vfpipe/cli.hpp"
 #include "core/error.hpp"
@@ -22,6 +25,36 @@ void write_file(const std::string& path, const std::string& text, const char* wh
 namespace {
 
 int exit_code(ErrorKind k) { return k == ErrorKind::Usage ? 2 : 1; }
+
+// FFmpeg's spellings of the video options (single dash, colons) as vfpipe's long options.
+// `-n` is ffmpeg's "never overwrite" unless a frame count follows it (vfpipe's -n N).
+std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
+  static const std::pair<const char*, const char*> names[] = {{"-c:v", "--codec"},
+                                                              {"-vcodec", "--codec"},
+                                                              {"-codec:v", "--codec"},
+                                                              {"-crf", "--crf"},
+                                                              {"-preset", "--preset"},
+                                                              {"-b:v", "--video-bitrate"},
+                                                              {"-x264-params", "--codec-params"},
+                                                              {"-x265-params", "--codec-params"},
+                                                              {"-svtav1-params", "--codec-params"},
+                                                              {"-an", "--no-audio"},
+                                                              {"-ss", "--start"},
+                                                              {"-frames:v", "--frames"},
+                                                              {"-pix_fmt", "--pix-fmt"},
+                                                              {"-vf", "--vf"}};
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    for (const auto& [from, to] : names)
+      if (args[i] == from) args[i] = to;
+    if (args[i] == "-n") {
+      const bool count = i + 1 < args.size() && !args[i + 1].empty() &&
+                         args[i + 1].find_first_not_of("0123456789") == std::string::npos;
+      if (!count) args[i] = "--no-overwrite";
+    }
+  }
+  return args;
+}
 
 // CLI11's range checks let NaN through (every comparison with it is false) and some options
 // have no range: every floating-point option given must be a finite number.
@@ -74,7 +107,10 @@ int main(int argc, char** argv) {
   add_filters_commands(app, commands);
 
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = ffmpeg_spellings(argc, argv);
+    std::reverse(args.begin(), args.end());
+    args.pop_back();  // the program name
+    app.parse(args);
     reject_non_finite(app);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);

@@ -21,6 +21,9 @@
 #if VFPIPE_HAVE_GL
 #include "display/display_sink.hpp"
 #endif
+#if VFPIPE_HAVE_LIBAV
+#include "io/libav.hpp"
+#endif
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
 #endif
@@ -102,6 +105,11 @@ struct RunArgs {
   int compression_level = 1;
   std::string deflate_engine = "auto";
   double stats_every = 0;
+  // Video files (FFmpeg's options).
+  int crf = -1, gop = -1;
+  std::string preset, bitrate, codec_params;
+  bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
+  double start = 0, duration = -1;
 };
 
 void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
@@ -132,7 +140,23 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("--report", a.report, "write a JSON timing report to FILE");
   c->add_flag("--report-frames", a.report_frames, "include every frame's timings in the report");
   c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")->check(CLI::Range(0, 1000000));
-  c->add_option("--codec", a.codec, "video output FOURCC (mp4v, MJPG, FFV1, avc1, ...)");
+  c->add_option("--codec", a.codec,
+                "video encoder: libx264 (default for .mp4/.mov/.mkv), libx265, libsvtav1, libvpx-vp9 (.webm), ffv1, "
+                "mpeg4, ... (those of the linked libavcodec)");
+  c->add_option("--crf", a.crf, "constant-quality level of the encoder (libx264/libx265 default 18)")
+      ->check(CLI::Range(0, 63));
+  c->add_option("--preset", a.preset, "encoder speed preset (libx264: ultrafast .. veryslow)");
+  c->add_option("--video-bitrate", a.bitrate, "video bit rate, e.g. 5M or 800k (instead of -crf)");
+  c->add_option("-g,--gop", a.gop, "keyframe interval in frames")->check(CLI::Range(0, 100000));
+  c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
+  c->add_flag("--no-audio", a.no_audio, "leave the input's audio out of a video output (kept by default)");
+  c->add_flag("-y,--overwrite", a.overwrite, "overwrite an existing video output");
+  c->add_flag("--no-overwrite", a.no_overwrite, "never overwrite an existing video output (ffmpeg's -n)");
+  c->add_flag("--ignore-input-errors", a.ignore_input_errors,
+              "a truncated or damaged video input: warn and exit 0 (default: its frames are written, exit 1)");
+  c->add_option("--start", a.start, "start this many seconds into a video file input")->check(CLI::Range(0.0, 1e9));
+  c->add_option("-t,--duration", a.duration, "process this many seconds of a video file input")
+      ->check(CLI::Range(0.0, 1e9));
   c->add_flag("--lossless", a.lossless,
               "image sequences by vfpipe's PNG encoder (GPU DEFLATE); refuse lossy outputs (.mp4, .avi)");
   c->add_option(
@@ -258,6 +282,18 @@ int compare_command(const std::vector<std::string>& files, double threshold) {
   return regressed ? 1 : 0;
 }
 
+// "5M", "800k", "2500000": bits per second.
+int64_t parse_bitrate(const std::string& s) {
+  if (s.empty()) return 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  const std::string unit = end;
+  const double mul = unit.empty() ? 1 : unit == "k" || unit == "K" ? 1e3 : unit == "M" ? 1e6 : unit == "G" ? 1e9 : -1;
+  if (end == s.c_str() || mul < 0 || !(v > 0) || v * mul > 1e12)
+    throw Error(ErrorKind::Usage, "-b:v: expected a bit rate such as 5M, 800k or 2500000, got '" + s + "'");
+  return static_cast<int64_t>(v * mul);
+}
+
 // The output, checked against the input: a single image must be the whole run.
 std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Source& src) {
   SinkOptions ko;
@@ -266,6 +302,16 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.compression_level = a.compression_level;
   ko.gpu = backend == Backend::CUDA && a.deflate_engine != "libdeflate";
   ko.deflate_reference = a.deflate_engine == "vfpipe";
+  ko.crf = a.crf;
+  ko.preset = a.preset;
+  ko.bitrate = parse_bitrate(a.bitrate);
+  ko.gop = a.gop;
+  ko.codec_params = a.codec_params;
+  ko.audio = !a.no_audio;
+  ko.overwrite = a.overwrite ? Overwrite::Yes : a.no_overwrite ? Overwrite::No : Overwrite::Refuse;
+#if VFPIPE_HAVE_LIBAV
+  ko.input = libav_input_of(src);
+#endif
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
   // A single image: the run must stop in time (-n, or an input known to be short enough).
   if (const int64_t max = sink->max_frames(); max > 0) {
@@ -380,6 +426,9 @@ int run_command(RunArgs& a, bool live) {
   SourceOptions so;
   so.pinned = backend == Backend::CUDA;
   so.fps = a.fps;
+  so.start = a.start;
+  so.duration = a.duration;
+  so.ignore_input_errors = a.ignore_input_errors;
   if (!a.size.empty() && std::sscanf(a.size.c_str(), "%dx%d", &so.width, &so.height) != 2)
     throw Error(ErrorKind::Usage, "--size: expected WxH, got '" + a.size + "'");
   auto src = open_source(a.input, so);

@@ -1,0 +1,756 @@
+#include "io/libav.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/display.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+}
+
+namespace vfp {
+
+bool have_libav() { return true; }
+
+namespace {
+
+std::string averr(int e) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(e, buf, sizeof buf);
+  return buf;
+}
+
+// RAII for the libav objects.
+struct FormatInput {
+  AVFormatContext* f = nullptr;
+  ~FormatInput() { avformat_close_input(&f); }
+};
+struct CodecContext {
+  AVCodecContext* c = nullptr;
+  ~CodecContext() { avcodec_free_context(&c); }
+};
+struct Frame {
+  AVFrame* f = av_frame_alloc();
+  ~Frame() { av_frame_free(&f); }
+};
+struct Packet {
+  AVPacket* p = av_packet_alloc();
+  ~Packet() { av_packet_free(&p); }
+};
+
+// libav's pixel formats that are one of ours as they are (8-bit) or at 16 bits (10/12/16-bit
+// samples, scaled to the full 16-bit range as vfpipe's 16-bit formats hold them).
+struct FormatMap {
+  AVPixelFormat av;
+  PixelFormat ours;
+  int bits;
+};
+constexpr FormatMap kFormats[] = {
+    {AV_PIX_FMT_YUV420P, PixelFormat::YUV420P, 8},
+    {AV_PIX_FMT_YUVJ420P, PixelFormat::YUV420P, 8},
+    {AV_PIX_FMT_YUV444P, PixelFormat::YUV444P, 8},
+    {AV_PIX_FMT_YUVJ444P, PixelFormat::YUV444P, 8},
+    {AV_PIX_FMT_GRAY8, PixelFormat::GRAY8, 8},
+    {AV_PIX_FMT_BGR24, PixelFormat::BGR24, 8},
+    {AV_PIX_FMT_RGB24, PixelFormat::RGB24, 8},
+    {AV_PIX_FMT_YUV420P10LE, PixelFormat::YUV420P16, 10},
+    {AV_PIX_FMT_YUV420P12LE, PixelFormat::YUV420P16, 12},
+    {AV_PIX_FMT_YUV420P16LE, PixelFormat::YUV420P16, 16},
+    {AV_PIX_FMT_YUV444P10LE, PixelFormat::YUV444P16, 10},
+    {AV_PIX_FMT_YUV444P12LE, PixelFormat::YUV444P16, 12},
+    {AV_PIX_FMT_YUV444P16LE, PixelFormat::YUV444P16, 16},
+    {AV_PIX_FMT_GRAY10LE, PixelFormat::GRAY16, 10},
+    {AV_PIX_FMT_GRAY12LE, PixelFormat::GRAY16, 12},
+    {AV_PIX_FMT_GRAY16LE, PixelFormat::GRAY16, 16},
+};
+const FormatMap* find_map(AVPixelFormat f) {
+  for (const FormatMap& m : kFormats)
+    if (m.av == f) return &m;
+  return nullptr;
+}
+
+// Formats with no direct counterpart are converted (libswscale) to the nearest of ours:
+// RGB to bgr24, YUV keeping vertical chroma resolution (4:2:2 -> 4:4:4), depth kept.
+AVPixelFormat nearest_format(AVPixelFormat f) {
+  const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(f);
+  if (!d) return AV_PIX_FMT_YUV420P;
+  const bool deep = d->comp[0].depth > 8;
+  if (d->flags & AV_PIX_FMT_FLAG_RGB) return deep ? AV_PIX_FMT_YUV444P16LE : AV_PIX_FMT_BGR24;
+  if (d->nb_components <= 2) return deep ? AV_PIX_FMT_GRAY16LE : AV_PIX_FMT_GRAY8;
+  if (d->log2_chroma_h > 0 && d->log2_chroma_w > 0) return deep ? AV_PIX_FMT_YUV420P16LE : AV_PIX_FMT_YUV420P;
+  return deep ? AV_PIX_FMT_YUV444P16LE : AV_PIX_FMT_YUV444P;
+}
+
+// n-bit samples to vfpipe's 16-bit scale and back, rounding to nearest (exact round trip).
+inline uint16_t widen(uint16_t v, int bits) {
+  const uint32_t m = (1u << bits) - 1;
+  return static_cast<uint16_t>((v * 65535u + m / 2) / m);
+}
+inline uint16_t narrow(uint16_t v, int bits) {
+  const uint32_t m = (1u << bits) - 1;
+  return static_cast<uint16_t>((v * m + 32767u) / 65535u);
+}
+
+// Copies (and for 10/12-bit samples rescales) the planes of `src` (libav) into `dst` (ours).
+void frame_to_view(const AVFrame* src, int bits, const ImageView& dst) {
+  for (int p = 0; p < plane_count(dst.format); ++p) {
+    const size_t row = static_cast<size_t>(dst.pw[p]) * sample_bytes(dst.format);
+    for (int y = 0; y < dst.ph[p]; ++y) {
+      const uint8_t* s = src->data[p] + static_cast<ptrdiff_t>(y) * src->linesize[p];
+      uint8_t* d = dst.row(p, y);
+      if (bits == 8 || bits == 16) {
+        std::memcpy(d, s, row);
+      } else {
+        const uint16_t* s16 = reinterpret_cast<const uint16_t*>(s);
+        uint16_t* d16 = reinterpret_cast<uint16_t*>(d);
+        for (int x = 0; x < dst.pw[p]; ++x) d16[x] = widen(s16[x], bits);
+      }
+    }
+  }
+}
+void view_to_frame(const ImageView& src, int bits, AVFrame* dst) {
+  for (int p = 0; p < plane_count(src.format); ++p) {
+    const size_t row = static_cast<size_t>(src.pw[p]) * sample_bytes(src.format);
+    for (int y = 0; y < src.ph[p]; ++y) {
+      const uint8_t* s = src.row(p, y);
+      uint8_t* d = dst->data[p] + static_cast<ptrdiff_t>(y) * dst->linesize[p];
+      if (bits == 8 || bits == 16) {
+        std::memcpy(d, s, row);
+      } else {
+        const uint16_t* s16 = reinterpret_cast<const uint16_t*>(s);
+        uint16_t* d16 = reinterpret_cast<uint16_t*>(d);
+        for (int x = 0; x < src.pw[p]; ++x) d16[x] = narrow(s16[x], bits);
+      }
+    }
+  }
+}
+
+double seconds(int64_t ts, AVRational tb) { return ts == AV_NOPTS_VALUE ? 0 : ts * av_q2d(tb); }
+
+}  // namespace
+
+struct LibavInput {
+  std::string url;
+  AVRational time_base{1, 25};  // the video stream's
+  int video_stream = -1;
+  AVPixelFormat native = AV_PIX_FMT_NONE;  // the decoder's format
+  PixelFormat ours = PixelFormat::YUV420P;
+  int bits = 8;
+  AVColorRange range = AVCOL_RANGE_UNSPECIFIED;
+  AVColorSpace matrix = AVCOL_SPC_UNSPECIFIED;
+  AVColorPrimaries primaries = AVCOL_PRI_UNSPECIFIED;
+  AVColorTransferCharacteristic transfer = AVCOL_TRC_UNSPECIFIED;
+  AVChromaLocation chroma_location = AVCHROMA_LOC_UNSPECIFIED;
+  double origin = 0;    // seconds: the input's start plus -ss; output timestamps count from here
+  bool seeked = false;  // -ss given
+  double end = std::numeric_limits<double>::infinity();  // seconds: origin + -t
+
+  // Timestamps of the frames handed to the pipeline, by frame index (video time base).
+  void record(int64_t index, int64_t pts) {
+    std::lock_guard<std::mutex> lk(mu);
+    pts_of[index] = pts;
+  }
+  // The timestamp of frame `index`, and forgets it (each output frame is written once).
+  bool take(int64_t index, int64_t* pts) {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = pts_of.find(index);
+    if (it == pts_of.end()) return false;
+    *pts = it->second;
+    pts_of.erase(pts_of.begin(), std::next(it));  // older ones were dropped by the live policy
+    return true;
+  }
+
+ private:
+  std::mutex mu;
+  std::map<int64_t, int64_t> pts_of;
+};
+
+namespace {
+
+// Opens `url` for reading; throws vfp::Error (Input) naming the problem.
+void open_input(FormatInput& in, const std::string& url) {
+  if (int e = avformat_open_input(&in.f, url.c_str(), nullptr, nullptr); e < 0)
+    throw Error(ErrorKind::Input, "cannot open input '" + url + "': " + averr(e));
+  if (int e = avformat_find_stream_info(in.f, nullptr); e < 0)
+    throw Error(ErrorKind::Input, "'" + url + "': cannot read its streams: " + averr(e));
+}
+
+class LibavSource final : public Source {
+ public:
+  LibavSource(const std::string& url, const LibavInputOptions& opt) : info_(std::make_shared<LibavInput>()) {
+    info_->url = url;
+    open_input(in_, url);
+    const int vs = av_find_best_stream(in_.f, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+    if (vs < 0) throw Error(ErrorKind::Input, "'" + url + "' has no video stream");
+    st_ = in_.f->streams[vs];
+    info_->video_stream = vs;
+    info_->time_base = st_->time_base;
+    const AVCodec* dec = avcodec_find_decoder(st_->codecpar->codec_id);
+    if (!dec)
+      throw Error(ErrorKind::Input,
+                  "'" + url + "': no decoder for " + std::string(avcodec_get_name(st_->codecpar->codec_id)));
+    dec_.c = avcodec_alloc_context3(dec);
+    avcodec_parameters_to_context(dec_.c, st_->codecpar);
+    dec_.c->thread_count = 0;  // libavcodec picks (frame and slice threads)
+    if (int e = avcodec_open2(dec_.c, dec, nullptr); e < 0)
+      throw Error(ErrorKind::Input, "'" + url + "': cannot open the " + dec->name + " decoder: " + averr(e));
+    set_format(dec_.c->pix_fmt);
+    const AVCodecParameters* cp = st_->codecpar;
+    info_->range = cp->color_range;
+    info_->matrix = cp->color_space;
+    info_->primaries = cp->color_primaries;
+    info_->transfer = cp->color_trc;
+    info_->chroma_location = cp->chroma_location;
+    spec_.width = cp->width;
+    spec_.height = cp->height;
+    AVRational r = st_->avg_frame_rate.num > 0 ? st_->avg_frame_rate : st_->r_frame_rate;
+    if (r.num <= 0 || r.den <= 0) r = {25, 1};
+    spec_.fps = {r.num, r.den};
+    validate_spec(spec_, ("input '" + url + "'").c_str());
+    const double start = in_.f->start_time == AV_NOPTS_VALUE ? 0 : in_.f->start_time / double(AV_TIME_BASE);
+    info_->origin = start + std::max(0.0, opt.start);
+    info_->seeked = opt.start > 0;
+    if (opt.duration >= 0) info_->end = info_->origin + opt.duration;
+    if (opt.start > 0) {
+      const int64_t ts = static_cast<int64_t>(info_->origin * AV_TIME_BASE);
+      if (int e = av_seek_frame(in_.f, -1, ts, AVSEEK_FLAG_BACKWARD); e < 0)
+        throw Error(ErrorKind::Input, "'" + url + "': cannot seek to " + std::to_string(opt.start) + " s: " + averr(e));
+    }
+    if (st_->nb_frames > 0 && opt.start <= 0 && opt.duration < 0) frames_ = expected_ = st_->nb_frames;
+    ignore_errors_ = opt.ignore_errors;
+    describe_ = url + " (" + std::string(dec->name) + ", " + av_get_pix_fmt_name(dec_.c->pix_fmt) + ")";
+  }
+  ~LibavSource() override { sws_freeContext(sws_); }
+
+  FrameSpec spec() const override { return spec_; }
+  std::string describe() const override { return describe_; }
+  int64_t frame_count() const override { return frames_; }
+  std::shared_ptr<LibavInput> input() const { return info_; }
+
+  bool read(HostFrame& dst) override {
+    while (true) {
+      const int r = avcodec_receive_frame(dec_.c, frame_.f);
+      if (r == AVERROR_EOF) return end_of_input();
+      if (r == 0) {
+        const int64_t pts = frame_.f->best_effort_timestamp;
+        const double t = seconds(pts, info_->time_base);
+        if (pts != AV_NOPTS_VALUE && t < info_->origin - 1e-9) continue;    // before -ss
+        if (pts != AV_NOPTS_VALUE && t >= info_->end - 1e-9) return false;  // past -t
+        deliver(dst, pts);
+        return true;
+      }
+      if (r != AVERROR(EAGAIN)) return input_error("decoding failed: " + averr(r));
+      if (!feed()) return false;
+    }
+  }
+
+ private:
+  // The end: complete, or short of the frames the container's index lists.
+  bool end_of_input() {
+    if (expected_ > 0 && next_ < expected_) {
+      const int64_t n = expected_;
+      expected_ = 0;
+      return input_error("it ends before " + std::to_string(n) + " frames, the number its index lists");
+    }
+    return false;
+  }
+
+  void set_format(AVPixelFormat f) {
+    const FormatMap* m = find_map(f);
+    info_->native = f;
+    if (m) {
+      spec_.format = m->ours;
+      info_->bits = m->bits;
+    } else {
+      convert_to_ = nearest_format(f);
+      m = find_map(convert_to_);
+      spec_.format = m->ours;
+      info_->bits = m->bits;
+      log::info("%s: %s frames are converted to %s", info_->url.c_str(), av_get_pix_fmt_name(f),
+                pix_fmt_name(spec_.format));
+    }
+    info_->ours = spec_.format;
+  }
+
+  // Sends the next video packet (or, at the end, the flush) to the decoder; false when the
+  // input broke and the run ends here (--ignore-input-errors).
+  bool feed() {
+    while (true) {
+      const int e = av_read_frame(in_.f, packet_.p);
+      if (e == AVERROR_EOF) {
+        avcodec_send_packet(dec_.c, nullptr);
+        return true;
+      }
+      if (e < 0) return input_error("cannot read: " + averr(e));
+      const bool video = packet_.p->stream_index == st_->index;
+      int s = video ? avcodec_send_packet(dec_.c, packet_.p) : 0;
+      av_packet_unref(packet_.p);
+      if (s < 0 && s != AVERROR_INVALIDDATA) return input_error("cannot decode: " + averr(s));
+      if (s == AVERROR_INVALIDDATA)
+        log::warn("%s: a damaged packet after frame %lld was skipped", info_->url.c_str(),
+                  static_cast<long long>(next_));
+      if (video) return true;
+    }
+  }
+
+  // A broken input: an error after the frames before it were delivered, or with
+  // --ignore-input-errors a warning and the end of the input.
+  bool input_error(const std::string& why) {
+    const std::string what = "'" + info_->url + "' breaks after frame " + std::to_string(next_) + " (" + why + ")";
+    if (!ignore_errors_)
+      throw Error(ErrorKind::Input, what + "; the frames before are written (--ignore-input-errors: accept)");
+    log::warn("%s", what.c_str());
+    return false;
+  }
+
+  void deliver(HostFrame& dst, int64_t pts) {
+    const AVFrame* f = frame_.f;
+    if (f->width != spec_.width || f->height != spec_.height)
+      throw Error(ErrorKind::Input, "'" + info_->url + "': the frame size changed at frame " + std::to_string(next_) +
+                                        " (" + std::to_string(f->width) + "x" + std::to_string(f->height) +
+                                        "); vfpipe streams keep one size");
+    if (convert_to_ != AV_PIX_FMT_NONE || static_cast<AVPixelFormat>(f->format) != info_->native) {
+      if (convert_to_ == AV_PIX_FMT_NONE) convert_to_ = find_map(info_->native)->av;
+      sws_ = sws_getCachedContext(sws_, f->width, f->height, static_cast<AVPixelFormat>(f->format), f->width, f->height,
+                                  convert_to_, SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr,
+                                  nullptr);
+      if (!sws_) throw Error(ErrorKind::Input, "cannot convert the input's pixel format");
+      av_frame_unref(converted_.f);
+      converted_.f->format = convert_to_;
+      converted_.f->width = f->width;
+      converted_.f->height = f->height;
+      if (av_frame_get_buffer(converted_.f, 0) < 0) throw Error(ErrorKind::OutOfMemory, "a converted frame");
+      sws_scale(sws_, f->data, f->linesize, 0, f->height, converted_.f->data, converted_.f->linesize);
+      frame_to_view(converted_.f, find_map(convert_to_)->bits, dst.view());
+    } else {
+      frame_to_view(f, info_->bits, dst.view());
+    }
+    av_frame_unref(frame_.f);
+    info_->record(next_++, pts);
+  }
+
+  FormatInput in_;
+  AVStream* st_ = nullptr;
+  CodecContext dec_;
+  Frame frame_, converted_;
+  Packet packet_;
+  SwsContext* sws_ = nullptr;
+  AVPixelFormat convert_to_ = AV_PIX_FMT_NONE;
+  std::shared_ptr<LibavInput> info_;
+  FrameSpec spec_;
+  int64_t frames_ = -1, next_ = 0, expected_ = 0;
+  bool ignore_errors_ = false;
+  std::string describe_;
+};
+
+// The input's other streams (audio, subtitles), read from a second demuxer on the same input
+// and copied packet by packet, in step with the video.
+class StreamCopier {
+ public:
+  StreamCopier(const LibavInput& in, AVFormatContext* out, bool audio)
+      : origin_(in.origin), end_(in.end), trim_start_(in.seeked) {
+    open_input(in_, in.url);
+    for (unsigned i = 0; i < in_.f->nb_streams; ++i) {
+      AVStream* s = in_.f->streams[i];
+      const AVMediaType type = s->codecpar->codec_type;
+      map_.push_back(-1);
+      if (static_cast<int>(i) == in.video_stream) continue;
+      if (type != AVMEDIA_TYPE_AUDIO && type != AVMEDIA_TYPE_SUBTITLE) continue;
+      if (type == AVMEDIA_TYPE_AUDIO && !audio) continue;
+      const char* name = avcodec_get_name(s->codecpar->codec_id);
+      if (avformat_query_codec(out->oformat, s->codecpar->codec_id, FF_COMPLIANCE_NORMAL) != 1) {
+        log::warn("%s stream #%u (%s) cannot go into a %s file: left out (use .mkv, or -an to drop audio)",
+                  av_get_media_type_string(type), i, name, out->oformat->name);
+        continue;
+      }
+      AVStream* o = avformat_new_stream(out, nullptr);
+      if (!o || avcodec_parameters_copy(o->codecpar, s->codecpar) < 0)
+        throw Error(ErrorKind::OutOfMemory, "an output stream");
+      o->codecpar->codec_tag = 0;
+      o->time_base = s->time_base;
+      o->disposition = s->disposition;
+      av_dict_copy(&o->metadata, s->metadata, 0);
+      map_.back() = o->index;
+      copied_.push_back(std::string(av_get_media_type_string(type)) + " " + name);
+    }
+    if (origin_ > 0) av_seek_frame(in_.f, -1, static_cast<int64_t>(origin_ * AV_TIME_BASE), AVSEEK_FLAG_BACKWARD);
+  }
+  const std::vector<std::string>& copied() const { return copied_; }
+
+  // Writes the copied streams' packets up to `until` seconds of the input.
+  void pump(AVFormatContext* out, double until) {
+    if (copied_.empty()) return;
+    while (!done_) {
+      if (!held_) {
+        const int e = av_read_frame(in_.f, pkt_.p);
+        if (e < 0) {
+          done_ = true;
+          return;
+        }
+        held_ = true;
+      }
+      AVPacket* p = pkt_.p;
+      const int idx = map_[static_cast<size_t>(p->stream_index)];
+      if (idx < 0) {
+        av_packet_unref(p);
+        held_ = false;
+        continue;
+      }
+      const AVRational tb = in_.f->streams[p->stream_index]->time_base;
+      const double t = seconds(p->pts != AV_NOPTS_VALUE ? p->pts : p->dts, tb);
+      if (t > until) return;  // held for a later call
+      held_ = false;
+      // Packets before the start are cut only after a seek (-ss): without one, the audio's
+      // priming packets (negative timestamps) stay, as ffmpeg keeps them.
+      if ((trim_start_ && t < origin_ - 1e-9) || t >= end_) {
+        av_packet_unref(p);
+        continue;
+      }
+      const int64_t shift = av_rescale_q(static_cast<int64_t>(std::llround(origin_ * 1e6)), {1, 1000000}, tb);
+      if (p->pts != AV_NOPTS_VALUE) p->pts -= shift;
+      if (p->dts != AV_NOPTS_VALUE) p->dts -= shift;
+      av_packet_rescale_ts(p, tb, out->streams[idx]->time_base);
+      p->stream_index = idx;
+      p->pos = -1;
+      if (int e = av_interleaved_write_frame(out, p); e < 0)
+        throw Error(ErrorKind::Output, std::string("cannot write a copied packet: ") + averr(e));
+    }
+  }
+
+ private:
+  FormatInput in_;
+  Packet pkt_;
+  std::vector<int> map_;  // input stream -> output stream, -1: not copied
+  std::vector<std::string> copied_;
+  double origin_, end_;
+  bool trim_start_;
+  bool held_ = false, done_ = false;
+};
+
+const AVCodec* default_encoder(const AVOutputFormat* of, bool lossless) {
+  const std::string name = of->name;
+  auto first = [](std::initializer_list<const char*> names) -> const AVCodec* {
+    for (const char* n : names)
+      if (const AVCodec* c = avcodec_find_encoder_by_name(n)) return c;
+    return nullptr;
+  };
+  if (lossless) return first({"ffv1"});
+  if (name.find("webm") != std::string::npos) return first({"libvpx-vp9", "libsvtav1", "libaom-av1"});
+  if (name == "image2" || name == "image2pipe") return nullptr;
+  if (const AVCodec* c = first({"libx264"}))
+    if (avformat_query_codec(of, c->id, FF_COMPLIANCE_NORMAL) == 1) return c;
+  return avcodec_find_encoder(of->video_codec);
+}
+
+// The vfpipe format for an encoder's pixel format, and back: our format -> the encoder's.
+AVPixelFormat encoder_format(const AVCodec* c, PixelFormat ours, int want_bits) {
+  AVPixelFormat best = AV_PIX_FMT_NONE;
+  int best_bits = 0;
+  for (const AVPixelFormat* f = c->pix_fmts; f && *f != AV_PIX_FMT_NONE; ++f) {
+    const FormatMap* m = find_map(*f);
+    if (!m || m->ours != ours) continue;
+    if (*f == AV_PIX_FMT_YUVJ420P || *f == AV_PIX_FMT_YUVJ444P) {
+      if (best == AV_PIX_FMT_NONE) best = *f;  // JPEG-range variants only if nothing else
+      continue;
+    }
+    // The input's depth if the encoder has it, else the deepest it has.
+    const bool better = best == AV_PIX_FMT_NONE || best == AV_PIX_FMT_YUVJ420P || best == AV_PIX_FMT_YUVJ444P ||
+                        (best_bits != want_bits && (m->bits == want_bits || m->bits > best_bits));
+    if (better) {
+      best = *f;
+      best_bits = m->bits;
+    }
+  }
+  return best;
+}
+
+class LibavSink final : public Sink {
+ public:
+  LibavSink(std::string path, LibavOutputOptions opt) : path_(std::move(path)), opt_(std::move(opt)) {
+    const AVOutputFormat* of = av_guess_format(nullptr, path_.c_str(), nullptr);
+    if (!of)
+      throw Error(ErrorKind::Usage, "unknown output type '" + path_ +
+                                        "' (no container for this extension: use .mp4, .mkv, .mov, .webm, .avi, .y4m, "
+                                        "an image pattern such as frames/%06d.png, '-' for Y4M on stdout, or null)");
+    if (!opt_.codec.empty()) {
+      enc_ = avcodec_find_encoder_by_name(opt_.codec.c_str());
+      if (!enc_ || enc_->type != AVMEDIA_TYPE_VIDEO)
+        throw Error(ErrorKind::Usage, "-c:v " + opt_.codec + ": no such video encoder in this libavcodec");
+    } else {
+      enc_ = default_encoder(of, opt_.lossless);
+      if (!enc_) throw Error(ErrorKind::Usage, "output '" + path_ + "': no video encoder for a " + of->name + " file");
+    }
+    if (avformat_query_codec(of, enc_->id, FF_COMPLIANCE_NORMAL) == 0)
+      throw Error(ErrorKind::Usage, std::string("a ") + of->name + " file cannot hold " + enc_->name + " video");
+    const int bits = opt_.input ? opt_.input->bits : 8;
+    // The input's own format first: then no conversion is inserted before the encoder.
+    std::vector<PixelFormat> order;
+    if (opt_.input) order.push_back(opt_.input->ours);
+    for (PixelFormat f : {PixelFormat::YUV420P, PixelFormat::YUV444P, PixelFormat::GRAY8, PixelFormat::YUV420P16,
+                          PixelFormat::YUV444P16, PixelFormat::GRAY16, PixelFormat::BGR24, PixelFormat::RGB24})
+      if (std::find(order.begin(), order.end(), f) == order.end()) order.push_back(f);
+    for (PixelFormat f : order)
+      if (encoder_format(enc_, f, bits) != AV_PIX_FMT_NONE) accepted_.push_back(f);
+    // Packed RGB that the encoder does not take is converted to its YUV (libswscale), with
+    // the matrix the output is tagged with: only when the chain ends in RGB.
+    if (encoder_format(enc_, PixelFormat::YUV420P, 8) != AV_PIX_FMT_NONE)
+      for (PixelFormat f : {PixelFormat::BGR24, PixelFormat::RGB24})
+        if (std::find(accepted_.begin(), accepted_.end(), f) == accepted_.end()) accepted_.push_back(f);
+    if (accepted_.empty())
+      throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " encoder takes none of vfpipe's pixel formats");
+  }
+  ~LibavSink() override {
+    sws_freeContext(sws_);
+    if (oc_ && !closed_) {  // an abandoned output: release without a trailer
+      if (!(oc_->oformat->flags & AVFMT_NOFILE)) avio_closep(&oc_->pb);
+    }
+    avformat_free_context(oc_);
+  }
+
+  std::vector<PixelFormat> accepted_formats() const override { return accepted_; }
+
+  void open(const FrameSpec& spec) override {
+    spec_ = spec;
+    if (int e = avformat_alloc_output_context2(&oc_, nullptr, nullptr, path_.c_str()); e < 0)
+      throw Error(ErrorKind::Output, "cannot create output '" + path_ + "': " + averr(e));
+    open_encoder();
+    vs_ = avformat_new_stream(oc_, nullptr);
+    if (!vs_ || avcodec_parameters_from_context(vs_->codecpar, enc_ctx_.c) < 0)
+      throw Error(ErrorKind::OutOfMemory, "the output's video stream");
+    vs_->time_base = enc_ctx_.c->time_base;
+    vs_->avg_frame_rate = enc_ctx_.c->framerate;
+    if (opt_.input) carry_over();
+    if (!(oc_->oformat->flags & AVFMT_NOFILE))
+      if (int e = avio_open(&oc_->pb, path_.c_str(), AVIO_FLAG_WRITE); e < 0)
+        throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + averr(e));
+    if (int e = avformat_write_header(oc_, nullptr); e < 0)
+      throw Error(ErrorKind::Output, "cannot write the header of '" + path_ + "': " + averr(e));
+  }
+
+  void write(const HostFrame& f) override {
+    av_frame_unref(frame_.f);
+    frame_.f->format = enc_ctx_.c->pix_fmt;
+    frame_.f->width = spec_.width;
+    frame_.f->height = spec_.height;
+    if (av_frame_get_buffer(frame_.f, 0) < 0) throw Error(ErrorKind::OutOfMemory, "an output frame");
+    if (sws_) {
+      const ImageView v = f.view();
+      const uint8_t* planes[1] = {v.data[0]};
+      const int pitch[1] = {static_cast<int>(v.pitch[0])};
+      sws_scale(sws_, planes, pitch, 0, spec_.height, frame_.f->data, frame_.f->linesize);
+    } else {
+      view_to_frame(f.view(), out_bits_, frame_.f);
+    }
+    frame_.f->pts = pts_of(f.index);
+    frame_.f->color_range = enc_ctx_.c->color_range;
+    frame_.f->colorspace = enc_ctx_.c->colorspace;
+    frame_.f->color_primaries = enc_ctx_.c->color_primaries;
+    frame_.f->color_trc = enc_ctx_.c->color_trc;
+    send(frame_.f);
+  }
+
+  void close() override {
+    if (closed_ || !oc_) return;
+    closed_ = true;
+    send(nullptr);
+    if (copier_) copier_->pump(oc_, std::numeric_limits<double>::infinity());
+    const int e = av_write_trailer(oc_);
+    const int ce = (oc_->oformat->flags & AVFMT_NOFILE) ? 0 : avio_closep(&oc_->pb);
+    if (e < 0 || ce < 0)
+      throw Error(ErrorKind::Output,
+                  "cannot finish '" + path_ + "': " + averr(e < 0 ? e : ce) + " (the file is incomplete)");
+  }
+
+  std::string describe() const override {
+    std::string d = path_ + " (" + enc_->name;
+    if (enc_ctx_.c) d += std::string(", ") + av_get_pix_fmt_name(enc_ctx_.c->pix_fmt);
+    for (const std::string& c : copied_) d += ", " + c + " copied";
+    return d + ")";
+  }
+
+ private:
+  void open_encoder() {
+    enc_ctx_.c = avcodec_alloc_context3(enc_);
+    AVCodecContext* c = enc_ctx_.c;
+    c->width = spec_.width;
+    c->height = spec_.height;
+    const int bits = opt_.input ? opt_.input->bits : 8;
+    c->pix_fmt = encoder_format(enc_, spec_.format, bits);
+    if (c->pix_fmt == AV_PIX_FMT_NONE && is_packed_rgb(spec_.format)) {
+      c->pix_fmt = encoder_format(enc_, PixelFormat::YUV420P, 8);
+      rgb_from_ = spec_.format == PixelFormat::BGR24 ? AV_PIX_FMT_BGR24 : AV_PIX_FMT_RGB24;
+    }
+    if (c->pix_fmt == AV_PIX_FMT_NONE)
+      throw Error(ErrorKind::Usage,
+                  std::string("the ") + enc_->name + " encoder cannot take " + pix_fmt_name(spec_.format) + " frames");
+    out_bits_ = find_map(c->pix_fmt)->bits;
+    c->framerate = {spec_.fps.num, spec_.fps.den};
+    // Timestamps: the input's time base and the frames' own timestamps (variable rate kept);
+    // without an input file, one tick per frame.
+    c->time_base = opt_.input ? opt_.input->time_base : AVRational{spec_.fps.den, spec_.fps.num};
+    if (opt_.input) {
+      c->color_range = opt_.input->range;
+      c->colorspace = opt_.input->matrix;
+      c->color_primaries = opt_.input->primaries;
+      c->color_trc = opt_.input->transfer;
+      c->chroma_sample_location = opt_.input->chroma_location;
+    }
+    if (rgb_from_ != AV_PIX_FMT_NONE) {
+      // RGB to limited-range YUV with the input's matrix, else BT.709 for HD and BT.601 for SD.
+      if (c->colorspace == AVCOL_SPC_UNSPECIFIED || c->colorspace == AVCOL_SPC_RGB)
+        c->colorspace = spec_.height >= 720 ? AVCOL_SPC_BT709 : AVCOL_SPC_SMPTE170M;
+      c->color_range = AVCOL_RANGE_MPEG;
+      sws_ = sws_getContext(spec_.width, spec_.height, rgb_from_, spec_.width, spec_.height, c->pix_fmt,
+                            SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
+      if (!sws_) throw Error(ErrorKind::Output, "cannot convert RGB frames for the encoder");
+      const int cs = c->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601;
+      sws_setColorspaceDetails(sws_, sws_getCoefficients(cs), 1, sws_getCoefficients(cs), 0, 0, 1 << 16, 1 << 16);
+    }
+    if (opt_.gop >= 0) c->gop_size = opt_.gop;
+    if (opt_.bitrate > 0) c->bit_rate = opt_.bitrate;
+    c->thread_count = 0;
+    if (oc_->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    AVDictionary* o = nullptr;
+    auto has_option = [&](const char* name) { return c->priv_data && av_opt_find(c->priv_data, name, nullptr, 0, 0); };
+    const bool has_crf = has_option("crf");
+    if (opt_.crf >= 0) {
+      if (!has_crf) throw Error(ErrorKind::Usage, std::string("-crf: the ") + enc_->name + " encoder has no crf");
+      av_dict_set_int(&o, "crf", opt_.crf, 0);
+    } else if (has_crf && opt_.bitrate <= 0 &&
+               (std::string(enc_->name) == "libx264" || std::string(enc_->name) == "libx265")) {
+      av_dict_set_int(&o, "crf", 18, 0);  // visually lossless for most video, as people choose for masters
+    }
+    if (!opt_.preset.empty()) av_dict_set(&o, "preset", opt_.preset.c_str(), 0);
+    if (!opt_.codec_params.empty()) {
+      const std::string name = enc_->name;
+      const std::string key = (name.rfind("lib", 0) == 0 ? name.substr(3) : name) + "-params";  // x264-params
+      if (!has_option(key.c_str()))
+        throw Error(ErrorKind::Usage, "the " + name + " encoder takes no parameter string (-x264-params style)");
+      av_dict_set(&o, key.c_str(), opt_.codec_params.c_str(), 0);
+    }
+    const int e = avcodec_open2(c, enc_, &o);
+    std::string unused;
+    for (AVDictionaryEntry* t = nullptr; (t = av_dict_get(o, "", t, AV_DICT_IGNORE_SUFFIX));)
+      unused += std::string(unused.empty() ? "" : ", ") + t->key;
+    av_dict_free(&o);
+    if (e < 0)
+      throw Error(ErrorKind::Usage, std::string("cannot open the ") + enc_->name + " encoder: " + averr(e) +
+                                        " (check -crf, -preset, -b:v and the codec parameters)");
+    if (!unused.empty())
+      throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " encoder has no option " + unused);
+  }
+
+  // Metadata, the video stream's tags and rotation, and the other streams of the input.
+  void carry_over() {
+    FormatInput in;
+    open_input(in, opt_.input->url);
+    av_dict_copy(&oc_->metadata, in.f->metadata, 0);
+    const AVStream* iv = in.f->streams[opt_.input->video_stream];
+    av_dict_copy(&vs_->metadata, iv->metadata, 0);
+    vs_->disposition = iv->disposition;
+    size_t n = 0;
+    if (const uint8_t* m = av_stream_get_side_data(iv, AV_PKT_DATA_DISPLAYMATRIX, &n); m && n >= 9 * 4)
+      if (uint8_t* d = av_stream_new_side_data(vs_, AV_PKT_DATA_DISPLAYMATRIX, n)) std::memcpy(d, m, n);
+    copier_ = std::make_unique<StreamCopier>(*opt_.input, oc_, opt_.audio);
+    copied_ = copier_->copied();
+  }
+
+  int64_t pts_of(int64_t index) {
+    int64_t pts = 0;
+    if (opt_.input && opt_.input->take(index, &pts) && pts != AV_NOPTS_VALUE) {
+      const int64_t shift = av_rescale_q(static_cast<int64_t>(std::llround(opt_.input->origin * 1e6)), {1, 1000000},
+                                         opt_.input->time_base);
+      pts -= shift;
+    } else {
+      pts = index;  // one tick per frame
+      if (opt_.input) pts = av_rescale_q(index, {spec_.fps.den, spec_.fps.num}, opt_.input->time_base);
+    }
+    if (pts <= last_pts_) pts = last_pts_ + 1;  // encoders need strictly increasing timestamps
+    last_pts_ = pts;
+    return pts;
+  }
+
+  void send(AVFrame* f) {
+    if (int e = avcodec_send_frame(enc_ctx_.c, f); e < 0)
+      throw Error(ErrorKind::Output, std::string("encoding failed: ") + averr(e));
+    while (true) {
+      const int r = avcodec_receive_packet(enc_ctx_.c, pkt_.p);
+      if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return;
+      if (r < 0) throw Error(ErrorKind::Output, std::string("encoding failed: ") + averr(r));
+      av_packet_rescale_ts(pkt_.p, enc_ctx_.c->time_base, vs_->time_base);
+      pkt_.p->stream_index = vs_->index;
+      if (copier_) {  // the other streams up to this packet's time, so the muxer can interleave
+        const double t = seconds(pkt_.p->dts, vs_->time_base) + opt_.input->origin;
+        copier_->pump(oc_, t);
+      }
+      if (int e = av_interleaved_write_frame(oc_, pkt_.p); e < 0)
+        throw Error(ErrorKind::Output, "cannot write to '" + path_ + "': " + averr(e));
+    }
+  }
+
+  std::string path_;
+  LibavOutputOptions opt_;
+  const AVCodec* enc_ = nullptr;
+  std::vector<PixelFormat> accepted_;
+  FrameSpec spec_;
+  AVFormatContext* oc_ = nullptr;
+  AVStream* vs_ = nullptr;
+  CodecContext enc_ctx_;
+  Frame frame_;
+  Packet pkt_;
+  int out_bits_ = 8;
+  AVPixelFormat rgb_from_ = AV_PIX_FMT_NONE;  // packed RGB frames converted for the encoder
+  SwsContext* sws_ = nullptr;
+  int64_t last_pts_ = std::numeric_limits<int64_t>::min();
+  std::unique_ptr<StreamCopier> copier_;
+  std::vector<std::string> copied_;
+  bool closed_ = false;
+};
+
+// libav's own messages go through vfpipe's log (so -q silences them), errors as warnings:
+// vfpipe reports the failure itself, with what it means for the run.
+void log_callback(void* avcl, int level, const char* fmt, va_list vl) {
+  if (level > AV_LOG_ERROR) return;
+  char line[1024];
+  int prefix = 1;
+  av_log_format_line(avcl, level, fmt, vl, line, sizeof line, &prefix);
+  std::string s = line;
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  if (!s.empty()) log::warn("libav: %s", s.c_str());
+}
+void init_libav() {
+  static std::once_flag once;
+  std::call_once(once, [] { av_log_set_callback(log_callback); });
+}
+
+}  // namespace
+
+std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInputOptions& opt) {
+  init_libav();
+  return std::make_unique<LibavSource>(url, opt);
+}
+
+std::shared_ptr<LibavInput> libav_input_of(const Source& src) {
+  const auto* s = dynamic_cast<const LibavSource*>(&src);
+  return s ? s->input() : nullptr;
+}
+
+std::unique_ptr<Sink> open_libav_sink(const std::string& path, const LibavOutputOptions& opt) {
+  init_libav();
+  return std::make_unique<LibavSink>(path, opt);
+}
+
+}  // namespace vfp

@@ -1,0 +1,46 @@
+// Video files and streams through FFmpeg's libraries (libavformat, libavcodec, libswscale):
+// demux + decode into the frame's own format, encode + mux with the codec and quality the
+// user asks for, and everything else the input had carried over: audio, subtitle and data
+// streams (copied, not re-encoded), per-frame timestamps (variable frame rate too), the
+// colour description, and metadata (docs/video-io.md).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "pipeline/source.hpp"
+
+namespace vfp {
+
+bool have_libav();
+
+// What a libav source shares with the sink of the same run: the input's streams to copy,
+// its time base and per-frame timestamps, colour description and metadata.
+struct LibavInput;
+
+struct LibavInputOptions {
+  double start = 0;      // -ss: seconds into the input where the run begins
+  double duration = -1;  // -t: seconds to process (< 0: to the end)
+  // A file that ends before the frames its index lists (truncated, damaged) is an error
+  // after the frames it has are delivered; with this, a warning.
+  bool ignore_errors = false;
+};
+// Throws vfp::Error (Input) for a missing, unreadable or unsupported input.
+std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInputOptions& opt);
+// The input a source reads, or null when it is not a libav source.
+std::shared_ptr<LibavInput> libav_input_of(const Source& src);
+
+struct LibavOutputOptions {
+  std::string codec;         // -c:v: an encoder name (libx264, libx265, libsvtav1, ffv1, ...); "" = by container
+  int crf = -1;              // -crf (codecs that have it)
+  std::string preset;        // -preset
+  int64_t bitrate = 0;       // -b:v, bits per second
+  int gop = -1;              // -g
+  std::string codec_params;  // -x264-params / -x265-params / -svtav1-params: key=value:...
+  bool lossless = false;     // a lossless encoder (ffv1 by default)
+  bool audio = true;         // copy the input's audio (-an: false)
+  std::shared_ptr<LibavInput> input;  // streams, timestamps, colour and metadata to carry over
+};
+// Throws vfp::Error (Usage) for an unknown container or encoder, (Output) if it cannot write.
+std::unique_ptr<Sink> open_libav_sink(const std::string& path, const LibavOutputOptions& opt);
+
+}  // namespace vfp

@@ -1,0 +1,183 @@
+// Video files through FFmpeg's libraries (io/libav.cpp), checked with the ffmpeg and ffprobe
+// programs: decoding equals ffmpeg's, the audio, colour tags, metadata and per-frame
+// timestamps of the input reach the output, 10-bit stays 10-bit and exact, -ss/-t/-an/-y/-n
+// and the encoder options behave as in ffmpeg, and a truncated input keeps its frames and fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "test_util.hpp"
+
+using namespace vfp::test;
+
+namespace {
+const std::string kBin = VFPIPE_BIN;
+
+bool have_ffmpeg() { return run_cmd("ffmpeg -version && ffprobe -version").rc == 0; }
+
+#define REQUIRE_LIBAV()                                                                      \
+  do {                                                                                       \
+    if (!VFPIPE_HAVE_LIBAV) GTEST_SKIP() << "built without FFmpeg's libraries";              \
+    if (!have_ffmpeg()) GTEST_SKIP() << "the ffmpeg and ffprobe programs are not installed"; \
+  } while (0)
+
+// A file made by ffmpeg; fails the test if it cannot.
+std::string make(const std::string& name, const std::string& args) {
+  const std::string p = tmp_path(name);
+  const CmdResult r = run_cmd("ffmpeg -v error -y " + args + " " + p);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  return p;
+}
+std::string probe(const std::string& file, const std::string& what) {
+  return run_cmd("ffprobe -v error " + what + " -of csv=p=0 " + file).out;
+}
+std::string md5_of_raw(const std::string& file, const std::string& pix_fmt) {
+  return run_cmd("ffmpeg -v error -i " + file + " -f rawvideo -pix_fmt " + pix_fmt + " - | md5sum").out;
+}
+// A 4 s 25 fps 320x240 H.264 clip with AAC audio, BT.709 tags and a title.
+std::string av_clip() {
+  return make("av_clip.mp4",
+              "-f lavfi -i testsrc2=size=320x240:rate=25:duration=4 -f lavfi -i sine=frequency=440:duration=4 "
+              "-c:v libx264 -pix_fmt yuv420p -color_primaries bt709 -color_trc bt709 -colorspace bt709 "
+              "-color_range tv -c:a aac -metadata title=vfpipe-test -metadata:s:a:0 language=eng");
+}
+}  // namespace
+
+TEST(Libav, DecodingEqualsFfmpegsForEachFormat) {
+  REQUIRE_LIBAV();
+  for (const char* fmt : {"yuv420p", "yuv444p", "gray"}) {
+    const std::string in =
+        make(std::string("dec_") + fmt + ".mkv",
+             "-f lavfi -i testsrc2=size=161x97:rate=25:duration=1 -c:v ffv1 -pix_fmt " + std::string(fmt));
+    const std::string a = tmp_path("dec_pipe.y4m"), b = tmp_path("dec_direct.y4m");
+    ASSERT_EQ(run_cmd("ffmpeg -v error -i " + in + " -f yuv4mpegpipe -strict -1 - | " + kBin +
+                      " run -q -i - -f median=radius=2 -o " + a)
+                  .rc,
+              0);
+    const CmdResult r = run_cmd(kBin + " run -q -i " + in + " -f median=radius=2 -o " + b);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    // The same frames (the headers may differ in the colour-range tag).
+    EXPECT_EQ(run_cmd("bash -c 'cmp <(sed 1d " + a + ") <(sed 1d " + b + ")'").rc, 0) << fmt;
+    for (const auto& p : {in, a, b}) std::remove(p.c_str());
+  }
+}
+
+TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
+  REQUIRE_LIBAV();
+  const std::string in = av_clip(), out = tmp_path("carry.mp4");
+  const CmdResult r = run_cmd(kBin + " run --no-progress -i " + in + " -f median=radius=2 -o " + out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("aac copied"), std::string::npos) << r.out;
+  EXPECT_EQ(probe(out,
+                  "-select_streams v -show_entries stream=codec_name,pix_fmt,color_range,color_space,"
+                  "color_transfer,color_primaries,nb_frames"),
+            "h264,yuv420p,tv,bt709,bt709,bt709,100\n");
+  EXPECT_EQ(probe(out, "-select_streams a -show_entries stream=codec_name:stream_tags=language"), "aac,eng\n");
+  EXPECT_EQ(probe(out, "-show_entries format_tags=title"), "vfpipe-test\n");
+  // The audio is the input's, packet for packet.
+  EXPECT_EQ(run_cmd("ffmpeg -v error -i " + in + " -map 0:a -c copy -f data - | md5sum").out,
+            run_cmd("ffmpeg -v error -i " + out + " -map 0:a -c copy -f data - | md5sum").out);
+  // -an leaves it out.
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -an -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\n");
+  for (const auto& p : {in, out}) std::remove(p.c_str());
+}
+
+TEST(Libav, VariableFrameRateTimestampsAreKept) {
+  REQUIRE_LIBAV();
+  // 25 fps for 2 s, then every other frame (12.5 fps).
+  const std::string in = make("vfr.mp4",
+                              "-f lavfi -i testsrc2=size=160x120:rate=25:duration=4 -vf "
+                              "select='lt(t\\,2)+gte(t\\,2)*not(mod(n\\,2))' -fps_mode vfr -c:v libx264");
+  const std::string out = tmp_path("vfr_out.mkv");
+  ASSERT_EQ(run_cmd(kBin + " run -q -i " + in + " -f median -o " + out).rc, 0);
+  const std::string want = probe(in, "-select_streams v -show_entries frame=pts_time");
+  EXPECT_EQ(probe(out, "-select_streams v -show_entries frame=pts_time"), want);
+  EXPECT_NE(want.find("2.080000"), std::string::npos) << "the fixture is not variable-rate";
+  for (const auto& p : {in, out}) std::remove(p.c_str());
+}
+
+TEST(Libav, TenBitStaysTenBitAndExact) {
+  REQUIRE_LIBAV();
+  const std::string in =
+      make("ten.mkv", "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1 -pix_fmt yuv420p10le -c:v ffv1");
+  const std::string lossless = tmp_path("ten_out.mkv"), h264 = tmp_path("ten_out.mp4");
+  const CmdResult r = run_cmd(kBin + " run --no-progress -i " + in + " -o " + lossless + " --lossless");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("yuv420p16le"), std::string::npos) << "carried at 16 bits: " << r.out;
+  EXPECT_EQ(probe(lossless, "-show_entries stream=pix_fmt"), "yuv420p10le\n");
+  EXPECT_EQ(md5_of_raw(lossless, "yuv420p10le"), md5_of_raw(in, "yuv420p10le"));
+  ASSERT_EQ(run_cmd(kBin + " run -q -i " + in + " -o " + h264).rc, 0);
+  EXPECT_EQ(probe(h264, "-show_entries stream=codec_name,pix_fmt"), "h264,yuv420p10le\n");
+  for (const auto& p : {in, lossless, h264}) std::remove(p.c_str());
+}
+
+TEST(Libav, SeekDurationAndOverwriteAsInFfmpeg) {
+  REQUIRE_LIBAV();
+  const std::string in = av_clip(), out = tmp_path("cut.mp4");
+  ASSERT_EQ(run_cmd(kBin + " run -q -i " + in + " -ss 1 -t 2 -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-select_streams v -count_frames -show_entries stream=nb_read_frames"), "50\n");
+  const std::string pts = probe(out, "-select_streams v -show_entries frame=pts_time");
+  EXPECT_EQ(pts.substr(0, pts.find_first_of(",\n")), "0.000000");
+  const double audio = std::stod(probe(out, "-select_streams a -show_entries stream=duration"));
+  EXPECT_NEAR(audio, 2.0, 0.05);
+  // An existing output: refused (2), replaced with -y, kept with -n (1).
+  const std::string before = run_cmd("md5sum < " + out).out;
+  CmdResult r = run_cmd(kBin + " run -q -i " + in + " -o " + out);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("add -y"), std::string::npos) << r.out;
+  EXPECT_EQ(run_cmd(kBin + " run -q -i " + in + " -n -o " + out).rc, 1);
+  EXPECT_EQ(run_cmd("md5sum < " + out).out, before);
+  EXPECT_EQ(run_cmd(kBin + " run -q -i " + in + " -n 5 -y -o " + out).rc, 0);  // -n N: frames
+  EXPECT_EQ(probe(out, "-select_streams v -count_frames -show_entries stream=nb_read_frames"), "5\n");
+  for (const auto& p : {in, out}) std::remove(p.c_str());
+}
+
+TEST(Libav, EncoderOptions) {
+  REQUIRE_LIBAV();
+  const std::string in = av_clip(), out = tmp_path("enc.mp4");
+  ASSERT_EQ(
+      run_cmd(kBin + " run -q -i " + in + " -c:v libx264 -crf 30 -preset ultrafast -x264-params keyint=10 -o " + out)
+          .rc,
+      0);
+  // keyint=10: a keyframe every 10 frames.
+  const std::string keys = probe(out, "-select_streams v -skip_frame nokey -show_entries frame=pts_time");
+  EXPECT_GE(std::count(keys.begin(), keys.end(), '\n'), 10) << keys;
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -c:v mpeg4 -b:v 300k -g 25 -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-select_streams v -show_entries stream=codec_name"), "mpeg4\n");
+  const std::pair<const char*, const char*> bad[] = {
+      {"-c:v nosuchcodec", "no such video encoder"},
+      {"-c:v ffv1 -crf 20", "has no crf"},
+      {"-preset nosuchpreset", "cannot open the libx264 encoder"},
+      {"-b:v fast", "bit rate"},
+  };
+  const std::string mkv = tmp_path("enc.mkv");
+  for (auto [args, want] : bad) {
+    const CmdResult r = run_cmd(kBin + " run -q -y -i " + in + " " + args + " -o " + mkv);
+    EXPECT_EQ(r.rc, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << ": " << r.out;
+  }
+  for (const auto& p : {in, out}) std::remove(p.c_str());
+}
+
+TEST(Libav, TruncatedInputKeepsItsFramesAndFails) {
+  REQUIRE_LIBAV();
+  // The index in front (faststart), the second half of the data gone.
+  const std::string whole = make("whole.mp4",
+                                 "-f lavfi -i testsrc2=size=160x120:rate=25:duration=4 -c:v libx264 "
+                                 "-movflags +faststart");
+  const std::string cut = tmp_path("cut_half.mp4"), out = tmp_path("cut_out.y4m");
+  std::ifstream f(whole, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::ofstream(cut, std::ios::binary) << data.substr(0, data.size() / 2);
+  CmdResult r = run_cmd(kBin + " run -q -i " + cut + " -o " + out);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("breaks after frame"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the frames before are written"), std::string::npos) << r.out;
+  const std::string frames = run_cmd("grep -a -c FRAME " + out).out;
+  EXPECT_GT(std::stoi(frames), 20) << "the frames before the damage are written";
+  r = run_cmd(kBin + " run -q -i " + cut + " -o " + out + " --ignore-input-errors");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  for (const auto& p : {whole, cut, out}) std::remove(p.c_str());
+}
