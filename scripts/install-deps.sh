@@ -4,7 +4,8 @@
 # CPU backend only; with it (/usr/local/cuda), the CUDA backend too.
 set -euo pipefail
 PKGS=(cmake ninja-build g++ pkg-config
-      libopencv-dev          # camera, video files, image sequences
+      libopencv-dev          # camera, image sequences
+      libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # video files and streams
       libcli11-dev nlohmann-json3-dev libgtest-dev
       libtbb-dev             # oneTBB: the CPU thread pool
       clang libclang-rt-dev  # the sanitizer build (asan preset) and the libFuzzer targets

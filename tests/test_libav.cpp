@@ -78,6 +78,14 @@ TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   // The audio is the input's, packet for packet.
   EXPECT_EQ(run_cmd("ffmpeg -v error -i " + in + " -map 0:a -c copy -f data - | md5sum").out,
             run_cmd("ffmpeg -v error -i " + out + " -map 0:a -c copy -f data - | md5sum").out);
+  // The rotation (display matrix) too.
+  const std::string rot = tmp_path("rot.mp4"), rot_out = tmp_path("rot_out.mp4");
+  ASSERT_EQ(run_cmd("ffmpeg -v error -y -i " + in + " -c copy -metadata:s:v:0 rotate=90 " + rot).rc, 0);
+  ASSERT_EQ(run_cmd(kBin + " run -q -i " + rot + " -f median -o " + rot_out).rc, 0);
+  EXPECT_EQ(probe(rot_out, "-select_streams v -show_entries stream_side_data=rotation"),
+            probe(rot, "-select_streams v -show_entries stream_side_data=rotation"));
+  EXPECT_NE(probe(rot_out, "-select_streams v -show_entries stream_side_data=rotation").find("90"), std::string::npos);
+  for (const auto& p : {rot, rot_out}) std::remove(p.c_str());
   // -an leaves it out.
   ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -an -o " + out).rc, 0);
   EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\n");

@@ -140,21 +140,23 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("--report", a.report, "write a JSON timing report to FILE");
   c->add_flag("--report-frames", a.report_frames, "include every frame's timings in the report");
   c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")->check(CLI::Range(0, 1000000));
-  c->add_option("--codec", a.codec,
-                "video encoder: libx264 (default for .mp4/.mov/.mkv), libx265, libsvtav1, libvpx-vp9 (.webm), ffv1, "
-                "mpeg4, ... (those of the linked libavcodec)");
-  c->add_option("--crf", a.crf, "constant-quality level of the encoder (libx264/libx265 default 18)")
+  c->add_option(
+      "--codec", a.codec,
+      "(-c:v) video encoder: libx264 (default for .mp4/.mov/.mkv), libx265, libsvtav1, libvpx-vp9 (.webm), ffv1, "
+      "mpeg4, ... (those of the linked libavcodec)");
+  c->add_option("--crf", a.crf, "(-crf) constant-quality level of the encoder (libx264/libx265 default 18)")
       ->check(CLI::Range(0, 63));
-  c->add_option("--preset", a.preset, "encoder speed preset (libx264: ultrafast .. veryslow)");
-  c->add_option("--video-bitrate", a.bitrate, "video bit rate, e.g. 5M or 800k (instead of -crf)");
+  c->add_option("--preset", a.preset, "(-preset) encoder speed preset (libx264: ultrafast .. veryslow)");
+  c->add_option("--video-bitrate", a.bitrate, "(-b:v) video bit rate, e.g. 5M or 800k (instead of -crf)");
   c->add_option("-g,--gop", a.gop, "keyframe interval in frames")->check(CLI::Range(0, 100000));
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
-  c->add_flag("--no-audio", a.no_audio, "leave the input's audio out of a video output (kept by default)");
+  c->add_flag("--no-audio", a.no_audio, "(-an) leave the input's audio out of a video output (kept by default)");
   c->add_flag("-y,--overwrite", a.overwrite, "overwrite an existing video output");
   c->add_flag("--no-overwrite", a.no_overwrite, "never overwrite an existing video output (ffmpeg's -n)");
   c->add_flag("--ignore-input-errors", a.ignore_input_errors,
               "a truncated or damaged video input: warn and exit 0 (default: its frames are written, exit 1)");
-  c->add_option("--start", a.start, "start this many seconds into a video file input")->check(CLI::Range(0.0, 1e9));
+  c->add_option("--start", a.start, "(-ss) start this many seconds into a video file input")
+      ->check(CLI::Range(0.0, 1e9));
   c->add_option("-t,--duration", a.duration, "process this many seconds of a video file input")
       ->check(CLI::Range(0.0, 1e9));
   c->add_flag("--lossless", a.lossless,
