@@ -245,6 +245,7 @@ class LibavSource final : public Source {
       const int r = avcodec_receive_frame(dec_.c, frame_.f);
       if (r == AVERROR_EOF) return end_of_input();
       if (r == 0) {
+        ++decoded_;
         const int64_t pts = frame_.f->best_effort_timestamp;
         const double t = seconds(pts, info_->time_base);
         if (pts != AV_NOPTS_VALUE && t < info_->origin - 1e-9) continue;    // before -ss
@@ -258,13 +259,33 @@ class LibavSource final : public Source {
   }
 
  private:
-  // The end: complete, or short of the frames the container's index lists.
+  // The end: complete, or with damage: packets the decoder could not use, or fewer frames
+  // than the container's index lists. Every frame decoded, before and after the damage, has
+  // been delivered; the damage is then reported (an error, or a warning when ignored).
   bool end_of_input() {
-    if (expected_ > 0 && next_ < expected_) {
-      const int64_t n = expected_;
-      expected_ = 0;
-      return input_error("it ends before " + std::to_string(n) + " frames, the number its index lists");
-    }
+    // Frames missing: fewer than the index lists, or fewer than the video packets read (one
+    // frame per packet; the decoder drops the frames of packets it cannot use).
+    int64_t lost = expected_ > next_ ? expected_ - next_ : 0;
+    const AVFieldOrder fo = st_->codecpar->field_order;
+    const bool frame_packets = fo == AV_FIELD_PROGRESSIVE || fo == AV_FIELD_UNKNOWN;  // not one field a packet
+    if (lost == 0 && frame_packets && packets_ > decoded_) lost = packets_ - decoded_;
+    if (lost == 0 && damaged_ == 0) return false;
+    std::string why;
+    if (damaged_ > 0) why = std::to_string(damaged_) + " damaged packet" + (damaged_ > 1 ? "s" : "") + " skipped";
+    if (lost > 0) why += (why.empty() ? "" : ", ") + std::to_string(lost) + " frame" + (lost > 1 ? "s" : "") + " lost";
+    expected_ = damaged_ = packets_ = decoded_ = 0;
+    return damage(why);
+  }
+  // Damage that ends the input here (a read error).
+  bool input_error(const std::string& why) {
+    return damage("it breaks after frame " + std::to_string(next_) + ": " + why);
+  }
+  bool damage(const std::string& why) {
+    const std::string what = "'" + info_->url + "' is damaged (" + why + ")";
+    if (!ignore_errors_)
+      throw Error(ErrorKind::Input, what + "; the " + std::to_string(next_) +
+                                        " frames decoded are written (--ignore-input-errors: accept)");
+    log::warn("%s", what.c_str());
     return false;
   }
 
@@ -297,23 +318,16 @@ class LibavSource final : public Source {
       if (e < 0) return input_error("cannot read: " + averr(e));
       const bool video = packet_.p->stream_index == st_->index;
       int s = video ? avcodec_send_packet(dec_.c, packet_.p) : 0;
+      if (video && s == 0) ++packets_;
       av_packet_unref(packet_.p);
       if (s < 0 && s != AVERROR_INVALIDDATA) return input_error("cannot decode: " + averr(s));
-      if (s == AVERROR_INVALIDDATA)
-        log::warn("%s: a damaged packet after frame %lld was skipped", info_->url.c_str(),
-                  static_cast<long long>(next_));
+      if (s == AVERROR_INVALIDDATA) {
+        ++damaged_;
+        log::debug("%s: a damaged packet after frame %lld was skipped", info_->url.c_str(),
+                   static_cast<long long>(next_));
+      }
       if (video) return true;
     }
-  }
-
-  // A broken input: an error after the frames before it were delivered, or with
-  // --ignore-input-errors a warning and the end of the input.
-  bool input_error(const std::string& why) {
-    const std::string what = "'" + info_->url + "' breaks after frame " + std::to_string(next_) + " (" + why + ")";
-    if (!ignore_errors_)
-      throw Error(ErrorKind::Input, what + "; the frames before are written (--ignore-input-errors: accept)");
-    log::warn("%s", what.c_str());
-    return false;
   }
 
   void deliver(HostFrame& dst, int64_t pts) {
@@ -351,7 +365,8 @@ class LibavSource final : public Source {
   AVPixelFormat convert_to_ = AV_PIX_FMT_NONE;
   std::shared_ptr<LibavInput> info_;
   FrameSpec spec_;
-  int64_t frames_ = -1, next_ = 0, expected_ = 0;
+  int64_t frames_ = -1, next_ = 0, expected_ = 0, damaged_ = 0;
+  int64_t packets_ = 0, decoded_ = 0;  // video packets the decoder took, frames it gave
   bool ignore_errors_ = false;
   std::string describe_;
 };

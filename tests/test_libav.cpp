@@ -130,6 +130,11 @@ TEST(Libav, SeekDurationAndOverwriteAsInFfmpeg) {
   EXPECT_EQ(pts.substr(0, pts.find_first_of(",\n")), "0.000000");
   const double audio = std::stod(probe(out, "-select_streams a -show_entries stream=duration"));
   EXPECT_NEAR(audio, 2.0, 0.05);
+  // -to: an end time; -v quiet: nothing on the terminal.
+  const CmdResult to = run_cmd(kBin + " run -v quiet -y -i " + in + " -ss 1 -to 2.5 -o " + out);
+  EXPECT_EQ(to.rc, 0);
+  EXPECT_EQ(to.out, "");
+  EXPECT_EQ(probe(out, "-select_streams v -count_frames -show_entries stream=nb_read_frames"), "38\n");
   // An existing output: refused (2), replaced with -y, kept with -n (1).
   const std::string before = run_cmd("md5sum < " + out).out;
   CmdResult r = run_cmd(kBin + " run -q -i " + in + " -o " + out);
@@ -181,11 +186,51 @@ TEST(Libav, TruncatedInputKeepsItsFramesAndFails) {
   std::ofstream(cut, std::ios::binary) << data.substr(0, data.size() / 2);
   CmdResult r = run_cmd(kBin + " run -q -i " + cut + " -o " + out);
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_NE(r.out.find("breaks after frame"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("the frames before are written"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is damaged"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("frames decoded are written"), std::string::npos) << r.out;
   const std::string frames = run_cmd("grep -a -c FRAME " + out).out;
   EXPECT_GT(std::stoi(frames), 20) << "the frames before the damage are written";
   r = run_cmd(kBin + " run -q -i " + cut + " -o " + out + " --ignore-input-errors");
   EXPECT_EQ(r.rc, 0) << r.out;
+  // Damage in the middle of a stream without an index: the frames after it are kept too,
+  // and the loss is counted.
+  const std::string ts = make("mid.ts", "-f lavfi -i testsrc2=size=320x240:rate=25:duration=4 -c:v libx264 -f mpegts");
+  {
+    std::fstream t(ts, std::ios::in | std::ios::out | std::ios::binary);
+    t.seekg(0, std::ios::end);
+    const auto n = static_cast<std::streamoff>(t.tellg());
+    t.seekp(n / 2);
+    for (int i = 0; i < 20000; ++i) t.put(static_cast<char>(i * 7));
+  }
+  r = run_cmd(kBin + " run -q -y -i " + ts + " -o " + out);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("frames lost"), std::string::npos) << r.out;
+  const int kept = std::stoi(run_cmd("grep -a -c FRAME " + out).out);
+  EXPECT_GT(kept, 55) << "frames after the damage are kept";
+  EXPECT_LT(kept, 100);
+  std::remove(ts.c_str());
   for (const auto& p : {whole, cut, out}) std::remove(p.c_str());
+}
+
+// Ctrl-C mid-encode: the container is finished (the MP4 index written), and the file holds
+// every frame the summary reports.
+TEST(Libav, InterruptedEncodeLeavesAPlayableFile) {
+  REQUIRE_LIBAV();
+  const std::string out = tmp_path("sigint.mp4"), log = tmp_path("sigint.log");
+  const CmdResult r =
+      run_cmd("bash -c '" + kBin + " run --no-progress -i synthetic=size=320x240:rate=25:frames=0 -f median -o " + out +
+              " > " + log + " 2>&1 & pid=$!; sleep 2; kill -INT $pid; wait $pid; echo rc=$?'");
+  EXPECT_NE(r.out.find("rc=130"), std::string::npos) << r.out;
+  const std::string said = run_cmd("cat " + log).out;
+  const size_t at = said.find("after ");
+  ASSERT_NE(at, std::string::npos) << said;
+  const long frames = std::stol(said.substr(at + 6));
+  EXPECT_GT(frames, 0);
+  EXPECT_EQ(probe(out, "-select_streams v -count_frames -show_entries stream=nb_read_frames"),
+            std::to_string(frames) + "\n");
+  // A place that cannot be written is one clear error.
+  const CmdResult ro = run_cmd(kBin + " run -q -i synthetic=frames=2 -o /proc/vfpipe-test.mp4");
+  EXPECT_EQ(ro.rc, 1) << ro.out;
+  EXPECT_NE(ro.out.find("cannot open output"), std::string::npos) << ro.out;
+  for (const auto& p : {out, log}) std::remove(p.c_str());
 }

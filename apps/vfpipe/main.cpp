@@ -42,11 +42,17 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-ss", "--start"},
                                                               {"-frames:v", "--frames"},
                                                               {"-pix_fmt", "--pix-fmt"},
+                                                              {"-to", "--to"},
+                                                              {"-loglevel", "--loglevel"},
                                                               {"-vf", "--vf"}};
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)
       if (args[i] == from) args[i] = to;
+    static const char* levels[] = {"quiet", "panic", "fatal", "error", "warning", "info", "verbose", "debug", "trace"};
+    if (args[i] == "-v" && i + 1 < args.size())  // ffmpeg's -v LEVEL; vfpipe's -v alone: verbose
+      for (const char* l : levels)
+        if (args[i + 1] == l) args[i] = "--loglevel";
     if (args[i] == "-n") {
       const bool count = i + 1 < args.size() && !args[i + 1].empty() &&
                          args[i + 1].find_first_not_of("0123456789") == std::string::npos;

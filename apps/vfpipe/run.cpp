@@ -109,7 +109,8 @@ struct RunArgs {
   int crf = -1, gop = -1;
   std::string preset, bitrate, codec_params;
   bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
-  double start = 0, duration = -1;
+  double start = 0, duration = -1, to = -1;
+  std::string loglevel;
 };
 
 void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
@@ -157,6 +158,10 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
               "a truncated or damaged video input: warn and exit 0 (default: its frames are written, exit 1)");
   c->add_option("--start", a.start, "(-ss) start this many seconds into a video file input")
       ->check(CLI::Range(0.0, 1e9));
+  c->add_option("--to", a.to, "(-to) stop at this time of a video file input, in seconds (-t wins if both)")
+      ->check(CLI::Range(0.0, 1e9));
+  c->add_option("--loglevel", a.loglevel, "(-loglevel, -v LEVEL) messages: quiet, error, warning, info, debug")
+      ->check(CLI::IsMember({"quiet", "panic", "fatal", "error", "warning", "info", "verbose", "debug", "trace"}));
   c->add_option("-t,--duration", a.duration, "process this many seconds of a video file input")
       ->check(CLI::Range(0.0, 1e9));
   c->add_flag("--lossless", a.lossless,
@@ -412,6 +417,15 @@ int finish_run(RunResult& res, const RunArgs& a, const Chain& chain) {
 int run_command(RunArgs& a, bool live) {
   if (a.quiet) log::set_level(log::Level::Error);
   if (a.verbose) log::set_level(log::Level::Debug);
+  if (!a.loglevel.empty()) {  // ffmpeg's names
+    const std::string& l = a.loglevel;
+    log::set_level(l == "quiet" || l == "panic" || l == "fatal" || l == "error" ? log::Level::Error
+                   : l == "warning"                                             ? log::Level::Warn
+                   : l == "info"                                                ? log::Level::Info
+                                                                                : log::Level::Debug);
+    if (l == "quiet" || l == "panic" || l == "fatal") a.quiet = true;  // no summary either
+    if (l == "error") a.no_progress = true;
+  }
   install_signal_handlers();
 
   // Everything the user typed is validated before any input or output is opened.
@@ -429,7 +443,7 @@ int run_command(RunArgs& a, bool live) {
   so.pinned = backend == Backend::CUDA;
   so.fps = a.fps;
   so.start = a.start;
-  so.duration = a.duration;
+  so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
   so.ignore_input_errors = a.ignore_input_errors;
   if (!a.size.empty() && std::sscanf(a.size.c_str(), "%dx%d", &so.width, &so.height) != 2)
     throw Error(ErrorKind::Usage, "--size: expected WxH, got '" + a.size + "'");
