@@ -556,11 +556,14 @@ class LibavSink final : public Sink {
   }
 
   void write(const HostFrame& f) override {
-    av_frame_unref(frame_.f);
-    frame_.f->format = enc_ctx_.c->pix_fmt;
-    frame_.f->width = spec_.width;
-    frame_.f->height = spec_.height;
-    if (av_frame_get_buffer(frame_.f, 0) < 0) throw Error(ErrorKind::OutOfMemory, "an output frame");
+    // One frame, refilled: a new buffer only while the encoder still holds the last one.
+    if (!frame_.f->buf[0]) {
+      frame_.f->format = enc_ctx_.c->pix_fmt;
+      frame_.f->width = spec_.width;
+      frame_.f->height = spec_.height;
+      if (av_frame_get_buffer(frame_.f, 0) < 0) throw Error(ErrorKind::OutOfMemory, "an output frame");
+    }
+    if (av_frame_make_writable(frame_.f) < 0) throw Error(ErrorKind::OutOfMemory, "an output frame");
     if (sws_) {
       const ImageView v = f.view();
       const uint8_t* planes[1] = {v.data[0]};
