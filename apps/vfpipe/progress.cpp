@@ -10,13 +10,15 @@
 
 namespace vfp {
 
-Progress::Progress(bool enabled, int64_t total) : enabled_(enabled && isatty(2)), total_(total), start_ns_(now_ns()) {}
+Progress::Progress(bool enabled, int64_t total, double rate)
+    : enabled_(enabled && isatty(2)), total_(total), rate_(rate), start_ns_(now_ns()) {}
 
-std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed, int width) {
+std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed, int width, double rate) {
   double fps = elapsed > 0 ? done / elapsed : 0;
   std::string tail = log::format(" %lld", static_cast<long long>(done));
   if (total > 0) tail += log::format("/%lld", static_cast<long long>(total));
   tail += log::format(" frames  %.1f fps", fps);
+  if (rate > 0 && fps > 0) tail += log::format("  speed %.2fx", fps / rate);
   if (dropped > 0) tail += log::format("  %lld dropped", static_cast<long long>(dropped));
   if (total > 0 && fps > 0 && done < total) tail += log::format("  ETA %.0fs", (total - done) / fps);
   if (total <= 0) return tail.substr(1);
@@ -37,7 +39,7 @@ void Progress::update(int64_t done, int64_t dropped) {
   last_draw_ns_ = t;
   winsize ws{};
   int width = (ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20) ? ws.ws_col : 80;
-  std::string line = render_progress_line(done, total_, dropped, (t - start_ns_) / 1e9, width - 1);
+  std::string line = render_progress_line(done, total_, dropped, (t - start_ns_) / 1e9, width - 1, rate_);
   std::fprintf(stderr, "\r\033[K%s", line.c_str());
   std::fflush(stderr);
   drawn_ = true;

@@ -13,7 +13,7 @@ namespace vfp {
 
 class Progress {
  public:
-  Progress(bool enabled, int64_t total);
+  Progress(bool enabled, int64_t total, double rate = 0);
   // Thread-safe; redraws at most 10 times a second.
   void update(int64_t done, int64_t dropped);
   void finish();  // erases the line
@@ -21,6 +21,7 @@ class Progress {
  private:
   bool enabled_;
   int64_t total_;
+  double rate_;
   int64_t start_ns_, last_draw_ns_ = 0;
   bool drawn_ = false;
   std::mutex mu_;
@@ -46,6 +47,9 @@ class PeriodicStats {
 // Resident set size of this process in bytes (/proc/self/statm).
 size_t resident_bytes();
 
-std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed_s, int width);
+// `rate`: the stream's frames per second (0: unknown); with it the line shows the speed as a
+// multiple of real time, as ffmpeg's does.
+std::string render_progress_line(int64_t done, int64_t total, int64_t dropped, double elapsed_s, int width,
+                                 double rate = 0);
 
 }  // namespace vfp

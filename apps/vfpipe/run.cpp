@@ -472,7 +472,7 @@ int run_command(RunArgs& a, bool live) {
   EngineConfig cfg = engine_config(a, live, backend, *src);
   int64_t total = src->frame_count();
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
-  Progress progress(!a.no_progress && !a.quiet && a.stats_every == 0, total);
+  Progress progress(!a.no_progress && !a.quiet && a.stats_every == 0, total, src->spec().fps.value());
   cfg.progress = [&](int64_t done, int64_t dropped) { progress.update(done, dropped); };
   std::unique_ptr<PeriodicStats> stats;
   if (a.stats_every > 0) {
