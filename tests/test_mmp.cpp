@@ -613,3 +613,29 @@ TEST(Mmp, FailedOpenLeaksNothing) {
   std::remove(bad.c_str());
   std::remove(badsize.c_str());
 }
+
+// A header that claims a frame its data cannot hold is rejected when the file is opened,
+// before anything frame-sized is allocated (a 16384x16384 claim in a few hundred bytes).
+TEST(Mmp, HeaderClaimingMoreThanTheDataHoldsIsRejected) {
+  const std::string ok = test::tmp_path("small.mmp"), big = test::tmp_path("claims_big.mmp");
+  {
+    FrameSpec s{PixelFormat::GRAY8, 64, 48, {25, 1}};
+    HostFrame f(s, false);
+    test::fill_random(f, 5);
+    mmp::Writer w(ok, s, mmp::Params{});
+    w.write(f.view());
+    w.close();
+  }
+  std::ifstream in(ok, std::ios::binary);
+  std::string d((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NO_THROW(mmp::Reader r(ok));
+  for (int i : {6, 10}) d.replace(static_cast<size_t>(i), 4, std::string("\x00\x40\x00\x00", 4));  // 16384
+  std::ofstream(big, std::ios::binary) << d;
+  try {
+    mmp::Reader r(big);
+    FAIL() << "a 16384x16384 frame in " << d.size() << " bytes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot hold a 16384x16384 frame"), std::string::npos) << e.what();
+  }
+  for (const auto& p : {ok, big}) std::remove(p.c_str());
+}

@@ -194,6 +194,16 @@ Reader::Reader(const std::string& path) : path_(path) {
   params_.carry = (h[34] & 1) != 0;
   params_.shared_chroma = (h[34] & 2) != 0;
   params_.post_filter = (h[34] & 4) != 0;
+  // The data must be able to hold the frame the header claims (before the caller allocates it).
+  const FrameLayout lay = FrameLayout::of(spec_);
+  size_t need = 0;
+  for (int p = 0; p < lay.planes; ++p)
+    need += 4 + min_plane_bytes(lay.plane[p].width, lay.plane[p].height, params_.block_log);
+  const long data = file_size_ - static_cast<long>(kHeaderBytes);
+  if (data > 0 && static_cast<size_t>(data) < need)
+    throw Error(ErrorKind::Input, path + ": " + std::to_string(data) + " bytes of data cannot hold a " +
+                                      std::to_string(w) + "x" + std::to_string(hh) + " frame (at least " +
+                                      std::to_string(need) + "): the header is corrupt");
   if (params_.carry)
     for (int p = 0; p < plane_count(spec_.format); ++p) states_.push_back(std::make_unique<PlaneState>(params_));
 }
@@ -213,6 +223,10 @@ bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
     if (static_cast<long>(n) > file_size_ - std::ftell(file_.f))  // no allocation beyond the file
       throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_) + " (plane of " +
                                         std::to_string(n) + " bytes)");
+    if (n < min_plane_bytes(v.pw[p], v.ph[p], params_.block_log))
+      throw Error(ErrorKind::Input, path_ + ": frame " + std::to_string(frames_) + ", plane " + std::to_string(p) +
+                                        ": " + std::to_string(n) + " bytes cannot hold a " + std::to_string(v.pw[p]) +
+                                        "x" + std::to_string(v.ph[p]) + " plane (corrupt)");
     std::vector<uint8_t> data(n);
     if (std::fread(data.data(), 1, n, file_.f) != n)
       throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));

@@ -657,6 +657,13 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   return res;
 }
 
+size_t min_plane_bytes(int w, int h, int block_log) {
+  const int64_t b = int64_t{1} << block_log;
+  const int64_t blocks = ((w + b - 1) / b) * ((h + b - 1) / b);
+  const double bits = static_cast<double>(blocks) * kModeBits * 0.0220;
+  return static_cast<size_t>(bits / 8 * 0.5);
+}
+
 std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, const Params& p, PlaneState* state) {
   const int BL = checked_block_log(p), B = 1 << BL;
   const int W = (w + B - 1) / B * B, H = (h + B - 1) / B * B;

@@ -25,6 +25,12 @@ namespace vfp::mmp {
 constexpr int kModes = 11;                         // prediction modes, in bitstream order (docs/mmp.md)
 constexpr int kMinBlockLog = 3, kMaxBlockLog = 5;  // block sizes 8, 16, 32
 // log2 of a block size of 8, 16 or 32; -1 for any other size.
+// The fewest payload bytes a w x h plane can be coded in: each block codes at least its
+// prediction mode with the adaptive models, and an adaptive bit costs at least
+// -log2(2017/2048) = 0.022 bits (11-bit probabilities adapted by 1/32 saturate at 2017).
+// Half of that bound is used, so no valid stream falls below it; a header that claims a
+// frame its data cannot hold is rejected before anything frame-sized is allocated.
+size_t min_plane_bytes(int w, int h, int block_log);
 inline int block_log_of_size(long long size) { return size == 8 ? 3 : size == 16 ? 4 : size == 32 ? 5 : -1; }
 const char* mode_name(int mode);
 
