@@ -321,6 +321,38 @@ TEST(LosslessSinks, CpuRunsUseLibdeflateUnlessAskedForTheReference) {
   fs::remove_all(dir);
 }
 
+// `vfpipe compress` streams gzip output in bounded memory: one gzip member per 32 MiB of
+// input, read back whole by gzip; a zlib stream stays one stream.
+TEST(Compress, LargeInputsBecomeGzipMembersInBoundedMemory) {
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("compress_big");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream f(dir + "/big.bin", std::ios::binary);
+    std::mt19937 rng(3);
+    std::string block(1 << 20, '\0');
+    for (int m = 0; m < 70; ++m) {  // 70 MiB: three members
+      for (auto& c : block) c = static_cast<char>('a' + rng() % 16);
+      f << block;
+    }
+  }
+  auto r = test::run_cmd(bin + " compress --device cpu " + dir + "/big.bin -o " + dir + "/big.gz");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(test::run_cmd("gzip -dc " + dir + "/big.gz | cmp - " + dir + "/big.bin").rc, 0);
+  // Members, counted by inflating one after the other.
+  const std::string count =
+      test::run_cmd(
+          "python3 -c \"import zlib,sys\nd=open(sys.argv[1],'rb').read()\nn=0\nwhile d:\n o=zlib.decompressobj(31)\n "
+          "o.decompress(d)\n d=o.unused_data\n n+=1\nprint(n)\" " +
+          dir + "/big.gz")
+          .out;
+  const size_t members = static_cast<size_t>(std::stoul(count));
+  EXPECT_GE(members, 3u);
+  r = test::run_cmd(bin + " compress --device cpu --format zlib " + dir + "/big.bin -o " + dir + "/big.zz");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  fs::remove_all(dir);
+}
+
 // `-o still.png` (no pattern) writes one image, as ffmpeg's -frames:v 1 does; an input
 // with more frames is refused before the run unless -n 1 says which.
 TEST(LosslessSinks, SingleImageOutput) {
