@@ -4,6 +4,7 @@
 // streams (copied, not re-encoded), per-frame timestamps (variable frame rate too), the
 // colour description, and metadata (docs/video-io.md).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -29,16 +30,20 @@ std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInp
 // The input a source reads, or null when it is not a libav source.
 std::shared_ptr<LibavInput> libav_input_of(const Source& src);
 
-struct LibavOutputOptions {
-  std::string codec;         // -c:v: an encoder name (libx264, libx265, libsvtav1, ffv1, ...); "" = by container
-  int crf = -1;              // -crf (codecs that have it)
-  std::string preset;        // -preset
-  int64_t bitrate = 0;       // -b:v, bits per second
-  int gop = -1;              // -g
-  std::string codec_params;  // -x264-params / -x265-params / -svtav1-params: key=value:...
-  bool lossless = false;     // a lossless encoder (ffv1 by default)
-  bool audio = true;         // copy the input's audio (-an: false)
+// The encoder's quality settings and what to carry over from the input (the run's -o options).
+struct VideoOptions {
+  int crf = -1;                       // -crf (codecs that have it)
+  std::string preset;                 // -preset
+  int64_t bitrate = 0;                // -b:v, bits per second
+  int gop = -1;                       // -g
+  std::string codec_params;           // -x264-params / -x265-params / -svtav1-params: key=value:...
+  bool audio = true;                  // copy the input's audio (-an: false)
   std::shared_ptr<LibavInput> input;  // streams, timestamps, colour and metadata to carry over
+};
+
+struct LibavOutputOptions : VideoOptions {
+  std::string codec;      // -c:v: an encoder name (libx264, libx265, libsvtav1, ffv1, ...); "" = by container
+  bool lossless = false;  // a lossless encoder (ffv1 by default)
 };
 // Throws vfp::Error (Usage) for an unknown container or encoder, (Output) if it cannot write.
 std::unique_ptr<Sink> open_libav_sink(const std::string& path, const LibavOutputOptions& opt);

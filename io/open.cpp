@@ -167,17 +167,11 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
     // The fourcc spellings of OpenCV builds still work.
     static const std::pair<const char*, const char*> fourcc[] = {
         {"mp4v", "mpeg4"}, {"MJPG", "mjpeg"}, {"FFV1", "ffv1"}, {"avc1", "libx264"}, {"H264", "libx264"}};
+    static_cast<VideoOptions&>(lo2) = opt.video;
     lo2.codec = opt.codec;
     for (const auto& [cc, name] : fourcc)
       if (opt.codec == cc) lo2.codec = name;
-    lo2.crf = opt.crf;
-    lo2.preset = opt.preset;
-    lo2.bitrate = opt.bitrate;
-    lo2.gop = opt.gop;
-    lo2.codec_params = opt.codec_params;
     lo2.lossless = opt.lossless;
-    lo2.audio = opt.audio;
-    lo2.input = opt.input;
     return open_libav_sink(spec, lo2);
   }
 #endif

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "io/libav.hpp"
 #include "pipeline/source.hpp"
 
 namespace vfp {
@@ -24,7 +25,6 @@ struct SourceOptions {
 };
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);
 
-struct LibavInput;
 enum class Overwrite { Refuse, Yes, No };  // an existing video output: error, -y, -n
 
 struct SinkOptions {
@@ -33,13 +33,7 @@ struct SinkOptions {
   int compression_level = 1;       // DEFLATE level of PNG / .y4m.gz outputs
   bool gpu = false;                // the run uses CUDA: so does the DEFLATE of those outputs
   bool deflate_reference = false;  // vfpipe's DEFLATE on the CPU too, not libdeflate (--deflate-engine vfpipe)
-  // Video files (libav): quality, the input's streams and timestamps, overwriting.
-  int crf = -1;
-  std::string preset, codec_params;
-  int64_t bitrate = 0;
-  int gop = -1;
-  bool audio = true;
-  std::shared_ptr<LibavInput> input;
+  VideoOptions video;              // video files (libav): quality, the input's streams and timestamps
   Overwrite overwrite = Overwrite::Refuse;
 };
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt);

@@ -14,13 +14,8 @@ namespace vfp {
 
 namespace {
 // The options as declared; parse_synthetic() resolves size, rate and format.
-struct SyntheticSettings {
-  std::string size, rate, format, noise;
-  int64_t frames = 250;
-  double sigma = 15, density = 0.05;
-  uint64_t seed = 1;
-  int cache = 0;
-  bool realtime = false;
+struct SyntheticSettings : SyntheticParams {
+  std::string size, rate, format;
 };
 
 const OptionTable<SyntheticSettings>& synthetic_table() {
@@ -115,7 +110,7 @@ SyntheticParams parse_synthetic(const std::string& text) {
   const FilterSpec& f = specs[0];
   const SyntheticSettings o =
       synthetic_table().bind(bind_options(synthetic_options(), f, text, "the synthetic source"));
-  SyntheticParams p;
+  SyntheticParams p = o;
   auto at = [&](const std::string& key) -> std::pair<size_t, size_t> {
     for (const auto& a : f.args)
       if (a.key == key || (a.key.empty())) return {a.value_pos, a.value_len};
@@ -131,13 +126,6 @@ SyntheticParams parse_synthetic(const std::string& text) {
                          "; for 16 bits add a filter, "
                          "e.g. -f format=gray16le)",
                      text, at("format").first, at("format").second);
-  p.frames = o.frames;
-  p.noise = o.noise;
-  p.sigma = o.sigma;
-  p.density = o.density;
-  p.seed = o.seed;
-  p.cache = o.cache;
-  p.realtime = o.realtime;
   validate_spec(p.spec, "synthetic source");
   return p;
 }

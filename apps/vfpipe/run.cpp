@@ -309,15 +309,15 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.compression_level = a.compression_level;
   ko.gpu = backend == Backend::CUDA && a.deflate_engine != "libdeflate";
   ko.deflate_reference = a.deflate_engine == "vfpipe";
-  ko.crf = a.crf;
-  ko.preset = a.preset;
-  ko.bitrate = parse_bitrate(a.bitrate);
-  ko.gop = a.gop;
-  ko.codec_params = a.codec_params;
-  ko.audio = !a.no_audio;
+  ko.video.crf = a.crf;
+  ko.video.preset = a.preset;
+  ko.video.bitrate = parse_bitrate(a.bitrate);
+  ko.video.gop = a.gop;
+  ko.video.codec_params = a.codec_params;
+  ko.video.audio = !a.no_audio;
   ko.overwrite = a.overwrite ? Overwrite::Yes : a.no_overwrite ? Overwrite::No : Overwrite::Refuse;
 #if VFPIPE_HAVE_LIBAV
-  ko.input = libav_input_of(src);
+  ko.video.input = libav_input_of(src);
 #endif
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
   // A single image: the run must stop in time (-n, or an input known to be short enough).
