@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/vfpipe/progress.hpp"
 #include "pipeline/stats.hpp"
 
 using namespace vfp;
@@ -51,4 +52,19 @@ TEST(Stats, ReportSkipsWarmupAndSerialises) {
   std::string t = r.text();
   EXPECT_NE(t.find("end-to-end"), std::string::npos);
   EXPECT_NE(t.find("warm-up"), std::string::npos);
+}
+
+// The progress line: a bar with the share done, frames, fps, the speed against the stream's
+// own rate (as ffmpeg's "speed=") and the time left.
+TEST(Progress, LineShowsRateSpeedAndEta) {
+  const std::string l = vfp::render_progress_line(50, 200, 0, 2.0, 100, 25.0);
+  EXPECT_NE(l.find(" 25%"), std::string::npos) << l;
+  EXPECT_NE(l.find("50/200 frames"), std::string::npos) << l;
+  EXPECT_NE(l.find("25.0 fps"), std::string::npos) << l;
+  EXPECT_NE(l.find("speed 1.00x"), std::string::npos) << l;
+  EXPECT_NE(l.find("ETA 6s"), std::string::npos) << l;
+  const std::string fast = vfp::render_progress_line(300, 0, 3, 2.0, 100, 50.0);
+  EXPECT_NE(fast.find("speed 3.00x"), std::string::npos) << fast;
+  EXPECT_NE(fast.find("3 dropped"), std::string::npos) << fast;
+  EXPECT_EQ(vfp::render_progress_line(10, 0, 0, 1.0, 100).find("speed"), std::string::npos);  // rate unknown
 }
