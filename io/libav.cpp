@@ -673,8 +673,15 @@ class LibavSink final : public Sink {
 
   // Metadata, the video stream's tags and rotation, and the other streams of the input.
   void carry_over() {
+    // The other streams are read by a second demuxer on the same input: a file, not a
+    // network stream (a second connection would not be in step with the first).
+    const std::string& url = opt_.input->url;
+    if (url.find("://") != std::string::npos && url.rfind("file:", 0) != 0) {
+      log::warn("%s: a network input's audio, subtitles and metadata are not copied to the output", url.c_str());
+      return;
+    }
     FormatInput in;
-    open_input(in, opt_.input->url);
+    open_input(in, url);
     av_dict_copy(&oc_->metadata, in.f->metadata, 0);
     const AVStream* iv = in.f->streams[opt_.input->video_stream];
     av_dict_copy(&vs_->metadata, iv->metadata, 0);
