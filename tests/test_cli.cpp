@@ -275,3 +275,21 @@ TEST(Cli, RoughEdgesGiveClearErrors) {
   r = run_cmd(kBin + " run -i synthetic=size=16x16:frames=1 --fps 1e308 -o null");
   EXPECT_EQ(r.rc, 2) << r.out;
 }
+
+// -progress FILE: ffmpeg's machine-readable progress, ending with progress=end and the
+// frame count.
+TEST(Cli, ProgressFileForScripts) {
+  const std::string file = tmp_path("progress.txt");
+  const CmdResult r =
+      run_cmd(kBin + " run -q --device cpu -i synthetic=size=64x48:rate=25:frames=30 -f median -progress " + file);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t last = text.rfind("frame=");
+  ASSERT_NE(last, std::string::npos) << text;
+  const std::string block = text.substr(last);
+  EXPECT_EQ(block.find("frame=30\n"), 0u) << block;
+  EXPECT_NE(block.find("out_time_us=1200000\n"), std::string::npos) << block;
+  EXPECT_NE(block.find("progress=end\n"), std::string::npos) << block;
+  std::remove(file.c_str());
+}

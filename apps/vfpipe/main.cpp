@@ -44,6 +44,7 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-pix_fmt", "--pix-fmt"},
                                                               {"-to", "--to"},
                                                               {"-loglevel", "--loglevel"},
+                                                              {"-progress", "--progress-file"},
                                                               {"-vf", "--vf"}};
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "core/error.hpp"
 #include "core/frame.hpp"
 #include "core/log.hpp"
 
@@ -89,6 +90,30 @@ void PeriodicStats::emit(int64_t now, int64_t dropped_total) {
   e2e_ms_.clear();
   window_start_ns_ = now;
   dropped_at_window_start_ = dropped_total;
+}
+
+ProgressFile::ProgressFile(const std::string& path, double rate)
+    : f_(path == "-" ? stderr : std::fopen(path.c_str(), "w")), own_(path != "-"), rate_(rate), start_ns_(now_ns()) {
+  if (!f_) throw Error(ErrorKind::Output, "-progress: cannot write '" + path + "'");
+}
+ProgressFile::~ProgressFile() {
+  if (own_ && f_) std::fclose(f_);
+}
+void ProgressFile::update(int64_t done, int64_t dropped) {
+  const int64_t t = now_ns();
+  if (t - last_ns_ < 500000000) return;
+  last_ns_ = t;
+  write(done, dropped, false);
+}
+void ProgressFile::finish(int64_t done, int64_t dropped) { write(done, dropped, true); }
+void ProgressFile::write(int64_t done, int64_t dropped, bool end) {
+  const double elapsed = (now_ns() - start_ns_) / 1e9;
+  const double fps = elapsed > 0 ? done / elapsed : 0;
+  const double out_s = rate_ > 0 ? done / rate_ : 0;
+  std::fprintf(f_, "frame=%lld\nfps=%.2f\ndrop_frames=%lld\nout_time_us=%lld\nspeed=%.3gx\nprogress=%s\n",
+               static_cast<long long>(done), fps, static_cast<long long>(dropped), static_cast<long long>(out_s * 1e6),
+               elapsed > 0 && rate_ > 0 ? out_s / elapsed : 0.0, end ? "end" : "continue");
+  std::fflush(f_);
 }
 
 }  // namespace vfp

@@ -2,6 +2,7 @@
 // and periodic statistics lines for long or live runs.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -44,6 +45,24 @@ class PeriodicStats {
   std::vector<double> e2e_ms_;
   std::function<size_t()> gpu_memory_;
 };
+// -progress FILE (ffmpeg's machine-readable progress): blocks of key=value lines, every
+// half second and at the end, for scripts and batch tools; "-" writes to stderr. Called on
+// the sink thread.
+class ProgressFile {
+ public:
+  ProgressFile(const std::string& path, double rate);  // throws vfp::Error (Output)
+  ~ProgressFile();
+  void update(int64_t done, int64_t dropped);
+  void finish(int64_t done, int64_t dropped);  // the last block: progress=end
+
+ private:
+  void write(int64_t done, int64_t dropped, bool end);
+  std::FILE* f_;
+  bool own_;
+  double rate_;
+  int64_t start_ns_, last_ns_ = 0;
+};
+
 // Resident set size of this process in bytes (/proc/self/statm).
 size_t resident_bytes();
 

@@ -110,7 +110,7 @@ struct RunArgs {
   std::string preset, bitrate, codec_params;
   bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
   double start = 0, duration = -1, to = -1;
-  std::string loglevel;
+  std::string loglevel, progress_file;
 };
 
 void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
@@ -160,6 +160,9 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->check(CLI::Range(0.0, 1e9));
   c->add_option("--to", a.to, "(-to) stop at this time of a video file input, in seconds (-t wins if both)")
       ->check(CLI::Range(0.0, 1e9));
+  c->add_option("--progress-file", a.progress_file,
+                "(-progress) machine-readable progress: key=value blocks (frame, fps, drop_frames, out_time_us, speed, "
+                "progress=continue|end) every 0.5 s to FILE, or '-' for stderr");
   c->add_option("--loglevel", a.loglevel, "(-loglevel, -v LEVEL) messages: quiet, error, warning, info, debug")
       ->check(CLI::IsMember({"quiet", "panic", "fatal", "error", "warning", "info", "verbose", "debug", "trace"}));
   c->add_option("-t,--duration", a.duration, "process this many seconds of a video file input")
@@ -473,7 +476,13 @@ int run_command(RunArgs& a, bool live) {
   int64_t total = src->frame_count();
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
   Progress progress(!a.no_progress && !a.quiet && a.stats_every == 0, total, src->spec().fps.value());
-  cfg.progress = [&](int64_t done, int64_t dropped) { progress.update(done, dropped); };
+  std::unique_ptr<ProgressFile> progress_file;
+  if (!a.progress_file.empty())
+    progress_file = std::make_unique<ProgressFile>(a.progress_file, src->spec().fps.value());
+  cfg.progress = [&](int64_t done, int64_t dropped) {
+    progress.update(done, dropped);
+    if (progress_file) progress_file->update(done, dropped);
+  };
   std::unique_ptr<PeriodicStats> stats;
   if (a.stats_every > 0) {
     std::function<size_t()> gpu_memory;
@@ -502,6 +511,7 @@ int run_command(RunArgs& a, bool live) {
             backend_name(backend));
   RunResult res = run_pipeline(*src, chain, *sink, cfg);
   progress.finish();
+  if (progress_file) progress_file->finish(res.report.frames_out, res.report.dropped);
   if (stats) stats->finish(res.report.dropped);
 #if VFPIPE_HAVE_GL
   if (display_sink) print_display_summary(a, *display_sink);
