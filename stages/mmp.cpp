@@ -18,6 +18,7 @@ struct MmpSettings {
   std::string file;
   bool carry = false, independent_chroma = false, post_filter = true;
   int block = 16;
+  std::string tile = "0", tile_mode = "sync";
 };
 
 const OptionTable<MmpSettings>& mmp_options() {
@@ -30,6 +31,9 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.flag("independent_chroma", &S::independent_chroma, false,
            "code Cr with dictionaries of its own instead of continuing Cb's (more bits)");
     t.integer("block", &S::block, 16, 8, 32, "block size: 8, 16 or 32");
+    t.text("tile", &S::tile, "0", "tiles of WxH luma samples (or N), coded in parallel; 0 = untiled");
+    t.choice("tile_mode", &S::tile_mode, "sync", {"sync", "sync-dict", "independent"},
+             "what tiles share: dictionaries and models (sync), dictionaries only, nothing");
     t.flag("post_filter", &S::post_filter, true,
            "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)");
     return t;
@@ -46,6 +50,13 @@ class MmpStage final : public Stage {
     params_.post_filter = s.post_filter;
     params_.block_log = mmp::block_log_of_size(s.block);
     if (params_.block_log < 0) throw OptionError("block", "mmp: block=" + std::to_string(s.block) + " (8, 16 or 32)");
+    try {
+      mmp::parse_tile_size(s.tile, &params_);
+      mmp::check_tiles(params_);
+    } catch (const Error& e) {
+      throw OptionError("tile", std::string("mmp: ") + e.what());
+    }
+    mmp::parse_tile_mode(s.tile_mode, &params_.tile_mode);  // a choice: always one of the names
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;
@@ -96,7 +107,8 @@ void register_mmp_stage(Registry& reg) {
       "CPU only, and slow (seconds per frame): meant for evaluation, not live video.";
   s.options = mmp_options().specs();
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
-  s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1"};
+  s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1",
+                "mmp=lambda=60:tile=128x128"};
   s.create = [](const Options& o) { return std::make_unique<MmpStage>(mmp_options().bind(o)); };
   reg.add(std::move(s));
 }

@@ -21,6 +21,7 @@
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/range_coder.hpp"
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;
@@ -396,11 +397,16 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
   HostFrame src(s, false), back(s, false);
   test::fill_random(src, 9);
   std::vector<std::vector<uint8_t>> seeds;
-  for (int variant = 0; variant < 4; ++variant) {  // independent / carried frames, 16 / 8 / 32 blocks
+  // Independent / carried frames, 16 / 8 / 32 blocks, untiled and in tiles of each mode.
+  for (int variant = 0; variant < 7; ++variant) {
     mmp::Params p;
     p.lambda = 30;
     p.carry = variant % 2 == 1;
-    p.block_log = variant < 2 ? 4 : variant == 2 ? 3 : 5;
+    p.block_log = variant < 2 || variant > 3 ? 4 : variant == 2 ? 3 : 5;
+    if (variant > 3) {
+      p.tile_w = p.tile_h = 16;
+      p.tile_mode = static_cast<mmp::TileMode>(variant - 4);
+    }
     const std::string f = dir + "/seed.mmp";
     {
       mmp::Writer wr(f, s, p);
@@ -638,4 +644,194 @@ TEST(Mmp, HeaderClaimingMoreThanTheDataHoldsIsRejected) {
     EXPECT_NE(std::string(e.what()).find("cannot hold a 16384x16384 frame"), std::string::npos) << e.what();
   }
   for (const auto& p : {ok, big}) std::remove(p.c_str());
+}
+
+// Tiles (docs/mmp.md, "Tiles"): every mode decodes to the encoder's reconstruction at odd
+// sizes, every block size, with and without the post-filter; tiles smaller than the plane
+// cut it into the expected grid.
+TEST(Mmp, TiledPlanesDecodeExactlyInEveryMode) {
+  const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {37, 21}, {70, 45}, {64, 64}};
+  int cases = 0;
+  for (mmp::TileMode mode : {mmp::TileMode::Independent, mmp::TileMode::SyncDictionaries, mmp::TileMode::SyncAll})
+    for (const auto& [w, h] : sizes)
+      for (int bl = 3; bl <= 5; ++bl) {
+        const auto img = plane((w + bl) % 2 ? "photo" : "text", w, h, static_cast<uint32_t>(w * 7 + bl));
+        mmp::Params p;
+        p.lambda = 25;
+        p.block_log = bl;
+        p.tile_mode = mode;
+        p.post_filter = (w + h + bl) % 2 == 0;
+        p.tile_w = 1 << bl;                        // one block wide
+        p.tile_h = (bl == 5 ? 1 : 2) * (1 << bl);  // and one or two high
+        const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p);
+        const int B = 1 << bl, W = (w + B - 1) / B * B, H = (h + B - 1) / B * B;
+        EXPECT_EQ(r.tiles, (W / p.tile_w) * ((H + p.tile_h - 1) / p.tile_h));
+        ASSERT_EQ(mmp::decode_plane(r.bytes.data(), r.bytes.size(), w, h, p), r.recon)
+            << mmp::tile_mode_name(mode) << " " << w << "x" << h << " block " << B;
+        ++cases;
+      }
+  EXPECT_EQ(cases, 45);
+}
+
+// The tiles of a round run in parallel; what they write and decode does not depend on how
+// many threads run them (one thread codes the tiles one after another, in order).
+TEST(Mmp, TiledBytesDoNotDependOnTheThreadCount) {
+  const int w = 96, h = 80;
+  const auto img = plane("photo", w, h, 11);
+  for (mmp::TileMode mode : {mmp::TileMode::Independent, mmp::TileMode::SyncDictionaries, mmp::TileMode::SyncAll}) {
+    mmp::Params p;
+    p.lambda = 20;
+    p.tile_mode = mode;
+    p.tile_w = p.tile_h = 32;
+    set_cpu_threads(1);
+    const mmp::PlaneResult one = mmp::encode_plane(img.data(), w, h, p);
+    const auto one_back = mmp::decode_plane(one.bytes.data(), one.bytes.size(), w, h, p);
+    set_cpu_threads(4);
+    const mmp::PlaneResult four = mmp::encode_plane(img.data(), w, h, p);
+    const auto four_back = mmp::decode_plane(one.bytes.data(), one.bytes.size(), w, h, p);
+    set_cpu_threads(0);
+    EXPECT_EQ(one.bytes, four.bytes) << mmp::tile_mode_name(mode);
+    EXPECT_EQ(one_back, one.recon);
+    EXPECT_EQ(four_back, one.recon);
+    EXPECT_EQ(one.tiles, 9);
+  }
+}
+
+// What the modes share shows in the cost: on a plane whose pattern repeats across tiles,
+// shared dictionaries and models (sync) code it for less J = SSE + lambda * bits than
+// dictionaries only (sync-dict), and both for less than independent tiles; untiled is the
+// least.
+TEST(Mmp, SharingTilesCostLessThanIndependentTiles) {
+  const int w = 128, h = 128;
+  const auto img = plane("text", w, h, 5);
+  const auto cost = [&](int tile, mmp::TileMode mode) {
+    mmp::Params p;
+    p.lambda = 30;
+    p.tile_w = p.tile_h = tile;
+    p.tile_mode = mode;
+    const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p);
+    return r.sse + p.lambda * 8.0 * static_cast<double>(r.bytes.size());
+  };
+  const double untiled = cost(0, mmp::TileMode::SyncAll), sync = cost(32, mmp::TileMode::SyncAll);
+  const double dict = cost(32, mmp::TileMode::SyncDictionaries), own = cost(32, mmp::TileMode::Independent);
+  std::printf("untiled %.0f sync %.0f sync-dict %.0f independent %.0f\n", untiled, sync, dict, own);
+  EXPECT_LT(untiled, sync);
+  EXPECT_LT(sync, dict);
+  EXPECT_LT(dict, own);
+}
+
+TEST(Mmp, TileSizesAndModesAreParsedAndChecked) {
+  mmp::Params p;
+  mmp::parse_tile_size("128x64", &p);
+  EXPECT_EQ(p.tile_w, 128);
+  EXPECT_EQ(p.tile_h, 64);
+  mmp::parse_tile_size("96", &p);
+  EXPECT_EQ(p.tile_w, 96);
+  EXPECT_EQ(p.tile_h, 96);
+  mmp::check_tiles(p);
+  mmp::parse_tile_size("0", &p);
+  EXPECT_FALSE(p.tiled());
+  for (const char* bad : {"x", "12x", "-16", "16x0", "abc", "16x16x16"})
+    EXPECT_THROW(mmp::parse_tile_size(bad, &p), Error) << bad;
+  p.tile_w = 24, p.tile_h = 16;  // not a multiple of 16
+  EXPECT_THROW(mmp::check_tiles(p), Error);
+  p.block_log = 3;
+  mmp::check_tiles(p);
+  mmp::TileMode m;
+  EXPECT_TRUE(mmp::parse_tile_mode("sync-dict", &m));
+  EXPECT_EQ(m, mmp::TileMode::SyncDictionaries);
+  EXPECT_FALSE(mmp::parse_tile_mode("rounds", &m));
+  // Chroma tiles: the luma size shifted by the subsampling, rounded up to whole blocks.
+  EXPECT_EQ(mmp::plane_tile_size(128, 1, 4), 64);
+  EXPECT_EQ(mmp::plane_tile_size(16, 1, 4), 16);
+  EXPECT_EQ(mmp::plane_tile_size(48, 1, 4), 32);
+  EXPECT_EQ(mmp::plane_tile_size(128, 0, 4), 128);
+  // Tiles with state of their own are limited per plane.
+  std::vector<uint8_t> img(1024 * 1024, 9);
+  mmp::Params many;
+  many.tile_w = many.tile_h = 16;
+  many.tile_mode = mmp::TileMode::Independent;
+  EXPECT_THROW(mmp::encode_plane(img.data(), 1024, 1024, many), Error);
+}
+
+// A corrupt tile table (a length past the payload, or too short for its tile's blocks),
+// truncation or flipped bits in tiled streams give an error, never a crash.
+TEST(Mmp, CorruptTileTablesAreRejected) {
+  const int w = 64, h = 48;
+  const auto img = plane("photo", w, h, 8);
+  for (mmp::TileMode mode : {mmp::TileMode::Independent, mmp::TileMode::SyncAll}) {
+    mmp::Params p;
+    p.lambda = 20;
+    p.tile_w = p.tile_h = 32;
+    p.tile_mode = mode;
+    const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p);
+    ASSERT_EQ(r.tiles, 4);
+    auto decode = [&](const std::vector<uint8_t>& b) { return mmp::decode_plane(b.data(), b.size(), w, h, p); };
+    ASSERT_EQ(decode(r.bytes), r.recon);
+    std::vector<uint8_t> bad = r.bytes;
+    bad[0] = bad[1] = bad[2] = 0xFF, bad[3] = 0x7F;  // tile 0 longer than the payload
+    EXPECT_THROW(decode(bad), Error);
+    bad[3] = 0xFF;  // a byte count that does not end
+    EXPECT_THROW(decode(bad), Error);
+    bad = r.bytes;
+    bad[0] = 0;  // tile 0 empty
+    EXPECT_THROW(decode(bad), Error);
+    bad.assign(r.bytes.begin(), r.bytes.begin() + 3);  // cut inside the table
+    EXPECT_THROW(decode(bad), Error);
+    std::mt19937 rng(3);
+    int rejected = 0;
+    for (int trial = 0; trial < 60; ++trial) {
+      bad = r.bytes;
+      if (trial % 2)
+        bad.resize(rng() % bad.size());
+      else
+        bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+      try {
+        EXPECT_EQ(decode(bad).size(), img.size());
+      } catch (const Error& e) {
+        ++rejected;
+        EXPECT_NE(std::string(e.what()).find("MMP"), std::string::npos);
+      }
+    }
+    EXPECT_GE(rejected, 30);
+  }
+}
+
+// The container records the tile grid and mode (version 3); colour planes get chroma tiles
+// scaled by the subsampling; carried state keeps the tiles' dictionaries across frames.
+TEST(Mmp, TiledContainerRoundTripsWithCarryAndColour) {
+  const std::string dir = test::tmp_path("mmp_tiles");
+  std::filesystem::create_directories(dir);
+  for (PixelFormat fmt : {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P}) {
+    FrameSpec s{fmt, 70, 50, {25, 1}};
+    HostFrame src(s, false), back(s, false);
+    test::fill_random(src, 4);
+    mmp::Params p;
+    p.lambda = 30;
+    p.carry = fmt == PixelFormat::YUV420P;
+    p.tile_w = 32, p.tile_h = 48;
+    p.tile_mode = fmt == PixelFormat::GRAY8 ? mmp::TileMode::Independent : mmp::TileMode::SyncAll;
+    const std::string f = dir + "/t.mmp";
+    std::deque<HostFrame> recs;
+    std::vector<double> bits;
+    {
+      mmp::Writer wr(f, s, p);
+      for (int i = 0; i < 3; ++i) {
+        recs.emplace_back(s, false);
+        const ImageView rv = recs.back().view();
+        bits.push_back(wr.write(src.view(), &rv).bits);
+      }
+      wr.close();
+    }
+    if (p.carry) EXPECT_LT(bits[2], 0.7 * bits[0]);
+    mmp::Reader rd(f);
+    EXPECT_EQ(rd.params().tile_w, 32);
+    EXPECT_EQ(rd.params().tile_h, 48);
+    EXPECT_EQ(rd.params().tile_mode, p.tile_mode);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(rd.read(back));
+      EXPECT_TRUE(back.same_pixels(recs[static_cast<size_t>(i)])) << pix_fmt_name(fmt) << " frame " << i;
+    }
+    EXPECT_FALSE(rd.read(back));
+  }
 }

@@ -16,7 +16,7 @@ namespace vfp {
 namespace {
 
 struct MmpArgs {
-  std::string input, output, pix_fmt;
+  std::string input, output, pix_fmt, tile = "0", tile_mode = "sync";
   double lambda = 32;
   int64_t frames = -1;
   int mode_candidates = 4;
@@ -54,6 +54,10 @@ int mmp_encode_command(const MmpArgs& a) {
   p.shared_chroma = !a.independent_chroma;
   p.post_filter = !a.no_post_filter;
   p.block_log = mmp::block_log_of_size(a.block);  // 8, 16 or 32: the option's check
+  mmp::parse_tile_size(a.tile, &p);
+  if (!mmp::parse_tile_mode(a.tile_mode, &p.tile_mode))
+    throw Error(ErrorKind::Usage, "--tile-mode: '" + a.tile_mode + "' (independent, sync-dict or sync)");
+  mmp::check_tiles(p);
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   mmp::Writer w(out, coded, p);
   HostFrame f(in, false), c(coded, false);
@@ -123,6 +127,14 @@ int mmp_info_command(const MmpArgs& a) {
     std::printf("chroma: %s\n", r.params().shared_chroma ? "Cr continues Cb's dictionaries and models"
                                                          : "each plane with dictionaries of its own");
   std::printf("blocks: %dx%d\n", 1 << r.params().block_log, 1 << r.params().block_log);
+  if (r.params().tiled())
+    std::printf("tiles: %dx%d (luma samples), %s\n", r.params().tile_w, r.params().tile_h,
+                r.params().tile_mode == mmp::TileMode::Independent ? "independent (own dictionaries and models)"
+                : r.params().tile_mode == mmp::TileMode::SyncDictionaries
+                    ? "sync-dict (dictionaries shared, updated in rounds; models per tile)"
+                    : "sync (dictionaries and models shared, updated in rounds)");
+  else
+    std::printf("tiles: none\n");
   std::printf("post-filter: %s\n", r.params().post_filter ? "on (each plane's taps in its stream)" : "off");
   std::vector<size_t> bytes;
   int64_t n = 0;
@@ -172,6 +184,17 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
                    "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
                    "slower, slightly fewer bits)")
       ->check(CLI::Range(1, 11))
+      ->capture_default_str();
+  mmp_enc
+      ->add_option("--tile", mmp_args.tile,
+                   "tiles of WxH luma samples (or N for NxN; multiples of the block size), coded in parallel "
+                   "on every core; 0 = untiled")
+      ->capture_default_str();
+  mmp_enc
+      ->add_option("--tile-mode", mmp_args.tile_mode,
+                   "what tiles share: sync (dictionaries and models, updated in rounds: the fewest bits), "
+                   "sync-dict (dictionaries only), independent (nothing)")
+      ->check(CLI::IsMember({"sync", "sync-dict", "independent"}))
       ->capture_default_str();
   auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
   mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();

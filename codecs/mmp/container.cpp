@@ -4,7 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <future>
+
+#include <tbb/task_group.h>
 
 #include "core/error.hpp"
 
@@ -12,7 +13,9 @@ namespace vfp::mmp {
 
 namespace {
 constexpr char kMagic[4] = {'V', 'M', 'M', 'P'};
-constexpr uint8_t kVersion = 2;
+// Version 2: untiled planes. Version 3: the header adds the tile grid and mode, and each
+// plane's payload starts with its tile table (docs/mmp.md, "Tiles").
+constexpr uint8_t kVersionUntiled = 2, kVersionTiled = 3;
 
 int format_code(PixelFormat f) {
   return f == PixelFormat::GRAY8 ? 0 : f == PixelFormat::YUV420P ? 1 : f == PixelFormat::YUV444P ? 2 : -1;
@@ -25,6 +28,7 @@ uint32_t get_u32(const uint8_t* p) {
          static_cast<uint32_t>(p[3]) << 24;
 }
 constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4 + 1;
+constexpr size_t kTileHeaderBytes = 4 + 4 + 1;  // version 3: tile width, height (luma), mode
 // The block size in the flags byte, bits 3-4: 0 = 16x16 (what files before the option
 // hold), 1 = 8x8, 2 = 32x32.
 int block_code(int block_log) { return block_log == 4 ? 0 : block_log == 3 ? 1 : 2; }
@@ -41,6 +45,16 @@ PlaneState* plane_state(const Params& p, int plane, PlaneStates* carried, std::u
   return frame_chroma.get();
 }
 
+// Plane `plane`'s parameters: its tiles are the frame's scaled by the plane's subsampling.
+Params plane_params(const Params& p, const ImageView& v, int plane) {
+  Params q = p;
+  if (p.tiled() && plane > 0) {
+    q.tile_w = plane_tile_size(p.tile_w, v.pw[plane] < v.pw[0] ? 1 : 0, p.block_log);
+    q.tile_h = plane_tile_size(p.tile_h, v.ph[plane] < v.ph[0] ? 1 : 0, p.block_log);
+  }
+  return q;
+}
+
 }  // namespace
 
 double FrameStats::psnr() const {
@@ -53,10 +67,11 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
                                       " (add --pix-fmt yuv420p)");
   checked_block_log(p);  // before the file is created
   check_lambda(p);
+  check_tiles(p);
   file_.f = std::fopen(path.c_str(), "wb");
   if (!file_.f) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
   std::vector<uint8_t> h(kMagic, kMagic + 4);
-  h.push_back(kVersion);
+  h.push_back(p.tiled() ? kVersionTiled : kVersionUntiled);
   h.push_back(static_cast<uint8_t>(format_code(spec.format)));
   put_u32(h, static_cast<uint32_t>(spec.width));
   put_u32(h, static_cast<uint32_t>(spec.height));
@@ -68,6 +83,11 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   put_u32(h, static_cast<uint32_t>(p.max_dict));
   h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0) | (p.post_filter ? 4 : 0) |
                                    block_code(p.block_log) << 3));
+  if (p.tiled()) {
+    put_u32(h, static_cast<uint32_t>(p.tile_w));
+    put_u32(h, static_cast<uint32_t>(p.tile_h));
+    h.push_back(static_cast<uint8_t>(p.tile_mode));
+  }
   put(h.data(), h.size());
 }
 
@@ -91,10 +111,9 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
   const int planes = plane_count(v.format);
   if (states)
     while (states->size() < static_cast<size_t>(planes)) states->push_back(std::make_unique<PlaneState>(params));
-  // Luma is coded on this thread while the chroma planes are coded on threads of their own
-  // (independent planes), or on one thread, Cr after Cb with Cb's state (shared_chroma).
+  // The chroma planes are coded independently, or Cr after Cb with Cb's state (shared_chroma).
   const bool shared = params.shared_chroma && planes == 3;
-  std::unique_ptr<PlaneState> frame_chroma;  // only the chroma thread touches it
+  std::unique_ptr<PlaneState> frame_chroma;  // only the chroma task touches it
   auto code = [&](int p) {
     const int w = v.pw[p], h = v.ph[p];
     std::vector<uint8_t> tight(static_cast<size_t>(w) * h);
@@ -103,27 +122,28 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
     // weighs about four times a luma sample's in the picture: a chroma plane's lambda scales
     // by its share of the samples, and by a further 1/2 found by measurement (docs/mmp.md):
     // 1/8 for 4:2:0, 1/2 for 4:4:4. Encoder side only.
-    Params plane_params = params;
-    if (p > 0) plane_params.lambda *= 0.5 * static_cast<double>(w) * h / (static_cast<double>(v.pw[0]) * v.ph[0]);
-    return encode_plane(tight.data(), w, h, plane_params, plane_state(params, p, states, frame_chroma));
+    Params plane = plane_params(params, v, p);
+    if (p > 0) plane.lambda *= 0.5 * static_cast<double>(w) * h / (static_cast<double>(v.pw[0]) * v.ph[0]);
+    return encode_plane(tight.data(), w, h, plane, plane_state(params, p, states, frame_chroma));
   };
-  std::future<std::vector<PlaneResult>> cbcr;         // Cb then Cr on one thread
-  std::vector<std::future<PlaneResult>> independent;  // or each on a thread of its own
+  // Luma runs beside the chroma planes on the process-wide pool (whose tiles run on it too).
+  std::vector<PlaneResult> results(static_cast<size_t>(planes));
+  tbb::task_group chroma;
   if (shared) {
-    cbcr = std::async(std::launch::async, [&] {
-      std::vector<PlaneResult> r;
-      r.push_back(code(1));
-      r.push_back(code(2));
-      return r;
+    chroma.run([&] {
+      results[1] = code(1);
+      results[2] = code(2);
     });
   } else {
-    for (int p = 1; p < planes; ++p) independent.push_back(std::async(std::launch::async, code, p));
+    for (int p = 1; p < planes; ++p) chroma.run([&, p] { results[static_cast<size_t>(p)] = code(p); });
   }
-  std::vector<PlaneResult> results;
-  results.push_back(code(0));
-  if (shared)
-    for (PlaneResult& r : cbcr.get()) results.push_back(std::move(r));
-  for (auto& f : independent) results.push_back(f.get());
+  try {
+    results[0] = code(0);
+  } catch (...) {
+    chroma.wait();  // the chroma tasks use this frame's buffers
+    throw;
+  }
+  chroma.wait();  // rethrows a chroma plane's error
   for (int p = 0; p < planes; ++p) {
     PlaneResult& r = results[static_cast<size_t>(p)];
     const int w = v.pw[p], h = v.ph[p];
@@ -170,9 +190,9 @@ Reader::Reader(const std::string& path) : path_(path) {
   uint8_t h[kHeaderBytes];
   if (std::fread(h, 1, kHeaderBytes, file_.f) != kHeaderBytes || std::memcmp(h, kMagic, 4) != 0)
     throw Error(ErrorKind::Input, path + ": not an .mmp file (no VMMP header)");
-  if (h[4] != kVersion)
+  if (h[4] != kVersionUntiled && h[4] != kVersionTiled)
     throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]) +
-                                      " (this vfpipe reads version " + std::to_string(kVersion) + ")");
+                                      " (this vfpipe reads versions 2 and 3)");
   const int fmt = h[5];
   if (fmt > 2) throw Error(ErrorKind::Input, path + ": unknown pixel format code " + std::to_string(fmt));
   spec_.format = fmt == 0 ? PixelFormat::GRAY8 : fmt == 1 ? PixelFormat::YUV420P : PixelFormat::YUV444P;
@@ -194,12 +214,39 @@ Reader::Reader(const std::string& path) : path_(path) {
   params_.carry = (h[34] & 1) != 0;
   params_.shared_chroma = (h[34] & 2) != 0;
   params_.post_filter = (h[34] & 4) != 0;
+  size_t header = kHeaderBytes;
+  if (h[4] == kVersionTiled) {
+    uint8_t t[kTileHeaderBytes];
+    if (std::fread(t, 1, kTileHeaderBytes, file_.f) != kTileHeaderBytes)
+      throw Error(ErrorKind::Input, path + ": truncated .mmp header");
+    params_.tile_w = static_cast<int>(std::min<uint32_t>(get_u32(t), 1u << 30));
+    params_.tile_h = static_cast<int>(std::min<uint32_t>(get_u32(t + 4), 1u << 30));
+    if (t[8] > 2) throw Error(ErrorKind::Input, path + ": unknown tile mode " + std::to_string(t[8]));
+    params_.tile_mode = static_cast<TileMode>(t[8]);
+    if (!params_.tiled()) throw Error(ErrorKind::Input, path + ": a version 3 file without tiles");
+    try {
+      check_tiles(params_);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::Input, path + ": bad tile grid (" + e.what() + ")");
+    }
+    header += kTileHeaderBytes;
+  }
   // The data must be able to hold the frame the header claims (before the caller allocates it).
   const FrameLayout lay = FrameLayout::of(spec_);
   size_t need = 0;
-  for (int p = 0; p < lay.planes; ++p)
+  for (int p = 0; p < lay.planes; ++p) {
     need += 4 + min_plane_bytes(lay.plane[p].width, lay.plane[p].height, params_.block_log);
-  const long data = file_size_ - static_cast<long>(kHeaderBytes);
+    if (params_.tiled()) {  // each tile's byte count (a byte at least), in the plane's tile table
+      const int B = 1 << params_.block_log;
+      const int tw = plane_tile_size(params_.tile_w, lay.plane[p].width < lay.plane[0].width ? 1 : 0,
+                                     params_.block_log);
+      const int th = plane_tile_size(params_.tile_h, lay.plane[p].height < lay.plane[0].height ? 1 : 0,
+                                     params_.block_log);
+      const int64_t W = (lay.plane[p].width + B - 1) / B * B, H = (lay.plane[p].height + B - 1) / B * B;
+      need += static_cast<size_t>(((W + tw - 1) / tw) * ((H + th - 1) / th));
+    }
+  }
+  const long data = file_size_ - static_cast<long>(header);
   if (data > 0 && static_cast<size_t>(data) < need)
     throw Error(ErrorKind::Input, path + ": " + std::to_string(data) + " bytes of data cannot hold a " +
                                       std::to_string(w) + "x" + std::to_string(hh) + " frame (at least " +
@@ -231,7 +278,7 @@ bool Reader::read(HostFrame& dst, std::vector<size_t>* plane_bytes) {
     if (std::fread(data.data(), 1, n, file_.f) != n)
       throw Error(ErrorKind::Input, path_ + ": truncated in frame " + std::to_string(frames_));
     const std::vector<uint8_t> plane =
-        decode_plane(data.data(), n, v.pw[p], v.ph[p], params_,
+        decode_plane(data.data(), n, v.pw[p], v.ph[p], plane_params(params_, v, p),
                      plane_state(params_, p, params_.carry ? &states_ : nullptr, frame_chroma));
     for (int y = 0; y < v.ph[p]; ++y)
       std::memcpy(v.row(p, y), &plane[static_cast<size_t>(y) * v.pw[p]], static_cast<size_t>(v.pw[p]));

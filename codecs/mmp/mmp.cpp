@@ -13,6 +13,7 @@
 #include "codecs/mmp/range_coder.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/parallel.hpp"
 
 namespace vfp::mmp {
 
@@ -23,67 +24,104 @@ namespace {
 constexpr int kMaxLog = kMaxBlockLog, kB = 1 << kMaxLog, kScales = (kMaxLog + 1) * (kMaxLog + 1);
 constexpr int kIndexBits = 12, kModeBits = 4;
 constexpr int kMinLog = 2;  // smallest prediction unit: 4x4
-using Elem = std::vector<int16_t>;
 
 enum Mode { kNone, kDC, kVert, kHorz, kPlane, kDDL, kDDR, kVR, kHD, kVL, kHU };
 
 int scale_of(int lw, int lh) { return lw + (kMaxLog + 1) * lh; }
 int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-// One dictionary per scale; exact duplicates are not inserted; a full scale
-// takes no more. Each scale also keeps its element sums and its indices ordered
-// by sum (ties by index), which the encoder's search uses to skip elements that
-// cannot win.
+// The scale transform of an element into `out` (resize_element()'s arithmetic).
+void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out);
+
+// A new dictionary element: the concatenation of a coded segment's children, of scale
+// (lw, lh). It enters its own scale and, resized, every other one.
+struct NewElement {
+  std::vector<int16_t> e;
+  int lw = 0, lh = 0;
+};
+
+// One dictionary per scale; exact duplicates are not inserted; a full scale takes no more.
+// A scale's elements lie in one array (element i at i * size). Each scale also keeps its
+// element sums and its indices ordered by sum (ties by index), which the encoder's search
+// uses to skip elements that cannot win.
 class Dictionary {
  public:
   Dictionary(int max, int log) : max_(max), log_(log) {
+    for (int lh = 0; lh <= log_; ++lh)
+      for (int lw = 0; lw <= log_; ++lw) scales_[static_cast<size_t>(scale_of(lw, lh))].size = 1 << (lw + lh);
     // Flat elements over the residue range, every 8 levels.
+    std::vector<int16_t> flat;
     for (int lh = 0; lh <= log_; ++lh)
       for (int lw = 0; lw <= log_; ++lw)
-        for (int v = -252; v <= 252; v += 8)
-          insert(scale_of(lw, lh), Elem(static_cast<size_t>(1) << (lw + lh), static_cast<int16_t>(v)));
+        for (int v = -252; v <= 252; v += 8) {
+          flat.assign(static_cast<size_t>(1) << (lw + lh), static_cast<int16_t>(v));
+          insert(scale_of(lw, lh), flat.data());
+        }
   }
-  const std::vector<Elem>& at(int s) const { return e_[static_cast<size_t>(s)]; }
-  const std::vector<int>& sums(int s) const { return sum_[static_cast<size_t>(s)]; }
-  const std::vector<int>& by_sum(int s) const { return order_[static_cast<size_t>(s)]; }
-  // A new element of scale (lw, lh), and its resized versions at every other
-  // scale.
-  void add_everywhere(const Elem& e, int lw, int lh) {
-    for (int lh2 = 0; lh2 <= log_; ++lh2)
-      for (int lw2 = 0; lw2 <= log_; ++lw2)
-        insert(scale_of(lw2, lh2), lw2 == lw && lh2 == lh ? e : resize_element(e, lw, lh, lw2, lh2));
+  int count(int s) const { return scales_[static_cast<size_t>(s)].count; }
+  const int16_t* elem(int s, int i) const {
+    const Scale& sc = scales_[static_cast<size_t>(s)];
+    return sc.data.data() + static_cast<size_t>(i) * static_cast<size_t>(sc.size);
+  }
+  const std::vector<int>& sums(int s) const { return scales_[static_cast<size_t>(s)].sum; }
+  const std::vector<int>& by_sum(int s) const { return scales_[static_cast<size_t>(s)].order; }
+  // New elements in order, each into its own scale and resized into every other. Scales
+  // are independent, so they are filled in parallel; the result is the serial one.
+  void add(const std::vector<NewElement>& batch) {
+    if (batch.empty()) return;
+    const int n = log_ + 1;
+    auto fill = [&](int lw2, int lh2) {
+      const int s = scale_of(lw2, lh2);
+      std::vector<int16_t> tmp(static_cast<size_t>(1) << (lw2 + lh2));
+      for (const NewElement& ne : batch) {
+        if (count(s) >= max_) return;
+        if (ne.lw == lw2 && ne.lh == lh2) {
+          insert(s, ne.e.data());
+        } else {
+          resize_into(ne.e.data(), ne.lw, ne.lh, lw2, lh2, tmp.data());
+          insert(s, tmp.data());
+        }
+      }
+    };
+    if (batch.size() < 4 || cpu_threads() == 1) {
+      for (int i = 0; i < n * n; ++i) fill(i % n, i / n);
+      return;
+    }
+    tbb::parallel_for(0, n * n, [&](int i) { fill(i % n, i / n); });
   }
   int64_t total() const {
     int64_t t = 0;
-    for (const auto& v : e_) t += static_cast<int64_t>(v.size());
+    for (const Scale& sc : scales_) t += sc.count;
     return t;
   }
 
  private:
-  void insert(int s, Elem e) {
-    const size_t si = static_cast<size_t>(s);
-    auto& list = e_[si];
-    if (static_cast<int>(list.size()) >= max_) return;
+  struct Scale {
+    int size = 1, count = 0;
+    std::vector<int16_t> data;
+    std::vector<int> sum, order;
+    std::unordered_multimap<uint64_t, int> index;  // content hash -> element
+  };
+  void insert(int s, const int16_t* e) {
+    Scale& sc = scales_[static_cast<size_t>(s)];
+    if (sc.count >= max_) return;
+    const size_t n = static_cast<size_t>(sc.size);
     uint64_t h = 1469598103934665603ull;
     int sum = 0;
-    for (int16_t v : e) h = (h ^ static_cast<uint16_t>(v)) * 1099511628211ull, sum += v;
-    auto range = index_[si].equal_range(h);
+    for (size_t k = 0; k < n; ++k) h = (h ^ static_cast<uint16_t>(e[k])) * 1099511628211ull, sum += e[k];
+    auto range = sc.index.equal_range(h);
     for (auto it = range.first; it != range.second; ++it)
-      if (list[static_cast<size_t>(it->second)] == e) return;
-    const int idx = static_cast<int>(list.size());
-    index_[si].emplace(h, idx);
-    list.push_back(std::move(e));
-    sum_[si].push_back(sum);
-    auto& ord = order_[si];
-    const auto& sums = sum_[si];
-    ord.insert(
-        std::upper_bound(ord.begin(), ord.end(), sum, [&](int v, int i) { return v < sums[static_cast<size_t>(i)]; }),
-        idx);
+      if (std::equal(e, e + n, elem(s, it->second))) return;
+    const int idx = sc.count++;
+    sc.index.emplace(h, idx);
+    sc.data.insert(sc.data.end(), e, e + n);
+    sc.sum.push_back(sum);
+    sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
+                                     [&](int v, int i) { return v < sc.sum[static_cast<size_t>(i)]; }),
+                    idx);
   }
   int max_, log_;
-  std::array<std::vector<Elem>, kScales> e_;
-  std::array<std::vector<int>, kScales> sum_, order_;
-  std::array<std::unordered_multimap<uint64_t, int>, kScales> index_;
+  std::array<Scale, kScales> scales_;
 };
 
 struct Models {
@@ -99,10 +137,32 @@ struct Models {
 
 }  // namespace
 
+// What a plane's coding learns, kept between frames (carry) and from Cb to Cr: one
+// dictionary set and one model set for an untiled plane; for a tiled one, per tile or per
+// plane as its TileMode says. Made at first use, when the tile count is known.
 struct PlaneState::Impl {
-  explicit Impl(const Params& p) : dict(p.max_dict, p.block_log) {}
-  Dictionary dict;
-  Models models;
+  explicit Impl(const Params& p) : params(p) {}
+  void prepare(const Params& p, int tile_count) {
+    const bool tiled = p.tiled();
+    if (tiles > 0) {
+      if (tile_count != tiles || tiled != params.tiled() || (tiled && p.tile_mode != params.tile_mode))
+        throw Error(ErrorKind::Usage, "MMP: the carried dictionaries were made for another tiling");
+      return;
+    }
+    params = p;
+    tiles = tile_count;
+    const bool own_dicts = !tiled || p.tile_mode == TileMode::Independent;
+    const bool own_models = own_dicts || p.tile_mode == TileMode::SyncDictionaries;
+    for (int t = 0; t < (own_dicts ? tile_count : 1); ++t)
+      dicts.push_back(std::make_unique<Dictionary>(p.max_dict, p.block_log));
+    for (int t = 0; t < (own_models ? tile_count : 1); ++t) models.push_back(std::make_unique<Models>());
+  }
+  Dictionary& dict(int tile) { return *dicts[dicts.size() == 1 ? 0 : static_cast<size_t>(tile)]; }
+  Models& model(int tile) { return *models[models.size() == 1 ? 0 : static_cast<size_t>(tile)]; }
+  Params params;
+  int tiles = 0;
+  std::vector<std::unique_ptr<Dictionary>> dicts;
+  std::vector<std::unique_ptr<Models>> models;
 };
 PlaneState::PlaneState(const Params& p) : impl_(std::make_unique<Impl>(p)) {}
 PlaneState::~PlaneState() = default;
@@ -230,7 +290,7 @@ void index_costs(const Models& m, const Dictionary& d, int log, IndexCosts& out)
       node[2 * k] = node[k] + bit_cost(tree[k], 0);
       node[2 * k + 1] = node[k] + bit_cost(tree[k], 1);
     }
-    const size_t n = d.at(s).size();
+    const size_t n = static_cast<size_t>(d.count(s));
     auto& b = out.bits[static_cast<size_t>(s)];
     b.assign(node.begin() + (1 << kIndexBits), node.begin() + (1 << kIndexBits) + static_cast<long>(n));
     out.min_bits[static_cast<size_t>(s)] = n ? *std::min_element(b.begin(), b.end()) : 0;
@@ -253,14 +313,13 @@ struct Plan {
 // exceeds the best J: the same answer as trying every element.
 void best_leaf(const int* r, int N, int w, int h, int64_t rsum, const Dictionary& d, int s, const IndexCosts& ic,
                double lambda, double leaf_bits, bool exhaustive, double* best_j, int* best_i) {
-  const auto& elems = d.at(s);
   const auto& bits = ic.bits[static_cast<size_t>(s)];
   double best = std::numeric_limits<double>::infinity();
   int bi = -1;
   auto try_elem = [&](int i) {
     const double rate = lambda * (bits[static_cast<size_t>(i)] + leaf_bits);
     if (rate > best) return;
-    const int16_t* e = elems[static_cast<size_t>(i)].data();
+    const int16_t* e = d.elem(s, i);
     double dsum = 0;
     for (int y = 0; y < h; ++y) {
       for (int x = 0; x < w; ++x) {
@@ -273,7 +332,7 @@ void best_leaf(const int* r, int N, int w, int h, int64_t rsum, const Dictionary
     if (j < best || (j == best && i < bi)) best = j, bi = i;
   };
   if (exhaustive) {
-    for (int i = 0; i < static_cast<int>(elems.size()); ++i) try_elem(i);
+    for (int i = 0; i < d.count(s); ++i) try_elem(i);
   } else {
     const auto& order = d.by_sum(s);
     const auto& sums = d.sums(s);
@@ -373,10 +432,10 @@ void walk(int N, int x0, int y0, int lw, int lh, Decide&& decide, const Dictiona
   int kind = 0, index = 0;
   decide(x0, y0, lw, lh, &kind, &index);
   if (kind == 0) {
-    const Elem& e = d.at(scale_of(lw, lh))[static_cast<size_t>(index)];
+    const int16_t* e = d.elem(scale_of(lw, lh), index);
     const int w = 1 << lw, h = 1 << lh;
     for (int y = 0; y < h; ++y)
-      for (int x = 0; x < w; ++x) rres[(y0 + y) * N + x0 + x] = e[static_cast<size_t>(y * w + x)];
+      for (int x = 0; x < w; ++x) rres[(y0 + y) * N + x0 + x] = e[y * w + x];
     ++leaves;
     return;
   }
@@ -398,16 +457,18 @@ struct Learned {
   std::vector<Internal> inner;
 };
 
-void learn(const std::vector<Learned>& units, Dictionary& d) {
+// Appends the new elements of a block's coded units, in the order the dictionaries take
+// them: units in coding order, each unit's internal nodes in post-order.
+void collect(const std::vector<Learned>& units, std::vector<NewElement>& out) {
   for (const Learned& u : units)
     for (const Internal& n : u.inner) {
       const int w = 1 << n.lw, h = 1 << n.lh;
-      Elem e(static_cast<size_t>(w * h));
+      NewElement ne{std::vector<int16_t>(static_cast<size_t>(w * h)), n.lw, n.lh};
       for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x)
-          e[static_cast<size_t>(y * w + x)] =
+          ne.e[static_cast<size_t>(y * w + x)] =
               static_cast<int16_t>(u.rres[static_cast<size_t>((n.y0 + y) * u.N + n.x0 + x)]);
-      d.add_everywhere(e, n.lw, n.lh);
+      out.push_back(std::move(ne));
     }
 }
 
@@ -520,20 +581,80 @@ class BlockSearch {
   const Models& m_;
   const IndexCosts& ic_;
   const Params& p_;
-  std::unique_ptr<Plan> plan_{new Plan};  // default-initialised: optimise() writes before it reads
+  Plan* plan_ = thread_plan();
+
+  static Plan* thread_plan() {  // default-initialised: optimise() writes before it reads
+    thread_local std::unique_ptr<Plan> plan(new Plan);
+    return plan.get();
+  }
 };
+
+// The symbols of a block go through a SymbolWriter (SymbolReader). With models of their
+// own (untiled planes, independent tiles, SyncDictionaries) the models adapt as they code.
+// SyncAll tiles share the plane's models, which stay as they were at the round's start
+// while the round's tiles run: each tile adapts private copies of the probabilities it
+// touches (an overlay, fresh for each block) and logs its bits, and after the round the
+// shared models adapt to every tile's bits in tile order.
+using BitLog = std::vector<std::pair<Prob*, uint8_t>>;
+
+struct Overlay {
+  std::unordered_map<const Prob*, Prob> copies;
+  BitLog log;
+  Prob& at(Prob& shared) { return copies.try_emplace(&shared, shared).first->second; }
+};
+
+struct SymbolWriter {
+  RangeEncoder& enc;
+  Overlay* ov;  // non-null: shared models
+  void bit(Prob& p, int b) {
+    if (!ov) return enc.encode(p, b);
+    enc.encode(ov->at(p), b);
+    ov->log.emplace_back(&p, static_cast<uint8_t>(b));
+  }
+  void tree(Prob* t, int nbits, uint32_t value) {  // MSB first down the tree
+    uint32_t node = 1;
+    for (int i = nbits - 1; i >= 0; --i) {
+      const int b = static_cast<int>((value >> i) & 1u);
+      bit(t[node], b);
+      node = (node << 1) | static_cast<uint32_t>(b);
+    }
+  }
+};
+
+struct SymbolReader {
+  RangeDecoder& dec;
+  Overlay* ov;
+  int bit(Prob& p) {
+    if (!ov) return dec.decode(p);
+    const int b = dec.decode(ov->at(p));
+    ov->log.emplace_back(&p, static_cast<uint8_t>(b));
+    return b;
+  }
+  uint32_t tree(Prob* t, int nbits) {
+    uint32_t node = 1;
+    for (int i = 0; i < nbits; ++i) node = (node << 1) | static_cast<uint32_t>(bit(t[node]));
+    return node - (1u << nbits);
+  }
+};
+
+// The shared models' adaptation to a tile's block: its bits, in coding order.
+void replay(Overlay& ov) {
+  for (auto& [p, b] : ov.log) p->update(b);
+  ov.log.clear();
+  ov.copies.clear();
+}
 
 // Codes an area's prediction tree and units; collects what the block's update
 // learns.
-void emit_area(const Area& a, int L, RangeEncoder& enc, Models& m, const Dictionary& d, PlaneResult& res,
-               std::vector<Learned>& learned) {
-  if (L > kMinLog) enc.encode(m.psplit[static_cast<size_t>(L - kMinLog - 1)], a.split ? 1 : 0);
+void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& res, std::vector<Learned>& learned,
+               const Dictionary& d) {
+  if (L > kMinLog) out.bit(m.psplit[static_cast<size_t>(L - kMinLog - 1)], a.split ? 1 : 0);
   if (a.split && L > kMinLog) {
-    for (const Area& k : a.kids) emit_area(k, L - 1, enc, m, d, res, learned);
+    for (const Area& k : a.kids) emit_area(k, L - 1, out, m, res, learned, d);
     return;
   }
   const Unit& u = a.unit;
-  enc.encode_tree(m.mode[static_cast<size_t>(L - kMinLog)].data(), kModeBits, static_cast<uint32_t>(u.mode));
+  out.tree(m.mode[static_cast<size_t>(L - kMinLog)].data(), kModeBits, static_cast<uint32_t>(u.mode));
   ++res.modes[u.mode];
   ++res.unit_sizes[kMaxLog - L];
   size_t next = 0;
@@ -543,11 +664,11 @@ void emit_area(const Area& a, int L, RangeEncoder& enc, Models& m, const Diction
     *index = u.tree[next].second;
     ++next;
     if (lw + lh > 0) {
-      enc.encode(m.split[static_cast<size_t>(s)], *kind != 0);
-      if (*kind != 0 && lw > 0 && lh > 0) enc.encode(m.dir[static_cast<size_t>(s)], *kind == 2);
+      out.bit(m.split[static_cast<size_t>(s)], *kind != 0);
+      if (*kind != 0 && lw > 0 && lh > 0) out.bit(m.dir[static_cast<size_t>(s)], *kind == 2);
     }
     if (*kind == 0)
-      enc.encode_tree(m.index[static_cast<size_t>(s)].data(), kIndexBits, static_cast<uint32_t>(*index));
+      out.tree(m.index[static_cast<size_t>(s)].data(), kIndexBits, static_cast<uint32_t>(*index));
     else
       ++res.splits[*kind - 1];
   };
@@ -561,36 +682,265 @@ void emit_area(const Area& a, int L, RangeEncoder& enc, Models& m, const Diction
               "MMP: corrupt or truncated data (block at " + std::to_string(bx) + "," + std::to_string(by) + ")");
 }
 
+// One tile of a plane (an untiled plane is one tile of the whole padded plane), in its own
+// coordinates: prediction sees only the tile's decoded samples, as at a plane's edges.
+struct Tile {
+  int x0 = 0, y0 = 0, w = 0, h = 0;  // in the padded plane; whole blocks
+  int blocks_x = 0, blocks = 0;
+  std::vector<uint8_t> src, rec, done;  // w x h
+  Dictionary* dict = nullptr;
+  Models* models = nullptr;
+  std::unique_ptr<RangeEncoder> enc;
+  std::unique_ptr<RangeDecoder> dec;
+  std::vector<Learned> learned;  // the last block's units
+  Overlay overlay;               // SyncAll: the block's private probabilities and bits
+  PlaneResult stats;             // counters only
+};
+
+// The tile grid of a W x H padded plane: tiles in raster order, each W x H clipped to the
+// plane; one tile when untiled.
+// Tiles with state of their own (models, and for Independent dictionaries: about 0.3 MB
+// each) are limited so that no tiling asks for gigabytes; SyncAll tiles hold only buffers.
+int max_tiles(TileMode m) { return m == TileMode::SyncAll ? 16384 : 1024; }
+
+std::vector<Tile> make_tiles(int W, int H, const Params& p, ErrorKind kind) {
+  const int B = 1 << p.block_log;
+  const int tw = p.tiled() ? p.tile_w : W, th = p.tiled() ? p.tile_h : H;
+  const int64_t count = static_cast<int64_t>((W + tw - 1) / tw) * ((H + th - 1) / th);
+  if (count > max_tiles(p.tile_mode))
+    throw Error(kind, log::format("MMP: %lld tiles of %dx%d in a %dx%d plane; %s tiles are limited to %d per plane "
+                                  "(use larger tiles)",
+                                  static_cast<long long>(count), tw, th, W, H, tile_mode_name(p.tile_mode),
+                                  max_tiles(p.tile_mode)));
+  std::vector<Tile> tiles;
+  for (int y = 0; y < H; y += th)
+    for (int x = 0; x < W; x += tw) {
+      Tile t;
+      t.x0 = x, t.y0 = y, t.w = std::min(tw, W - x), t.h = std::min(th, H - y);
+      t.blocks_x = t.w / B;
+      t.blocks = t.blocks_x * (t.h / B);
+      t.rec.assign(static_cast<size_t>(t.w) * t.h, 0);
+      t.done.assign(t.rec.size(), 0);
+      tiles.push_back(std::move(t));
+    }
+  return tiles;
+}
+
+// Runs body(tile index) for every tile in `ids` on the process-wide pool.
+template <typename Body>
+void for_tiles(const std::vector<int>& ids, Body&& body) {
+  if (ids.size() == 1 || cpu_threads() == 1) {
+    for (int i : ids) body(i);
+    return;
+  }
+  tbb::parallel_for(size_t{0}, ids.size(), [&](size_t k) { body(ids[k]); });
+}
+
+// Codes the tiles' blocks: each tile start to finish where it owns what it learns (untiled,
+// Independent), else in rounds, the round's blocks in parallel and its learning merged in
+// tile order. `code(tile, k, shared)` codes block k of a tile and leaves its units in
+// tile.learned.
+// `round_start(k)` runs before round k.
+template <typename Code, typename RoundStart>
+void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundStart&& round_start) {
+  std::vector<int> all(tiles.size());
+  for (size_t i = 0; i < tiles.size(); ++i) all[i] = static_cast<int>(i);
+  if (!p.tiled() || p.tile_mode == TileMode::Independent) {
+    for_tiles(all, [&](int i) {
+      Tile& t = tiles[static_cast<size_t>(i)];
+      std::vector<NewElement> batch;
+      for (int k = 0; k < t.blocks; ++k) {
+        code(t, k, false);
+        batch.clear();
+        collect(t.learned, batch);
+        t.dict->add(batch);
+      }
+    });
+    return;
+  }
+  const bool shared_models = p.tile_mode == TileMode::SyncAll;
+  int rounds = 0;
+  for (const Tile& t : tiles) rounds = std::max(rounds, t.blocks);
+  std::vector<NewElement> batch;
+  std::vector<int> active;
+  for (int k = 0; k < rounds; ++k) {
+    active.clear();
+    for (int i : all)
+      if (k < tiles[static_cast<size_t>(i)].blocks) active.push_back(i);
+    round_start(k);
+    for_tiles(active, [&](int i) { code(tiles[static_cast<size_t>(i)], k, shared_models); });
+    batch.clear();
+    for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
+    tiles[0].dict->add(batch);
+    if (shared_models)
+      for (int i : active) replay(tiles[static_cast<size_t>(i)].overlay);
+  }
+}
+
+void encode_block(Tile& t, int k, bool shared, const IndexCosts& ic, const Params& p) {
+  const int BL = p.block_log, B = 1 << BL;
+  const int bx = (k % t.blocks_x) * B, by = (k / t.blocks_x) * B;
+  Area area;
+  BlockSearch search(t.src, t.rec, t.done, t.w, t.h, *t.dict, *t.models, ic, p);
+  search.area(bx, by, BL, area);  // leaves the block's reconstruction in t.rec
+  t.learned.clear();
+  SymbolWriter out{*t.enc, shared ? &t.overlay : nullptr};
+  emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
+  ++t.stats.blocks;
+}
+
+void decode_block(Tile& t, int k, bool shared, int BL) {
+  const int B = 1 << BL, bx = (k % t.blocks_x) * B, by = (k / t.blocks_x) * B;
+  const int px = t.x0 + bx, py = t.y0 + by;  // in the plane, for the error message
+  RangeDecoder& dec = *t.dec;
+  SymbolReader in{dec, shared ? &t.overlay : nullptr};
+  Models& models = *t.models;
+  const Dictionary& dict = *t.dict;
+  t.learned.clear();
+  // The block's prediction tree, depth first in Z order, as the encoder wrote it.
+  auto area = [&](auto&& self, int x, int y, int L) -> void {
+    const int N = 1 << L;
+    if (L > kMinLog && in.bit(models.psplit[static_cast<size_t>(L - kMinLog - 1)])) {
+      for (int q = 0; q < 4; ++q) self(self, x + (q & 1) * N / 2, y + (q >> 1) * N / 2, L - 1);
+      return;
+    }
+    const int mode = static_cast<int>(in.tree(models.mode[static_cast<size_t>(L - kMinLog)].data(), kModeBits));
+    if (mode >= kModes || dec.overrun()) corrupt(px, py);
+    int pred[kB * kB];
+    predict_block(t.rec.data(), t.done.data(), t.w, t.h, x, y, N, mode, pred);
+    auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
+      const int s = scale_of(lw, lh);
+      *kind = 0;
+      if (lw + lh > 0 && in.bit(models.split[static_cast<size_t>(s)])) {
+        *kind = lw > 0 && lh > 0 ? 1 + in.bit(models.dir[static_cast<size_t>(s)]) : lw > 0 ? 1 : 2;
+        return;
+      }
+      const uint32_t i = in.tree(models.index[static_cast<size_t>(s)].data(), kIndexBits);
+      if (i >= static_cast<uint32_t>(dict.count(s)) || dec.overrun()) corrupt(px, py);
+      *index = static_cast<int>(i);
+    };
+    Learned l{N, std::vector<int>(static_cast<size_t>(N * N)), {}};
+    walk(N, 0, 0, L, L, decide, dict, l.rres.data(), l.inner, t.stats.leaves);
+    if (dec.overrun()) corrupt(px, py);
+    int v[kB * kB];
+    for (int i = 0; i < N * N; ++i) v[i] = std::clamp(pred[i] + l.rres[static_cast<size_t>(i)], 0, 255);
+    put_unit(t.rec, t.done, t.w, x, y, N, v);
+    t.learned.push_back(std::move(l));
+  };
+  area(area, bx, by, BL);
+}
+
+// Tile byte counts are LEB128 varints: 7 bits a byte, low first, high bit = more follow.
+void put_varint(std::vector<uint8_t>& v, uint32_t x) {
+  while (x >= 0x80) v.push_back(static_cast<uint8_t>(x | 0x80)), x >>= 7;
+  v.push_back(static_cast<uint8_t>(x));
+}
+// Reads a varint of at most 4 bytes (28 bits) at data[*at] (< n); false if it does not end.
+bool get_varint(const uint8_t* data, size_t n, size_t* at, uint32_t* out) {
+  uint32_t x = 0;
+  for (int i = 0; i < 4 && *at < n; ++i) {
+    const uint8_t b = data[(*at)++];
+    x |= static_cast<uint32_t>(b & 0x7F) << (7 * i);
+    if (!(b & 0x80)) return *out = x, true;
+  }
+  return false;
+}
+
+// Sets up the tiles' dictionaries and models from the plane's state.
+PlaneState::Impl& attach_state(std::vector<Tile>& tiles, const Params& p, PlaneState* state,
+                               std::unique_ptr<PlaneState>& fresh) {
+  if (!state) state = (fresh = std::make_unique<PlaneState>(p)).get();
+  PlaneState::Impl& st = state->impl();
+  st.prepare(p, static_cast<int>(tiles.size()));
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    tiles[i].dict = &st.dict(static_cast<int>(i));
+    tiles[i].models = &st.model(static_cast<int>(i));
+  }
+  return st;
+}
+
 }  // namespace
 
-std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int lh1, int lw2, int lh2) {
+const char* tile_mode_name(TileMode m) {
+  return m == TileMode::Independent ? "independent" : m == TileMode::SyncDictionaries ? "sync-dict" : "sync";
+}
+
+bool parse_tile_mode(const std::string& s, TileMode* out) {
+  for (TileMode m : {TileMode::Independent, TileMode::SyncDictionaries, TileMode::SyncAll})
+    if (s == tile_mode_name(m)) return *out = m, true;
+  return false;
+}
+
+void parse_tile_size(const std::string& text, Params* p) {
+  if (text == "0" || text == "off" || text.empty()) {
+    p->tile_w = p->tile_h = 0;
+    return;
+  }
+  const auto number = [&](const std::string& t, int* out) {
+    if (t.empty() || t.size() > 5 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+    *out = std::stoi(t);
+    return true;
+  };
+  const size_t x = text.find('x');
+  int w = 0, h = 0;
+  const bool ok = x == std::string::npos ? number(text, &w) && (h = w, true)
+                                         : number(text.substr(0, x), &w) && number(text.substr(x + 1), &h);
+  if (!ok || w <= 0 || h <= 0)
+    throw Error(ErrorKind::Usage, "MMP: tile size '" + text + "' is not WxH or N (e.g. 128x128, 128, or 0 for none)");
+  p->tile_w = w, p->tile_h = h;
+}
+
+int plane_tile_size(int luma_tile, int shift, int block_log) {
+  if (luma_tile <= 0) return 0;
+  const int B = 1 << block_log, t = (luma_tile + (1 << shift) - 1) >> shift;
+  return (t + B - 1) / B * B;
+}
+
+void check_tiles(const Params& p) {
+  const int B = 1 << checked_block_log(p);
+  if (p.tile_w == 0 && p.tile_h == 0) return;
+  for (int t : {p.tile_w, p.tile_h})
+    if (t <= 0 || t % B != 0 || t > 16384)
+      throw Error(ErrorKind::Usage, "MMP: tiles of " + std::to_string(p.tile_w) + "x" + std::to_string(p.tile_h) +
+                                        ": each side must be a multiple of the block size " + std::to_string(B) +
+                                        " up to 16384");
+  if (static_cast<int>(p.tile_mode) > 2) throw Error(ErrorKind::Usage, "MMP: unknown tile mode");
+}
+
+namespace {
+void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out) {
   const int w1 = 1 << lw1, h1 = 1 << lh1, w2 = 1 << lw2, h2 = 1 << lh2;
-  std::vector<int> tmp(static_cast<size_t>(w2 * h1));
+  int tmp[kB * kB];  // w2 x h1
   for (int y = 0; y < h1; ++y)
     for (int x = 0; x < w2; ++x) {
       if (w2 >= w1) {
-        tmp[static_cast<size_t>(y * w2 + x)] = e[static_cast<size_t>(y * w1 + x * w1 / w2)];
+        tmp[y * w2 + x] = e[y * w1 + x * w1 / w2];
       } else {
         const int k = w1 / w2;
         int sum = 0;
-        for (int i = 0; i < k; ++i) sum += e[static_cast<size_t>(y * w1 + x * k + i)];
-        tmp[static_cast<size_t>(y * w2 + x)] = floor_div(2 * sum + k, 2 * k);
+        for (int i = 0; i < k; ++i) sum += e[y * w1 + x * k + i];
+        tmp[y * w2 + x] = floor_div(2 * sum + k, 2 * k);
       }
     }
-  std::vector<int16_t> out(static_cast<size_t>(w2 * h2));
   for (int y = 0; y < h2; ++y)
     for (int x = 0; x < w2; ++x) {
       int v;
       if (h2 >= h1) {
-        v = tmp[static_cast<size_t>((y * h1 / h2) * w2 + x)];
+        v = tmp[(y * h1 / h2) * w2 + x];
       } else {
         const int k = h1 / h2;
         int sum = 0;
-        for (int i = 0; i < k; ++i) sum += tmp[static_cast<size_t>((y * k + i) * w2 + x)];
+        for (int i = 0; i < k; ++i) sum += tmp[(y * k + i) * w2 + x];
         v = floor_div(2 * sum + k, 2 * k);
       }
-      out[static_cast<size_t>(y * w2 + x)] = static_cast<int16_t>(v);
+      out[y * w2 + x] = static_cast<int16_t>(v);
     }
+}
+}  // namespace
+
+std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int lh1, int lw2, int lh2) {
+  std::vector<int16_t> out(static_cast<size_t>(1) << (lw2 + lh2));
+  resize_into(e.data(), lw1, lh1, lw2, lh2, out.data());
   return out;
 }
 
@@ -608,52 +958,81 @@ void check_lambda(const Params& p) {
 
 PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, PlaneState* state) {
   check_lambda(p);
+  check_tiles(p);
   const int BL = checked_block_log(p), B = 1 << BL;
   const int W = (w + B - 1) / B * B, H = (h + B - 1) / B * B;
   const std::vector<uint8_t> src = pad(img, w, h, W, H);
-  std::vector<uint8_t> rec(src.size(), 0), done(src.size(), 0);
+  std::vector<Tile> tiles = make_tiles(W, H, p, ErrorKind::Usage);
   std::unique_ptr<PlaneState> fresh;
-  if (!state) state = (fresh = std::make_unique<PlaneState>(p)).get();
-  PlaneState::Impl& st = state->impl();
-  Dictionary& dict = st.dict;
-  Models& models = st.models;
-  RangeEncoder enc;
-  PlaneResult res;
-  IndexCosts ic;
-  std::vector<Learned> learned;
-  for (int by = 0; by < H; by += B)
-    for (int bx = 0; bx < W; bx += B) {
-      index_costs(models, dict, BL, ic);
-      Area area;
-      {
-        BlockSearch search(src, rec, done, W, H, dict, models, ic, p);
-        search.area(bx, by, BL, area);  // leaves the block's reconstruction in `rec`
-      }
-      learned.clear();
-      emit_area(area, BL, enc, models, dict, res, learned);
-      learn(learned, dict);
-      ++res.blocks;
-    }
+  attach_state(tiles, p, state, fresh);
+  for (Tile& t : tiles) {
+    t.src.resize(static_cast<size_t>(t.w) * t.h);
+    for (int y = 0; y < t.h; ++y)
+      std::memcpy(&t.src[static_cast<size_t>(y) * t.w], &src[static_cast<size_t>(t.y0 + y) * W + t.x0],
+                  static_cast<size_t>(t.w));
+    t.enc = std::make_unique<RangeEncoder>();
+  }
+  // SyncAll tiles share one model set, unchanged during a round: one table of index costs a round.
+  const bool shared_models = p.tiled() && p.tile_mode == TileMode::SyncAll;
+  IndexCosts shared_ic;
+  code_tiles(
+      tiles, p,
+      [&](Tile& t, int k, bool shared) {
+        if (shared_models) return encode_block(t, k, shared, shared_ic, p);
+        thread_local IndexCosts ic;
+        index_costs(*t.models, *t.dict, BL, ic);
+        encode_block(t, k, shared, ic, p);
+      },
+      [&](int) {
+        if (shared_models) index_costs(*tiles[0].models, *tiles[0].dict, BL, shared_ic);
+      });
   // The plane as decoded, cropped; then the post-filter, designed against the original and
-  // sent after the last block (it does not touch the prediction loop above).
+  // sent after the blocks (it does not touch the prediction loop above).
   std::vector<uint8_t> decoded(static_cast<size_t>(w) * h);
-  for (int y = 0; y < h; ++y)
-    std::memcpy(&decoded[static_cast<size_t>(y) * w], &rec[static_cast<size_t>(y) * W], static_cast<size_t>(w));
+  for (const Tile& t : tiles)
+    for (int y = 0; y < t.h && t.y0 + y < h; ++y)
+      std::memcpy(&decoded[static_cast<size_t>(t.y0 + y) * w + t.x0], &t.rec[static_cast<size_t>(y) * t.w],
+                  static_cast<size_t>(std::max(0, std::min(t.w, w - t.x0))));
+  PlaneResult res;
+  res.tiles = static_cast<int>(tiles.size());
+  for (const Tile& t : tiles) {
+    res.blocks += t.stats.blocks, res.leaves += t.stats.leaves;
+    for (int m = 0; m < kModes; ++m) res.modes[m] += t.stats.modes[m];
+    for (int u = 0; u < 4; ++u) res.unit_sizes[u] += t.stats.unit_sizes[u];
+    for (int d = 0; d < 2; ++d) res.splits[d] += t.stats.splits[d];
+  }
   res.recon.resize(decoded.size());
+  // Untiled, the post-filter follows the blocks in the plane's one stream; tiled, it has a
+  // stream of its own after the tiles'.
+  RangeEncoder pf_stream;
+  RangeEncoder& pf_enc = p.tiled() ? pf_stream : *tiles[0].enc;
   if (p.post_filter) {
     const PostFilter f = design_post_filter(decoded.data(), img, w, h, p.lambda);
-    write_post_filter(enc, f);
+    write_post_filter(pf_enc, f);
     apply_post_filter(f, decoded.data(), w, h, res.recon.data());
     for (int c = 0; c < kPostClasses; ++c) res.post_filter_classes += f.on[c] ? 1 : 0;
   } else {
     res.recon = decoded;
   }
-  res.bytes = enc.finish();
+  if (!p.tiled()) {
+    res.bytes = tiles[0].enc->finish();
+  } else {
+    // Tile table (each tile's byte count), the tiles' streams, the post-filter's stream;
+    // the streams without their first byte, which is always 0.
+    std::vector<std::vector<uint8_t>> streams;
+    for (Tile& t : tiles) streams.push_back(t.enc->finish(true));
+    for (const auto& st : streams) put_varint(res.bytes, static_cast<uint32_t>(st.size()));
+    for (const auto& st : streams) res.bytes.insert(res.bytes.end(), st.begin(), st.end());
+    if (p.post_filter) {
+      const std::vector<uint8_t> pf = pf_stream.finish(true);
+      res.bytes.insert(res.bytes.end(), pf.begin(), pf.end());
+    }
+  }
   for (size_t i = 0; i < decoded.size(); ++i) {
     const double d = static_cast<double>(res.recon[i]) - img[i];
     res.sse += d * d;
   }
-  res.dict_elements = dict.total();
+  for (const auto& d : fresh ? fresh->impl().dicts : state->impl().dicts) res.dict_elements += d->total();
   return res;
 }
 
@@ -665,61 +1044,44 @@ size_t min_plane_bytes(int w, int h, int block_log) {
 }
 
 std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, const Params& p, PlaneState* state) {
+  check_tiles(p);
   const int BL = checked_block_log(p), B = 1 << BL;
   const int W = (w + B - 1) / B * B, H = (h + B - 1) / B * B;
-  std::vector<uint8_t> rec(static_cast<size_t>(W) * H, 0), done(rec.size(), 0);
+  std::vector<Tile> tiles = make_tiles(W, H, p, ErrorKind::Input);
   std::unique_ptr<PlaneState> fresh;
-  if (!state) state = (fresh = std::make_unique<PlaneState>(p)).get();
-  PlaneState::Impl& st = state->impl();
-  Dictionary& dict = st.dict;
-  Models& models = st.models;
-  RangeDecoder dec(data, n);
-  std::vector<Learned> learned;
-  int64_t leaves = 0;
-  for (int by = 0; by < H; by += B)
-    for (int bx = 0; bx < W; bx += B) {
-      learned.clear();
-      // The block's prediction tree, depth first in Z order, as the encoder
-      // wrote it.
-      auto area = [&](auto&& self, int x, int y, int L) -> void {
-        const int N = 1 << L;
-        if (L > kMinLog && dec.decode(models.psplit[static_cast<size_t>(L - kMinLog - 1)])) {
-          for (int q = 0; q < 4; ++q) self(self, x + (q & 1) * N / 2, y + (q >> 1) * N / 2, L - 1);
-          return;
-        }
-        const int mode =
-            static_cast<int>(dec.decode_tree(models.mode[static_cast<size_t>(L - kMinLog)].data(), kModeBits));
-        if (mode >= kModes || dec.overrun()) corrupt(bx, by);
-        int pred[kB * kB];
-        predict_block(rec.data(), done.data(), W, H, x, y, N, mode, pred);
-        auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
-          const int s = scale_of(lw, lh);
-          *kind = 0;
-          if (lw + lh > 0 && dec.decode(models.split[static_cast<size_t>(s)])) {
-            *kind = lw > 0 && lh > 0 ? 1 + dec.decode(models.dir[static_cast<size_t>(s)]) : lw > 0 ? 1 : 2;
-            return;
-          }
-          const uint32_t i = dec.decode_tree(models.index[static_cast<size_t>(s)].data(), kIndexBits);
-          if (i >= dict.at(s).size() || dec.overrun()) corrupt(bx, by);
-          *index = static_cast<int>(i);
-        };
-        Learned l{N, std::vector<int>(static_cast<size_t>(N * N)), {}};
-        walk(N, 0, 0, L, L, decide, dict, l.rres.data(), l.inner, leaves);
-        if (dec.overrun()) corrupt(bx, by);
-        int v[kB * kB];
-        for (int i = 0; i < N * N; ++i) v[i] = std::clamp(pred[i] + l.rres[static_cast<size_t>(i)], 0, 255);
-        put_unit(rec, done, W, x, y, N, v);
-        learned.push_back(std::move(l));
-      };
-      area(area, bx, by, BL);
-      learn(learned, dict);
+  attach_state(tiles, p, state, fresh);
+  std::unique_ptr<RangeDecoder> pf_stream;
+  if (!p.tiled()) {
+    tiles[0].dec = std::make_unique<RangeDecoder>(data, n);
+  } else {
+    // The tile table must describe streams that lie inside the payload and can hold their
+    // tiles' blocks; what follows them is the post-filter's stream (nothing without one).
+    size_t at = 0;
+    std::vector<uint32_t> lens(tiles.size());
+    for (size_t i = 0; i < tiles.size(); ++i)
+      if (!get_varint(data, n, &at, &lens[i])) corrupt(tiles[i].x0, tiles[i].y0);
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      Tile& t = tiles[i];
+      if (lens[i] > n - at || lens[i] < min_plane_bytes(t.w, t.h, BL)) corrupt(t.x0, t.y0);
+      t.dec = std::make_unique<RangeDecoder>(data + at, lens[i], true);
+      at += lens[i];
     }
+    if (p.post_filter)
+      pf_stream = std::make_unique<RangeDecoder>(data + at, n - at, true);
+    else if (at != n)
+      corrupt(W, H);
+  }
+  code_tiles(
+      tiles, p, [&](Tile& t, int k, bool shared) { decode_block(t, k, shared, BL); }, [](int) {});
   std::vector<uint8_t> out(static_cast<size_t>(w) * h);
-  for (int y = 0; y < h; ++y)
-    std::memcpy(&out[static_cast<size_t>(y) * w], &rec[static_cast<size_t>(y) * W], static_cast<size_t>(w));
+  for (const Tile& t : tiles)
+    for (int y = 0; y < t.h && t.y0 + y < h; ++y)
+      std::memcpy(&out[static_cast<size_t>(t.y0 + y) * w + t.x0], &t.rec[static_cast<size_t>(y) * t.w],
+                  static_cast<size_t>(std::max(0, std::min(t.w, w - t.x0))));
   if (!p.post_filter) return out;
-  const PostFilter f = read_post_filter(dec);
-  if (dec.overrun()) corrupt(W, H);
+  RangeDecoder& pf_dec = p.tiled() ? *pf_stream : *tiles[0].dec;
+  const PostFilter f = read_post_filter(pf_dec);
+  if (pf_dec.overrun()) corrupt(W, H);
   std::vector<uint8_t> filtered(out.size());
   apply_post_filter(f, out.data(), w, h, filtered.data());
   return filtered;

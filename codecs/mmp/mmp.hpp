@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace vfp::mmp {
@@ -33,6 +34,23 @@ constexpr int kMinBlockLog = 3, kMaxBlockLog = 5;  // block sizes 8, 16, 32
 size_t min_plane_bytes(int w, int h, int block_log);
 inline int block_log_of_size(long long size) { return size == 8 ? 3 : size == 16 ? 4 : size == 32 ? 5 : -1; }
 const char* mode_name(int mode);
+
+// How the tiles of a tiled plane share what the codec learns (docs/mmp.md, "Tiles"). Each
+// tile has its own range-coded stream and predicts only from its own decoded samples.
+enum class TileMode : uint8_t {
+  // Own dictionaries and models per tile: tiles are coded and decoded wholly in parallel.
+  Independent = 0,
+  // One set of dictionaries per plane, updated in rounds: in round k every tile codes its
+  // k-th block against the dictionaries as they stood at the round's start, then the
+  // round's new elements are added in tile order. Models adapt per tile.
+  SyncDictionaries = 1,
+  // As SyncDictionaries, and one set of models per plane too: a round codes with the models
+  // as they stood at its start (frozen), then they adapt to the round's bits in tile order.
+  SyncAll = 2,
+};
+const char* tile_mode_name(TileMode m);
+// "independent", "sync-dict", "sync"; false for anything else.
+bool parse_tile_mode(const std::string& s, TileMode* out);
 
 struct Params {
   double lambda = 32;   // Lagrangian multiplier of J = SSE + lambda * bits
@@ -60,7 +78,24 @@ struct Params {
   // (codecs/mmp/postfilter.hpp) that the decoder applies to the decoded plane; the
   // encoder designs it by least squares against the original.
   bool post_filter = true;
+  // Tiles of the plane (samples; multiples of the block size), 0 x 0 = untiled. In the
+  // container the grid is given in luma samples and a chroma plane's tiles are scaled by
+  // its subsampling (plane_tile_size()).
+  int tile_w = 0, tile_h = 0;
+  TileMode tile_mode = TileMode::SyncAll;
+  bool tiled() const { return tile_w > 0 && tile_h > 0; }
 };
+
+// A plane's tile size from the frame's (luma) tile size: shifted by the plane's
+// subsampling, rounded up to whole blocks.
+int plane_tile_size(int luma_tile, int shift, int block_log);
+// Reads a tile size, "WxH" or "N" (N x N) or "0" / "off" (untiled), into p.tile_w and
+// p.tile_h; throws vfp::Error (Usage) naming the text otherwise. check_tiles() checks it
+// against the block size.
+void parse_tile_size(const std::string& text, Params* p);
+// Throws vfp::Error (Usage) when a tile size is not 0 x 0 or positive multiples of the
+// block size up to 16384.
+void check_tiles(const Params& p);
 
 // Returns p.block_log; throws vfp::Error (Usage) when it is not 3, 4 or 5.
 int checked_block_log(const Params& p);
@@ -92,9 +127,11 @@ struct PlaneResult {
   int64_t unit_sizes[4] = {};   // prediction units of 32x32, 16x16, 8x8, 4x4
   int64_t splits[2] = {0, 0};   // segment splits into left|right, top/bottom
   int post_filter_classes = 0;  // activity classes the post-filter changes (0..4)
+  int tiles = 1;                // tiles of the plane (1 untiled)
 };
 
-// `state` null: fresh dictionaries and models (an independent plane).
+// `state` null: fresh dictionaries and models (an independent plane). Tiles are coded on
+// the process-wide CPU pool; the bytes do not depend on the number of threads.
 PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, PlaneState* state = nullptr);
 // Throws vfp::Error (Input) for corrupt or truncated data.
 std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, const Params& p,

@@ -82,13 +82,17 @@ void RangeEncoder::encode_tree(Prob* tree, int nbits, uint32_t value) {
   }
 }
 
-std::vector<uint8_t> RangeEncoder::finish() {
+std::vector<uint8_t> RangeEncoder::finish(bool drop_first_byte) {
   for (int i = 0; i < 5; ++i) shift_low();
+  // The first byte is the initial cache (0), which no carry reaches: low stays below 2^32
+  // until the first byte is out.
+  if (drop_first_byte && !out_.empty()) out_.erase(out_.begin());
   return std::move(out_);
 }
 
-RangeDecoder::RangeDecoder(const uint8_t* data, size_t n) : data_(data), n_(n) {
-  for (int i = 0; i < 5; ++i) code_ = (code_ << 8) | next();  // the first byte is always 0
+RangeDecoder::RangeDecoder(const uint8_t* data, size_t n, bool first_byte_implicit) : data_(data), n_(n) {
+  for (int i = first_byte_implicit ? 1 : 0; i < 5; ++i)
+    code_ = (code_ << 8) | next();  // the first byte is always 0
 }
 
 uint8_t RangeDecoder::next() {

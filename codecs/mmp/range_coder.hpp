@@ -41,8 +41,10 @@ class RangeEncoder {
   void encode(Prob& p, int bit);
   void encode_direct(uint32_t value, int nbits);  // equiprobable bits, MSB first (nbits <= 32)
   void encode_tree(Prob* tree, int nbits, uint32_t value);
-  // Flushes and returns the stream. The encoder must not be used afterwards.
-  std::vector<uint8_t> finish();
+  // Flushes and returns the stream. The encoder must not be used afterwards. The stream's
+  // first byte is always 0; `drop_first_byte` leaves it out (a decoder made with
+  // `first_byte_implicit` supplies it).
+  std::vector<uint8_t> finish(bool drop_first_byte = false);
   size_t bytes_so_far() const { return out_.size() + cache_size_; }
 
  private:
@@ -57,7 +59,7 @@ class RangeEncoder {
 
 class RangeDecoder {
  public:
-  RangeDecoder(const uint8_t* data, size_t n);
+  RangeDecoder(const uint8_t* data, size_t n, bool first_byte_implicit = false);
   int decode(Prob& p);
   uint32_t decode_direct(int nbits);
   uint32_t decode_tree(Prob* tree, int nbits);
