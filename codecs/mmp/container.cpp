@@ -191,8 +191,8 @@ Reader::Reader(const std::string& path) : path_(path) {
   if (std::fread(h, 1, kHeaderBytes, file_.f) != kHeaderBytes || std::memcmp(h, kMagic, 4) != 0)
     throw Error(ErrorKind::Input, path + ": not an .mmp file (no VMMP header)");
   if (h[4] != kVersionUntiled && h[4] != kVersionTiled)
-    throw Error(ErrorKind::Input, path + ": unsupported .mmp version " + std::to_string(h[4]) +
-                                      " (this vfpipe reads versions 2 and 3)");
+    throw Error(ErrorKind::Input,
+                path + ": unsupported .mmp version " + std::to_string(h[4]) + " (this vfpipe reads versions 2 and 3)");
   const int fmt = h[5];
   if (fmt > 2) throw Error(ErrorKind::Input, path + ": unknown pixel format code " + std::to_string(fmt));
   spec_.format = fmt == 0 ? PixelFormat::GRAY8 : fmt == 1 ? PixelFormat::YUV420P : PixelFormat::YUV444P;
@@ -238,10 +238,10 @@ Reader::Reader(const std::string& path) : path_(path) {
     need += 4 + min_plane_bytes(lay.plane[p].width, lay.plane[p].height, params_.block_log);
     if (params_.tiled()) {  // each tile's byte count (a byte at least), in the plane's tile table
       const int B = 1 << params_.block_log;
-      const int tw = plane_tile_size(params_.tile_w, lay.plane[p].width < lay.plane[0].width ? 1 : 0,
-                                     params_.block_log);
-      const int th = plane_tile_size(params_.tile_h, lay.plane[p].height < lay.plane[0].height ? 1 : 0,
-                                     params_.block_log);
+      const int tw =
+          plane_tile_size(params_.tile_w, lay.plane[p].width < lay.plane[0].width ? 1 : 0, params_.block_log);
+      const int th =
+          plane_tile_size(params_.tile_h, lay.plane[p].height < lay.plane[0].height ? 1 : 0, params_.block_log);
       const int64_t W = (lay.plane[p].width + B - 1) / B * B, H = (lay.plane[p].height + B - 1) / B * B;
       need += static_cast<size_t>(((W + tw - 1) / tw) * ((H + th - 1) / th));
     }

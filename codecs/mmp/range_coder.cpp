@@ -91,8 +91,7 @@ std::vector<uint8_t> RangeEncoder::finish(bool drop_first_byte) {
 }
 
 RangeDecoder::RangeDecoder(const uint8_t* data, size_t n, bool first_byte_implicit) : data_(data), n_(n) {
-  for (int i = first_byte_implicit ? 1 : 0; i < 5; ++i)
-    code_ = (code_ << 8) | next();  // the first byte is always 0
+  for (int i = first_byte_implicit ? 1 : 0; i < 5; ++i) code_ = (code_ << 8) | next();  // the first byte is always 0
 }
 
 uint8_t RangeDecoder::next() {
