@@ -24,6 +24,9 @@ struct StageContext {
   CUstream_st* stream = nullptr;  // the slot's CUDA stream (CUDA backend)
   int slot = 0;                   // in-flight slot index, for per-slot resources
   int64_t frame_index = 0;
+  // A short line about this frame that the stage may set (bits and quality of a codec, say):
+  // the live display's HUD shows it under the step times. Null when nobody reads it.
+  std::string* note = nullptr;
 };
 
 struct StageInfo;

@@ -69,6 +69,9 @@ std::vector<std::string> DisplaySink::hud(const OutFrame& f) const {
   if (f.record && f.steps)
     for (size_t i = 0; i < f.steps->size() && i < f.record->step_ms.size(); ++i)
       l.push_back(log::format("%-28.28s %7.3f MS", (*f.steps)[i].c_str(), f.record->step_ms[i]));
+  if (f.record)
+    for (const std::string& note : f.record->notes)  // what stages said about this frame
+      if (!note.empty()) l.push_back(note.substr(0, 70));
   if (f.record) l.push_back(log::format("CAPTURE TO DISPLAY  %.1f MS", (now_ns() - f.record->capture_ns) / 1e6));
   if (!opt_.filters.empty()) l.push_back("FILTERS " + opt_.filters.substr(0, 70));
   if (controls_ && controls_->count() > 0) l.push_back("TAB +/-  " + controls_->describe(controls_->selected()));

@@ -69,6 +69,7 @@ class DisplaySink final : public Sink {
   double mean_gpu_draw_ms() const { return gpu_n_ ? gpu_draw_ms_ / static_cast<double>(gpu_n_) : 0; }
   std::string renderer() const { return renderer_; }
   double hud_fps() const { return fps_; }  // the stream rate the HUD shows (last second)
+  const std::vector<std::string>& hud_lines() const { return last_hud_; }  // as last drawn
   // A scripted key press (tests, demos): handled as if pressed just before frame `frame`
   // (0-based, in display order) is drawn. GLFW key codes.
   void press_at(int64_t frame, int key) { scripted_.push_back({frame, key}); }

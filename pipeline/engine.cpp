@@ -90,8 +90,10 @@ class CpuWorker final : public Worker {
     StageContext ctx;
     ctx.backend = Backend::CPU;
     ctx.frame_index = rec.index;
+    rec.notes.resize(chain_.size());
     for (size_t i = 0; i < chain_.size(); ++i) {
       Stage& st = *chain_.step(i).stage;
+      ctx.note = &rec.notes[i];
       const int64_t t0 = now_ns();
       if (!st.passthrough()) {
         NvtxRange range(labels_[i].c_str(), rec.index);
@@ -232,8 +234,10 @@ class CudaWorker final : public Worker {
     ctx.stream = compute_.get();
     ctx.slot = slot;
     ctx.frame_index = rec.index;
+    rec.notes.resize(S);
     for (size_t i = 0; i < S; ++i) {
       Stage& stage = *chain_.step(i).stage;
+      ctx.note = &rec.notes[i];
       if (!stage.passthrough()) {
         NvtxRange range(labels_[i].c_str(), rec.index);
         ImageView dst = ImageView::over(s.bufs[i].get(), chain_.step(i).out);

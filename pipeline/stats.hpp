@@ -22,6 +22,7 @@ struct FrameRecord {
   int64_t display_ns = 0;                           // the display presented it (0: not shown)
   std::vector<float> step_ms;                       // GPU (CUDA events) or CPU time of each step, see RunReport::steps
   std::vector<int64_t> step_start_ns, step_end_ns;  // the same steps on the host clock
+  std::vector<std::string> notes;                   // per chain stage: StageContext::note ("" if none)
 };
 
 struct Summary {

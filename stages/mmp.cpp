@@ -63,12 +63,15 @@ class MmpStage final : public Stage {
     if (!file_.empty()) writer_ = std::make_unique<mmp::Writer>(file_, in, params_);
     return in;
   }
-  void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
+  void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     // Frames arrive in order (the engine's CPU worker runs a stage's frames one after another),
     // which carried dictionaries need.
     const mmp::FrameStats st = writer_
                                    ? writer_->write(in, &out)
                                    : mmp::encode_frame(in, params_, &out, nullptr, params_.carry ? &states_ : nullptr);
+    if (ctx.note)
+      *ctx.note = log::format("MMP %.0f BITS  %.3f BPP  %.2f DB  %.0f MS", st.bits,
+                              st.bits / (static_cast<double>(spec_.width) * spec_.height), st.psnr(), st.seconds * 1e3);
     std::lock_guard<std::mutex> lock(mu_);
     total_ += st;
     ++frames_;

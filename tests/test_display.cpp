@@ -265,6 +265,24 @@ TEST(Display, SinkShowsPassesOnAndScreenshots) {
   }
 }
 
+// What a stage says about a frame (StageContext::note) reaches the HUD; the display names no
+// stage: the mmp stage's bits and PSNR show up as its note.
+TEST(Display, StageNotesReachTheHud) {
+  FrameSpec spec{PixelFormat::YUV420P, 48, 32, {25, 1}};
+  TestSource src(spec, 3);
+  DisplaySinkOptions o;
+  o.display.headless = true;
+  DisplaySink sink(o, nullptr, nullptr);
+  Chain chain = Chain::build(build_stages("mmp=lambda=40:tile=16"), spec, sink.accepted_formats());
+  sink.open(chain.output());
+  RunResult r = run_pipeline(src, chain, sink, EngineConfig{});
+  SKIP_IF_NO_HEADLESS_DISPLAY(r);
+  ASSERT_EQ(r.report.frames.size(), 3u);
+  bool found = false;
+  for (const std::string& l : sink.hud_lines()) found = found || (l.rfind("MMP ", 0) == 0 && l.find(" BITS") != std::string::npos);
+  EXPECT_TRUE(found) << "HUD without the mmp stage's note";
+}
+
 namespace {
 // A camera looking at the display: each frame shows the patch level the display flipped to
 // `latency_ms` before the frame's capture (white 230, black 20, noise), the whole frame.

@@ -22,6 +22,9 @@
 #include "codecs/mmp/range_coder.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "io/open.hpp"
+#include "pipeline/engine.hpp"
+#include "stages/builtin.hpp"
 #include "test_util.hpp"
 
 using namespace vfp;
@@ -591,6 +594,21 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   const auto bad = test::run_cmd(std::string(VFPIPE_BIN) + " run -i synthetic -f 'mmp=block=12' --device cpu");
   EXPECT_EQ(bad.rc, 2) << bad.out;
   EXPECT_NE(bad.out.find("block=12 (8, 16 or 32)"), std::string::npos) << bad.out;
+}
+
+// The stage leaves a note per frame in the run's records (the HUD's line): bits, bpp, PSNR.
+TEST(Mmp, StageNotesEachFramesBits) {
+  auto src = open_source("synthetic=size=40x24:frames=2:format=gray:noise=gauss:sigma=5", SourceOptions{});
+  Chain chain = Chain::build(build_stages("mmp=lambda=30:tile=16x16:tile_mode=sync-dict"), src->spec(), {});
+  NullSink sink;
+  sink.open(chain.output());
+  const RunResult r = run_pipeline(*src, chain, sink, EngineConfig{});
+  ASSERT_EQ(r.report.frames.size(), 2u);
+  for (const auto& f : r.report.frames) {
+    ASSERT_EQ(f.notes.size(), 1u);
+    EXPECT_EQ(f.notes[0].rfind("MMP ", 0), 0u) << f.notes[0];
+    EXPECT_NE(f.notes[0].find(" DB"), std::string::npos) << f.notes[0];
+  }
 }
 
 // The encoder refuses a lambda that is not a finite number >= 0 (a NaN cost would make the

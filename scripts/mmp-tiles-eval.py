@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Rate-distortion cost of MMP's tiles (docs/mmp.md, "Tiles"): each tile mode and size
+against the untiled codec on scikit-image's photographs (gray, centre crops of at most
+512x512), at several lambdas: bpp, PSNR, encode and decode seconds per point, and the
+Bjontegaard delta PSNR (and rate) of each tiling against untiled.
+
+    /usr/bin/python3 scripts/mmp-tiles-eval.py [--vfpipe build/vfpipe] [--lambdas 20,40,60,100,150]
+        [--configs untiled,sync:128,...] [--only camera,astronaut] [--json out.json]
+    /usr/bin/python3 scripts/mmp-tiles-eval.py --from out.json      # tables from saved results
+
+A config is `untiled` or MODE:SIZE (MODE: sync, sync-dict, independent; SIZE: N or WxH).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+here = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("mmp_eval", os.path.join(here, "mmp-eval.py"))
+ev = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ev)
+
+DEFAULT_CONFIGS = ("untiled,sync:256,sync:128,sync:64,sync-dict:128,sync-dict:64,"
+                   "independent:256,independent:128,independent:64")
+
+
+def bd_rate(a, b):
+    """Bjontegaard delta rate of curve a against b, in percent (negative: a needs fewer bits)."""
+    if len(a) < 4 or len(b) < 4:
+        return None
+    pa, pb = [p["psnr"] for p in a], [p["psnr"] for p in b]
+    lo, hi = max(min(pa), min(pb)), min(max(pa), max(pb))
+    if hi <= lo:
+        return None
+    fa = np.polyint(np.polyfit(pa, np.log10([p["bpp"] for p in a]), 3))
+    fb = np.polyint(np.polyfit(pb, np.log10([p["bpp"] for p in b]), 3))
+    d = ((np.polyval(fa, hi) - np.polyval(fa, lo)) - (np.polyval(fb, hi) - np.polyval(fb, lo))) / (hi - lo)
+    return (10 ** d - 1) * 100
+
+
+def curve(img, tmp, vfpipe, lambdas, config):
+    src, enc, dec = (os.path.join(tmp, n) for n in ("in.y4m", "in.mmp", "out.y4m"))
+    ev.write_y4m(src, img)
+    tile = [] if config == "untiled" else ["--tile-mode", config.split(":")[0], "--tile", config.split(":")[1]]
+    pts = []
+    for lam in lambdas:
+        t = time.time()
+        ev.run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam)] + tile)
+        secs = time.time() - t
+        t = time.time()
+        ev.run([vfpipe, "mmp", "decode", enc, "-o", dec])
+        dsecs = time.time() - t
+        out = ev.read_y4m(dec, img.shape)
+        header = 35 if config == "untiled" else 44  # version 3 adds the tile grid
+        bits = (os.path.getsize(enc) - header - 4) * 8  # payload only (tile tables included)
+        pts.append({"param": lam, "bpp": bits / img.size, "psnr": ev.psnr(img, out), "seconds": secs,
+                    "decode_seconds": dsecs})
+        print(f"  {config} lambda {lam}: {pts[-1]['bpp']:.4f} bpp {pts[-1]['psnr']:.2f} dB "
+              f"{secs:.1f} s encode {dsecs:.2f} s decode", file=sys.stderr, flush=True)
+    return pts
+
+
+def tables(results):
+    for name, r in results.items():
+        base = r["untiled"]
+        print(f"\n{name}:\n\n| tiling | BD-PSNR vs untiled | BD-rate vs untiled | encode s (min..max) | points (bpp/dB) |")
+        print("|---|---|---|---|---|")
+        for cfg, pts in r.items():
+            bd = ev.bd_psnr(pts, base) if cfg != "untiled" else None
+            br = bd_rate(pts, base) if cfg != "untiled" else None
+            secs = [p["seconds"] for p in pts]
+            print(f"| {cfg} | {'%+.3f dB' % bd[0] if bd else '-'} | {'%+.1f%%' % br if br is not None else '-'} | "
+                  f"{min(secs):.1f}..{max(secs):.1f} | "
+                  + ", ".join(f"{p['bpp']:.3f}/{p['psnr']:.2f}" for p in sorted(pts, key=lambda p: p['bpp'])) + " |")
+    # Mean over the images per config.
+    cfgs = list(next(iter(results.values())).keys())
+    print("\n| tiling | mean BD-PSNR | mean BD-rate |\n|---|---|---|")
+    for cfg in cfgs[1:]:
+        bds = [ev.bd_psnr(r[cfg], r["untiled"]) for r in results.values()]
+        brs = [bd_rate(r[cfg], r["untiled"]) for r in results.values()]
+        if all(bds) and all(b is not None for b in brs):
+            print(f"| {cfg} | {np.mean([b[0] for b in bds]):+.3f} dB | {np.mean(brs):+.1f}% |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vfpipe", default=os.path.join(here, "..", "build", "vfpipe"))
+    ap.add_argument("--lambdas", default="20,40,60,100,150")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS)
+    ap.add_argument("--only", default="camera,astronaut,coffee")
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--json")
+    ap.add_argument("--from", dest="from_json")
+    a = ap.parse_args()
+    if a.from_json:
+        tables(json.load(open(a.from_json)))
+        return
+    lambdas = [float(x) for x in a.lambdas.split(",")]
+    imgs = {k: v for k, v in ev.images(a.size).items() if k.split(" ")[0] in a.only.split(",")}
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, img in imgs.items():
+            print(f"{name} {img.shape[1]}x{img.shape[0]}", file=sys.stderr, flush=True)
+            results[name] = {cfg: curve(img, tmp, a.vfpipe, lambdas, cfg) for cfg in a.configs.split(",")}
+            if a.json:
+                json.dump(results, open(a.json, "w"), indent=1)
+    tables(results)
+
+
+if __name__ == "__main__":
+    main()
