@@ -7,6 +7,9 @@ Bjontegaard delta PSNR (and rate) of each tiling against untiled.
     /usr/bin/python3 scripts/mmp-tiles-eval.py [--vfpipe build/vfpipe] [--lambdas 20,40,60,100,150]
         [--configs untiled,sync:128,...] [--only camera,astronaut] [--json out.json]
     /usr/bin/python3 scripts/mmp-tiles-eval.py --from out.json      # tables from saved results
+    /usr/bin/python3 scripts/mmp-tiles-eval.py --clip clip.y4m --configs sync:64,sync:128,sync:256
+        # frames of a Y4M (e.g. scripts/mmp-clip.py's 1080p clip) against the first config;
+        # bpp and PSNR (all planes) as vfpipe reports them
 
 A config is `untiled` or MODE:SIZE (MODE: sync, sync-dict, independent; SIZE: N or WxH).
 """
@@ -66,20 +69,42 @@ def curve(img, tmp, vfpipe, lambdas, config):
     return pts
 
 
+def curve_clip(path, vfpipe, lambdas, config, frames):
+    tmp = tempfile.mkdtemp()
+    enc = os.path.join(tmp, "c.mmp")
+    tile = [] if config == "untiled" else ["--tile-mode", config.split(":")[0], "--tile", config.split(":")[1]]
+    pts = []
+    for lam in lambdas:
+        t = time.time()
+        out = subprocess.run([vfpipe, "mmp", "encode", path, "-o", enc, "--lambda", str(lam), "-n", str(frames)] + tile,
+                             check=True, capture_output=True, text=True).stderr.strip().splitlines()[-1]
+        secs = time.time() - t
+        bpp = float(out.split(" bpp")[0].split()[-1])
+        psnr = float(out.split("PSNR ")[1].split()[0])
+        pts.append({"param": lam, "bpp": bpp, "psnr": psnr, "seconds": secs})
+        print(f"  {config} lambda {lam}: {bpp:.4f} bpp {psnr:.2f} dB {secs:.1f} s", file=sys.stderr, flush=True)
+    os.remove(enc)
+    return pts
+
+
 def tables(results):
     for name, r in results.items():
-        base = r["untiled"]
-        print(f"\n{name}:\n\n| tiling | BD-PSNR vs untiled | BD-rate vs untiled | encode s (min..max) | points (bpp/dB) |")
+        base = r.get("untiled") or next(iter(r.values()))
+        base_name = "untiled" if "untiled" in r else next(iter(r))
+        print(f"\n{name}:\n\n| tiling | BD-PSNR vs {base_name} | BD-rate vs {base_name} | encode s (min..max) | "
+              "points (bpp/dB) |")
         print("|---|---|---|---|---|")
         for cfg, pts in r.items():
-            bd = ev.bd_psnr(pts, base) if cfg != "untiled" else None
-            br = bd_rate(pts, base) if cfg != "untiled" else None
+            bd = ev.bd_psnr(pts, base) if cfg != base_name else None
+            br = bd_rate(pts, base) if cfg != base_name else None
             secs = [p["seconds"] for p in pts]
             print(f"| {cfg} | {'%+.3f dB' % bd[0] if bd else '-'} | {'%+.1f%%' % br if br is not None else '-'} | "
                   f"{min(secs):.1f}..{max(secs):.1f} | "
                   + ", ".join(f"{p['bpp']:.3f}/{p['psnr']:.2f}" for p in sorted(pts, key=lambda p: p['bpp'])) + " |")
     # Mean over the images per config.
     cfgs = list(next(iter(results.values())).keys())
+    if len(results) < 2 or "untiled" not in cfgs:
+        return
     print("\n| tiling | mean BD-PSNR | mean BD-rate |\n|---|---|---|")
     for cfg in cfgs[1:]:
         bds = [ev.bd_psnr(r[cfg], r["untiled"]) for r in results.values()]
@@ -97,11 +122,22 @@ def main():
     ap.add_argument("--size", type=int, default=512)
     ap.add_argument("--json")
     ap.add_argument("--from", dest="from_json")
+    ap.add_argument("--clip", help="a Y4M clip instead of the photographs")
+    ap.add_argument("--frames", type=int, default=1, help="frames of --clip to code")
     a = ap.parse_args()
     if a.from_json:
         tables(json.load(open(a.from_json)))
         return
     lambdas = [float(x) for x in a.lambdas.split(",")]
+    if a.clip:
+        name = f"{os.path.basename(a.clip)} ({a.frames} frames)"
+        results = {name: {}}
+        for cfg in a.configs.split(","):
+            results[name][cfg] = curve_clip(a.clip, a.vfpipe, lambdas, cfg, a.frames)
+            if a.json:
+                json.dump(results, open(a.json, "w"), indent=1)
+        tables(results)
+        return
     imgs = {k: v for k, v in ev.images(a.size).items() if k.split(" ")[0] in a.only.split(",")}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -54,12 +54,13 @@ class MmpStage final : public Stage {
       mmp::parse_tile_size(s.tile, &params_);
       mmp::check_tiles(params_);
     } catch (const Error& e) {
-      throw OptionError("tile", std::string("mmp: ") + e.what());
+      throw OptionError("tile", e.what());
     }
     mmp::parse_tile_mode(s.tile_mode, &params_.tile_mode);  // a choice: always one of the names
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;
+    mmp::check_frame_tiles(in, params_, ErrorKind::Usage);  // before the first frame
     if (!file_.empty()) writer_ = std::make_unique<mmp::Writer>(file_, in, params_);
     return in;
   }
@@ -107,7 +108,8 @@ void register_mmp_stage(Registry& reg) {
       "Codes every frame with vfpipe's MMP intra codec (multiscale recurrent pattern matching with "
       "H.264-style prediction, docs/mmp.md) at the given lambda and passes on the decoder's "
       "reconstruction. The run summary gives bits per frame, bpp, PSNR and the encode time. "
-      "CPU only, and slow (seconds per frame): meant for evaluation, not live video.";
+      "CPU only: seconds per frame, spread over every core with tile=WxH (tiles sharing "
+      "dictionaries and models, docs/mmp.md#tiles). The live display's HUD shows each frame's bits and PSNR.";
   s.options = mmp_options().specs();
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
   s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1",

@@ -279,7 +279,8 @@ TEST(Display, StageNotesReachTheHud) {
   SKIP_IF_NO_HEADLESS_DISPLAY(r);
   ASSERT_EQ(r.report.frames.size(), 3u);
   bool found = false;
-  for (const std::string& l : sink.hud_lines()) found = found || (l.rfind("MMP ", 0) == 0 && l.find(" BITS") != std::string::npos);
+  for (const std::string& l : sink.hud_lines())
+    found = found || (l.rfind("MMP ", 0) == 0 && l.find(" BITS") != std::string::npos);
   EXPECT_TRUE(found) << "HUD without the mmp stage's note";
 }
 

@@ -147,7 +147,8 @@ inline std::string tmp_path(const std::string& name) {
 // times: CPU stage times, or the GPU's copy and stage times from CUDA events), p99 over the
 // frames after `warmup`, in milliseconds.
 struct LatencyP99 {
-  double end_to_end = 0, work = 0;
+  double end_to_end = 0, work = 0;          // p99
+  double end_to_end_p90 = 0, work_p90 = 0;  // p90
   size_t frames = 0;
 };
 // Descriptors this process has open (/proc/self/fd): leak checks compare it before and after.
@@ -181,6 +182,7 @@ inline LatencyP99 latency_p99(const RunReport& rep, size_t warmup) {
     for (float ms : f.step_ms) w += ms;
     work.push_back(w);
   }
-  return {summarize(e2e).p99, summarize(work).p99, e2e.size()};
+  const Summary e = summarize(e2e), w = summarize(work);
+  return {e.p99, w.p99, e.p90, w.p90, e2e.size()};
 }
 }  // namespace vfp::test

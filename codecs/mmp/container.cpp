@@ -45,17 +45,31 @@ PlaneState* plane_state(const Params& p, int plane, PlaneStates* carried, std::u
   return frame_chroma.get();
 }
 
-// Plane `plane`'s parameters: its tiles are the frame's scaled by the plane's subsampling.
-Params plane_params(const Params& p, const ImageView& v, int plane) {
+// A plane's parameters: its tiles are the frame's scaled by the plane's subsampling (a
+// plane narrower or lower than luma is subsampled by 2 in that direction).
+Params plane_params(const Params& p, int luma_w, int luma_h, int w, int h) {
   Params q = p;
-  if (p.tiled() && plane > 0) {
-    q.tile_w = plane_tile_size(p.tile_w, v.pw[plane] < v.pw[0] ? 1 : 0, p.block_log);
-    q.tile_h = plane_tile_size(p.tile_h, v.ph[plane] < v.ph[0] ? 1 : 0, p.block_log);
+  if (p.tiled()) {
+    q.tile_w = plane_tile_size(p.tile_w, w < luma_w ? 1 : 0, p.block_log);
+    q.tile_h = plane_tile_size(p.tile_h, h < luma_h ? 1 : 0, p.block_log);
   }
   return q;
 }
-
+Params plane_params(const Params& p, const ImageView& v, int plane) {
+  return plane_params(p, v.pw[0], v.ph[0], v.pw[plane], v.ph[plane]);
+}
 }  // namespace
+
+void check_frame_tiles(const FrameSpec& spec, const Params& p, ErrorKind kind) {
+  check_tiles(p);
+  const FrameLayout lay = FrameLayout::of(spec);
+  for (int i = 0; i < lay.planes; ++i)
+    check_tile_count(lay.plane[i].width, lay.plane[i].height,
+                     plane_params(p, lay.plane[0].width, lay.plane[0].height, lay.plane[i].width, lay.plane[i].height),
+                     kind);
+}
+
+namespace {}  // namespace
 
 double FrameStats::psnr() const {
   return sse <= 0 ? 99.0 : 10 * std::log10(255.0 * 255.0 * static_cast<double>(samples) / sse);
@@ -68,6 +82,7 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   checked_block_log(p);  // before the file is created
   check_lambda(p);
   check_tiles(p);
+  check_frame_tiles(spec, p, ErrorKind::Usage);
   file_.f = std::fopen(path.c_str(), "wb");
   if (!file_.f) throw Error(ErrorKind::Output, "cannot open output '" + path + "': " + std::strerror(errno));
   std::vector<uint8_t> h(kMagic, kMagic + 4);
@@ -225,7 +240,7 @@ Reader::Reader(const std::string& path) : path_(path) {
     params_.tile_mode = static_cast<TileMode>(t[8]);
     if (!params_.tiled()) throw Error(ErrorKind::Input, path + ": a version 3 file without tiles");
     try {
-      check_tiles(params_);
+      check_frame_tiles(spec_, params_, ErrorKind::Input);
     } catch (const Error& e) {
       throw Error(ErrorKind::Input, path + ": bad tile grid (" + e.what() + ")");
     }

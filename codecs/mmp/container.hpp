@@ -42,6 +42,10 @@ using PlaneStates = std::vector<std::unique_ptr<PlaneState>>;
 FrameStats encode_frame(const ImageView& f, const Params& p, const ImageView* recon,
                         std::vector<std::vector<uint8_t>>* payloads = nullptr, PlaneStates* states = nullptr);
 
+// Throws vfp::Error (`kind`) when p's tiles do not fit frames of `spec` (check_tiles,
+// check_tile_count for every plane).
+void check_frame_tiles(const FrameSpec& spec, const Params& p, ErrorKind kind);
+
 // An open C stream that closes itself: also when a constructor throws after opening it.
 struct OwnedFile {
   FILE* f = nullptr;

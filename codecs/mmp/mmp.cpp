@@ -706,12 +706,7 @@ int max_tiles(TileMode m) { return m == TileMode::SyncAll ? 16384 : 1024; }
 std::vector<Tile> make_tiles(int W, int H, const Params& p, ErrorKind kind) {
   const int B = 1 << p.block_log;
   const int tw = p.tiled() ? p.tile_w : W, th = p.tiled() ? p.tile_h : H;
-  const int64_t count = static_cast<int64_t>((W + tw - 1) / tw) * ((H + th - 1) / th);
-  if (count > max_tiles(p.tile_mode))
-    throw Error(kind, log::format("MMP: %lld tiles of %dx%d in a %dx%d plane; %s tiles are limited to %d per plane "
-                                  "(use larger tiles)",
-                                  static_cast<long long>(count), tw, th, W, H, tile_mode_name(p.tile_mode),
-                                  max_tiles(p.tile_mode)));
+  check_tile_count(W, H, p, kind);
   std::vector<Tile> tiles;
   for (int y = 0; y < H; y += th)
     for (int x = 0; x < W; x += tw) {
@@ -869,6 +864,18 @@ bool parse_tile_mode(const std::string& s, TileMode* out) {
   for (TileMode m : {TileMode::Independent, TileMode::SyncDictionaries, TileMode::SyncAll})
     if (s == tile_mode_name(m)) return *out = m, true;
   return false;
+}
+
+void check_tile_count(int w, int h, const Params& p, ErrorKind kind) {
+  if (!p.tiled()) return;
+  const int B = 1 << checked_block_log(p);
+  const int64_t W = (w + B - 1) / B * B, H = (h + B - 1) / B * B;
+  const int64_t count = ((W + p.tile_w - 1) / p.tile_w) * ((H + p.tile_h - 1) / p.tile_h);
+  if (count > max_tiles(p.tile_mode))
+    throw Error(kind, log::format("MMP: %lld tiles of %dx%d in a %lldx%lld plane; %s tiles are limited to %d per "
+                                  "plane (use larger tiles)",
+                                  static_cast<long long>(count), p.tile_w, p.tile_h, static_cast<long long>(W),
+                                  static_cast<long long>(H), tile_mode_name(p.tile_mode), max_tiles(p.tile_mode)));
 }
 
 void parse_tile_size(const std::string& text, Params* p) {

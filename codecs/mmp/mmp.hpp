@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace vfp::mmp {
 
 constexpr int kModes = 11;                         // prediction modes, in bitstream order (docs/mmp.md)
@@ -89,6 +91,9 @@ struct Params {
 // A plane's tile size from the frame's (luma) tile size: shifted by the plane's
 // subsampling, rounded up to whole blocks.
 int plane_tile_size(int luma_tile, int shift, int block_log);
+// Throws vfp::Error (`kind`) when a w x h plane would have more tiles than p.tile_mode
+// allows (1024 with per-tile state, 16384 for sync).
+void check_tile_count(int w, int h, const Params& p, ErrorKind kind);
 // Reads a tile size, "WxH" or "N" (N x N) or "0" / "off" (untiled), into p.tile_w and
 // p.tile_h; throws vfp::Error (Usage) naming the text otherwise. check_tiles() checks it
 // against the block size.
