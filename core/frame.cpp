@@ -236,4 +236,29 @@ int64_t now_ns() {
       .count();
 }
 
+const char* color_matrix_name(ColorMatrix m) {
+  switch (m) {
+    case ColorMatrix::BT601:
+      return "bt601";
+    case ColorMatrix::BT709:
+      return "bt709";
+    case ColorMatrix::BT2020:
+      return "bt2020";
+    default:
+      return "unspecified";
+  }
+}
+
+const char* color_range_name(ColorRange r) {
+  return r == ColorRange::Limited ? "limited" : r == ColorRange::Full ? "full" : "unspecified";
+}
+
+ColorDesc ColorDesc::resolved(int width, int height) const {
+  ColorDesc c = *this;
+  if (c.matrix == ColorMatrix::Unspecified)
+    c.matrix = width > 1024 || height > 576 ? ColorMatrix::BT709 : ColorMatrix::BT601;
+  if (c.range == ColorRange::Unspecified) c.range = ColorRange::Limited;
+  return c;
+}
+
 }  // namespace vfp

@@ -64,10 +64,26 @@ struct Rational {
   double value() const { return den ? static_cast<double>(num) / den : 0.0; }
 };
 
+// The YUV <-> RGB matrix and the range of YUV samples (docs/formats.md#colour). Frames
+// carry what their source said; Unspecified is resolved as players do: BT.709 for HD
+// (wider than 1024 or taller than 576), BT.601 below, limited range.
+enum class ColorMatrix : uint8_t { Unspecified, BT601, BT709, BT2020 };
+enum class ColorRange : uint8_t { Unspecified, Limited, Full };
+const char* color_matrix_name(ColorMatrix m);  // "bt601", "bt709", "bt2020", "unspecified"
+const char* color_range_name(ColorRange r);    // "limited", "full", "unspecified"
+struct ColorDesc {
+  ColorMatrix matrix = ColorMatrix::Unspecified;
+  ColorRange range = ColorRange::Unspecified;
+  bool operator==(const ColorDesc& o) const { return matrix == o.matrix && range == o.range; }
+  // Unspecified parts resolved for a width x height picture (never Unspecified after).
+  ColorDesc resolved(int width, int height) const;
+};
+
 struct FrameSpec {
   PixelFormat format = PixelFormat::GRAY8;
   int width = 0, height = 0;
   Rational fps{25, 1};
+  ColorDesc color;  // of the YUV samples (as tagged by the source; see ColorDesc::resolved)
   bool operator==(const FrameSpec& o) const { return format == o.format && width == o.width && height == o.height; }
   bool operator!=(const FrameSpec& o) const { return !(*this == o); }
   std::string describe() const;  // "1920x1080 yuv420p @ 30 fps"

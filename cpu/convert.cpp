@@ -10,21 +10,22 @@ namespace vfp {
 
 namespace {
 template <int SF, int DF>
-void run(const ImageView& s, const ImageView& d) {
+void run(const ImageView& s, const ImageView& d, const conv::YuvMatrix& m) {
   // 2x2 blocks are independent: rows of blocks in stripes on the CPU pool.
   const int bw = (s.width + 1) / 2, bh = (s.height + 1) / 2;
   parallel_rows(bh, 8, [&](int b0, int b1) {
     for (int by = b0; by < b1; ++by)
-      for (int bx = 0; bx < bw; ++bx) conv::convert_block<SF, DF>(s, d, bx, by);
+      for (int bx = 0; bx < bw; ++bx) conv::convert_block<SF, DF>(s, d, bx, by, m);
   });
 }
 }  // namespace
 
-void convert_cpu(const ImageView& s, const ImageView& d) {
+void convert_cpu(const ImageView& s, const ImageView& d, const ColorDesc& color) {
   if (s.width != d.width || s.height != d.height) throw Error(ErrorKind::Internal, "convert_cpu: size mismatch");
+  const conv::YuvMatrix m = conv::yuv_matrix(color, s.width, s.height);
   bool ok = false;
   conv::with_format(s.format, [&](auto SF) {
-    ok = conv::with_format(d.format, [&](auto DF) { run<decltype(SF)::value, decltype(DF)::value>(s, d); });
+    ok = conv::with_format(d.format, [&](auto DF) { run<decltype(SF)::value, decltype(DF)::value>(s, d, m); });
   });
   if (!ok) throw Error(ErrorKind::Internal, "convert_cpu: bad pixel format");
 }

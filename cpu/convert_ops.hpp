@@ -1,17 +1,19 @@
 // Pixel format conversion arithmetic, shared by the CPU reference and the CUDA kernel.
 //
-// Definitions (integer, exact; docs/formats.md has the table):
-//   RGB -> YUV (BT.601, limited range, as ffmpeg's default):
-//     Y = ((66R + 129G + 25B + 128) >> 8) + 16
+// Definitions (integer, exact; docs/formats.md has the tables). With the coefficients of
+// the frame's matrix and range (YuvMatrix; BT.601 limited shown, as ffmpeg's default):
+//   RGB -> YUV:
+//     Y = ((66R + 129G + 25B + 128) >> 8) + 16                        (+ 0 in full range)
 //     U = floor((sum_i(-38R - 74G + 112B) + 128n) / 256n) + 128     (n pixels averaged)
 //     V = floor((sum_i(112R - 94G - 18B) + 128n) / 256n) + 128
-//   YUV -> RGB: C=Y-16, D=U-128, E=V-128
+//   YUV -> RGB: C=Y-16 (Y in full range), D=U-128, E=V-128
 //     R = clamp((298C + 409E + 128) >> 8), G = clamp((298C - 100D - 208E + 128) >> 8),
 //     B = clamp((298C + 516D + 128) >> 8)
 //   4:4:4 -> 4:2:0 chroma: rounded mean of the (up to 4) covered samples, (sum + n/2) / n
 //   4:2:0 -> 4:4:4 chroma: nearest (each chroma sample covers its 2x2 block)
 //   gray <-> YUV: the Y plane is carried unchanged, chroma set to 128
-//   RGB -> gray: full-range BT.601 luma (77R + 150G + 29B + 128) >> 8; gray -> RGB: R=G=B
+//   RGB -> gray: the matrix's full-range luma, BT.601: (77R + 150G + 29B + 128) >> 8;
+//   gray -> RGB: R=G=B
 // Odd widths/heights: the last chroma column/row averages the samples that exist.
 // 16-bit formats (value = 8-bit value * 257): 8 -> 16 multiplies by 257, 16 -> 8 is
 // (v + 128) / 257; between two 16-bit layouts the rules above run on 16-bit samples.
@@ -28,16 +30,45 @@ VFP_HD int floor_div(int a, int b) {  // b > 0
   int q = a / b;
   return (a % b != 0 && a < 0) ? q - 1 : q;
 }
-VFP_HD int rgb_to_y(int r, int g, int b) { return ((66 * r + 129 * g + 25 * b + 128) >> 8) + 16; }
-VFP_HD int rgb_to_u_num(int r, int g, int b) { return -38 * r - 74 * g + 112 * b; }
-VFP_HD int rgb_to_v_num(int r, int g, int b) { return 112 * r - 94 * g - 18 * b; }
+// Integer coefficients (in 1/256) of one matrix and range: the real ones (from Kr, Kb and
+// the range's scales 219/255 and 224/255, or 1 in full range) rounded to nearest; where the
+// rounded row does not sum to what it must (220 or 256 for luma, 0 for chroma, so that white
+// and grays are exact), the coefficient rounded furthest in that direction takes the rest.
+struct YuvMatrix {
+  int yr, yg, yb, yoff;    // RGB -> Y
+  int ur, ug, ub;          // RGB -> U numerator
+  int vr, vg, vb;          // RGB -> V numerator
+  int cy, rv, gu, gv, bu;  // YUV -> RGB
+  int gr, gg, gb;          // RGB -> gray (the matrix's full-range luma)
+};
+// BT.601, BT.709, BT.2020 (non-constant luminance), each in limited and full range.
+constexpr YuvMatrix kYuvMatrices[3][2] = {
+    {{66, 129, 25, 16, -38, -74, 112, 112, -94, -18, 298, 409, -100, -208, 516, 77, 150, 29},
+     {77, 150, 29, 0, -43, -85, 128, 128, -107, -21, 256, 359, -88, -183, 454, 77, 150, 29}},
+    {{47, 157, 16, 16, -26, -87, 113, 112, -102, -10, 298, 459, -55, -136, 541, 54, 183, 19},
+     {54, 183, 19, 0, -29, -99, 128, 128, -116, -12, 256, 403, -48, -120, 475, 54, 183, 19}},
+    {{58, 149, 13, 16, -31, -81, 112, 112, -103, -9, 298, 430, -48, -167, 548, 67, 174, 15},
+     {67, 174, 15, 0, -36, -92, 128, 128, -118, -10, 256, 377, -42, -146, 482, 67, 174, 15}},
+};
+// The coefficients of a colour description (Unspecified parts resolved for width x height).
+inline YuvMatrix yuv_matrix(ColorDesc c, int width, int height) {
+  c = c.resolved(width, height);
+  const int m = c.matrix == ColorMatrix::BT709 ? 1 : c.matrix == ColorMatrix::BT2020 ? 2 : 0;
+  return kYuvMatrices[m][c.range == ColorRange::Full ? 1 : 0];
+}
+
+VFP_HD int rgb_to_y(const YuvMatrix& m, int r, int g, int b) {
+  return ((m.yr * r + m.yg * g + m.yb * b + 128) >> 8) + m.yoff;
+}
+VFP_HD int rgb_to_u_num(const YuvMatrix& m, int r, int g, int b) { return m.ur * r + m.ug * g + m.ub * b; }
+VFP_HD int rgb_to_v_num(const YuvMatrix& m, int r, int g, int b) { return m.vr * r + m.vg * g + m.vb * b; }
 VFP_HD int chroma_from_num(int sum, int n) { return clamp255(floor_div(sum + 128 * n, 256 * n) + 128); }
-VFP_HD int rgb_to_gray(int r, int g, int b) { return (77 * r + 150 * g + 29 * b + 128) >> 8; }
-VFP_HD void yuv_to_rgb(int y, int u, int v, int& r, int& g, int& b) {
-  int c = y - 16, d = u - 128, e = v - 128;
-  r = clamp255((298 * c + 409 * e + 128) >> 8);
-  g = clamp255((298 * c - 100 * d - 208 * e + 128) >> 8);
-  b = clamp255((298 * c + 516 * d + 128) >> 8);
+VFP_HD int rgb_to_gray(const YuvMatrix& m, int r, int g, int b) { return (m.gr * r + m.gg * g + m.gb * b + 128) >> 8; }
+VFP_HD void yuv_to_rgb(const YuvMatrix& m, int y, int u, int v, int& r, int& g, int& b) {
+  const int c = y - m.yoff, d = u - 128, e = v - 128;
+  r = clamp255((m.cy * c + m.rv * e + 128) >> 8);
+  g = clamp255((m.cy * c + m.gu * d + m.gv * e + 128) >> 8);
+  b = clamp255((m.cy * c + m.bu * d + 128) >> 8);
 }
 
 constexpr int kGray = static_cast<int>(PixelFormat::GRAY8);
@@ -78,7 +109,7 @@ VFP_HD void store(const ImageView& v, int p, int x, int y, int val) {
 // formats the planar rules (copy Y, average or repeat chroma, neutral chroma 128 * 257) work
 // on the 16-bit samples; every other pair works on 8 bits (RGB is 8-bit only).
 template <int SF, int DF>
-VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by) {
+VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by, const YuvMatrix& m) {
   constexpr bool w16 = is16(SF) && is16(DF);
   constexpr int SL = layout_of(SF), DL = layout_of(DF);
   constexpr int neutral = w16 ? 128 * kScale16 : 128;
@@ -115,13 +146,13 @@ VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by
         }
       }
       if (DL == kGray) {
-        store<DF, w16>(d, 0, x, y, src_rgb ? rgb_to_gray(R, G, B) : Y);
+        store<DF, w16>(d, 0, x, y, src_rgb ? rgb_to_gray(m, R, G, B) : Y);
       } else if (DL == k444 || DL == k420) {
         int u_num = 0, v_num = 0;
         if (src_rgb) {
-          Y = rgb_to_y(R, G, B);
-          u_num = rgb_to_u_num(R, G, B);
-          v_num = rgb_to_v_num(R, G, B);
+          Y = rgb_to_y(m, R, G, B);
+          u_num = rgb_to_u_num(m, R, G, B);
+          v_num = rgb_to_v_num(m, R, G, B);
         }
         store<DF, w16>(d, 0, x, y, Y);
         if (DL == k444) {
@@ -137,7 +168,7 @@ VFP_HD void convert_block(const ImageView& s, const ImageView& d, int bx, int by
           if (SL == kGray) {
             R = G = B = Y;
           } else {
-            yuv_to_rgb(Y, U, V, R, G, B);
+            yuv_to_rgb(m, Y, U, V, R, G, B);
           }
         }
         unsigned char* p = d.row(0, y) + 3 * x;

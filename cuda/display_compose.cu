@@ -25,10 +25,11 @@ __device__ uchar4 texel_rgb(const ComposeFrame& f, float u, float v) {
   const int cx = x >> f.chroma_shift, cy = y >> f.chroma_shift;
   const int U = f.planes[1][static_cast<size_t>(cy) * f.pitch[1] + cx];
   const int V = f.planes[2][static_cast<size_t>(cy) * f.pitch[2] + cx];
-  const int C = Y - 16, D = U - 128, E = V - 128;
-  return make_uchar4(conv::clamp255((298 * C + 409 * E + 128) >> 8),
-                     conv::clamp255((298 * C - 100 * D - 208 * E + 128) >> 8),
-                     conv::clamp255((298 * C + 516 * D + 128) >> 8), 255);
+  const int* k = f.yuv;  // cy, rv, gu, gv, bu, yoff
+  const int C = Y - k[5], D = U - 128, E = V - 128;
+  return make_uchar4(conv::clamp255((k[0] * C + k[1] * E + 128) >> 8),
+                     conv::clamp255((k[0] * C + k[2] * D + k[3] * E + 128) >> 8),
+                     conv::clamp255((k[0] * C + k[4] * D + 128) >> 8), 255);
 }
 
 // One framebuffer pixel; GL's rows run bottom up.

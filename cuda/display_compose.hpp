@@ -14,6 +14,9 @@ struct ComposeFrame {
   int w = 0, h = 0;
   int format = 0;        // 0 gray, 1 yuv, 2 rgb24, 3 bgr24 (as the shader)
   int chroma_shift = 0;  // 1 for 4:2:0
+  // YUV -> RGB coefficients of the frame's matrix and range (conv::YuvMatrix: cy, rv, gu,
+  // gv, bu, yoff), BT.601 limited by default.
+  int yuv[6] = {298, 409, -100, -208, 516, 16};
 };
 
 struct ComposeParams {

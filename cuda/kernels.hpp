@@ -6,8 +6,8 @@
 
 namespace vfp::cuda {
 
-// Format conversion, bit-identical to vfp::convert_cpu.
-void convert_async(const ImageView& src, const ImageView& dst, StreamHandle s);
+// RGB <-> YUV with the matrix and range of `color` (cpu/convert.hpp: bit-identical to convert_cpu).
+void convert_async(const ImageView& src, const ImageView& dst, StreamHandle s, const ColorDesc& color = {});
 // Plane-by-plane copy (cudaMemcpy2DAsync), same spec on both sides.
 void copy_image_async(const ImageView& src, const ImageView& dst, StreamHandle s);
 

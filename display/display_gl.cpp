@@ -6,6 +6,7 @@
 #include <GLFW/glfw3.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "cpu/convert_ops.hpp"
 #include "display/display.hpp"
 #include "display/font.hpp"
 
@@ -305,6 +307,9 @@ class CudaInterop final : public DeviceTap {
     f.h = s.height;
     f.format = format_code(s.format);
     f.chroma_shift = s.format == PixelFormat::YUV420P ? 1 : 0;
+    const conv::YuvMatrix m = conv::yuv_matrix(s.color, s.width, s.height);
+    const int k[6] = {m.cy, m.rv, m.gu, m.gv, m.bu, m.yoff};
+    std::copy(k, k + 6, f.yuv);
     return f;
   }
   static size_t tight_bytes(const FrameSpec& s) {
@@ -800,6 +805,15 @@ class GlDisplay final : public Display {
     glUniform1i(glGetUniformLocation(image_prog_, "format_a"), format_code(s.format));
     glUniform1i(glGetUniformLocation(image_prog_, "format_b"),
                 format_code((has_original_ ? original_ : filtered_)->spec().format));
+    // The frames' YUV -> RGB coefficients (conv::YuvMatrix), exact in float.
+    const auto coefficients = [](const FrameSpec& f) {
+      const conv::YuvMatrix m = conv::yuv_matrix(f.color, f.width, f.height);
+      return std::array<float, 6>{static_cast<float>(m.cy), static_cast<float>(m.rv), static_cast<float>(m.gu),
+                                  static_cast<float>(m.gv), static_cast<float>(m.bu), static_cast<float>(m.yoff)};
+    };
+    glUniform1fv(glGetUniformLocation(image_prog_, "yuv_a"), 6, coefficients(s).data());
+    glUniform1fv(glGetUniformLocation(image_prog_, "yuv_b"), 6,
+                 coefficients((has_original_ ? original_ : filtered_)->spec()).data());
     glUniform1i(glGetUniformLocation(image_prog_, "view"), static_cast<int>(view_));
     glUniform1f(glGetUniformLocation(image_prog_, "divider"), divider_);
     glUniform1f(glGetUniformLocation(image_prog_, "diff_gain"), opt_.diff_gain);

@@ -214,6 +214,17 @@ class LibavSource final : public Source {
     info_->primaries = cp->color_primaries;
     info_->transfer = cp->color_trc;
     info_->chroma_location = cp->chroma_location;
+    // The matrix and range the conversions to RGB (format stage, display, PNG) use.
+    spec_.color.matrix = cp->color_space == AVCOL_SPC_BT709 ? ColorMatrix::BT709
+                         : cp->color_space == AVCOL_SPC_BT470BG || cp->color_space == AVCOL_SPC_SMPTE170M
+                             ? ColorMatrix::BT601
+                         : cp->color_space == AVCOL_SPC_BT2020_NCL ? ColorMatrix::BT2020
+                                                                   : ColorMatrix::Unspecified;
+    spec_.color.range = cp->color_range == AVCOL_RANGE_MPEG   ? ColorRange::Limited
+                        : cp->color_range == AVCOL_RANGE_JPEG ? ColorRange::Full
+                        : dec_.c->pix_fmt == AV_PIX_FMT_YUVJ420P || dec_.c->pix_fmt == AV_PIX_FMT_YUVJ444P
+                            ? ColorRange::Full
+                            : ColorRange::Unspecified;
     spec_.width = cp->width;
     spec_.height = cp->height;
     AVRational r = st_->avg_frame_rate.num > 0 ? st_->avg_frame_rate : st_->r_frame_rate;
@@ -626,15 +637,32 @@ class LibavSink final : public Sink {
       c->color_trc = opt_.input->transfer;
       c->chroma_sample_location = opt_.input->chroma_location;
     }
+    // Frames whose colour vfpipe knows (a Y4M input's range, say) are tagged with it.
+    if (c->colorspace == AVCOL_SPC_UNSPECIFIED && !is_packed_rgb(spec_.format))
+      c->colorspace = spec_.color.matrix == ColorMatrix::BT709    ? AVCOL_SPC_BT709
+                      : spec_.color.matrix == ColorMatrix::BT601  ? AVCOL_SPC_SMPTE170M
+                      : spec_.color.matrix == ColorMatrix::BT2020 ? AVCOL_SPC_BT2020_NCL
+                                                                  : AVCOL_SPC_UNSPECIFIED;
+    if (c->color_range == AVCOL_RANGE_UNSPECIFIED && !is_packed_rgb(spec_.format))
+      c->color_range = spec_.color.range == ColorRange::Limited ? AVCOL_RANGE_MPEG
+                       : spec_.color.range == ColorRange::Full  ? AVCOL_RANGE_JPEG
+                                                                : AVCOL_RANGE_UNSPECIFIED;
     if (rgb_from_ != AV_PIX_FMT_NONE) {
-      // RGB to limited-range YUV with the input's matrix, else BT.709 for HD and BT.601 for SD.
-      if (c->colorspace == AVCOL_SPC_UNSPECIFIED || c->colorspace == AVCOL_SPC_RGB)
-        c->colorspace = spec_.height >= 720 ? AVCOL_SPC_BT709 : AVCOL_SPC_SMPTE170M;
+      // RGB to limited-range YUV with the input's matrix, else as vfpipe resolves an
+      // untagged one (ColorDesc::resolved: BT.709 for HD, BT.601 for SD).
+      if (c->colorspace == AVCOL_SPC_UNSPECIFIED || c->colorspace == AVCOL_SPC_RGB) {
+        const ColorMatrix m = spec_.color.resolved(spec_.width, spec_.height).matrix;
+        c->colorspace = m == ColorMatrix::BT709    ? AVCOL_SPC_BT709
+                        : m == ColorMatrix::BT2020 ? AVCOL_SPC_BT2020_NCL
+                                                   : AVCOL_SPC_SMPTE170M;
+      }
       c->color_range = AVCOL_RANGE_MPEG;
       sws_ = sws_getContext(spec_.width, spec_.height, rgb_from_, spec_.width, spec_.height, c->pix_fmt,
                             SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
       if (!sws_) throw Error(ErrorKind::Output, "cannot convert RGB frames for the encoder");
-      const int cs = c->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601;
+      const int cs = c->colorspace == AVCOL_SPC_BT709        ? SWS_CS_ITU709
+                     : c->colorspace == AVCOL_SPC_BT2020_NCL ? SWS_CS_BT2020
+                                                             : SWS_CS_ITU601;
       sws_setColorspaceDetails(sws_, sws_getCoefficients(cs), 1, sws_getCoefficients(cs), 0, 0, 1 << 16, 1 << 16);
     }
     if (opt_.gop >= 0) c->gop_size = opt_.gop;

@@ -69,9 +69,12 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
       case 'C':
         h.colorspace = val;
         break;
+      case 'X':  // extensions: ffmpeg's XCOLORRANGE=FULL|LIMITED says the range
+        if (val == "COLORRANGE=FULL") h.spec.color.range = ColorRange::Full;
+        if (val == "COLORRANGE=LIMITED") h.spec.color.range = ColorRange::Limited;
+        break;
       case 'A':
-      case 'X':
-        break;  // aspect ratio and extensions: not needed
+        break;  // aspect ratio: not needed
       default:
         bad("unknown header field '" + tok + "'");
     }
@@ -236,7 +239,12 @@ std::string y4m_header(const FrameSpec& s) {
                    : s.format == PixelFormat::GRAY16    ? "Cmono16 XYSCSS=400"
                                                         : nullptr;
   if (!cs) throw Error(ErrorKind::Output, std::string("Y4M cannot hold ") + pix_fmt_name(s.format));
-  return log::format("YUV4MPEG2 W%d H%d F%d:%d Ip A1:1 %s\n", s.width, s.height, s.fps.num, s.fps.den, cs);
+  // The range when known, as ffmpeg writes it (gray is full range by definition there).
+  const char* range = s.format == PixelFormat::GRAY8 || s.format == PixelFormat::GRAY16 ? ""
+                      : s.color.range == ColorRange::Full                               ? " XCOLORRANGE=FULL"
+                      : s.color.range == ColorRange::Limited                            ? " XCOLORRANGE=LIMITED"
+                                                                                        : "";
+  return log::format("YUV4MPEG2 W%d H%d F%d:%d Ip A1:1 %s%s\n", s.width, s.height, s.fps.num, s.fps.den, cs, range);
 }
 
 Y4mSink::Y4mSink(const std::string& path) : path_(path) {}

@@ -27,10 +27,12 @@ class FormatStage final : public Stage {
     return out_;
   }
   bool passthrough() const override { return in_.format == out_.format; }
-  void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override { convert_cpu(in, out); }
+  void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
+    convert_cpu(in, out, in_.color);
+  }
 #if VFPIPE_HAVE_CUDA
   void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
-    cuda::convert_async(in, out, ctx.stream);
+    cuda::convert_async(in, out, ctx.stream, in_.color);
   }
 #endif
   std::string label() const override {

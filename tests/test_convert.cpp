@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "cpu/convert.hpp"
 #include "cpu/convert_ops.hpp"
 #include "test_util.hpp"
@@ -24,23 +27,94 @@ std::unique_ptr<HostFrame> solid_bgr(int w, int h, uint8_t b, uint8_t g, uint8_t
 }  // namespace
 
 TEST(Convert, KnownBt601Values) {
-  EXPECT_EQ(conv::rgb_to_y(0, 0, 0), 16);
-  EXPECT_EQ(conv::rgb_to_y(255, 255, 255), 235);
-  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_u_num(255, 255, 255), 1), 128);
-  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_v_num(0, 0, 0), 1), 128);
+  const conv::YuvMatrix m = conv::yuv_matrix({ColorMatrix::BT601, ColorRange::Limited}, 16, 16);
+  EXPECT_EQ(conv::rgb_to_y(m, 0, 0, 0), 16);
+  EXPECT_EQ(conv::rgb_to_y(m, 255, 255, 255), 235);
+  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_u_num(m, 255, 255, 255), 1), 128);
+  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_v_num(m, 0, 0, 0), 1), 128);
   // Pure red: Y=82, U=90, V=240 (the classic BT.601 studio-range values).
-  EXPECT_EQ(conv::rgb_to_y(255, 0, 0), 82);
-  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_u_num(255, 0, 0), 1), 90);
-  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_v_num(255, 0, 0), 1), 240);
+  EXPECT_EQ(conv::rgb_to_y(m, 255, 0, 0), 82);
+  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_u_num(m, 255, 0, 0), 1), 90);
+  EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_v_num(m, 255, 0, 0), 1), 240);
   int r, g, b;
-  conv::yuv_to_rgb(235, 128, 128, r, g, b);
+  conv::yuv_to_rgb(m, 235, 128, 128, r, g, b);
   EXPECT_EQ(r, 255);
   EXPECT_EQ(g, 255);
   EXPECT_EQ(b, 255);
-  conv::yuv_to_rgb(16, 128, 128, r, g, b);
+  conv::yuv_to_rgb(m, 16, 128, 128, r, g, b);
   EXPECT_EQ(r + g + b, 0);
   EXPECT_EQ(conv::floor_div(-1, 256), -1);
   EXPECT_EQ(conv::floor_div(255, 256), 0);
+  EXPECT_EQ(conv::rgb_to_gray(m, 255, 0, 0), 77);  // full-range luma
+}
+
+// Every matrix and range against its real-valued definition (Kr, Kb; scales 219/255 and
+// 224/255 in limited range): Y, U and V of the primaries and secondaries within one level,
+// black, white and grays exact, and YUV -> RGB -> YUV close to identity.
+TEST(Convert, EveryMatrixAndRangeFollowsItsDefinition) {
+  const struct {
+    ColorMatrix m;
+    double kr, kb;
+  } defs[] = {
+      {ColorMatrix::BT601, 0.299, 0.114}, {ColorMatrix::BT709, 0.2126, 0.0722}, {ColorMatrix::BT2020, 0.2627, 0.0593}};
+  for (const auto& d : defs)
+    for (ColorRange range : {ColorRange::Limited, ColorRange::Full}) {
+      const conv::YuvMatrix m = conv::yuv_matrix({d.m, range}, 16, 16);
+      const bool full = range == ColorRange::Full;
+      const double ys = full ? 1 : 219.0 / 255, cs = full ? 1 : 224.0 / 255, yoff = full ? 0 : 16;
+      const std::string what = std::string(color_matrix_name(d.m)) + " " + color_range_name(range);
+      for (int c = 0; c < 8; ++c) {
+        const int R = (c & 1) * 255, G = (c >> 1 & 1) * 255, B = (c >> 2 & 1) * 255;
+        const double y = d.kr * R + (1 - d.kr - d.kb) * G + d.kb * B;
+        EXPECT_NEAR(conv::rgb_to_y(m, R, G, B), yoff + y * ys, 1.000001) << what << " colour " << c;
+        const int u = conv::chroma_from_num(conv::rgb_to_u_num(m, R, G, B), 1);
+        const int v = conv::chroma_from_num(conv::rgb_to_v_num(m, R, G, B), 1);
+        EXPECT_NEAR(u, std::min(255.0, 128 + (B - y) / (2 * (1 - d.kb)) * cs), 1.000001) << what << " colour " << c;
+        EXPECT_NEAR(v, std::min(255.0, 128 + (R - y) / (2 * (1 - d.kr)) * cs), 1.000001) << what << " colour " << c;
+      }
+      for (int g : {0, 1, 77, 128, 254, 255}) {
+        EXPECT_EQ(conv::rgb_to_y(m, g, g, g), static_cast<int>(yoff + ((full ? 256 : 220) * g + 128) / 256)) << what;
+        EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_u_num(m, g, g, g), 1), 128) << what;
+        EXPECT_EQ(conv::chroma_from_num(conv::rgb_to_v_num(m, g, g, g), 1), 128) << what;
+        EXPECT_EQ(conv::rgb_to_gray(m, g, g, g), g) << what;
+      }
+      int r, g, b;
+      conv::yuv_to_rgb(m, full ? 255 : 235, 128, 128, r, g, b);
+      EXPECT_EQ(r + g + b, 3 * 255) << what;
+      conv::yuv_to_rgb(m, full ? 0 : 16, 128, 128, r, g, b);
+      EXPECT_EQ(r + g + b, 0) << what;
+      int worst = 0;  // YUV -> RGB -> YUV over in-gamut samples
+      for (int Y = 40; Y <= 200; Y += 8)
+        for (int U = 100; U <= 156; U += 8)
+          for (int V = 100; V <= 156; V += 8) {
+            conv::yuv_to_rgb(m, Y, U, V, r, g, b);
+            if (r == 0 || g == 0 || b == 0 || r == 255 || g == 255 || b == 255) continue;
+            worst = std::max({worst, std::abs(conv::rgb_to_y(m, r, g, b) - Y),
+                              std::abs(conv::chroma_from_num(conv::rgb_to_u_num(m, r, g, b), 1) - U),
+                              std::abs(conv::chroma_from_num(conv::rgb_to_v_num(m, r, g, b), 1) - V)});
+          }
+      EXPECT_LE(worst, 2) << what;
+    }
+}
+
+// Untagged frames: BT.709 for HD, BT.601 below, limited range (as players do); the
+// converter uses the frame's tags when there are some.
+TEST(Convert, UntaggedHdIsBt709AndTagsAreFollowed) {
+  EXPECT_EQ(ColorDesc{}.resolved(1280, 720).matrix, ColorMatrix::BT709);
+  EXPECT_EQ(ColorDesc{}.resolved(1024, 576).matrix, ColorMatrix::BT601);
+  EXPECT_EQ(ColorDesc{}.resolved(720, 480).range, ColorRange::Limited);
+  EXPECT_EQ((ColorDesc{ColorMatrix::BT2020, ColorRange::Full}.resolved(64, 64).matrix), ColorMatrix::BT2020);
+  const auto red_y = [](int w, int h, ColorDesc c) {
+    auto src = solid_bgr(w, h, 0, 0, 255);
+    HostFrame dst({PixelFormat::YUV444P, w, h, {25, 1}}, false);
+    convert_cpu(src->view(), dst.view(), c);
+    return static_cast<int>(dst.view().row(0, 0)[0]);
+  };
+  EXPECT_EQ(red_y(64, 48, {}), 82);   // BT.601
+  EXPECT_EQ(red_y(1280, 8, {}), 63);  // BT.709: 16 + 0.2126 * 219
+  EXPECT_EQ(red_y(64, 48, {ColorMatrix::BT709, ColorRange::Unspecified}), 63);
+  EXPECT_EQ(red_y(64, 48, {ColorMatrix::BT709, ColorRange::Full}), 54);
+  EXPECT_EQ(red_y(64, 48, {ColorMatrix::BT2020, ColorRange::Limited}), 74);
 }
 
 TEST(Convert, SolidColourToYuv420OnOddSize) {

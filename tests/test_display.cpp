@@ -42,7 +42,7 @@ std::vector<uint8_t> cpu_rgb(const HostFrame& f) {
   FrameSpec s = f.spec();
   s.format = PixelFormat::RGB24;
   HostFrame rgb(s, false);
-  convert_cpu(f.view(), rgb.view());
+  convert_cpu(f.view(), rgb.view(), f.spec().color);
   std::vector<uint8_t> out(static_cast<size_t>(s.width) * s.height * 3);
   for (int y = 0; y < s.height; ++y)
     std::memcpy(&out[static_cast<size_t>(y) * s.width * 3], rgb.view().row(0, y), static_cast<size_t>(s.width) * 3);
@@ -156,10 +156,18 @@ std::unique_ptr<Display> make_display(bool headless, const DisplayOptions& base,
   }
 
 void expect_views_exact(bool headless) {
-  const PixelFormat formats[] = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P, PixelFormat::BGR24,
-                                 PixelFormat::RGB24};
-  for (PixelFormat fmt : formats) {
+  // Every format untagged (BT.601 at this size), and YUV tagged with other matrices and ranges.
+  const std::pair<PixelFormat, ColorDesc> cases[] = {
+      {PixelFormat::YUV420P, {}},
+      {PixelFormat::GRAY8, {}},
+      {PixelFormat::YUV444P, {}},
+      {PixelFormat::BGR24, {}},
+      {PixelFormat::RGB24, {}},
+      {PixelFormat::YUV420P, {ColorMatrix::BT709, ColorRange::Full}},
+      {PixelFormat::YUV444P, {ColorMatrix::BT2020, ColorRange::Limited}}};
+  for (const auto& [fmt, colour] : cases) {
     FrameSpec spec{fmt, 67, 45, {25, 1}};
+    spec.color = colour;
     HostFrame filtered(spec, false), original(spec, false);
     fill_random(filtered, 11);
     fill_random(original, 12);

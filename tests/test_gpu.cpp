@@ -56,17 +56,28 @@ TEST(Gpu, DeviceIsUsable) {
 TEST(Gpu, ConvertMatchesCpuForEveryPairAndSize) {
   REQUIRE_GPU();
   const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {2, 2}, {17, 9}, {640, 480}, {1921, 1081}};
+  // Untagged (BT.601 below HD, BT.709 for 1921x1081) and every matrix and range tagged.
+  std::vector<ColorDesc> colours{{}};
+  for (ColorMatrix m : {ColorMatrix::BT601, ColorMatrix::BT709, ColorMatrix::BT2020})
+    for (ColorRange r : {ColorRange::Limited, ColorRange::Full}) colours.push_back({m, r});
   for (PixelFormat sf : kAll)
     for (PixelFormat df : kAll)
-      for (auto [w, h] : sizes) {
-        FrameSpec ss{sf, w, h, {25, 1}}, ds{df, w, h, {25, 1}};
-        HostFrame in(ss, false), want(ds, false), got(ds, false);
-        fill_random(in, static_cast<uint32_t>(w * 31 + h));
-        convert_cpu(in.view(), want.view());
-        on_device(in, got,
-                  [](const ImageView& a, const ImageView& b, cuda::StreamHandle s) { cuda::convert_async(a, b, s); });
-        ASSERT_TRUE(got.same_pixels(want)) << pix_fmt_name(sf) << " -> " << pix_fmt_name(df) << " at " << w << "x" << h;
-      }
+      for (auto [w, h] : sizes)
+        for (const ColorDesc& c : colours) {
+          const bool rgb_involved =
+              is_packed_rgb(sf) != is_packed_rgb(df) || (is_packed_rgb(sf) && df == PixelFormat::GRAY8);
+          if (!(c == ColorDesc{}) && (!rgb_involved || w > 640)) continue;  // the matrix matters only there
+          FrameSpec ss{sf, w, h, {25, 1}}, ds{df, w, h, {25, 1}};
+          HostFrame in(ss, false), want(ds, false), got(ds, false);
+          fill_random(in, static_cast<uint32_t>(w * 31 + h));
+          convert_cpu(in.view(), want.view(), c);
+          on_device(in, got, [&](const ImageView& a, const ImageView& b, cuda::StreamHandle s) {
+            cuda::convert_async(a, b, s, c);
+          });
+          ASSERT_TRUE(got.same_pixels(want))
+              << pix_fmt_name(sf) << " -> " << pix_fmt_name(df) << " at " << w << "x" << h << " "
+              << color_matrix_name(c.matrix) << " " << color_range_name(c.range);
+        }
 }
 
 TEST(Gpu, ConvertMatchesCpuOnStructuredInput) {
