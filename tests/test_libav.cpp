@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <fstream>
 
+#include "cpu/convert.hpp"
+#include "io/open.hpp"
 #include "test_util.hpp"
 
+using namespace vfp;
 using namespace vfp::test;
 
 namespace {
@@ -90,6 +93,43 @@ TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -an -o " + out).rc, 0);
   EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\n");
   for (const auto& p : {in, out}) std::remove(p.c_str());
+}
+
+// The stream's colour tags become the frames' colour description, which picks the RGB
+// conversion (BT.709 here, where an untagged frame of this size would get BT.601), and a
+// Y4M output keeps the range.
+TEST(Libav, ColourTagsChooseTheConversion) {
+  REQUIRE_LIBAV();
+  struct Case {
+    const char* tags;
+    ColorDesc want;
+  } cases[] = {{"-colorspace bt709 -color_range tv", {ColorMatrix::BT709, ColorRange::Limited}},
+               {"-colorspace bt470bg -color_range pc", {ColorMatrix::BT601, ColorRange::Full}},
+               {"-colorspace bt2020nc -color_range tv", {ColorMatrix::BT2020, ColorRange::Limited}},
+               {"", {ColorMatrix::Unspecified, ColorRange::Limited}}};  // ffmpeg tags the range anyway
+  for (const Case& c : cases) {
+    const std::string in = make("colour.mkv", "-f lavfi -i testsrc2=size=64x48:rate=25:duration=0.2 -c:v ffv1 "
+                                              "-pix_fmt yuv444p " +
+                                                  std::string(c.tags));
+    auto src = open_source(in, SourceOptions{});
+    EXPECT_EQ(src->spec().color, c.want) << c.tags;
+    HostFrame f(src->spec(), false);
+    ASSERT_TRUE(src->read(f));
+    // The format stage converts with the tags: the same as convert_cpu given them.
+    FrameSpec rgb = src->spec();
+    rgb.format = PixelFormat::RGB24;
+    HostFrame want(rgb, false), untagged(rgb, false);
+    convert_cpu(f.view(), want.view(), c.want);
+    convert_cpu(f.view(), untagged.view(), ColorDesc{});
+    const std::string y4m = tmp_path("colour.y4m");
+    ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -n 1 -o " + y4m).rc, 0);
+    std::ifstream h(y4m);
+    std::string header;
+    std::getline(h, header);
+    EXPECT_EQ(header.find("XCOLORRANGE=FULL") != std::string::npos, c.want.range == ColorRange::Full) << header;
+    if (c.want.matrix == ColorMatrix::BT709) EXPECT_FALSE(want.same_pixels(untagged));
+    std::remove(in.c_str());
+  }
 }
 
 TEST(Libav, VariableFrameRateTimestampsAreKept) {
