@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -259,6 +260,32 @@ ColorDesc ColorDesc::resolved(int width, int height) const {
     c.matrix = width > 1024 || height > 576 ? ColorMatrix::BT709 : ColorMatrix::BT601;
   if (c.range == ColorRange::Unspecified) c.range = ColorRange::Limited;
   return c;
+}
+
+bool parse_frame_rate(const std::string& s, Rational* r) {
+  size_t slash = s.find('/');
+  char* e = nullptr;
+  if (slash != std::string::npos) {
+    const std::string num = s.substr(0, slash), den = s.substr(slash + 1);
+    long n = std::strtol(num.c_str(), &e, 10);
+    if (*e || num.empty()) return false;
+    long d = std::strtol(den.c_str(), &e, 10);
+    if (den.empty()) return false;
+    if (*e || n <= 0 || d <= 0 || n > 1000000 || d > 1000000) return false;
+    *r = {static_cast<int>(n), static_cast<int>(d)};
+    return true;
+  }
+  double v = std::strtod(s.c_str(), &e);
+  if (*e || !(v > 0) || v > 10000) return false;
+  if (std::fabs(v - std::round(v)) < 1e-9) {
+    *r = {static_cast<int>(std::lround(v)), 1};
+  } else {
+    *r = {static_cast<int>(std::lround(v * 1000)), 1000};
+    if (std::fabs(v - 29.97) < 0.01) *r = {30000, 1001};
+    if (std::fabs(v - 59.94) < 0.01) *r = {60000, 1001};
+    if (std::fabs(v - 23.976) < 0.01) *r = {24000, 1001};
+  }
+  return true;
 }
 
 }  // namespace vfp

@@ -79,6 +79,10 @@ struct ColorDesc {
   ColorDesc resolved(int width, int height) const;
 };
 
+// A frame rate as ffmpeg writes one: "30", "29.97" (30000/1001), "60000/1001", "12.5".
+// False for anything else, zero, negative or above 10000 (1000000 for a fraction's terms).
+bool parse_frame_rate(const std::string& s, Rational* r);
+
 struct FrameSpec {
   PixelFormat format = PixelFormat::GRAY8;
   int width = 0, height = 0;

@@ -567,7 +567,40 @@ class LibavSink final : public Sink {
   }
 
   void write(const HostFrame& f) override {
-    // One frame, refilled: a new buffer only while the encoder still holds the last one.
+    if (opt_.rate.num <= 0) {
+      fill(f);
+      frame_.f->pts = pts_of(f.index);
+      send(frame_.f);
+      return;
+    }
+    // -r: output frame n shows at n / rate, as ffmpeg's constant-rate output: a frame takes
+    // the slot nearest its time, the slots before it that nobody took repeat the frame
+    // before (duplicated), and a frame whose slot was taken is left out (dropped).
+    const double t = seconds_of(f.index);
+    const int64_t slot = std::llround(t * opt_.rate.num / opt_.rate.den);
+    if (first_slot_) next_slot_ = std::max<int64_t>(0, slot), first_slot_ = false;  // starts where the input does
+    if (slot < next_slot_) {
+      ++dropped_;
+      return;
+    }
+    repeat_until(slot);
+    fill(f);
+    frame_.f->pts = next_slot_++;
+    send(frame_.f);
+    last_seconds_ = t;
+  }
+
+  // The frame in frame_.f again for the slots up to `slot` (exclusive).
+  void repeat_until(int64_t slot) {
+    for (; next_slot_ < slot; ++next_slot_, ++dup_) {
+      frame_.f->pts = next_slot_;
+      send(frame_.f);
+    }
+  }
+
+  // The frame's pixels into frame_.f: one frame, refilled (a new buffer only while the
+  // encoder still holds the last one).
+  void fill(const HostFrame& f) {
     if (!frame_.f->buf[0]) {
       frame_.f->format = enc_ctx_.c->pix_fmt;
       frame_.f->width = spec_.width;
@@ -583,17 +616,22 @@ class LibavSink final : public Sink {
     } else {
       view_to_frame(f.view(), out_bits_, frame_.f);
     }
-    frame_.f->pts = pts_of(f.index);
     frame_.f->color_range = enc_ctx_.c->color_range;
     frame_.f->colorspace = enc_ctx_.c->colorspace;
     frame_.f->color_primaries = enc_ctx_.c->color_primaries;
     frame_.f->color_trc = enc_ctx_.c->color_trc;
-    send(frame_.f);
   }
 
   void close() override {
     if (closed_ || !oc_) return;
     closed_ = true;
+    if (opt_.rate.num > 0 && !first_slot_)  // the last frame lasts its input frame's duration
+      repeat_until(std::llround((last_seconds_ + static_cast<double>(spec_.fps.den) / spec_.fps.num) * opt_.rate.num /
+                                opt_.rate.den));
+    if (opt_.rate.num > 0)
+      log::info("%s: -r %d/%d: %lld frames written, %lld duplicated, %lld dropped", path_.c_str(), opt_.rate.num,
+                opt_.rate.den, static_cast<long long>(next_slot_), static_cast<long long>(dup_),
+                static_cast<long long>(dropped_));
     send(nullptr);
     if (copier_) copier_->pump(oc_, std::numeric_limits<double>::infinity());
     const int e = av_write_trailer(oc_);
@@ -607,6 +645,7 @@ class LibavSink final : public Sink {
     std::string d = path_ + " (" + enc_->name;
     if (enc_ctx_.c) d += std::string(", ") + av_get_pix_fmt_name(enc_ctx_.c->pix_fmt);
     for (const std::string& c : copied_) d += ", " + c + " copied";
+    if (opt_.rate.num > 0) d += log::format(", -r %d/%d", opt_.rate.num, opt_.rate.den);
     return d + ")";
   }
 
@@ -627,9 +666,11 @@ class LibavSink final : public Sink {
                   std::string("the ") + enc_->name + " encoder cannot take " + pix_fmt_name(spec_.format) + " frames");
     out_bits_ = find_map(c->pix_fmt)->bits;
     c->framerate = {spec_.fps.num, spec_.fps.den};
+    if (opt_.rate.num > 0) c->framerate = {opt_.rate.num, opt_.rate.den};
     // Timestamps: the input's time base and the frames' own timestamps (variable rate kept);
     // without an input file, one tick per frame.
     c->time_base = opt_.input ? opt_.input->time_base : AVRational{spec_.fps.den, spec_.fps.num};
+    if (opt_.rate.num > 0) c->time_base = {opt_.rate.den, opt_.rate.num};  // -r: one tick per frame
     if (opt_.input) {
       c->color_range = opt_.input->range;
       c->colorspace = opt_.input->matrix;
@@ -721,6 +762,14 @@ class LibavSink final : public Sink {
     copied_ = copier_->copied();
   }
 
+  // A frame's time in seconds from the start: its input timestamp, or its index at the rate.
+  double seconds_of(int64_t index) {
+    int64_t pts = 0;
+    if (opt_.input && opt_.input->take(index, &pts) && pts != AV_NOPTS_VALUE)
+      return seconds(pts, opt_.input->time_base) - opt_.input->origin;
+    return static_cast<double>(index) * spec_.fps.den / spec_.fps.num;
+  }
+
   int64_t pts_of(int64_t index) {
     int64_t pts = 0;
     if (opt_.input && opt_.input->take(index, &pts) && pts != AV_NOPTS_VALUE) {
@@ -768,6 +817,10 @@ class LibavSink final : public Sink {
   AVPixelFormat rgb_from_ = AV_PIX_FMT_NONE;  // packed RGB frames converted for the encoder
   SwsContext* sws_ = nullptr;
   int64_t last_pts_ = std::numeric_limits<int64_t>::min();
+  // -r: before the first frame; the next output slot to fill, frames repeated and left out.
+  bool first_slot_ = true;
+  int64_t next_slot_ = 0, dup_ = 0, dropped_ = 0;
+  double last_seconds_ = 0;  // the last frame written
   std::unique_ptr<StreamCopier> copier_;
   std::vector<std::string> copied_;
   bool closed_ = false;

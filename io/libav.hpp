@@ -38,6 +38,8 @@ struct VideoOptions {
   int gop = -1;                       // -g
   std::string codec_params;           // -x264-params / -x265-params / -svtav1-params: key=value:...
   bool audio = true;                  // copy the input's audio (-an: false)
+  Rational rate{0, 1};                // -r: constant output rate, frames duplicated or dropped by
+                                      // their timestamps (0: the input's own timing)
   std::shared_ptr<LibavInput> input;  // streams, timestamps, colour and metadata to carry over
 };
 

@@ -132,7 +132,20 @@ void check_overwrite(const std::string& path, Overwrite o) {
 }
 }  // namespace
 
+namespace {
+// Outputs the libav sink writes: files that are none of vfpipe's own formats.
+bool is_video_file(const std::string& spec) {
+  if (spec.empty() || spec == "null" || spec == "none" || spec == "-" || spec.find('%') != std::string::npos)
+    return false;
+  const std::string ext = lower_ext(spec);
+  return ext != ".y4m" && ext != ".gz" && ext != ".png";
+}
+}  // namespace
+
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt) {
+  if (opt.video.rate.num > 0 && !(VFPIPE_HAVE_LIBAV && is_video_file(spec)))
+    throw Error(ErrorKind::Usage, "-r sets the frame rate of a video file output (.mp4, .mkv, .webm, ...), not of '" +
+                                      (spec.empty() ? std::string("null") : spec) + "'");
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
   if (spec == "-") return std::make_unique<Y4mSink>("-");
   std::string ext = lower_ext(spec);

@@ -67,32 +67,6 @@ bool parse_size(const std::string& s, int* w, int* h) {
   return true;
 }
 
-bool parse_rate(const std::string& s, Rational* r) {
-  size_t slash = s.find('/');
-  char* e = nullptr;
-  if (slash != std::string::npos) {
-    const std::string num = s.substr(0, slash), den = s.substr(slash + 1);
-    long n = std::strtol(num.c_str(), &e, 10);
-    if (*e || num.empty()) return false;
-    long d = std::strtol(den.c_str(), &e, 10);
-    if (den.empty()) return false;
-    if (*e || n <= 0 || d <= 0 || n > 1000000 || d > 1000000) return false;
-    *r = {static_cast<int>(n), static_cast<int>(d)};
-    return true;
-  }
-  double v = std::strtod(s.c_str(), &e);
-  if (*e || !(v > 0) || v > 10000) return false;
-  if (std::fabs(v - std::round(v)) < 1e-9) {
-    *r = {static_cast<int>(std::lround(v)), 1};
-  } else {
-    *r = {static_cast<int>(std::lround(v * 1000)), 1000};
-    if (std::fabs(v - 29.97) < 0.01) *r = {30000, 1001};
-    if (std::fabs(v - 59.94) < 0.01) *r = {60000, 1001};
-    if (std::fabs(v - 23.976) < 0.01) *r = {24000, 1001};
-  }
-  return true;
-}
-
 // splitmix64: a small, well-mixed hash for reproducible per-sample noise.
 inline uint64_t mix(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
@@ -119,7 +93,7 @@ SyntheticParams parse_synthetic(const std::string& text) {
   if (!parse_size(o.size, &p.spec.width, &p.spec.height))
     throw ParseError("synthetic: bad size '" + o.size + "' (expected WxH, e.g. 1280x720)", text, at("size").first,
                      at("size").second);
-  if (!parse_rate(o.rate, &p.spec.fps))
+  if (!parse_frame_rate(o.rate, &p.spec.fps))
     throw ParseError("synthetic: bad rate '" + o.rate + "'", text, at("rate").first, at("rate").second);
   if (!parse_pix_fmt(o.format, &p.spec.format) || is_16bit(p.spec.format))
     throw ParseError("synthetic: unsupported format '" + o.format + "' (supported: " + pix_fmt_list(8) +

@@ -108,9 +108,10 @@ TEST(Libav, ColourTagsChooseTheConversion) {
                {"-colorspace bt2020nc -color_range tv", {ColorMatrix::BT2020, ColorRange::Limited}},
                {"", {ColorMatrix::Unspecified, ColorRange::Limited}}};  // ffmpeg tags the range anyway
   for (const Case& c : cases) {
-    const std::string in = make("colour.mkv", "-f lavfi -i testsrc2=size=64x48:rate=25:duration=0.2 -c:v ffv1 "
-                                              "-pix_fmt yuv444p " +
-                                                  std::string(c.tags));
+    const std::string in = make("colour.mkv",
+                                "-f lavfi -i testsrc2=size=64x48:rate=25:duration=0.2 -c:v ffv1 "
+                                "-pix_fmt yuv444p " +
+                                    std::string(c.tags));
     auto src = open_source(in, SourceOptions{});
     EXPECT_EQ(src->spec().color, c.want) << c.tags;
     HostFrame f(src->spec(), false);
@@ -130,6 +131,42 @@ TEST(Libav, ColourTagsChooseTheConversion) {
     if (c.want.matrix == ColorMatrix::BT709) EXPECT_FALSE(want.same_pixels(untagged));
     std::remove(in.c_str());
   }
+}
+
+// -r: a constant output rate, frames duplicated or dropped by their timestamps; the audio
+// is copied as it was, and outputs that hold no rate refuse the option.
+TEST(Libav, OutputRateDuplicatesAndDropsFrames) {
+  REQUIRE_LIBAV();
+  const std::string in = av_clip(), up = tmp_path("rate50.mkv"), down = tmp_path("rate10.mp4");
+  CmdResult r = run_cmd(kBin + " run -y -i " + in + " -r 50 --lossless -o " + up);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("-r 50/1: 200 frames written, 100 duplicated, 0 dropped"), std::string::npos) << r.out;
+  EXPECT_EQ(probe(up, "-select_streams v -show_entries stream=r_frame_rate"), "50/1\n");
+  // Every input frame twice in a row: frames 2k and 2k+1 are the same picture.
+  const std::string md5s = run_cmd("ffmpeg -v error -i " + up + " -map 0:v -f framemd5 - | grep -v '^#'").out;
+  std::vector<std::string> sums;
+  for (size_t a = 0, b; (b = md5s.find('\n', a)) != std::string::npos; a = b + 1)
+    sums.push_back(md5s.substr(md5s.rfind(',', b) + 1, b - md5s.rfind(',', b) - 1));
+  ASSERT_EQ(sums.size(), 200u);
+  for (size_t k = 0; k + 2 < sums.size(); k += 2) {
+    EXPECT_EQ(sums[k], sums[k + 1]) << k;
+    EXPECT_NE(sums[k + 1], sums[k + 2]) << k;
+  }
+  r = run_cmd(kBin + " run -y -i " + in + " -r 10 -o " + down);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("dropped"), std::string::npos) << r.out;
+  EXPECT_EQ(probe(down, "-select_streams v -show_entries stream=r_frame_rate"), "10/1\n");
+  const int frames = std::stoi(probe(down, "-select_streams v -count_frames -show_entries stream=nb_read_frames"));
+  EXPECT_GE(frames, 40);
+  EXPECT_LE(frames, 41);
+  EXPECT_EQ(run_cmd("ffmpeg -v error -i " + in + " -map 0:a -c copy -f data - | md5sum").out,
+            run_cmd("ffmpeg -v error -i " + down + " -map 0:a -c copy -f data - | md5sum").out);
+  r = run_cmd(kBin + " run -y -i " + in + " -r 30 -o " + tmp_path("rate.y4m"));
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("-r sets the frame rate of a video file output"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run -y -i " + in + " -r 0 -o " + down);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  for (const auto& p : {in, up, down}) std::remove(p.c_str());
 }
 
 TEST(Libav, VariableFrameRateTimestampsAreKept) {

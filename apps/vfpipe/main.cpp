@@ -45,7 +45,8 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-to", "--to"},
                                                               {"-loglevel", "--loglevel"},
                                                               {"-progress", "--progress-file"},
-                                                              {"-vf", "--vf"}};
+                                                              {"-vf", "--vf"},
+                                                              {"-r", "--rate"}};
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)

@@ -107,6 +107,7 @@ struct RunArgs {
   double stats_every = 0;
   // Video files (FFmpeg's options).
   int crf = -1, gop = -1;
+  std::string rate;  // -r
   std::string preset, bitrate, codec_params;
   bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
   double start = 0, duration = -1, to = -1;
@@ -150,6 +151,9 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("--preset", a.preset, "(-preset) encoder speed preset (libx264: ultrafast .. veryslow)");
   c->add_option("--video-bitrate", a.bitrate, "(-b:v) video bit rate, e.g. 5M or 800k (instead of -crf)");
   c->add_option("-g,--gop", a.gop, "keyframe interval in frames")->check(CLI::Range(0, 100000));
+  c->add_option("--rate", a.rate,
+                "(-r) constant output frame rate of a video file (30, 29.97, 60000/1001): frames are "
+                "duplicated or dropped by their timestamps");
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
   c->add_flag("--no-audio", a.no_audio, "(-an) leave the input's audio out of a video output (kept by default)");
   c->add_flag("-y,--overwrite", a.overwrite, "overwrite an existing video output");
@@ -318,6 +322,8 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.gop = a.gop;
   ko.video.codec_params = a.codec_params;
   ko.video.audio = !a.no_audio;
+  if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))
+    throw Error(ErrorKind::Usage, "-r: expected a frame rate such as 30, 29.97 or 60000/1001, got '" + a.rate + "'");
   ko.overwrite = a.overwrite ? Overwrite::Yes : a.no_overwrite ? Overwrite::No : Overwrite::Refuse;
 #if VFPIPE_HAVE_LIBAV
   ko.video.input = libav_input_of(src);
