@@ -16,7 +16,7 @@
 namespace vfp {
 
 struct SyntheticParams {
-  FrameSpec spec{PixelFormat::YUV420P, 640, 360, {25, 1}};
+  FrameSpec spec{PixelFormat::YUV420P, 640, 360, {25, 1}, {}};
   int64_t frames = 250;        // 0: endless
   std::string noise = "none";  // none | gauss | saltpepper
   double sigma = 15;           // gauss: standard deviation in 8-bit levels
