@@ -51,6 +51,21 @@ std::vector<uint8_t> plane(const std::string& kind, int w, int h, uint32_t seed)
 
 double psnr(double sse, size_t n) { return sse == 0 ? 99 : 10 * std::log10(255.0 * 255.0 * n / sse); }
 
+// Writes `src` n times to the .mmp file f; each frame's reconstruction goes to `recs`; the
+// bits of each frame.
+std::vector<double> write_frames(const std::string& f, const mmp::Params& p, const HostFrame& src, int n,
+                                 std::deque<HostFrame>& recs) {
+  std::vector<double> bits;
+  mmp::Writer wr(f, src.spec(), p);
+  for (int i = 0; i < n; ++i) {
+    recs.emplace_back(src.spec(), false);
+    const ImageView rv = recs.back().view();
+    bits.push_back(wr.write(src.view(), &rv).bits);
+  }
+  wr.close();
+  return bits;
+}
+
 }  // namespace
 
 TEST(Mmp, ScaleTransformRounding) {
@@ -280,16 +295,7 @@ TEST(Mmp, ContainerCarriesDictionariesWhenAsked) {
     const std::string f =
         dir + (carry ? "/carry" : "/fresh") + (shared ? "_shared" : "") + (post ? "_post.mmp" : ".mmp");
     std::deque<HostFrame> recs;  // HostFrame does not move
-    std::vector<double> bits;
-    {
-      mmp::Writer wr(f, s, p);
-      for (int i = 0; i < 3; ++i) {
-        recs.emplace_back(s, false);
-        const ImageView rv = recs.back().view();
-        bits.push_back(wr.write(src.view(), &rv).bits);
-      }
-      wr.close();
-    }
+    const std::vector<double> bits = write_frames(f, p, src, 3, recs);
     if (carry)
       EXPECT_LT(bits[2], 0.7 * bits[0]);  // the same picture again: its patterns
                                           // are in the dictionaries
@@ -830,17 +836,8 @@ TEST(Mmp, TiledContainerRoundTripsWithCarryAndColour) {
     p.tile_w = 32, p.tile_h = 48;
     p.tile_mode = fmt == PixelFormat::GRAY8 ? mmp::TileMode::Independent : mmp::TileMode::SyncAll;
     const std::string f = dir + "/t.mmp";
-    std::deque<HostFrame> recs;
-    std::vector<double> bits;
-    {
-      mmp::Writer wr(f, s, p);
-      for (int i = 0; i < 3; ++i) {
-        recs.emplace_back(s, false);
-        const ImageView rv = recs.back().view();
-        bits.push_back(wr.write(src.view(), &rv).bits);
-      }
-      wr.close();
-    }
+    std::deque<HostFrame> recs;  // HostFrame does not move
+    const std::vector<double> bits = write_frames(f, p, src, 3, recs);
     if (p.carry) EXPECT_LT(bits[2], 0.7 * bits[0]);
     mmp::Reader rd(f);
     EXPECT_EQ(rd.params().tile_w, 32);
