@@ -523,6 +523,15 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
   EXPECT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/b32.mmp -o " + dir + "/b32.y4m").rc, 0);
   EXPECT_NE(test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/x.mmp --block 64").rc, 0);
   EXPECT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/own.mmp -o " + dir + "/own.y4m").rc, 0);
+  // Tiles from the CLI: the header says so, the file decodes, a bad size is a usage error.
+  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/tiled.mmp --lambda 20 --tile 32x16 -n 1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = test::run_cmd(bin + " mmp info " + dir + "/tiled.mmp");
+  EXPECT_NE(r.out.find("tiles: 32x16 (luma samples), sync"), std::string::npos) << r.out;
+  EXPECT_EQ(test::run_cmd(bin + " mmp decode " + dir + "/tiled.mmp -o " + dir + "/tiled.y4m").rc, 0);
+  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/x.mmp --tile 20");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("multiple of the block size 16"), std::string::npos) << r.out;
   r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/carry.mmp --lambda 20 --carry --modes 2");
   ASSERT_EQ(r.rc, 0) << r.out;
   r = test::run_cmd(bin + " mmp info " + dir + "/carry.mmp");
