@@ -89,6 +89,36 @@ size_t device_memory_used() {
   return total_b - free_b;
 }
 
+int device_count() {
+  if (!probe().usable) return 0;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+int current_device() {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return d;
+}
+
+void set_device(int device) { VFP_CUDA(cudaSetDevice(device)); }
+
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
 void host_free_pinned(void* p) {
   if (p) cudaFreeHost(p);
 }

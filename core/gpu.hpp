@@ -28,6 +28,14 @@ struct DeviceInfo {
 const DeviceInfo& probe();
 // Device memory in use now (total - free, all processes), in bytes; 0 if it cannot be read.
 size_t device_memory_used();
+// CUDA devices visible to this process (0 when none is usable); never throws.
+int device_count();
+// The calling thread's current device (cudaGetDevice; 0 when it cannot be read), and
+// setting it: every thread that works for one pipeline sets that pipeline's device.
+int current_device();
+void set_device(int device);  // throws vfp::Error (Gpu)
+// The name of a device ("" when it cannot be read).
+std::string device_name(int device);
 
 void* host_alloc_pinned(size_t bytes);
 void host_free_pinned(void* p);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -21,6 +22,7 @@ namespace log {
 namespace {
 std::atomic<int> g_level{static_cast<int>(Level::Info)};
 std::mutex g_mu;
+std::function<void(const std::string&)> g_writer;  // guarded by g_mu
 
 void vlog(Level l, const char* tag, const char* fmt, va_list ap) {
   if (static_cast<int>(l) < g_level.load()) return;
@@ -30,10 +32,17 @@ void vlog(Level l, const char* tag, const char* fmt, va_list ap) {
   msg += buf;
   msg += '\n';
   std::lock_guard<std::mutex> lk(g_mu);
-  // "\r\033[K" clears a progress bar that may be on the current line.
-  std::fputs(msg.c_str(), stderr);
+  if (g_writer)
+    g_writer(msg);
+  else
+    std::fputs(msg.c_str(), stderr);
 }
 }  // namespace
+
+void set_writer(std::function<void(const std::string&)> writer) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_writer = std::move(writer);
+}
 
 void set_level(Level l) { g_level = static_cast<int>(l); }
 Level level() { return static_cast<Level>(g_level.load()); }

@@ -11,10 +11,18 @@ std::atomic<int>& stop_flag() {
   return flag;
 }
 
+std::atomic<int>& signal_count() {
+  static std::atomic<int> count{0};
+  return count;
+}
+
 namespace {
+std::atomic<int> g_exit_at{2};
+
 extern "C" void on_signal(int sig) {
-  if (stop_flag().exchange(sig) != 0) {
-    static const char msg[] = "\nvfpipe: second signal, exiting now\n";
+  stop_flag().store(sig);
+  if (signal_count().fetch_add(1) + 1 >= g_exit_at.load()) {
+    static const char msg[] = "\nvfpipe: signal again, exiting now\n";
     ssize_t r = write(2, msg, sizeof msg - 1);
     (void)r;
     _exit(128 + sig);
@@ -22,7 +30,8 @@ extern "C" void on_signal(int sig) {
 }
 }  // namespace
 
-void install_signal_handlers() {
+void install_signal_handlers(int exit_at) {
+  g_exit_at.store(exit_at < 1 ? 1 : exit_at);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

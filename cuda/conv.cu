@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <array>
+#include <map>
 #include <mutex>
 
 #include "core/error.hpp"
@@ -19,7 +21,8 @@ __constant__ float c_taps[kConvBanks][kBankFloats];
 
 std::mutex g_bank_mu;
 std::atomic<bool> g_programmatic_launch{true};
-bool g_bank_used[kConvBanks] = {};
+// Constant memory is per device: so are the banks in use.
+std::map<int, std::array<bool, kConvBanks>> g_bank_used;
 
 constexpr int kBX = 32, kPX = 4, kPY = 4;  // threads across; each thread 4x4 pixels
 constexpr int kOW = kBX * kPX;             // 128 outputs wide
@@ -485,17 +488,19 @@ void dispatch(int kw, bool separable, const uint8_t* src, int spitch, uint8_t* d
 
 }  // namespace
 
-ConvTaps::ConvTaps(int slots) {
+ConvTaps::ConvTaps(int slots) : device_(current_device()) {
   std::lock_guard<std::mutex> lk(g_bank_mu);
+  auto& used = g_bank_used[device_];
   for (int b = 0; b < kConvBanks && static_cast<int>(banks_.size()) < slots; ++b)
-    if (!g_bank_used[b]) banks_.push_back(b);
+    if (!used[static_cast<size_t>(b)]) banks_.push_back(b);
   if (static_cast<int>(banks_.size()) < slots) {
     banks_.clear();
     throw Error(ErrorKind::Usage, log::format("conv: out of constant-memory banks (%d in all, one per conv stage and "
-                                              "frame in flight); use fewer conv stages or a smaller --depth",
+                                              "frame in flight, on each GPU); use fewer conv stages or pipelines "
+                                              "per GPU, or a smaller --depth",
                                               kConvBanks));
   }
-  for (int b : banks_) g_bank_used[b] = true;
+  for (int b : banks_) used[static_cast<size_t>(b)] = true;
   versions_.assign(banks_.size(), 0);
   params_.resize(banks_.size());
   separable_.assign(banks_.size(), 0);
@@ -503,7 +508,7 @@ ConvTaps::ConvTaps(int slots) {
 
 ConvTaps::~ConvTaps() {
   std::lock_guard<std::mutex> lk(g_bank_mu);
-  for (int b : banks_) g_bank_used[b] = false;
+  for (int b : banks_) g_bank_used[device_][static_cast<size_t>(b)] = false;
 }
 
 void ConvTaps::use(const ConvParams& p, bool separable, uint64_t version, int slot, StreamHandle s) {

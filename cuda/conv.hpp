@@ -31,6 +31,7 @@ class ConvTaps {
   int bank(int slot) const { return banks_[static_cast<size_t>(slot) % banks_.size()]; }
 
  private:
+  int device_;  // banks are per device
   std::vector<int> banks_;
   std::vector<uint64_t> versions_;
   std::vector<ConvParams> params_;  // per slot: what its bank holds

@@ -241,6 +241,18 @@ class LibavSource final : public Source {
         throw Error(ErrorKind::Input, "'" + url + "': cannot seek to " + std::to_string(opt.start) + " s: " + averr(e));
     }
     if (st_->nb_frames > 0 && opt.start <= 0 && opt.duration < 0) frames_ = expected_ = st_->nb_frames;
+    // Where the video stream ends by the container (its duration, or Matroska's per-track
+    // DURATION tag): with no frame count to compare, a truncated file shows as an early end.
+    if (opt.start <= 0 && opt.duration < 0) {
+      const double s0 = st_->start_time == AV_NOPTS_VALUE ? 0 : seconds(st_->start_time, st_->time_base);
+      if (st_->duration != AV_NOPTS_VALUE && st_->duration > 0) {
+        stream_end_ = s0 + seconds(st_->duration, st_->time_base);
+      } else if (const AVDictionaryEntry* d = av_dict_get(st_->metadata, "DURATION", nullptr, 0)) {
+        int h = 0, m = 0;
+        double sec = 0;
+        if (std::sscanf(d->value, "%d:%d:%lf", &h, &m, &sec) == 3) stream_end_ = s0 + h * 3600.0 + m * 60.0 + sec;
+      }
+    }
     ignore_errors_ = opt.ignore_errors;
     describe_ = url + " (" + std::string(dec->name) + ", " + av_get_pix_fmt_name(dec_.c->pix_fmt) + ")";
   }
@@ -280,6 +292,9 @@ class LibavSource final : public Source {
     const AVFieldOrder fo = st_->codecpar->field_order;
     const bool frame_packets = fo == AV_FIELD_PROGRESSIVE || fo == AV_FIELD_UNKNOWN;  // not one field a packet
     if (lost == 0 && frame_packets && packets_ > decoded_) lost = packets_ - decoded_;
+    const double fps = spec_.fps.value() > 0 ? spec_.fps.value() : 25;
+    if (lost == 0 && expected_ == 0 && stream_end_ > 0 && last_end_ >= 0 && stream_end_ - last_end_ > 2 / fps + 0.05)
+      lost = std::llround((stream_end_ - last_end_) * fps);
     if (lost == 0 && damaged_ == 0) return false;
     std::string why;
     if (damaged_ > 0) why = std::to_string(damaged_) + " damaged packet" + (damaged_ > 1 ? "s" : "") + " skipped";
@@ -364,6 +379,8 @@ class LibavSource final : public Source {
       frame_to_view(f, info_->bits, dst.view());
     }
     av_frame_unref(frame_.f);
+    if (pts != AV_NOPTS_VALUE)
+      last_end_ = seconds(pts, info_->time_base) + 1 / (spec_.fps.value() > 0 ? spec_.fps.value() : 25);
     info_->record(next_++, pts);
   }
 
@@ -377,6 +394,7 @@ class LibavSource final : public Source {
   std::shared_ptr<LibavInput> info_;
   FrameSpec spec_;
   int64_t frames_ = -1, next_ = 0, expected_ = 0, damaged_ = 0;
+  double stream_end_ = -1, last_end_ = -1;  // seconds: the container's end of the video, the last frame's end
   int64_t packets_ = 0, decoded_ = 0;  // video packets the decoder took, frames it gave
   bool ignore_errors_ = false;
   std::string describe_;

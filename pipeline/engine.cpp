@@ -181,7 +181,10 @@ class CudaWorker final : public Worker {
     nvtx_name_stream(compute_.get(), "vfpipe compute");
     nvtx_name_stream(down_.get(), "vfpipe download");
     reanchor();
-    completer_ = std::thread([this] { completion_loop(); });
+    completer_ = std::thread([this, device = cuda::current_device()] {
+      cuda::set_device(device);
+      completion_loop();
+    });
   }
   ~CudaWorker() override {
     {
@@ -550,6 +553,19 @@ class SignalMaskGuard {
 
 namespace {
 
+int current_device() {
+#if VFPIPE_HAVE_CUDA
+  return cuda::current_device();
+#else
+  return 0;
+#endif
+}
+void bind_device([[maybe_unused]] int device) {
+#if VFPIPE_HAVE_CUDA
+  if (device != 0 || cuda::current_device() != 0) cuda::set_device(device);
+#endif
+}
+
 // One run of the pipeline: three threads (source, worker = the caller's, sink) around two
 // bounded queues. A source failure ends the input but the frames already read are still
 // processed and written ("loses nothing"); a stage or sink failure stops everything.
@@ -570,9 +586,16 @@ class PipelineRun {
     describe_run();
     if (!start_worker()) return std::move(res_);
     SignalMaskGuard mask;
-    std::thread sink_thread([&] { sink_loop(); });
+    // The CUDA device is per thread: the helpers work on the caller's (batch pipelines are
+    // bound to one GPU each by the thread that runs them).
+    const int device = gpu_ ? current_device() : 0;
+    std::thread sink_thread([&] {
+      bind_device(device);
+      sink_loop();
+    });
     std::thread source_thread([&] {
       pthread_sigmask(SIG_SETMASK, &mask.old(), nullptr);  // receive SIGINT here
+      bind_device(device);
       source_loop();
     });
     worker_loop();
@@ -590,7 +613,7 @@ class PipelineRun {
     rep.backend = backend_name(cfg_.backend);
     rep.device = "CPU";
 #if VFPIPE_HAVE_CUDA
-    if (gpu_) rep.device = cuda::probe().name;
+    if (gpu_) rep.device = cuda::device_name(cuda::current_device());
 #endif
     rep.input = src_.describe();
     rep.output = sink_.describe();

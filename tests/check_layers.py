@@ -20,6 +20,7 @@ ALLOWED = {
     "pipeline": {"core", "cpu", "cuda", "codecs", "stages"},
     "io": {"core", "cpu", "cuda", "codecs", "stages", "pipeline"},
     "display": {"core", "cpu", "cuda", "codecs", "stages", "pipeline", "io"},
+    "batch": {"core"},
 }
 # Above every layer: may include anything.
 TOP = {"apps", "tests"}

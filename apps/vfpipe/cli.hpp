@@ -20,6 +20,7 @@ void add_run_commands(CLI::App& app, Subcommands& out);      // run, live, profi
 void add_mmp_commands(CLI::App& app, Subcommands& out);      // mmp encode|decode|info: mmp.cpp
 void add_compress_command(CLI::App& app, Subcommands& out);  // compress: compress.cpp
 void add_filters_commands(CLI::App& app, Subcommands& out);  // filters, info: filters.cpp
+void add_batch_command(CLI::App& app, Subcommands& out);     // batch: batch.cpp
 
 // Writes `text` to `path`; throws Error(Output) naming `what` when it cannot.
 void write_file(const std::string& path, const std::string& text, const char* what);

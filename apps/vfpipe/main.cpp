@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
 
   Subcommands commands;
   add_run_commands(app, commands);
+  add_batch_command(app, commands);
   add_mmp_commands(app, commands);
   add_compress_command(app, commands);
   add_filters_commands(app, commands);

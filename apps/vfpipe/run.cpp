@@ -8,6 +8,7 @@
 
 #include "apps/vfpipe/cli.hpp"
 #include "apps/vfpipe/progress.hpp"
+#include "apps/vfpipe/run.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/signals.hpp"
@@ -87,47 +88,16 @@ Examples:
   nsys profile vfpipe run -i ...      # NVTX ranges: threads, streams, stages, copies
 )";
 
-struct RunArgs {
-  std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy, sendcmd;
-  std::string size, profile, display, view = "split", screenshot;
-  std::string vsync = "on";
-  int screenshot_every = 0;
-  bool no_display = false, no_hud = false, glass_to_glass = false;
-  double g2g_period = 250;
-  std::string save_dir = ".";
-  double fps = 0;
-  int64_t frames = -1;
-  int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
-  std::string completion = "event";
-  size_t profile_frames = 100000;
-  bool report_frames = false, no_progress = false, quiet = false, verbose = false;
-  bool lossless = false;
-  int compression_level = 1;
-  std::string deflate_engine = "auto";
-  double stats_every = 0;
-  // Video files (FFmpeg's options).
-  int crf = -1, gop = -1;
-  std::string rate;  // -r
-  std::string preset, bitrate, codec_params;
-  bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
-  double start = 0, duration = -1, to = -1;
-  std::string loglevel, progress_file;
-};
+}  // namespace
 
-void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
-  c->add_option("-i,--input", a.input, "input: file, '-' (Y4M stdin), synthetic=..., camera=N, pattern")
-      ->required(input_required);
-  c->add_option("-o,--output", a.output, "output: file.y4m, '-' (Y4M stdout), video file, image pattern, null")
-      ->capture_default_str();
-  c->add_option("-f,--filters,--vf", a.filters, "filter chain, e.g. \"format=gray,null\"");
+
+void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("-d,--device", a.device, "backend: auto (CUDA if a GPU is usable), cuda, cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
   c->add_option("--pix-fmt", a.pix_fmt,
                 "output pixel format (" + pix_fmt_list(8) + "; 16-bit: " + pix_fmt_list(16) + ")");
   c->add_option("-n,--frames", a.frames, "stop after N input frames");
-  c->add_option("--policy", a.policy, "batch: never drop (back-pressure); live: keep the newest frame")
-      ->check(CLI::IsMember({"batch", "live"}));
   c->add_option("--depth", a.depth, "frames in flight on the GPU (CUDA streams), 2..16")
       ->check(CLI::Range(2, 16))
       ->capture_default_str();
@@ -139,9 +109,6 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_option("--queue", a.queue, "capacity of the source and sink queues, 1..64")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  c->add_option("--report", a.report, "write a JSON timing report to FILE");
-  c->add_flag("--report-frames", a.report_frames, "include every frame's timings in the report");
-  c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")->check(CLI::Range(0, 1000000));
   c->add_option(
       "--codec", a.codec,
       "(-c:v) video encoder: libx264 (default for .mp4/.mov/.mkv), libx265, libsvtav1, libvpx-vp9 (.webm), ffv1, "
@@ -164,9 +131,6 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->check(CLI::Range(0.0, 1e9));
   c->add_option("--to", a.to, "(-to) stop at this time of a video file input, in seconds (-t wins if both)")
       ->check(CLI::Range(0.0, 1e9));
-  c->add_option("--progress-file", a.progress_file,
-                "(-progress) machine-readable progress: key=value blocks (frame, fps, drop_frames, out_time_us, speed, "
-                "progress=continue|end) every 0.5 s to FILE, or '-' for stderr");
   c->add_option("--loglevel", a.loglevel, "(-loglevel, -v LEVEL) messages: quiet, error, warning, info, debug")
       ->check(CLI::IsMember({"quiet", "panic", "fatal", "error", "warning", "info", "verbose", "debug", "trace"}));
   c->add_option("-t,--duration", a.duration, "process this many seconds of a video file input")
@@ -184,10 +148,14 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->capture_default_str();
   c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera")
       ->check(CLI::Range(0.0, 10000.0));
-  c->add_option("--size", a.size, "capture size to request from a camera, WxH");
-  c->add_option("--sendcmd", a.sendcmd,
-                "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
-                "(FILTER: a name or #N), e.g. '30 conv kernel=sharpen'");
+  c->add_flag("-q,--quiet", a.quiet, "errors only, no summary");
+  c->add_flag("-v,--verbose", a.verbose, "debug messages (chain negotiation, buffers)");
+}
+
+namespace {
+
+// What only a single stream has: the display, profiles, statistics lines.
+void add_view_options(CLI::App* c, RunArgs& a, bool profile_cmd) {
   if (profile_cmd)
     c->add_option("--prefix", a.profile,
                   "output files: PREFIX.json (profile), PREFIX.trace.json (Perfetto / "
@@ -230,9 +198,31 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
                 "print a statistics line every S seconds: frames, fps, drops, end-to-end latency p50/p99/max, "
                 "resident and GPU memory (long and live runs)")
       ->check(CLI::Range(0.1, 86400.0));
-  c->add_flag("-q,--quiet", a.quiet, "errors only, no summary");
-  c->add_flag("-v,--verbose", a.verbose, "debug messages (chain negotiation, buffers)");
 }
+
+void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_cmd = false) {
+  c->add_option("-i,--input", a.input, "input: file, '-' (Y4M stdin), synthetic=..., camera=N, pattern")
+      ->required(input_required);
+  c->add_option("-o,--output", a.output, "output: file.y4m, '-' (Y4M stdout), video file, image pattern, null")
+      ->capture_default_str();
+  c->add_option("-f,--filters,--vf", a.filters, "filter chain, e.g. \"format=gray,null\"");
+  add_common_options(c, a);
+  c->add_option("--policy", a.policy, "batch: never drop (back-pressure); live: keep the newest frame")
+      ->check(CLI::IsMember({"batch", "live"}));
+  c->add_option("--report", a.report, "write a JSON timing report to FILE");
+  c->add_flag("--report-frames", a.report_frames, "include every frame's timings in the report");
+  c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")->check(CLI::Range(0, 1000000));
+  c->add_option("--size", a.size, "capture size to request from a camera, WxH");
+  c->add_option("--sendcmd", a.sendcmd,
+                "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
+                "(FILTER: a name or #N), e.g. '30 conv kernel=sharpen'");
+  c->add_option("--progress-file", a.progress_file,
+                "(-progress) machine-readable progress: key=value blocks (frame, fps, drop_frames, out_time_us, speed, "
+                "progress=continue|end) every 0.5 s to FILE, or '-' for stderr");
+  add_view_options(c, a, profile_cmd);
+}
+
+}  // namespace
 
 Backend choose_backend(const std::string& device, const std::vector<std::unique_ptr<Stage>>& stages) {
   if (device == "cpu") return Backend::CPU;
@@ -261,6 +251,8 @@ Backend choose_backend(const std::string& device, const std::vector<std::unique_
   return Backend::CPU;
 #endif
 }
+
+namespace {
 
 // The profile's table on stderr and its three files.
 void write_profile(const RunReport& r, const RunArgs& a, bool quiet) {
@@ -308,6 +300,8 @@ int64_t parse_bitrate(const std::string& s) {
   return static_cast<int64_t>(v * mul);
 }
 
+}  // namespace
+
 // The output, checked against the input: a single image must be the whole run.
 std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Source& src) {
   SinkOptions ko;
@@ -342,6 +336,8 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   }
   return sink;
 }
+
+namespace {
 
 #if VFPIPE_HAVE_GL
 // Wraps `sink` in the display (--display, and `live` by default); the display sink or null.
@@ -388,6 +384,8 @@ void print_display_summary(const RunArgs& a, const DisplaySink& d) {
 }
 #endif
 
+}  // namespace
+
 EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const Source& src) {
   EngineConfig cfg;
   cfg.backend = backend;
@@ -402,6 +400,41 @@ EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const S
   cfg.stop = &stop_flag();
   return cfg;
 }
+
+void apply_log_options(RunArgs& a) {
+  if (a.quiet) log::set_level(log::Level::Error);
+  if (a.verbose) log::set_level(log::Level::Debug);
+  if (!a.loglevel.empty()) {  // ffmpeg's names
+    const std::string& l = a.loglevel;
+    log::set_level(l == "quiet" || l == "panic" || l == "fatal" || l == "error" ? log::Level::Error
+                   : l == "warning"                                             ? log::Level::Warn
+                   : l == "info"                                                ? log::Level::Info
+                                                                                : log::Level::Debug);
+    if (l == "quiet" || l == "panic" || l == "fatal") a.quiet = true;  // no summary either
+    if (l == "error") a.no_progress = true;
+  }
+}
+
+std::optional<PixelFormat> forced_format(const RunArgs& a) {
+  if (a.pix_fmt.empty()) return std::nullopt;
+  PixelFormat f;
+  if (!parse_pix_fmt(a.pix_fmt, &f))
+    throw Error(ErrorKind::Usage,
+                "--pix-fmt: unsupported pixel format '" + a.pix_fmt + "' (supported: " + pix_fmt_list() + ")");
+  return f;
+}
+
+SourceOptions source_options(const RunArgs& a, Backend backend) {
+  SourceOptions so;
+  so.pinned = backend == Backend::CUDA;
+  so.fps = a.fps;
+  so.start = a.start;
+  so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
+  so.ignore_input_errors = a.ignore_input_errors;
+  return so;
+}
+
+namespace {
 
 // The run's summary, reports and profile; the exit status (rethrows the run's error).
 int finish_run(RunResult& res, const RunArgs& a, const Chain& chain) {
@@ -424,36 +457,14 @@ int finish_run(RunResult& res, const RunArgs& a, const Chain& chain) {
 }
 
 int run_command(RunArgs& a, bool live) {
-  if (a.quiet) log::set_level(log::Level::Error);
-  if (a.verbose) log::set_level(log::Level::Debug);
-  if (!a.loglevel.empty()) {  // ffmpeg's names
-    const std::string& l = a.loglevel;
-    log::set_level(l == "quiet" || l == "panic" || l == "fatal" || l == "error" ? log::Level::Error
-                   : l == "warning"                                             ? log::Level::Warn
-                   : l == "info"                                                ? log::Level::Info
-                                                                                : log::Level::Debug);
-    if (l == "quiet" || l == "panic" || l == "fatal") a.quiet = true;  // no summary either
-    if (l == "error") a.no_progress = true;
-  }
+  apply_log_options(a);
   install_signal_handlers();
 
   // Everything the user typed is validated before any input or output is opened.
   auto stages = build_stages(a.filters);
-  std::optional<PixelFormat> forced;
-  if (!a.pix_fmt.empty()) {
-    PixelFormat f;
-    if (!parse_pix_fmt(a.pix_fmt, &f))
-      throw Error(ErrorKind::Usage,
-                  "--pix-fmt: unsupported pixel format '" + a.pix_fmt + "' (supported: " + pix_fmt_list() + ")");
-    forced = f;
-  }
+  const std::optional<PixelFormat> forced = forced_format(a);
   const Backend backend = choose_backend(a.device, stages);
-  SourceOptions so;
-  so.pinned = backend == Backend::CUDA;
-  so.fps = a.fps;
-  so.start = a.start;
-  so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
-  so.ignore_input_errors = a.ignore_input_errors;
+  SourceOptions so = source_options(a, backend);
   if (!a.size.empty() && std::sscanf(a.size.c_str(), "%dx%d", &so.width, &so.height) != 2)
     throw Error(ErrorKind::Usage, "--size: expected WxH, got '" + a.size + "'");
   auto src = open_source(a.input, so);

@@ -1,0 +1,59 @@
+// What `run` shares with `batch`: the options of one stream (input, filters, output and the
+// encoder's settings) and the steps that open, check and configure a pipeline from them.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/frame.hpp"
+#include "core/stage.hpp"
+#include "io/open.hpp"
+#include "pipeline/engine.hpp"
+
+namespace vfp {
+
+struct RunArgs {
+  std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy, sendcmd;
+  std::string size, profile, display, view = "split", screenshot;
+  std::string vsync = "on";
+  int screenshot_every = 0;
+  bool no_display = false, no_hud = false, glass_to_glass = false;
+  double g2g_period = 250;
+  std::string save_dir = ".";
+  double fps = 0;
+  int64_t frames = -1;
+  int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
+  std::string completion = "event";
+  size_t profile_frames = 100000;
+  bool report_frames = false, no_progress = false, quiet = false, verbose = false;
+  bool lossless = false;
+  int compression_level = 1;
+  std::string deflate_engine = "auto";
+  double stats_every = 0;
+  // Video files (FFmpeg's options).
+  int crf = -1, gop = -1;
+  std::string rate;  // -r
+  std::string preset, bitrate, codec_params;
+  bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
+  double start = 0, duration = -1, to = -1;
+  std::string loglevel, progress_file;
+};
+
+// The options every stream has, in `run`, `live`, `profile` and `batch`: backend, pixel
+// format, engine depth, the encoder's settings, trimming, log level.
+void add_common_options(CLI::App* c, RunArgs& a);
+// -q, -v and -loglevel set the log level (and -loglevel quiet sets `quiet`).
+void apply_log_options(RunArgs& a);
+// --pix-fmt, checked.
+std::optional<PixelFormat> forced_format(const RunArgs& a);
+// CUDA when asked for or usable and every stage has it; CPU otherwise, with a warning.
+Backend choose_backend(const std::string& device, const std::vector<std::unique_ptr<Stage>>& stages);
+SourceOptions source_options(const RunArgs& a, Backend backend);
+// Opens a.output for this source (the encoder's options, overwrite rule, single-image check).
+std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Source& src);
+EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const Source& src);
+
+}  // namespace vfp
