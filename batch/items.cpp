@@ -167,8 +167,14 @@ nlohmann::json csv_value(const std::string& s) {
   return s;
 }
 
+// Inputs that are not files: URLs and vfpipe's generated sources.
+bool is_stream_spec(const std::string& s) {
+  return s.find("://") != std::string::npos || s.rfind("synthetic", 0) == 0 || s.rfind("camera=", 0) == 0;
+}
+
 std::string rebase(const std::string& path, const fs::path& list_dir) {
-  if (path == "-" || fs::path(path).is_absolute() || list_dir.empty() || list_dir == ".") return path;
+  if (path == "-" || is_stream_spec(path) || fs::path(path).is_absolute() || list_dir.empty() || list_dir == ".")
+    return path;
   return (list_dir / path).lexically_normal().string();
 }
 
@@ -258,6 +264,8 @@ std::vector<Item> collect(const std::vector<std::string>& inputs, const std::vec
     } else if (fs::is_directory(in)) {
       walk_folder(in, opt, all);
     } else if (fs::exists(in)) {
+      all.push_back(file_item(in, "", in));
+    } else if (is_stream_spec(in)) {
       all.push_back(file_item(in, "", in));
     } else if (has_glob_chars(in)) {
       expand_glob(in, all);

@@ -30,7 +30,7 @@ struct CollectOptions {
 const std::vector<std::string>& default_extensions();
 
 // Expands the inputs: a folder (walked, sorted), a glob ('clips/*.mp4', '**' not special),
-// a file, or "-" (a plain list on stdin). `lists` are list files (plain, .csv, .jsonl; see
+// a file, a URL or synthetic source (taken as they are), or "-" (a plain list on stdin). `lists` are list files (plain, .csv, .jsonl; see
 // read_list). The result is sorted by path, without duplicates, with `index` set.
 // Throws Error(Input) for a missing input or an empty result.
 std::vector<Item> collect(const std::vector<std::string>& inputs, const std::vector<std::string>& lists,

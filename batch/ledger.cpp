@@ -193,7 +193,7 @@ void write_items(const std::string& path, const std::vector<Item>& items) {
     for (const Item& it : items) {
       nlohmann::json j = it.options.is_object() ? it.options : nlohmann::json::object();
       j["input"] = abs_path(it.input);  // tasks may start in another folder
-      if (j.contains("output") && j["output"].is_string()) j["output"] = abs_path(j["output"].get<std::string>());
+      j["output"] = abs_path(it.output);  // the template, expanded once for every shard
       j["relpath"] = it.relpath;
       j["bytes"] = it.bytes;
       out << j.dump() << "\n";

@@ -228,6 +228,16 @@ class Batch {
       finish_item(it, "skipped", "done before");
       return;
     }
+    // Recorded as done, then killed before the rename: the complete file is still under its
+    // temporary name. Finishing the rename keeps the item done once.
+    if (done_before && !cfg_.redo && has_output && present(unit_of(temporary_output(it.output)))) {
+      std::error_code ec;
+      fs::rename(unit_of(temporary_output(it.output)), final_unit, ec);
+      if (!ec) {
+        finish_item(it, "skipped", "done before (its output renamed now)");
+        return;
+      }
+    }
     if (has_output && present(final_unit) && !done_before) {
       if (cfg_.existing == Existing::Skip) {
         finish_item(it, "skipped", "output exists");

@@ -43,8 +43,8 @@ std::string sbatch_script(const SlurmOptions& o) {
   s += "set -eu\n";
   // Slurm sends SIGTERM at the time limit or on scancel: vfpipe abandons the items in
   // flight (their temporary files removed) and the next submission does them.
-  s += "exec " + shell_quote(o.vfpipe) + (o.threads > 0 ? " --threads " + std::to_string(o.threads) : "") +
-       " batch --config " + shell_quote(o.config) + " --list " + shell_quote(o.items) + " --progress plain\n";
+  s += "exec " + shell_quote(o.vfpipe) + " --config " + shell_quote(o.config) + " batch --list " +
+       shell_quote(o.items) + " --progress plain\n";
   return s;
 }
 

@@ -18,7 +18,6 @@ struct SlurmOptions {
   int array_max = 0;        // at most this many at once (0: no limit)
   std::string partition, time, account, job_name = "vfpipe-batch";
   int gpus_per_task = 0, cpus_per_task = 0;
-  int threads = 0;                       // vfpipe's --threads in each task (0: every core it has)
   std::vector<std::string> sbatch_args;  // more #SBATCH lines, e.g. "--mem=16G"
 };
 

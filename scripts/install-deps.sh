@@ -17,6 +17,7 @@ PKGS=(cmake ninja-build g++ pkg-config
       zlib1g-dev             # reads our DEFLATE streams back in the tests
       libpng-dev             # decodes our PNGs in the tests (and the PNG size reference)
       python3-pywt python3-skimage   # outside references for the wavelet stage
+      slurmctld slurmd slurm-client munge  # `vfpipe batch --slurm`, tested on a local cluster
       chromium)              # renders the profile's HTML report in a test
 missing=()
 for p in "${PKGS[@]}"; do

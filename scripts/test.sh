@@ -8,6 +8,8 @@ bash scripts/build.sh ci
 # The packages above are installed: the PyWavelets / scikit-image comparisons and the
 # headless-Chromium rendering of the profile report must run, not skip.
 export VFPIPE_REQUIRE_PYWT=1 VFPIPE_REQUIRE_CHROMIUM=1
+# Slurm's daemons run the batch array test (tests/slurm_batch_test.sh); it needs root, as CI has.
+if [ "$(id -u)" = 0 ]; then export VFPIPE_REQUIRE_SLURM=1; fi
 # The display tests need an X server (window) and EGL (headless): Xvfb with Mesa.
 X=()
 if command -v xvfb-run >/dev/null; then

@@ -249,11 +249,10 @@ int slurm_command(const BatchArgs& b, const RunArgs& a, const std::vector<batch:
   o.account = b.account;
   o.gpus_per_task = b.gpus_per_task;
   o.cpus_per_task = b.cpus_per_task;
-  o.threads = cpu_threads() != available_cores() ? cpu_threads() : 0;  // --threads, passed on
   o.sbatch_args = b.sbatch_args;
   batch::write_items(o.items, items);
   // The tasks' options: exactly what was given here, minus what only the submitter uses.
-  write_file(o.config, cli.config_to_str(false, true), "options file");
+  write_file(o.config, cli.get_parent()->config_to_str(false, true), "options file");
   const std::string script = (fs::path(dir) / "vfpipe-batch.sbatch").string();
   write_file(script, batch::sbatch_script(o), "sbatch script");
   log::info("%zu items in %d array tasks; wrote %s, %s and %s", items.size(), o.shards, script.c_str(),
@@ -380,7 +379,7 @@ void add_batch_command(CLI::App& app, Subcommands& out) {
   auto a = std::make_shared<RunArgs>();
   auto* c = app.add_subcommand("batch", "process many files: folders, globs, lists; every GPU; resumable; Slurm arrays");
   c->footer(kBatchHelp);
-  c->set_config("--config", "", "read options from a TOML file (what --slurm writes for its tasks)");
+  c->configurable();  // its options can come from the global --config file (what --slurm writes)
   c->add_option("inputs", b->inputs, "folders, files, quoted globs, or - (a list on stdin)")->configurable(false);
   c->add_option("-i,--input", b->inputs, "an input (folder, file, glob); repeatable")->configurable(false);
   c->add_option("--list", b->lists, "list file: paths one a line, .csv with an 'input' column, or .jsonl")

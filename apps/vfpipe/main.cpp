@@ -107,6 +107,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   app.fallthrough();
+  // Options from a TOML file: `[batch]` holds batch's (what `vfpipe batch --slurm` writes for
+  // its array tasks); a top-level `threads=N` is --threads.
+  app.set_config("--config", "", "read options from a TOML file (see 'vfpipe batch --help')");
 
   Subcommands commands;
   add_run_commands(app, commands);
