@@ -73,7 +73,12 @@ bool have_opencv() {
 
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt) {
   if (spec.empty()) throw Error(ErrorKind::Usage, "no input given (-i)");
-  if (spec == "-") return std::make_unique<Y4mSource>("-");
+  const auto y4m = [&](const std::string& path) {
+    auto s = std::make_unique<Y4mSource>(path);
+    s->set_ignore_errors(opt.ignore_input_errors);
+    return s;
+  };
+  if (spec == "-") return y4m("-");
   if (starts_with(spec, "synthetic") && (spec.size() == 9 || spec[9] == '=')) {
     SyntheticParams p = parse_synthetic(spec);
     p.pinned = opt.pinned;
@@ -93,8 +98,8 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
     no_opencv("camera input");
 #endif
   }
-  if (lower_ext(spec) == ".y4m") return std::make_unique<Y4mSource>(spec);
-  if (spec.size() > 7 && lower(spec.substr(spec.size() - 7)) == ".y4m.gz") return std::make_unique<Y4mSource>(spec);
+  if (lower_ext(spec) == ".y4m") return y4m(spec);
+  if (spec.size() > 7 && lower(spec.substr(spec.size() - 7)) == ".y4m.gz") return y4m(spec);
   if (is_pattern(spec)) {
 #if VFPIPE_HAVE_OPENCV
     return open_image_sequence_source(spec, opt.fps);

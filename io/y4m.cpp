@@ -204,26 +204,30 @@ bool Y4mSource::read_line(std::string* line, size_t max_len) {
   return false;
 }
 
+bool Y4mSource::damaged(const std::string& what) const {
+  if (!ignore_errors_) throw Error(ErrorKind::Input, what);
+  log::warn("%s; the stream ends there (--ignore-input-errors)", what.c_str());
+  return false;
+}
+
 bool Y4mSource::read(HostFrame& dst) {
   std::string line;
   uint64_t at = offset_;
   if (!read_line(&line, kMaxFrameHeader)) {
     if (line.empty()) return false;  // clean end of stream
     if (stop_flag().load()) return false;
-    throw Error(ErrorKind::Input,
-                log::format("%s: truncated or corrupt Y4M: incomplete frame header at frame %lld "
-                            "(byte %llu)",
-                            describe().c_str(), static_cast<long long>(frames_), static_cast<unsigned long long>(at)));
+    return damaged(log::format("%s: truncated or corrupt Y4M: incomplete frame header at frame %lld (byte %llu)",
+                               describe().c_str(), static_cast<long long>(frames_),
+                               static_cast<unsigned long long>(at)));
   }
   if (line.compare(0, 5, "FRAME") != 0 || (line.size() > 5 && line[5] != ' '))
-    throw Error(ErrorKind::Input,
-                log::format("%s: corrupt Y4M: expected 'FRAME' at frame %lld (byte %llu)", describe().c_str(),
-                            static_cast<long long>(frames_), static_cast<unsigned long long>(at)));
+    return damaged(log::format("%s: corrupt Y4M: expected 'FRAME' at frame %lld (byte %llu)", describe().c_str(),
+                               static_cast<long long>(frames_), static_cast<unsigned long long>(at)));
   size_t got = fill(payload_.data(), payload_.size());
   if (got != payload_.size()) {
     if (stop_flag().load()) return false;
-    throw Error(ErrorKind::Input, log::format("%s: truncated Y4M: frame %lld has %zu of %zu bytes", describe().c_str(),
-                                              static_cast<long long>(frames_), got, payload_.size()));
+    return damaged(log::format("%s: truncated Y4M: frame %lld has %zu of %zu bytes", describe().c_str(),
+                               static_cast<long long>(frames_), got, payload_.size()));
   }
   dst.load_packed(payload_.data());
   ++frames_;

@@ -33,8 +33,14 @@ class Y4mSource final : public Source {
   FrameSpec spec() const override { return hdr_.spec; }
   std::string describe() const override;
   bool read(HostFrame& dst) override;
+  // A stream that breaks (truncated, corrupt frame header) ends with a warning instead of
+  // an error (--ignore-input-errors): the frames before it are the stream.
+  void set_ignore_errors(bool on) { ignore_errors_ = on; }
 
  private:
+  // Throws Error(Input) with `what`, or warns and returns false when errors are ignored.
+  bool damaged(const std::string& what) const;
+  bool ignore_errors_ = false;
   size_t fill(uint8_t* dst, size_t n);  // reads up to n bytes; fewer only at EOF/interrupt
   long raw_read(void* dst, size_t n);   // read(2), or gzread for .gz
   bool read_line(std::string* line, size_t max_len);

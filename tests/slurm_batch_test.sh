@@ -1,8 +1,10 @@
 #!/bin/bash
 # `vfpipe batch --slurm` against a real Slurm: this test starts munged, slurmctld and slurmd
 # (Debian's packages) on this machine with a one-node configuration in a temporary folder,
-# submits a 4-task array through vfpipe, waits for it, checks every output, the merged
-# report, a re-submission that does nothing twice, and stops the daemons it started.
+# submits a 4-task array of 200 clips (one corrupt) through vfpipe, cancels it midway,
+# submits it again and waits: every good clip is done exactly once, the corrupt one is
+# reported, nothing partial stays, the merged report lists every item. Then it stops the
+# daemons it started.
 #
 # Needs root (slurmd runs the tasks as the submitting user, here root) and the packages
 # slurmctld, slurmd, slurm-client and munge. Without them it exits 77 (ctest: skipped),
@@ -97,52 +99,65 @@ for _ in $(seq 1 60); do
 done
 sinfo -h -o %t | grep -qE '^(idle|mix|alloc)' || fail "the node did not come up: $(sinfo 2>&1)"
 
-# ---- inputs: 8 clips of mixed sizes (Y4M: no codec needed), one of them damaged
+# ---- inputs: 200 short clips of mixed sizes (Y4M, written directly), one corrupt
 cd "$T/work"
-mkdir -p clips/a clips/b
-for i in 0 1 2 3 4 5 6 7; do
-  d=clips/a; [ $((i % 2)) = 1 ] && d=clips/b
-  "$VFPIPE" run -q -i "synthetic=size=$((32 + 16 * i))x$((24 + 8 * i)):frames=$((3 + i))" -o "$d/clip$i.y4m" ||
-    fail "making clip $i"
-done
-head -c 50000 clips/a/clip6.y4m >clips/a/broken.y4m  # ends inside its 4th frame
+python3 - <<'EOF' || fail "making the clips"
+import os
+for i in range(200):
+    w, h, n = 16 + 8 * (i % 9), 8 + 8 * (i % 5), 2 + i % 7
+    d = "clips/%s" % ("a" if i % 2 == 0 else "b")
+    os.makedirs(d, exist_ok=True)
+    with open("%s/clip%03d.y4m" % (d, i), "wb") as f:
+        f.write(b"YUV4MPEG2 W%d H%d F25:1 Ip A1:1 C444\n" % (w, h))
+        for k in range(n):
+            f.write(b"FRAME\n" + bytes((x * 7 + i * 13 + k * 11) & 255 for x in range(3 * w * h)))
+with open("clips/a/corrupt.y4m", "wb") as f:
+    f.write(b"YUV4MPEG2 W0 H-5 this is not a clip\n")
+EOF
+BATCH=("$VFPIPE" batch clips -f "median=radius=1" -o 'out/{relpath}/{stem}.y4m' --device cpu --retries 0
+  --slurm --partition vfptest --shards 4)
 
-"$VFPIPE" batch clips -f "median=radius=1" -o 'out/{relpath}/{stem}.y4m' --device cpu \
-  --slurm --partition vfptest --shards 4 --wait >submit.out 2>submit.err
-rc=$?
-cat submit.err
-[ $rc = 1 ] || fail "the submission with a damaged input should exit 1, got $rc"
-grep -q "array=0-3" out/vfpipe-batch.sbatch || fail "the script is not a 4-task array"
-n=$(ls out/slurm-*_*.out 2>/dev/null | wc -l)
-[ "$n" = 4 ] || fail "expected 4 task logs, found $n"
-for i in 0 1 2 3 4 5 6 7; do
-  d=a; [ $((i % 2)) = 1 ] && d=b
-  [ -f "out/$d/clip$i.y4m" ] || fail "out/$d/clip$i.y4m is missing"
-  # Same frames as a plain run of the same chain.
-  "$VFPIPE" run -q -i "clips/$d/clip$i.y4m" -f "median=radius=1" -o "ref$i.y4m" --device cpu || fail "reference $i"
-  cmp -s "ref$i.y4m" "out/$d/clip$i.y4m" || fail "out/$d/clip$i.y4m differs from vfpipe run's output"
+# ---- submitted, then cancelled midway (scancel: SIGTERM to the running task)
+job=$("${BATCH[@]}" --array-max 1 2>submit1.err) || {
+  cat submit1.err
+  fail "submission"
+}
+grep -q "array=0-3%1" out/vfpipe-batch.sbatch || fail "the script is not a 4-task array"
+for _ in $(seq 1 1200); do  # the first task has started (its ledger exists): cancel
+  ls out/vfpipe-batch.shard-*.jsonl >/dev/null 2>&1 && break
+  sleep 0.02
 done
-[ -f out/a/broken.y4m ] && fail "the damaged input has a file under its final name"
-[ -f out/a/broken.partial.y4m ] || fail "the damaged input's frames were not kept as broken.partial.y4m"
-ls out/*/.vfpipe-part.* 2>/dev/null && fail "temporary files were left"
-# Each shard wrote its own ledger; the merged report has every item once.
+scancel "$job" || fail "scancel"
+for _ in $(seq 1 200); do
+  [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break
+  sleep 0.1
+done
+[ -z "$(squeue -h -j "$job" 2>/dev/null)" ] || fail "job $job did not end after scancel"
+done1=$(cat out/vfpipe-batch.shard-*.jsonl 2>/dev/null | grep -c '"status":"done"')
+abandoned=$(cat out/slurm-*.out 2>/dev/null | grep -c "abandoning")
+echo "cancelled after $done1 items were done ($abandoned task(s) abandoned their running items)"
+[ "$done1" -lt 200 ] || fail "not cancelled midway ($done1 done)"
+left=$(find out -name '.vfpipe-part.*')
+[ -z "$left" ] || fail "a cancelled task left temporary files: $left"
+
+# ---- submitted again, waited for: the rest is done, the corrupt clip reported
+"${BATCH[@]}" --wait >/dev/null 2>submit2.err
+rc=$?
+cat submit2.err
+[ $rc = 1 ] || fail "a batch with a corrupt input should exit 1, got $rc"
+for i in 0 1 77 198 199; do
+  d=a
+  [ $((i % 2)) = 1 ] && d=b
+  f=$(printf "%s/clip%03d.y4m" $d "$i")
+  "$VFPIPE" run -q -i "clips/$f" -f "median=radius=1" -o ref.y4m --device cpu || fail "reference $f"
+  cmp -s ref.y4m "out/$f" || fail "out/$f differs from vfpipe run's output"
+done
+[ -e out/a/corrupt.y4m ] && fail "the corrupt input has a file under its final name"
+left=$(find out -name '.vfpipe-part.*' -o -name '*.partial.*')
+[ -z "$left" ] || fail "partial files were left: $left"
 nl=$(ls out/vfpipe-batch.shard-*-of-4.jsonl | wc -l)
 [ "$nl" = 4 ] || fail "expected 4 shard ledgers, found $nl"
-python3 - <<'EOF' || fail "merged report"
-import json
-r = json.load(open("out/vfpipe-batch.report.json"))
-t = r["totals"]
-assert t["items"] == 9 and t["done"] == 8 and t["failed"] == 1 and t["missing"] == 0, t
-bad = [i for i in r["items"] if i["status"] == "failed"]
-assert bad[0]["input"].endswith("broken.y4m") and "partial" in bad[0], bad
-shards = {i.get("shard") for i in r["items"]}
-assert shards == {"0/4", "1/4", "2/4", "3/4"}, shards
-EOF
-
-# ---- the same submission again: done items are skipped, only the damaged one is tried
-"$VFPIPE" batch clips -f "median=radius=1" -o 'out/{relpath}/{stem}.y4m' --device cpu \
-  --slurm --partition vfptest --shards 4 --wait >/dev/null 2>submit2.err
-python3 - <<'EOF' || fail "second submission"
+python3 - <<'EOF' || fail "ledgers and merged report"
 import collections, glob, json
 done = collections.Counter()
 for f in glob.glob("out/vfpipe-batch.shard-*.jsonl"):
@@ -150,6 +165,14 @@ for f in glob.glob("out/vfpipe-batch.shard-*.jsonl"):
         r = json.loads(line)
         if r["status"] == "done":
             done[r["input"]] += 1
-assert len(done) == 8 and set(done.values()) == {1}, done
+assert len(done) == 200, len(done)
+twice = [k for k, v in done.items() if v != 1]
+assert not twice, twice
+r = json.load(open("out/vfpipe-batch.report.json"))
+t = r["totals"]
+assert t["items"] == 201 and t["done"] == 200 and t["failed"] == 1 and t["missing"] == 0, t
+bad = [i for i in r["items"] if i["status"] == "failed"]
+assert bad[0]["input"].endswith("corrupt.y4m"), bad
+assert {i.get("shard") for i in r["items"]} == {"0/4", "1/4", "2/4", "3/4"}
 EOF
-echo "PASS: 4-task Slurm array, 8 clips done once each, the damaged one reported and kept as .partial"
+echo "PASS: a 4-task Slurm array cancelled midway and submitted again: 200 clips done once each, the corrupt one reported"

@@ -699,6 +699,22 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("2 items: 2 done, 0 failed"), std::string::npos) << r.out;
 
+  // An input that breaks after some frames: the item fails, its frames are kept as
+  // NAME.partial.EXT, never under the final name; --ignore-input-errors accepts it.
+  write_y4m(d / "full.y4m", 32, 16, 6, 3);
+  const std::string full = read(d / "full.y4m");
+  write(d / "cut/broken.y4m", full.substr(0, full.size() - 700));
+  r = run_cmd(kBin + " batch " + d / "cut" + " -o '" + d / "cut-out/{stem}.y4m' --device cpu --progress none");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_FALSE(fs::exists(d / "cut-out/broken.y4m"));
+  ASSERT_TRUE(fs::exists(d / "cut-out/broken.partial.y4m")) << r.out;
+  EXPECT_NE(read(d / "cut-out/broken.partial.y4m").find("FRAME"), std::string::npos);
+  r = run_cmd(kBin + " batch " + d / "cut" + " -o '" + d / "cut-out/{stem}.y4m' --device cpu --progress none " +
+              "--ignore-input-errors");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(fs::exists(d / "cut-out/broken.y4m"));
+  EXPECT_FALSE(fs::exists(d / "cut-out/broken.partial.y4m"));
+
   // Usage errors: exit 2, before anything runs.
   r = run_cmd(kBin + " batch " + d / "a.y4m" + " -o '" + d / "u/{stme}.y4m'");
   EXPECT_EQ(r.rc, 2) << r.out;
