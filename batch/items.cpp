@@ -19,8 +19,8 @@ namespace vfp::batch {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& default_extensions() {
-  static const std::vector<std::string> ext = {"mp4", "mov", "mkv", "webm", "avi", "m4v", "ts",  "mts",
-                                               "m2ts", "mpg", "mpeg", "flv", "wmv", "ogv", "y4m", "gz"};
+  static const std::vector<std::string> ext = {"mp4",  "mov", "mkv",  "webm", "avi", "m4v", "ts",  "mts",
+                                               "m2ts", "mpg", "mpeg", "flv",  "wmv", "ogv", "y4m", "gz"};
   return ext;
 }
 
@@ -230,8 +230,8 @@ std::vector<Item> read_list(std::istream& in, const std::string& name) {
         continue;
       }
       if (f.size() != header.size())
-        throw Error(ErrorKind::Input, log::format("%s: %zu fields, the header has %zu", where.c_str(), f.size(),
-                                                  header.size()));
+        throw Error(ErrorKind::Input,
+                    log::format("%s: %zu fields, the header has %zu", where.c_str(), f.size(), header.size()));
       for (size_t i = 0; i < f.size(); ++i) {
         if (header[i] == "input")
           it.input = f[i];
@@ -344,8 +344,8 @@ void check_template(const std::string& tmpl) {
         if (name != "stem" && name != "ext" && name != "relpath" && name != "index")
           throw ParseError("output template: unknown field {" + name + "} (fields: {stem} {ext} {relpath} {index})",
                            tmpl, pos, len);
-        if (!spec.empty() && (name != "index" || spec.find_first_not_of("0123456789") != std::string::npos ||
-                              spec.size() > 2))
+        if (!spec.empty() &&
+            (name != "index" || spec.find_first_not_of("0123456789") != std::string::npos || spec.size() > 2))
           throw ParseError("output template: only {index:N} takes a width (digits)", tmpl, pos, len);
       });
 }
@@ -404,8 +404,8 @@ Shard parse_shard(const std::string& text) {
   s.source = "--shard";
   char slash = 0;
   char extra = 0;
-  if (std::sscanf(text.c_str(), "%d%c%d%c", &s.index, &slash, &s.count, &extra) != 3 || slash != '/' ||
-      s.count < 1 || s.index < 0 || s.index >= s.count)
+  if (std::sscanf(text.c_str(), "%d%c%d%c", &s.index, &slash, &s.count, &extra) != 3 || slash != '/' || s.count < 1 ||
+      s.index < 0 || s.index >= s.count)
     throw Error(ErrorKind::Usage, "--shard: expected I/N with 0 <= I < N (e.g. 3/8), got '" + text + "'");
   return s;
 }
@@ -438,8 +438,8 @@ Shard shard_from_env(const std::function<const char*(const char*)>& env, int k8s
     s.source = "JOB_COMPLETION_INDEX";
   }
   if (s.count < 1 || s.index < 0 || s.index >= s.count)
-    throw Error(ErrorKind::Usage, log::format("%s: shard %d of %d is out of range", s.source.c_str(), s.index,
-                                              s.count));
+    throw Error(ErrorKind::Usage,
+                log::format("%s: shard %d of %d is out of range", s.source.c_str(), s.index, s.count));
   return s;
 }
 

@@ -12,13 +12,13 @@
 namespace vfp::batch {
 
 struct Item {
-  std::string input;        // the path as found (relative paths are relative to the working folder)
-  std::string relpath;      // its folder relative to the folder or glob it was found under ("" at the top)
-  int64_t bytes = 0;        // size on disk: what shards are balanced by
-  int64_t index = 0;        // position in the whole sorted list: {index}
-  nlohmann::json options;   // per-item options from a CSV/JSONL list (an object; empty otherwise)
-  std::string where;        // "list.csv:12", for messages
-  std::string output;       // the expanded template ("null" when there is no output file)
+  std::string input;       // the path as found (relative paths are relative to the working folder)
+  std::string relpath;     // its folder relative to the folder or glob it was found under ("" at the top)
+  int64_t bytes = 0;       // size on disk: what shards are balanced by
+  int64_t index = 0;       // position in the whole sorted list: {index}
+  nlohmann::json options;  // per-item options from a CSV/JSONL list (an object; empty otherwise)
+  std::string where;       // "list.csv:12", for messages
+  std::string output;      // the expanded template ("null" when there is no output file)
 };
 
 struct CollectOptions {
@@ -30,9 +30,9 @@ struct CollectOptions {
 const std::vector<std::string>& default_extensions();
 
 // Expands the inputs: a folder (walked, sorted), a glob ('clips/*.mp4', '**' not special),
-// a file, a URL or synthetic source (taken as they are), or "-" (a plain list on stdin). `lists` are list files (plain, .csv, .jsonl; see
-// read_list). The result is sorted by path, without duplicates, with `index` set.
-// Throws Error(Input) for a missing input or an empty result.
+// a file, a URL or synthetic source (taken as they are), or "-" (a plain list on stdin). `lists` are list files (plain,
+// .csv, .jsonl; see read_list). The result is sorted by path, without duplicates, with `index` set. Throws Error(Input)
+// for a missing input or an empty result.
 std::vector<Item> collect(const std::vector<std::string>& inputs, const std::vector<std::string>& lists,
                           const CollectOptions& opt, std::istream& stdin_list);
 

@@ -87,8 +87,8 @@ std::map<std::string, nlohmann::json> read_ledgers(const std::string& dir, std::
   for (fs::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const bool own = name == base + ".jsonl";
-    const bool shard = name.rfind(base + ".shard-", 0) == 0 && name.size() > 6 &&
-                       name.compare(name.size() - 6, 6, ".jsonl") == 0;
+    const bool shard =
+        name.rfind(base + ".shard-", 0) == 0 && name.size() > 6 && name.compare(name.size() - 6, 6, ".jsonl") == 0;
     if (own || shard) files.push_back(it->path());
   }
   std::sort(files.begin(), files.end());
@@ -158,8 +158,9 @@ nlohmann::json make_report(const std::map<std::string, nlohmann::json>& latest, 
 
 std::string report_text(const nlohmann::json& rep) {
   const nlohmann::json& t = rep["totals"];
-  std::string out = log::format("batch: %lld items: %lld done, %lld failed", static_cast<long long>(t.value("items", 0)),
-                                static_cast<long long>(t.value("done", 0)), static_cast<long long>(t.value("failed", 0)));
+  std::string out =
+      log::format("batch: %lld items: %lld done, %lld failed", static_cast<long long>(t.value("items", 0)),
+                  static_cast<long long>(t.value("done", 0)), static_cast<long long>(t.value("failed", 0)));
   if (t.value("missing", 0) > 0) out += log::format(", %lld not run", static_cast<long long>(t.value("missing", 0)));
   if (t.value("skipped", 0) > 0)
     out += log::format(" (%lld skipped: done before)", static_cast<long long>(t.value("skipped", 0)));
@@ -192,7 +193,7 @@ void write_items(const std::string& path, const std::vector<Item>& items) {
     std::ofstream out(tmp);
     for (const Item& it : items) {
       nlohmann::json j = it.options.is_object() ? it.options : nlohmann::json::object();
-      j["input"] = abs_path(it.input);  // tasks may start in another folder
+      j["input"] = abs_path(it.input);    // tasks may start in another folder
       j["output"] = abs_path(it.output);  // the template, expanded once for every shard
       j["relpath"] = it.relpath;
       j["bytes"] = it.bytes;

@@ -115,15 +115,13 @@ class Batch {
 
   BatchSummary run() {
     start_ns_ = now_ns();
-    if (mode_ == ProgressMode::Terminal)
-      log::set_writer([this](const std::string& line) { print_above(line); });
+    if (mode_ == ProgressMode::Terminal) log::set_writer([this](const std::string& line) { print_above(line); });
     if (mode_ != ProgressMode::None)
       say(log::format("vfpipe batch: %zu items%s, %zu pipelines (%s); ledger %s", items_.size(),
-                      cfg_.shard.count > 1
-                          ? log::format(" in shard %d/%d (%s)", cfg_.shard.index, cfg_.shard.count,
-                                        cfg_.shard.source.c_str())
-                                .c_str()
-                          : "",
+                      cfg_.shard.count > 1 ? log::format(" in shard %d/%d (%s)", cfg_.shard.index, cfg_.shard.count,
+                                                         cfg_.shard.source.c_str())
+                                                 .c_str()
+                                           : "",
                       lanes_.size(), lanes_description().c_str(), ledger_.path().c_str()));
     std::vector<std::thread> workers;
     for (auto& lane : lanes_) workers.emplace_back([this, l = lane.get()] { work(*l); });
@@ -161,7 +159,8 @@ class Batch {
     if (count >= 1 && !stop_new_.exchange(true)) {
       stopped_by_ = sig;
       if (sig != SIGTERM)
-        say(log::format("vfpipe batch: stopping: finishing %d running item(s), starting no new one (Ctrl-C again "
+        say(
+            log::format("vfpipe batch: stopping: finishing %d running item(s), starting no new one (Ctrl-C again "
                         "abandons them)",
                         active_count()));
     }
@@ -189,15 +188,12 @@ class Batch {
   }
 
   nlohmann::json record(const Item& it, const std::string& status, int attempt, const Lane& lane) const {
-    nlohmann::json r = {{"key", item_key(it)},
-                        {"input", it.input},
-                        {"output", it.output},
-                        {"status", status},
-                        {"attempt", attempt},
-                        {"device", lane.device < 0 ? std::string("cpu") : "gpu" + std::to_string(lane.device)},
-                        {"host", host_},
-                        {"time", iso_time()},
-                        {"time_ns", wall_ns()}};
+    nlohmann::json r = {
+        {"key", item_key(it)}, {"input", it.input},
+        {"output", it.output}, {"status", status},
+        {"attempt", attempt},  {"device", lane.device < 0 ? std::string("cpu") : "gpu" + std::to_string(lane.device)},
+        {"host", host_},       {"time", iso_time()},
+        {"time_ns", wall_ns()}};
     if (cfg_.shard.count > 1) r["shard"] = std::to_string(cfg_.shard.index) + "/" + std::to_string(cfg_.shard.count);
     return r;
   }
@@ -318,8 +314,9 @@ class Batch {
           }
           remove_all_quiet(partial_output(it.output));  // from an earlier, damaged try
         }
-        finish_item(it, "done", log::format("%lld frames, %.1f fps, %.1f s", static_cast<long long>(res.frames),
-                                            r["fps"].get<double>(), res.seconds));
+        finish_item(it, "done",
+                    log::format("%lld frames, %.1f fps, %.1f s", static_cast<long long>(res.frames),
+                                r["fps"].get<double>(), res.seconds));
         return;
       }
       r["error"] = res.error;
@@ -384,8 +381,7 @@ class Batch {
     const double eta = worked > 0 && el > 1 ? (static_cast<double>(total_bytes_) - bytes) * el / worked : -1;
     return log::format("%lld/%zu items (%lld failed, %d running) | %lld frames, %.0f fps | %s elapsed, ETA %s",
                        static_cast<long long>(finished_), items_.size(), static_cast<long long>(failed_),
-                       active_count_locked(), static_cast<long long>(frames), rate, hms(el).c_str(),
-                       hms(eta).c_str());
+                       active_count_locked(), static_cast<long long>(frames), rate, hms(el).c_str(), hms(eta).c_str());
   }
   int active_count_locked() const { return active_count(); }
 
@@ -408,10 +404,11 @@ class Batch {
       const int64_t f = l->progress.frames.load(), t = l->progress.total.load();
       const double el = static_cast<double>(now_ns() - l->started_ns.load()) * 1e-9;
       std::string pct = t > 0 ? log::format(" %3.0f%%", 100.0 * static_cast<double>(f) / static_cast<double>(t)) : "";
-      std::string frames = t > 0 ? log::format("%lld/%lld", static_cast<long long>(f), static_cast<long long>(t))
-                                 : std::to_string(f);
-      b += fit(log::format("  [%s]%s %s frames, %.0f fps  %s", l->device < 0 ? "cpu" : ("gpu" + std::to_string(l->device)).c_str(),
-                           pct.c_str(), frames.c_str(), el > 0 ? static_cast<double>(f) / el : 0.0, it->input.c_str()));
+      std::string frames =
+          t > 0 ? log::format("%lld/%lld", static_cast<long long>(f), static_cast<long long>(t)) : std::to_string(f);
+      b += fit(log::format("  [%s]%s %s frames, %.0f fps  %s",
+                           l->device < 0 ? "cpu" : ("gpu" + std::to_string(l->device)).c_str(), pct.c_str(),
+                           frames.c_str(), el > 0 ? static_cast<double>(f) / el : 0.0, it->input.c_str()));
     }
     return b;
   }

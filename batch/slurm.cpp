@@ -30,8 +30,8 @@ std::string sbatch_script(const SlurmOptions& o) {
   s += "# a task that is re-queued or submitted again skips what is done. Submit again: sbatch THIS_FILE\n";
   s += "# Merge the shards' reports: vfpipe batch --merge-reports " + shell_quote(o.log_dir) + "\n";
   s += "#SBATCH --job-name=" + o.job_name + "\n";
-  s += "#SBATCH --array=0-" + std::to_string(o.shards - 1) + (o.array_max > 0 ? "%" + std::to_string(o.array_max) : "") +
-       "\n";
+  s += "#SBATCH --array=0-" + std::to_string(o.shards - 1) +
+       (o.array_max > 0 ? "%" + std::to_string(o.array_max) : "") + "\n";
   s += "#SBATCH --output=" + o.log_dir + "/slurm-%A_%a.out\n";
   s += "#SBATCH --chdir=" + o.workdir + "\n";
   if (!o.partition.empty()) s += "#SBATCH --partition=" + o.partition + "\n";
@@ -67,8 +67,8 @@ std::string submit(const std::string& script, bool wait, int* wait_status) {
   close(out[1]);
   if (rc != 0) {
     close(out[0]);
-    throw Error(ErrorKind::Output, std::string("cannot run sbatch (is Slurm's client installed?): ") +
-                                       std::strerror(rc));
+    throw Error(ErrorKind::Output,
+                std::string("cannot run sbatch (is Slurm's client installed?): ") + std::strerror(rc));
   }
   std::string text;
   char buf[512];

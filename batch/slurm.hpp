@@ -9,13 +9,13 @@
 namespace vfp::batch {
 
 struct SlurmOptions {
-  std::string vfpipe;       // the program the tasks run (absolute)
-  std::string workdir;      // the tasks' working folder (relative paths in the options)
-  std::string config;       // the options file the tasks read (--config)
-  std::string items;        // the frozen item list (--list)
-  std::string log_dir;      // where slurm-%A_%a.out go
-  int shards = 1;           // array tasks
-  int array_max = 0;        // at most this many at once (0: no limit)
+  std::string vfpipe;   // the program the tasks run (absolute)
+  std::string workdir;  // the tasks' working folder (relative paths in the options)
+  std::string config;   // the options file the tasks read (--config)
+  std::string items;    // the frozen item list (--list)
+  std::string log_dir;  // where slurm-%A_%a.out go
+  int shards = 1;       // array tasks
+  int array_max = 0;    // at most this many at once (0: no limit)
   std::string partition, time, account, job_name = "vfpipe-batch";
   int gpus_per_task = 0, cpus_per_task = 0;
   std::vector<std::string> sbatch_args;  // more #SBATCH lines, e.g. "--mem=16G"

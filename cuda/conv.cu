@@ -1,8 +1,8 @@
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
-#include <array>
 #include <map>
 #include <mutex>
 

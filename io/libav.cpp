@@ -395,7 +395,7 @@ class LibavSource final : public Source {
   FrameSpec spec_;
   int64_t frames_ = -1, next_ = 0, expected_ = 0, damaged_ = 0;
   double stream_end_ = -1, last_end_ = -1;  // seconds: the container's end of the video, the last frame's end
-  int64_t packets_ = 0, decoded_ = 0;  // video packets the decoder took, frames it gave
+  int64_t packets_ = 0, decoded_ = 0;       // video packets the decoder took, frames it gave
   bool ignore_errors_ = false;
   std::string describe_;
 };

@@ -322,7 +322,7 @@ TEST(BatchLedger, NewestRecordWinsAndASecondWriterIsRefused) {
   Ledger s(ledger_path(d.path, Shard{1, 2, "--shard"}));
   EXPECT_NE(s.path().find("vfpipe-batch.shard-1-of-2.jsonl"), std::string::npos);
   s.append({{"key", "k2"}, {"status", "done"}, {"time_ns", 2}});
-  s.append({{"key", "k1"}, {"status", "failed"}, {"time_ns", 0}});  // older than the other file's
+  s.append({{"key", "k1"}, {"status", "failed"}, {"time_ns", 0}});      // older than the other file's
   std::ofstream(s.path(), std::ios::app) << "{\"key\": \"k3\", \"sta";  // a task killed mid-line
   std::map<std::string, int> attempts;
   auto latest = read_ledgers(d.path, &attempts);
@@ -679,7 +679,8 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   CmdResult r = run_cmd(kBin + " batch --list " + d / "jobs.csv" + " -f null -o '" + d / "out/{stem}.y4m" +
                         "' --device cpu --progress none");
   ASSERT_EQ(r.rc, 0) << r.out;
-  CmdResult ref = run_cmd(kBin + " run -q --device cpu -i " + d / "a.y4m" + " -f median=radius=1 -n 2 -o " + d / "ra.y4m");
+  CmdResult ref =
+      run_cmd(kBin + " run -q --device cpu -i " + d / "a.y4m" + " -f median=radius=1 -n 2 -o " + d / "ra.y4m");
   ASSERT_EQ(ref.rc, 0) << ref.out;
   ref = run_cmd(kBin + " run -q --device cpu -i " + d / "b.y4m" + " -f null -o " + d / "rb.y4m");
   ASSERT_EQ(ref.rc, 0) << ref.out;
@@ -739,7 +740,8 @@ TEST(BatchCli, SigintFinishesTheRunningItemsAndExits130) {
   Folder d("clisig");
   // Paced synthetic inputs (a list may name any vfpipe input): 0.5 s each.
   std::string list;
-  for (int i = 0; i < 6; ++i) list += "synthetic=size=32x16:frames=25:realtime=1:rate=50:seed=" + std::to_string(i) + "\n";
+  for (int i = 0; i < 6; ++i)
+    list += "synthetic=size=32x16:frames=25:realtime=1:rate=50:seed=" + std::to_string(i) + "\n";
   write(d / "list.txt", list);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);

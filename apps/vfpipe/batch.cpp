@@ -275,8 +275,9 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   if (b.inputs.empty() && b.lists.empty())
     throw Error(ErrorKind::Usage, "batch: no inputs (folders, files, globs, --list FILE, or - for a list on stdin)");
   if (b.output.empty())
-    throw Error(ErrorKind::Usage, "batch: -o is required: an output template such as 'out/{relpath}/{stem}.mp4', "
-                                  "or null for no output");
+    throw Error(ErrorKind::Usage,
+                "batch: -o is required: an output template such as 'out/{relpath}/{stem}.mp4', "
+                "or null for no output");
   if (a.overwrite && a.no_overwrite) throw Error(ErrorKind::Usage, "-y and -n contradict each other");
   install_signal_handlers(3);
 
@@ -312,14 +313,15 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
     if (!t.pix_fmt.empty()) forced_format(t);
   }
   batch::assign_outputs(items, b.output);
-  const std::string ledger_dir =
-      !b.ledger_dir.empty() ? b.ledger_dir : b.output == "null" ? "." : batch::template_root(b.output);
+  const std::string ledger_dir = !b.ledger_dir.empty() ? b.ledger_dir
+                                 : b.output == "null"  ? "."
+                                                       : batch::template_root(b.output);
 
   if (b.slurm) return slurm_command(b, a, items, ledger_dir, cli);
 
-  const batch::Shard shard =
-      !b.shard.empty() ? batch::parse_shard(b.shard)
-                       : batch::shard_from_env([](const char* n) { return std::getenv(n); }, b.shard_count);
+  const batch::Shard shard = !b.shard.empty()
+                                 ? batch::parse_shard(b.shard)
+                                 : batch::shard_from_env([](const char* n) { return std::getenv(n); }, b.shard_count);
   const std::vector<batch::Item> mine = batch::take_shard(items, shard);
 
   const Backend backend = choose_backend(a.device, stages);
@@ -365,7 +367,8 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
     return 0;
   }
   const RunArgs base = a;
-  batch::BatchSummary s = batch::run_batch(mine, cfg, [&base](const batch::ItemJob& job) { return run_item(base, job); });
+  batch::BatchSummary s =
+      batch::run_batch(mine, cfg, [&base](const batch::ItemJob& job) { return run_item(base, job); });
   if (!a.quiet)
     std::fprintf(stderr, "%s  report: %s\n", batch::report_text(s.report).c_str(),
                  s.report["report_path"].get<std::string>().c_str());
@@ -377,7 +380,8 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
 void add_batch_command(CLI::App& app, Subcommands& out) {
   auto b = std::make_shared<BatchArgs>();
   auto a = std::make_shared<RunArgs>();
-  auto* c = app.add_subcommand("batch", "process many files: folders, globs, lists; every GPU; resumable; Slurm arrays");
+  auto* c =
+      app.add_subcommand("batch", "process many files: folders, globs, lists; every GPU; resumable; Slurm arrays");
   c->footer(kBatchHelp);
   c->configurable();  // its options can come from the global --config file (what --slurm writes)
   c->add_option("inputs", b->inputs, "folders, files, quoted globs, or - (a list on stdin)")->configurable(false);
@@ -405,7 +409,8 @@ void add_batch_command(CLI::App& app, Subcommands& out) {
   c->add_option("--shard-count", b->shard_count,
                 "shards of a Kubernetes Indexed Job (with JOB_COMPLETION_INDEX; or VFPIPE_SHARD_COUNT)")
       ->check(CLI::Range(1, 1000000));
-  c->add_option("--progress", b->progress, "auto (a live display on a terminal, else plain lines), terminal, plain, none")
+  c->add_option("--progress", b->progress,
+                "auto (a live display on a terminal, else plain lines), terminal, plain, none")
       ->check(CLI::IsMember({"auto", "terminal", "plain", "none"}))
       ->capture_default_str()
       ->configurable(false);

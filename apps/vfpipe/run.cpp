@@ -90,7 +90,6 @@ Examples:
 
 }  // namespace
 
-
 void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("-d,--device", a.device, "backend: auto (CUDA if a GPU is usable), cuda, cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
