@@ -6,7 +6,8 @@
 # From the development machine, with the `device` tool:
 #     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
 #     device run --carry .deps -- bash scripts/device-test.sh
-# BENCHES="engine latency cpu cpuframes median conv wavelet deflate" (the default) selects the benchmarks to run.
+# BENCHES="engine latency cpu cpuframes median conv wavelet deflate" (the default) selects the benchmarks to run;
+# "batch" adds scripts/batch-bench.sh (vfpipe batch throughput against one run at a time).
 # .gl/ (gl-kit) and .zk/ (scripts/fetch-device-zkit.sh: oneTBB, zlib, libdeflate, libpng) are carried along.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -165,6 +166,15 @@ if want deflate; then
     tee "$OUT/bench_deflate.txt"
   build-device/vfpipe-bench-deflate --sigma 0 --levels 1,2,4,6,9 --png-levels 1,2,6 --json "$OUT/bench_deflate_clean.json" 2>&1 |
     tee "$OUT/bench_deflate_clean.txt"
+fi
+
+if want batch; then
+  log "batch throughput: 24 1080p clips, 3-stage chain, --jobs-per-gpu 1..6 vs one run at a time"
+  VFPIPE=build-device/vfpipe bash scripts/batch-bench.sh /tmp/vfpipe-batch-bench 24 1920x1080 60 2>&1 |
+    tee "$OUT/bench_batch.txt"
+  cp /tmp/vfpipe-batch-bench/batch-bench.json "$OUT/bench_batch.json" 2>/dev/null
+  DEVICE=cpu JOBS="1 2 4" VFPIPE=build-device/vfpipe bash scripts/batch-bench.sh /tmp/vfpipe-batch-bench-cpu 12 640x360 30 \
+    2>&1 | tee "$OUT/bench_batch_cpu.txt"
 fi
 
 echo "tests rc=$rc_tests sanitizer rc=$rc_san racecheck rc=$rc_race"

@@ -2,6 +2,8 @@
 // GPU is usable (CI); on the device they must run (scripts/device-test.sh).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
 #include "cpu/convert.hpp"
@@ -267,6 +269,35 @@ TEST(Gpu, CliRunsOnCudaAndMatchesCpu) {
   EXPECT_EQ(run_cmd("cmp " + a + " " + b).rc, 0);
   std::remove(a.c_str());
   std::remove(b.c_str());
+}
+// vfpipe batch on the GPU: pipelines bound to the device (threads, streams, conv banks),
+// several at once (more conv banks than one pipeline uses), the same bytes as on the CPU.
+TEST(Gpu, BatchOnTheGpuEqualsTheCpu) {
+  REQUIRE_GPU();
+  const std::string dir = tmp_path("gpu_batch");
+  run_cmd("rm -rf " + dir + " && mkdir -p " + dir + "/clips");
+  for (int i = 0; i < 6; ++i) {
+    const std::string size = i % 2 ? "1921x1081" : "640x360";
+    CmdResult r = run_cmd(std::string(VFPIPE_BIN) + " run -q --device cpu -i 'synthetic=size=" + size +
+                          ":frames=" + std::to_string(4 + i) + ":noise=gauss:seed=" + std::to_string(i) + "' -o " +
+                          dir + "/clips/c" + std::to_string(i) + ".y4m");
+    ASSERT_EQ(r.rc, 0) << r.out;
+  }
+  const std::string common = std::string(VFPIPE_BIN) + " batch " + dir +
+                             "/clips -f 'median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3' --progress plain ";
+  CmdResult g = run_cmd(common + "--device cuda --jobs-per-gpu 4 -o '" + dir + "/gpu/{stem}.y4m'");
+  ASSERT_EQ(g.rc, 0) << g.out;
+  EXPECT_NE(g.out.find("4 on GPU 0"), std::string::npos) << g.out;
+  CmdResult c = run_cmd(common + "--device cpu --jobs 2 -o '" + dir + "/cpu/{stem}.y4m'");
+  ASSERT_EQ(c.rc, 0) << c.out;
+  for (int i = 0; i < 6; ++i) {
+    const std::string n = "/c" + std::to_string(i) + ".y4m";
+    EXPECT_EQ(run_cmd("cmp " + dir + "/gpu" + n + " " + dir + "/cpu" + n).rc, 0) << n;
+  }
+  std::ifstream rep(dir + "/gpu/vfpipe-batch.report.json");
+  std::string text((std::istreambuf_iterator<char>(rep)), {});
+  EXPECT_NE(text.find("\"backend\": \"cuda\""), std::string::npos) << text.substr(0, 2000);
+  run_cmd("rm -rf " + dir);
 }
 #else
 TEST(Gpu, NotBuilt) { GTEST_SKIP() << "built without CUDA"; }
