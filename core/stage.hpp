@@ -65,6 +65,10 @@ class Stage {
   void set_bypass(bool b) { bypass_ = b; }
   bool bypassed() const { return bypass_; }
 
+  // Constant-memory banks this stage reserves on its GPU per frame in flight (a per-device
+  // budget, cuda/conv.hpp's kConvBanks): what limits how many pipelines share one GPU.
+  virtual int constant_banks_per_slot() const { return 0; }
+
   // A line for the run summary after the last frame (a codec's bits and PSNR); "" for none.
   virtual std::string report() const { return ""; }
 

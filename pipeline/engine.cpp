@@ -560,9 +560,10 @@ int current_device() {
   return 0;
 #endif
 }
+// -1: a CPU run, which must not touch the CUDA runtime (its start costs a few hundred ms).
 void bind_device([[maybe_unused]] int device) {
 #if VFPIPE_HAVE_CUDA
-  if (device != 0 || cuda::current_device() != 0) cuda::set_device(device);
+  if (device >= 0) cuda::set_device(device);
 #endif
 }
 
@@ -588,7 +589,7 @@ class PipelineRun {
     SignalMaskGuard mask;
     // The CUDA device is per thread: the helpers work on the caller's (batch pipelines are
     // bound to one GPU each by the thread that runs them).
-    const int device = gpu_ ? current_device() : 0;
+    const int device = gpu_ ? current_device() : -1;
     std::thread sink_thread([&] {
       bind_device(device);
       sink_loop();

@@ -15,6 +15,7 @@ FRAMES=${4:-60}
 DEVICE=${DEVICE:-cuda}
 CHAIN=${CHAIN:-median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3}
 JOBS=${JOBS:-1 2 3 4 6}
+EXTRA=${EXTRA:-}  # more batch options, e.g. --depth 2
 mkdir -p "$DIR/clips"
 for i in $(seq 0 $((N - 1))); do
   f=$DIR/clips/clip$(printf %03d "$i").y4m
@@ -34,7 +35,7 @@ for j in $JOBS; do
   [ "$DEVICE" = cpu ] && opt=(--jobs "$j")
   t0=$(date +%s.%N)
   "$V" batch "$DIR/clips" -f "$CHAIN" -o null --device "$DEVICE" "${opt[@]}" --ledger-dir "$DIR/ledger-$j" \
-    --progress none -q || true
+    --progress none -q $EXTRA || { echo "batch with $j pipelines failed: $DIR/ledger-$j"; exit 1; }
   t1=$(date +%s.%N)
   results+=("{\"mode\": \"batch\", \"jobs\": $j, \"seconds\": $(python3 -c "print($t1 - $t0)")}")
 done

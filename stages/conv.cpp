@@ -26,6 +26,7 @@ class ConvStage final : public Stage {
   ConvStage(ConvParams p, bool use_separable) : p_(std::move(p)), separable_(use_separable) {}
 
   FrameSpec configure(const FrameSpec& in) override { return check_planar_input("conv", in, p_.planes); }
+  int constant_banks_per_slot() const override { return 1; }
 #if VFPIPE_HAVE_CUDA
   void prepare(Backend b, int slots) override {
     gpu_.reset();  // release this stage's banks before reserving again (re-prepared chain)

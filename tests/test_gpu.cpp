@@ -294,6 +294,16 @@ TEST(Gpu, BatchOnTheGpuEqualsTheCpu) {
     const std::string n = "/c" + std::to_string(i) + ".y4m";
     EXPECT_EQ(run_cmd("cmp " + dir + "/gpu" + n + " " + dir + "/cpu" + n).rc, 0) << n;
   }
+  // Pipelines per GPU fit the constant-memory banks (conv: one per frame in flight).
+  CmdResult fit = run_cmd(std::string(VFPIPE_BIN) + " batch " + dir + "/clips -f conv,conv --device cuda " +
+                          "--jobs-per-gpu 4 --dry-run -o '" + dir + "/fit/{stem}.y4m'");
+  EXPECT_EQ(fit.rc, 0) << fit.out;
+  EXPECT_NE(fit.out.find("running 2 pipelines per GPU"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("; 2 pipelines"), std::string::npos) << fit.out;
+  CmdResult over = run_cmd(std::string(VFPIPE_BIN) + " batch " + dir + "/clips -f conv,conv,conv,conv,conv,conv " +
+                           "--device cuda --dry-run -o '" + dir + "/over/{stem}.y4m'");
+  EXPECT_EQ(over.rc, 2) << over.out;
+  EXPECT_NE(over.out.find("needs 18 constant-memory banks per pipeline"), std::string::npos) << over.out;
   std::ifstream rep(dir + "/gpu/vfpipe-batch.report.json");
   std::string text((std::istreambuf_iterator<char>(rep)), {});
   EXPECT_NE(text.find("\"backend\": \"cuda\""), std::string::npos) << text.substr(0, 2000);

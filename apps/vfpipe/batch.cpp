@@ -25,6 +25,7 @@
 #include "stages/builtin.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
+#include "cuda/conv.hpp"
 #endif
 
 namespace vfp {
@@ -33,7 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Concurrent pipelines per GPU when --jobs-per-gpu is not given (docs/batch.md#throughput).
-constexpr int kDefaultJobsPerGpu = 3;
+constexpr int kDefaultJobsPerGpu = 4;
 
 const char* kBatchHelp = R"(
 Inputs: folders (walked recursively; --ext picks the extensions), files, quoted globs
@@ -205,6 +206,32 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
   return r;
 }
 
+// Pipelines per GPU within the device's constant-memory banks (conv stages reserve one per
+// frame in flight): the default is lowered to fit, an explicit --jobs-per-gpu too, with a warning.
+int fit_constant_banks(const std::vector<std::unique_ptr<Stage>>& stages, int depth, int requested) {
+  int per_slot = 0;
+  for (const auto& s : stages) per_slot += s->constant_banks_per_slot();
+  const int wanted = requested > 0 ? requested : kDefaultJobsPerGpu;
+  if (per_slot == 0) return wanted;
+#if VFPIPE_HAVE_CUDA
+  const int banks = cuda::kConvBanks;
+#else
+  const int banks = 16;
+#endif
+  const int fit = banks / (per_slot * depth);
+  if (fit < 1)
+    throw Error(ErrorKind::Usage, log::format("the chain needs %d constant-memory banks per pipeline (%d per frame x "
+                                              "--depth %d); a GPU has %d: use fewer conv stages or a smaller --depth",
+                                              per_slot * depth, per_slot, depth, banks));
+  if (wanted <= fit) return wanted;
+  if (requested > 0)
+    log::warn(
+        "--jobs-per-gpu %d: the chain's conv stages need %d constant-memory banks per pipeline, of %d on a GPU; "
+        "running %d pipelines per GPU (a smaller --depth allows more)",
+        requested, per_slot * depth, banks, fit);
+  return fit;
+}
+
 std::string self_path() {
   std::error_code ec;
   const fs::path p = fs::read_symlink("/proc/self/exe", ec);
@@ -334,8 +361,9 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   // CPU pipelines share the process's pool for the stages; a few at once keep the decoders
   // and encoders (their own threads) busy.
   const int cpu_jobs = b.jobs > 0 ? b.jobs : std::max(1, std::min(4, cpu_threads() / 2));
+  const int jobs_per_gpu = gpus.empty() ? 0 : fit_constant_banks(stages, a.depth, b.jobs_per_gpu);
   batch::BatchConfig cfg;
-  cfg.devices = batch::pipeline_devices(gpus, b.jobs_per_gpu > 0 ? b.jobs_per_gpu : kDefaultJobsPerGpu, cpu_jobs);
+  cfg.devices = batch::pipeline_devices(gpus, jobs_per_gpu, cpu_jobs);
   cfg.retries = b.retries;
   cfg.existing = a.overwrite      ? batch::Existing::Overwrite
                  : a.no_overwrite ? batch::Existing::Skip
