@@ -10,11 +10,15 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "core/gpu.hpp"
+#endif
 
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/display.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
@@ -121,6 +125,46 @@ void frame_to_view(const AVFrame* src, int bits, const ImageView& dst) {
     }
   }
 }
+// NVDEC's 4:2:0 output (NV12, or P010/P016 with the samples in the high bits) into our
+// planar 4:2:0 formats: the luma plane as it is, the interleaved chroma split. Exact: the
+// same samples the CPU decoder gives.
+bool semi_planar_to_view(const AVFrame* src, int bits, const ImageView& dst) {
+  const auto f = static_cast<AVPixelFormat>(src->format);
+  const bool nv12 = f == AV_PIX_FMT_NV12 && dst.format == PixelFormat::YUV420P;
+  const bool p01x = (f == AV_PIX_FMT_P010 || f == AV_PIX_FMT_P016) && dst.format == PixelFormat::YUV420P16;
+  if (!nv12 && !p01x) return false;
+  for (int y = 0; y < dst.ph[0]; ++y) {
+    const uint8_t* s = src->data[0] + static_cast<ptrdiff_t>(y) * src->linesize[0];
+    if (nv12) {
+      std::memcpy(dst.row(0, y), s, static_cast<size_t>(dst.pw[0]));
+    } else {
+      const auto* s16 = reinterpret_cast<const uint16_t*>(s);
+      for (int x = 0; x < dst.pw[0]; ++x)
+        dst.row16(0, y)[x] = widen(static_cast<uint16_t>(s16[x] >> (16 - bits)), bits);
+    }
+  }
+  for (int y = 0; y < dst.ph[1]; ++y) {
+    const uint8_t* s = src->data[1] + static_cast<ptrdiff_t>(y) * src->linesize[1];
+    if (nv12) {
+      uint8_t* u = dst.row(1, y);
+      uint8_t* v = dst.row(2, y);
+      for (int x = 0; x < dst.pw[1]; ++x) {
+        u[x] = s[2 * x];
+        v[x] = s[2 * x + 1];
+      }
+    } else {
+      const auto* s16 = reinterpret_cast<const uint16_t*>(s);
+      uint16_t* u = dst.row16(1, y);
+      uint16_t* v = dst.row16(2, y);
+      for (int x = 0; x < dst.pw[1]; ++x) {
+        u[x] = widen(static_cast<uint16_t>(s16[2 * x] >> (16 - bits)), bits);
+        v[x] = widen(static_cast<uint16_t>(s16[2 * x + 1] >> (16 - bits)), bits);
+      }
+    }
+  }
+  return true;
+}
+
 void view_to_frame(const ImageView& src, int bits, AVFrame* dst) {
   for (int p = 0; p < plane_count(src.format); ++p) {
     const size_t row = static_cast<size_t>(src.pw[p]) * sample_bytes(src.format);
@@ -188,6 +232,38 @@ void open_input(FormatInput& in, const std::string& url) {
     throw Error(ErrorKind::Input, "'" + url + "': cannot read its streams: " + averr(e));
 }
 
+// libavcodec's CUDA device for NVDEC, one per GPU for the whole process (creating one costs
+// a context's start), on the CUDA runtime's primary context so that frames need no context
+// switch. Null, with `why`, when there is none (no driver, no GPU, a libav without CUDA).
+AVBufferRef* nvdec_device(int gpu, std::string* why) {
+  static std::mutex mu;
+  static std::map<int, AVBufferRef*> devices;  // kept for the process's life
+  static std::map<int, std::string> failures;
+  std::lock_guard<std::mutex> lk(mu);
+  if (auto f = devices.find(gpu); f != devices.end()) return f->second;
+  if (auto f = failures.find(gpu); f != failures.end()) {
+    *why = f->second;
+    return nullptr;
+  }
+  AVBufferRef* ref = nullptr;
+  constexpr int kUsePrimaryContext = 1;  // AV_CUDA_USE_PRIMARY_CONTEXT (libavutil/hwcontext_cuda.h)
+  const std::string name = std::to_string(gpu);
+  if (int e = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA, name.c_str(), nullptr, kUsePrimaryContext); e < 0) {
+    failures[gpu] = *why = "libav cannot open CUDA device " + name + ": " + averr(e);
+    return nullptr;
+  }
+  devices[gpu] = ref;
+  return ref;
+}
+
+// The decoder's choice of output format: CUDA frames when offered (NVDEC takes this
+// stream), else the software format libavcodec would pick.
+AVPixelFormat pick_cuda_format(AVCodecContext* c, const AVPixelFormat* fmts) {
+  for (const AVPixelFormat* p = fmts; *p != AV_PIX_FMT_NONE; ++p)
+    if (*p == AV_PIX_FMT_CUDA) return *p;
+  return avcodec_default_get_format(c, fmts);
+}
+
 class LibavSource final : public Source {
  public:
   LibavSource(const std::string& url, const LibavInputOptions& opt) : info_(std::make_shared<LibavInput>()) {
@@ -205,6 +281,7 @@ class LibavSource final : public Source {
     dec_.c = avcodec_alloc_context3(dec);
     avcodec_parameters_to_context(dec_.c, st_->codecpar);
     dec_.c->thread_count = 0;  // libavcodec picks (frame and slice threads)
+    const bool nvdec = setup_nvdec(dec, opt.hwaccel, url);
     if (int e = avcodec_open2(dec_.c, dec, nullptr); e < 0)
       throw Error(ErrorKind::Input, "'" + url + "': cannot open the " + dec->name + " decoder: " + averr(e));
     set_format(dec_.c->pix_fmt);
@@ -254,7 +331,10 @@ class LibavSource final : public Source {
       }
     }
     ignore_errors_ = opt.ignore_errors;
-    describe_ = url + " (" + std::string(dec->name) + ", " + av_get_pix_fmt_name(dec_.c->pix_fmt) + ")";
+    describe_ =
+        url + " (" + std::string(dec->name) + (nvdec ? " on NVDEC" : "") + ", " +
+        av_get_pix_fmt_name(dec_.c->sw_pix_fmt != AV_PIX_FMT_NONE && nvdec ? dec_.c->sw_pix_fmt : dec_.c->pix_fmt) +
+        ")";
   }
   ~LibavSource() override { sws_freeContext(sws_); }
 
@@ -267,6 +347,15 @@ class LibavSource final : public Source {
     while (true) {
       const int r = avcodec_receive_frame(dec_.c, frame_.f);
       if (r == AVERROR_EOF) return end_of_input();
+      if (r == 0 && frame_.f->format == AV_PIX_FMT_CUDA) {
+        // NVDEC: the picture is in GPU memory (NV12, P010, YUV444): to the host.
+        av_frame_unref(hw_host_.f);
+        if (int e = av_hwframe_transfer_data(hw_host_.f, frame_.f, 0); e < 0)
+          throw Error(ErrorKind::Input, "'" + info_->url + "': cannot copy an NVDEC frame to the host: " + averr(e));
+        av_frame_copy_props(hw_host_.f, frame_.f);
+        av_frame_unref(frame_.f);
+        av_frame_move_ref(frame_.f, hw_host_.f);
+      }
       if (r == 0) {
         ++decoded_;
         const int64_t pts = frame_.f->best_effort_timestamp;
@@ -362,7 +451,9 @@ class LibavSource final : public Source {
       throw Error(ErrorKind::Input, "'" + info_->url + "': the frame size changed at frame " + std::to_string(next_) +
                                         " (" + std::to_string(f->width) + "x" + std::to_string(f->height) +
                                         "); vfpipe streams keep one size");
-    if (convert_to_ != AV_PIX_FMT_NONE || static_cast<AVPixelFormat>(f->format) != info_->native) {
+    if (convert_to_ == AV_PIX_FMT_NONE && semi_planar_to_view(f, info_->bits, dst.view())) {
+      // NVDEC's NV12 / P010 / P016: split exactly, no swscale.
+    } else if (convert_to_ != AV_PIX_FMT_NONE || static_cast<AVPixelFormat>(f->format) != info_->native) {
       if (convert_to_ == AV_PIX_FMT_NONE) convert_to_ = find_map(info_->native)->av;
       sws_ = sws_getCachedContext(sws_, f->width, f->height, static_cast<AVPixelFormat>(f->format), f->width, f->height,
                                   convert_to_, SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr,
@@ -384,10 +475,44 @@ class LibavSource final : public Source {
     info_->record(next_++, pts);
   }
 
+  // NVDEC (hwaccel "auto" or "cuda") when the codec has a CUDA configuration and a CUDA
+  // device opens; true when the decoder was set up for it. A profile NVDEC lacks still falls
+  // back to the CPU decoder at the first frame (pick_cuda_format is not offered CUDA).
+  bool setup_nvdec(const AVCodec* dec, const std::string& mode, const std::string& url) {
+    if (mode == "none" || mode.empty()) return false;
+    bool has_config = false;
+    for (int i = 0;; ++i) {
+      const AVCodecHWConfig* hc = avcodec_get_hw_config(dec, i);
+      if (!hc) break;
+      if (hc->device_type == AV_HWDEVICE_TYPE_CUDA && (hc->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX))
+        has_config = true;
+    }
+    std::string why;
+    AVBufferRef* dev = nullptr;
+    if (!has_config) {
+      why = std::string("this libavcodec has no NVDEC path for ") + dec->name;
+    } else {
+      int gpu = 0;
+#if VFPIPE_HAVE_CUDA
+      gpu = cuda::current_device();  // a batch pipeline's GPU
+#endif
+      dev = nvdec_device(gpu, &why);
+    }
+    if (!dev) {
+      if (mode == "cuda") throw Error(ErrorKind::Input, "'" + url + "': -hwaccel cuda: " + why);
+      static std::once_flag once;  // one line per process, not per file of a batch
+      std::call_once(once, [&] { log::info("NVDEC not used (%s); decoding on the CPU", why.c_str()); });
+      return false;
+    }
+    dec_.c->hw_device_ctx = av_buffer_ref(dev);
+    dec_.c->get_format = pick_cuda_format;
+    return true;
+  }
+
   FormatInput in_;
   AVStream* st_ = nullptr;
   CodecContext dec_;
-  Frame frame_, converted_;
+  Frame frame_, converted_, hw_host_;
   Packet packet_;
   SwsContext* sws_ = nullptr;
   AVPixelFormat convert_to_ = AV_PIX_FMT_NONE;

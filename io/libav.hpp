@@ -24,6 +24,10 @@ struct LibavInputOptions {
   // A file that ends before the frames its index lists (truncated, damaged) is an error
   // after the frames it has are delivered; with this, a warning.
   bool ignore_errors = false;
+  // NVDEC through libavcodec's CUDA hwaccel: "auto" (when the codec, the profile and the
+  // GPU allow; otherwise the CPU decoder, with one line), "cuda" (NVDEC or an error), "none".
+  // The decoded frames are copied to host memory (NV12 -> the stream's planar format).
+  std::string hwaccel = "none";
 };
 // Throws vfp::Error (Input) for a missing, unreadable or unsupported input.
 std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInputOptions& opt);

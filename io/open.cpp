@@ -114,7 +114,12 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
     if (std::filesystem::is_directory(spec, ec))
       throw Error(ErrorKind::Input, "input '" + spec + "' is a directory (images in it: '" + spec + "/*.png')");
   }
-  return open_libav_source(spec, LibavInputOptions{opt.start, opt.duration, opt.ignore_input_errors});
+  LibavInputOptions lo;
+  lo.start = opt.start;
+  lo.duration = opt.duration;
+  lo.ignore_errors = opt.ignore_input_errors;
+  lo.hwaccel = opt.hwaccel == "auto" ? (opt.pinned ? "auto" : "none") : opt.hwaccel;  // auto: the CUDA backend's
+  return open_libav_source(spec, lo);
 #elif VFPIPE_HAVE_OPENCV
   if (opt.start > 0 || opt.duration >= 0)
     throw Error(ErrorKind::Usage, "-ss / -t need a build with FFmpeg's libraries");

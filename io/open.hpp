@@ -22,6 +22,9 @@ struct SourceOptions {
   double start = 0;                  // -ss: seconds into a video file
   double duration = -1;              // -t: seconds of a video file to process (< 0: all)
   bool ignore_input_errors = false;  // a truncated video file: a warning, not an error
+  // Hardware decoding of video files (-hwaccel): "auto" (NVDEC on the CUDA backend when the
+  // codec and GPU have it, else the CPU decoder), "cuda" (NVDEC or an error), "none".
+  std::string hwaccel = "auto";
 };
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);
 

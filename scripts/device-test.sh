@@ -8,7 +8,8 @@
 #     device run --carry .deps -- bash scripts/device-test.sh
 # BENCHES="engine latency cpu cpuframes median conv wavelet deflate" (the default) selects the benchmarks to run;
 # "batch" adds scripts/batch-bench.sh (vfpipe batch throughput against one run at a time).
-# .gl/ (gl-kit) and .zk/ (scripts/fetch-device-zkit.sh: oneTBB, zlib, libdeflate, libpng) are carried along.
+# .gl/ (gl-kit) and .zk/ (scripts/fetch-device-zkit.sh: oneTBB, zlib, libdeflate, libpng) are carried along,
+# and .ff/ (scripts/fetch-device-ffmpeg.sh: FFmpeg's source, built there with NVDEC).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -26,6 +27,14 @@ fi
 if [ -d .zk/usr ]; then
   export CMAKE_PREFIX_PATH=$PWD/.zk/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
   export LD_LIBRARY_PATH=$PWD/.zk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+# FFmpeg with NVDEC (scripts/fetch-device-ffmpeg.sh, carried as .ff/): built once per machine,
+# then vfpipe's video I/O and its NVDEC path build against it.
+if ls .ff/ffmpeg_*.orig.tar.xz >/dev/null 2>&1; then
+  log "FFmpeg with NVDEC (.ff)"
+  ff_env=$(bash scripts/build-device-ffmpeg.sh 2>&1 | tee "$OUT/ffmpeg-build.log" | tail -1)
+  case "$ff_env" in export*) eval "$ff_env" ;; *) echo "FFmpeg build failed: $OUT/ffmpeg-build.log" ;; esac
 fi
 
 log configure

@@ -2,12 +2,14 @@
 // GPU is usable (CI); on the device they must run (scripts/device-test.sh).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
 #include "cpu/convert.hpp"
 #include "gpu_test_util.hpp"
+#include "io/open.hpp"
 #include "io/synthetic.hpp"
 #include "pipeline/engine.hpp"
 #include "test_util.hpp"
@@ -309,6 +311,59 @@ TEST(Gpu, BatchOnTheGpuEqualsTheCpu) {
   EXPECT_NE(text.find("\"backend\": \"cuda\""), std::string::npos) << text.substr(0, 2000);
   run_cmd("rm -rf " + dir);
 }
+#if VFPIPE_HAVE_LIBAV
+// NVDEC (libavcodec's CUDA hwaccel) gives exactly the CPU decoder's samples: 8-bit H.264
+// with B-frames at an odd size, and 10-bit HEVC (P010 split into our 16-bit planes).
+TEST(Gpu, NvdecDecodesWhatTheCpuDecoderDoes) {
+  REQUIRE_GPU();
+  for (const auto& [name, frames] : {std::pair<const char*, int>{"h264_322x242_yuv420p.mp4", 30},
+                                     std::pair<const char*, int>{"hevc_256x144_yuv420p10.mkv", 20}}) {
+    const std::string path = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/" + name;
+    SourceOptions hw, sw;
+    hw.pinned = true;
+    hw.hwaccel = "cuda";
+    sw.hwaccel = "none";
+    auto a = open_source(path, hw);
+    auto b = open_source(path, sw);
+    EXPECT_NE(a->describe().find("on NVDEC"), std::string::npos) << a->describe();
+    EXPECT_EQ(b->describe().find("NVDEC"), std::string::npos) << b->describe();
+    ASSERT_EQ(a->spec().format, b->spec().format) << name;
+    ASSERT_EQ(a->spec().width, b->spec().width);
+    HostFrame fa(a->spec(), false), fb(b->spec(), false);
+    int n = 0;
+    for (;; ++n) {
+      const bool ra = a->read(fa), rb = b->read(fb);
+      ASSERT_EQ(ra, rb) << name << " frame " << n;
+      if (!ra) break;
+      const ImageView va = fa.view(), vb = fb.view();
+      for (int p = 0; p < plane_count(va.format); ++p)
+        for (int y = 0; y < va.ph[p]; ++y)
+          ASSERT_EQ(std::memcmp(va.row(p, y), vb.row(p, y), static_cast<size_t>(va.pw[p]) * sample_bytes(va.format)), 0)
+              << name << " frame " << n << " plane " << p << " row " << y;
+    }
+    EXPECT_EQ(n, frames) << name;
+  }
+}
+
+// -hwaccel auto on the CUDA backend decodes on NVDEC; the output equals the CPU backend's.
+TEST(Gpu, CliDecodesOnNvdecByDefault) {
+  REQUIRE_GPU();
+  const std::string in = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/h264_322x242_yuv420p.mp4";
+  const std::string a = tmp_path("nvdec_gpu.y4m"), b = tmp_path("nvdec_cpu.y4m");
+  CmdResult g =
+      run_cmd(std::string(VFPIPE_BIN) + " run --no-progress -i " + in + " -f median=radius=2 -o " + a + " -y");
+  ASSERT_EQ(g.rc, 0) << g.out;
+  EXPECT_NE(g.out.find("h264 on NVDEC"), std::string::npos) << g.out;
+  CmdResult c =
+      run_cmd(std::string(VFPIPE_BIN) + " run -q --device cpu -i " + in + " -f median=radius=2 -o " + b + " -y");
+  ASSERT_EQ(c.rc, 0) << c.out;
+  EXPECT_EQ(run_cmd("cmp " + a + " " + b).rc, 0);
+  CmdResult none = run_cmd(std::string(VFPIPE_BIN) + " run --no-progress -hwaccel none -i " + in + " -o null");
+  EXPECT_EQ(none.out.find("NVDEC"), std::string::npos) << none.out;
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+#endif
 #else
 TEST(Gpu, NotBuilt) { GTEST_SKIP() << "built without CUDA"; }
 #endif

@@ -46,7 +46,8 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-loglevel", "--loglevel"},
                                                               {"-progress", "--progress-file"},
                                                               {"-vf", "--vf"},
-                                                              {"-r", "--rate"}};
+                                                              {"-r", "--rate"},
+                                                              {"-hwaccel", "--hwaccel"}};
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)

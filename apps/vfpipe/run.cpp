@@ -145,6 +145,11 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--compression-level", a.compression_level, "DEFLATE level of PNG and .y4m.gz outputs (1 fast .. 9)")
       ->check(CLI::Range(1, 9))
       ->capture_default_str();
+  c->add_option("--hwaccel", a.hwaccel,
+                "(-hwaccel) decode video files on the GPU's NVDEC: auto (on the CUDA backend, when the codec and GPU "
+                "allow; else the CPU decoder), cuda (NVDEC or an error), none")
+      ->check(CLI::IsMember({"auto", "cuda", "none"}))
+      ->capture_default_str();
   c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera")
       ->check(CLI::Range(0.0, 10000.0));
   c->add_flag("-q,--quiet", a.quiet, "errors only, no summary");
@@ -430,6 +435,7 @@ SourceOptions source_options(const RunArgs& a, Backend backend) {
   so.start = a.start;
   so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
   so.ignore_input_errors = a.ignore_input_errors;
+  so.hwaccel = a.hwaccel;
   return so;
 }
 

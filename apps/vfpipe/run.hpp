@@ -40,6 +40,7 @@ struct RunArgs {
   bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
   double start = 0, duration = -1, to = -1;
   std::string loglevel, progress_file;
+  std::string hwaccel = "auto";  // -hwaccel: NVDEC for video files
 };
 
 // The options every stream has, in `run`, `live`, `profile` and `batch`: backend, pixel
