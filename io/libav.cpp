@@ -233,8 +233,8 @@ void open_input(FormatInput& in, const std::string& url) {
 }
 
 // libavcodec's CUDA device for NVDEC, one per GPU for the whole process (creating one costs
-// a context's start), on the CUDA runtime's primary context so that frames need no context
-// switch. Null, with `why`, when there is none (no driver, no GPU, a libav without CUDA).
+// a context's start). Null, with `why`, when there is none (no driver, no GPU, a libav
+// without CUDA).
 AVBufferRef* nvdec_device(int gpu, std::string* why) {
   static std::mutex mu;
   static std::map<int, AVBufferRef*> devices;  // kept for the process's life
@@ -248,7 +248,12 @@ AVBufferRef* nvdec_device(int gpu, std::string* why) {
   AVBufferRef* ref = nullptr;
   constexpr int kUsePrimaryContext = 1;  // AV_CUDA_USE_PRIMARY_CONTEXT (libavutil/hwcontext_cuda.h)
   const std::string name = std::to_string(gpu);
-  if (int e = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA, name.c_str(), nullptr, kUsePrimaryContext); e < 0) {
+  // The runtime's primary context when libav accepts its flags (it wants blocking sync and
+  // refuses a primary context the runtime has already started otherwise), else a context
+  // of libav's own.
+  int e = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA, name.c_str(), nullptr, kUsePrimaryContext);
+  if (e < 0) e = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA, name.c_str(), nullptr, 0);
+  if (e < 0) {
     failures[gpu] = *why = "libav cannot open CUDA device " + name + ": " + averr(e);
     return nullptr;
   }

@@ -49,7 +49,8 @@ TEST(Io, SinkDispatchAndErrors) {
     EXPECT_NE(error_of([] { open_sink(tmp_path("x.unknownext"), {}); }).find("unknown output type"), std::string::npos);
     EXPECT_NE(error_of([] { open_sink(tmp_path("x_%d_%d.png"), {}); }).find("bad image pattern"), std::string::npos);
   } else {
-    EXPECT_NE(error_of([] { open_sink(tmp_path("x.mp4"), {}); }).find("needs OpenCV"), std::string::npos);
+    // Without OpenCV an image pattern has no writer (video files go through libav when built).
+    EXPECT_NE(error_of([] { open_sink(tmp_path("x_%06d.jpg"), {}); }).find("needs OpenCV"), std::string::npos);
   }
 }
 
