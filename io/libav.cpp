@@ -233,8 +233,8 @@ void open_input(FormatInput& in, const std::string& url) {
 }
 
 // libavcodec's CUDA device for NVDEC, one per GPU for the whole process (creating one costs
-// a context's start). Null, with `why`, when there is none (no driver, no GPU, a libav
-// without CUDA).
+// a context's start; one per pipeline measured slower in a batch: docs/perf.md). Null, with
+// `why`, when there is none (no driver, no GPU, a libav without CUDA).
 AVBufferRef* nvdec_device(int gpu, std::string* why) {
   static std::mutex mu;
   static std::map<int, AVBufferRef*> devices;  // kept for the process's life
@@ -511,6 +511,9 @@ class LibavSource final : public Source {
     }
     dec_.c->hw_device_ctx = av_buffer_ref(dev);
     dec_.c->get_format = pick_cuda_format;
+    // NVDEC does the decoding: frame threads would only add contexts and frames in flight
+    // for the CPU's share (parsing), and contend across a batch's pipelines.
+    dec_.c->thread_count = 1;
     return true;
   }
 
