@@ -52,13 +52,19 @@ Ledger::Ledger(const std::string& path) : path_(path) {
   std::error_code ec;
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent, ec);
-  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error(ErrorKind::Output, "cannot open the ledger '" + path + "': " + std::strerror(errno));
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_);
     fd_ = -1;
     throw Error(ErrorKind::Output, "another vfpipe batch is running on '" + path +
                                        "' (same outputs, same shard): wait for it, or stop it first");
+  }
+  // A line cut short by a crash (power loss) would swallow the next record: end it first.
+  if (const off_t size = lseek(fd_, 0, SEEK_END); size > 0) {
+    char last = '\n';
+    if (pread(fd_, &last, 1, size - 1) == 1 && last != '\n' && ::write(fd_, "\n", 1) != 1)
+      throw Error(ErrorKind::Output, "cannot write the ledger '" + path + "': " + std::strerror(errno));
   }
 }
 
