@@ -8,7 +8,9 @@
 #   DEVICE=cpu JOBS="1 2 4" scripts/batch-bench.sh /tmp/bb 8 1280x720 30
 # CLIP=file.mp4 copies that clip N times instead (a decoder in the loop: NVDEC with
 # EXTRA="--hwaccel cuda"); EXTRA adds options to every run; SKIP_SINGLE=1 leaves out the
-# one-at-a-time baseline; CHAIN=null measures decoding alone.
+# one-at-a-time baseline; CHAIN=null measures decoding alone; OUTPUT=mp4 writes real
+# outputs (with EXTRA="-c:v libx264 -preset ultrafast", say). "cores busy" is the batch's
+# CPU time over its wall time.
 set -euo pipefail
 V=${VFPIPE:-build/vfpipe}
 DIR=${1:?usage: $0 DIR [N] [WxH] [FRAMES]}
@@ -43,11 +45,16 @@ for j in $JOBS; do
   rm -rf "$DIR/ledger-$j"
   opt=(--jobs-per-gpu "$j")
   [ "$DEVICE" = cpu ] && opt=(--jobs "$j")
-  t0=$(date +%s.%N)
-  "$V" batch "$DIR/clips" -f "$CHAIN" -o null --device "$DEVICE" "${opt[@]}" --ledger-dir "$DIR/ledger-$j" \
-    --progress none -q $EXTRA || { echo "batch with $j pipelines failed: $DIR/ledger-$j"; exit 1; }
-  t1=$(date +%s.%N)
-  results+=("{\"mode\": \"batch\", \"jobs\": $j, \"seconds\": $(python3 -c "print($t1 - $t0)")}")
+  out=null
+  if [ -n "${OUTPUT:-}" ]; then  # real outputs, e.g. OUTPUT=mp4 EXTRA="-c:v libx264 -preset ultrafast"
+    rm -rf "$DIR/out-$j"
+    out="$DIR/out-$j/{stem}.$OUTPUT"
+  fi
+  TIMEFORMAT='%R %U %S'
+  { time "$V" batch "$DIR/clips" -f "$CHAIN" -o "$out" --device "$DEVICE" "${opt[@]}" --ledger-dir "$DIR/ledger-$j" \
+    --progress none -q $EXTRA || { echo "batch with $j pipelines failed: $DIR/ledger-$j"; exit 1; }; } 2>"$DIR/time-$j"
+  read -r wall user sys <"$DIR/time-$j"
+  results+=("{\"mode\": \"batch\", \"jobs\": $j, \"seconds\": $wall, \"cpu_seconds\": $(python3 -c "print($user + $sys)")}")
 done
 printf '%s\n' "${results[@]}" >"$DIR/batch-bench.rows"
 python3 - "$DIR" "$N" "$SIZE" "$FRAMES" "$DEVICE" "$CHAIN" <<'PY'
@@ -60,12 +67,13 @@ import os
 extra = os.environ.get("EXTRA", "")
 src = os.environ.get("CLIP") or "Y4M"
 print(f"{n} clips of {size} x {frames} frames ({src}), chain {chain}, device {device} {extra}")
-print(f"{'mode':<22}{'pipelines':>10}{'wall s':>10}{'frames/s':>12}{'vs one run':>12}")
+print(f"{'mode':<22}{'pipelines':>10}{'wall s':>10}{'frames/s':>12}{'vs one run':>12}{'cores busy':>12}")
 for r in rows:
     r["fps"] = total / r["seconds"]
     r["speedup"] = base / r["seconds"] if base else 0
     per = "per GPU" if device == "cuda" and r["mode"] == "batch" else ""
-    print(f"{r['mode']:<22}{r['jobs']:>6} {per:<4}{r['seconds']:>9.2f}{r['fps']:>12.0f}{r['speedup']:>11.2f}x")
+    busy = f"{r['cpu_seconds'] / r['seconds']:>12.1f}" if "cpu_seconds" in r else ""
+    print(f"{r['mode']:<22}{r['jobs']:>6} {per:<4}{r['seconds']:>9.2f}{r['fps']:>12.0f}{r['speedup']:>11.2f}x{busy}")
 json.dump({"clips": n, "size": size, "frames": frames, "device": device, "chain": chain, "rows": rows},
           open(d + "/batch-bench.json", "w"), indent=1)
 PY

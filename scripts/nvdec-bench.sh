@@ -19,3 +19,6 @@ echo "## 3-stage chain, NVDEC"
 CHAIN=$CH3 EXTRA="--hwaccel cuda" JOBS="1 2 4" bash $B $D 24 1920x1080 120 | tail -5
 echo "## 3-stage chain, the CPU decoder"
 CHAIN=$CH3 EXTRA="--hwaccel none" SKIP_SINGLE=1 JOBS="4" bash $B $D 24 1920x1080 120 | tail -2
+echo "## 3-stage chain, NVDEC, libx264 -preset ultrafast outputs (the CPU encoder's bound)"
+OUTPUT=mp4 CHAIN=$CH3 EXTRA="--hwaccel cuda -c:v libx264 -preset ultrafast" SKIP_SINGLE=1 JOBS="4 8" \
+  bash $B $D 24 1920x1080 120 | tail -3
