@@ -351,7 +351,9 @@ void check_template(const std::string& tmpl) {
 }
 
 std::string expand_template(const std::string& tmpl, const Item& item) {
-  const auto [stem, ext] = stem_ext(item.input);
+  const std::pair<std::string, std::string> parts = stem_ext(item.input);
+  const std::string& stem = parts.first;  // not a structured binding: lambdas capture it (C++17)
+  const std::string& ext = parts.second;
   std::string out;
   scan_template(
       tmpl, [&](const std::string& s) { out += s; },
