@@ -285,7 +285,7 @@ class LibavSource final : public Source {
                   "'" + url + "': no decoder for " + std::string(avcodec_get_name(st_->codecpar->codec_id)));
     dec_.c = avcodec_alloc_context3(dec);
     avcodec_parameters_to_context(dec_.c, st_->codecpar);
-    dec_.c->thread_count = 0;  // libavcodec picks (frame and slice threads)
+    dec_.c->thread_count = opt.threads;  // 0: libavcodec picks (frame and slice threads)
     const bool nvdec = setup_nvdec(dec, opt.hwaccel, url);
     if (int e = avcodec_open2(dec_.c, dec, nullptr); e < 0)
       throw Error(ErrorKind::Input, "'" + url + "': cannot open the " + dec->name + " decoder: " + averr(e));
@@ -859,7 +859,7 @@ class LibavSink final : public Sink {
     }
     if (opt_.gop >= 0) c->gop_size = opt_.gop;
     if (opt_.bitrate > 0) c->bit_rate = opt_.bitrate;
-    c->thread_count = 0;
+    c->thread_count = opt_.threads;  // 0: libavcodec picks
     if (oc_->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
     AVDictionary* o = nullptr;
     auto has_option = [&](const char* name) { return c->priv_data && av_opt_find(c->priv_data, name, nullptr, 0, 0); };

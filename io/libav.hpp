@@ -28,6 +28,7 @@ struct LibavInputOptions {
   // GPU allow; otherwise the CPU decoder, with one line), "cuda" (NVDEC or an error), "none".
   // The decoded frames are copied to host memory (NV12 -> the stream's planar format).
   std::string hwaccel = "none";
+  int threads = 0;  // the CPU decoder's threads (0: libavcodec picks, by the cores)
 };
 // Throws vfp::Error (Input) for a missing, unreadable or unsupported input.
 std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInputOptions& opt);
@@ -44,6 +45,7 @@ struct VideoOptions {
   bool audio = true;                  // copy the input's audio (-an: false)
   Rational rate{0, 1};                // -r: constant output rate, frames duplicated or dropped by
                                       // their timestamps (0: the input's own timing)
+  int threads = 0;                    // the encoder's threads (0: libavcodec picks, by the cores)
   std::shared_ptr<LibavInput> input;  // streams, timestamps, colour and metadata to carry over
 };
 

@@ -119,6 +119,7 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
   lo.duration = opt.duration;
   lo.ignore_errors = opt.ignore_input_errors;
   lo.hwaccel = opt.hwaccel == "auto" ? (opt.pinned ? "auto" : "none") : opt.hwaccel;  // auto: the CUDA backend's
+  lo.threads = opt.codec_threads;
   return open_libav_source(spec, lo);
 #elif VFPIPE_HAVE_OPENCV
   if (opt.start > 0 || opt.duration >= 0)

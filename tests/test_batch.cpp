@@ -429,7 +429,7 @@ TEST(BatchRunner, EveryItemOnceOutputsRenamedFailuresRecorded) {
   names.push_back("damaged.mp4");
   auto items = make_items(d, names, "out/{stem}.mkv");
   FakeWork work;
-  work.sleep_ms = 5;
+  work.sleep_ms = 40;  // 4 ms a frame: the four pipelines overlap
   BatchConfig cfg = quiet_config(d, 4);
   auto s = run_batch(items, cfg, std::ref(work));
   EXPECT_EQ(s.done, 40);
@@ -707,6 +707,9 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
     EXPECT_EQ(r.rc, 0) << r.out;
   }
   EXPECT_TRUE(fs::exists(d / "sh/a.y4m") && fs::exists(d / "sh/b.y4m"));
+  // Each pipeline's codecs get a share of the cores (--codec-threads overrides it).
+  const auto rec = ledger_lines(d / "sh/vfpipe-batch.shard-0-of-2.jsonl").at(0);
+  EXPECT_GE(rec["details"]["codec_threads"].get<int>(), 1) << rec.dump();
   EXPECT_EQ(ledger_lines(d / "sh/vfpipe-batch.shard-0-of-2.jsonl").size(), 1u);
   EXPECT_EQ(ledger_lines(d / "sh/vfpipe-batch.shard-1-of-2.jsonl").size(), 1u);
   r = run_cmd(kBin + " batch --merge-reports " + d / "sh");

@@ -186,6 +186,7 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
                {"input_spec", res.report.input_spec},
                {"output_spec", res.report.output_spec},
                {"fps", res.report.fps()},
+               {"codec_threads", a.codec_threads},
                {"steps_ms", stages_ms}};
   if (res.error) {
     try {
@@ -394,7 +395,11 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
     log::info("shard %d/%d has no items", shard.index, shard.count);
     return 0;
   }
-  const RunArgs base = a;
+  RunArgs base = a;
+  // The pipelines' decoders and encoders share the cores instead of each taking them all
+  // (libavcodec's default): cores / pipelines threads each, unless --codec-threads says.
+  if (!cli.get_option("--codec-threads")->count())
+    base.codec_threads = std::max(1, cpu_threads() / static_cast<int>(cfg.devices.size()));
   batch::BatchSummary s =
       batch::run_batch(mine, cfg, [&base](const batch::ItemJob& job) { return run_item(base, job); });
   if (!a.quiet)

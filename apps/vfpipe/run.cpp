@@ -150,6 +150,10 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "allow; else the CPU decoder), cuda (NVDEC or an error), none")
       ->check(CLI::IsMember({"auto", "cuda", "none"}))
       ->capture_default_str();
+  c->add_option("--codec-threads", a.codec_threads,
+                "threads of the video decoder and of the encoder (0: libavcodec picks by the cores; batch: the "
+                "cores shared among its pipelines)")
+      ->check(CLI::Range(0, 1024));
   c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera")
       ->check(CLI::Range(0.0, 10000.0));
   c->add_flag("-q,--quiet", a.quiet, "errors only, no summary");
@@ -320,6 +324,7 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.gop = a.gop;
   ko.video.codec_params = a.codec_params;
   ko.video.audio = !a.no_audio;
+  ko.video.threads = a.codec_threads;
   if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))
     throw Error(ErrorKind::Usage, "-r: expected a frame rate such as 30, 29.97 or 60000/1001, got '" + a.rate + "'");
   ko.overwrite = a.overwrite ? Overwrite::Yes : a.no_overwrite ? Overwrite::No : Overwrite::Refuse;
@@ -436,6 +441,7 @@ SourceOptions source_options(const RunArgs& a, Backend backend) {
   so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
   so.ignore_input_errors = a.ignore_input_errors;
   so.hwaccel = a.hwaccel;
+  so.codec_threads = a.codec_threads;
   return so;
 }
 

@@ -41,6 +41,7 @@ struct RunArgs {
   double start = 0, duration = -1, to = -1;
   std::string loglevel, progress_file;
   std::string hwaccel = "auto";  // -hwaccel: NVDEC for video files
+  int codec_threads = 0;         // threads of each video decoder and encoder (0: libavcodec picks)
 };
 
 // The options every stream has, in `run`, `live`, `profile` and `batch`: backend, pixel
