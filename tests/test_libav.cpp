@@ -311,3 +311,21 @@ TEST(Libav, InterruptedEncodeLeavesAPlayableFile) {
   EXPECT_NE(ro.out.find("cannot open output"), std::string::npos) << ro.out;
   for (const auto& p : {out, log}) std::remove(p.c_str());
 }
+
+// -hwaccel: on a machine without a usable GPU, "cuda" is one clear error (exit 1) and
+// "auto" on the CPU backend quietly decodes on the CPU. (On a GPU machine the NVDEC tests
+// of the GPU suite cover both paths.)
+TEST(Libav, HwaccelWithoutAGpuIsAClearError) {
+  if (!VFPIPE_HAVE_LIBAV) GTEST_SKIP() << "built without FFmpeg's libraries";
+  const std::string info = run_cmd(kBin + " info").out;
+  if (info.find("GPU: none usable") == std::string::npos && info.find("CUDA backend: not built") == std::string::npos)
+    GTEST_SKIP() << "a GPU is usable here: the GPU suite tests NVDEC";
+  const std::string in = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/h264_322x242_yuv420p.mp4";
+  CmdResult r = run_cmd(kBin + " run -i " + in + " -hwaccel cuda -o null");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("-hwaccel cuda: "), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run --device cpu -i " + in + " -o null");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("NVDEC"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("30 frames"), std::string::npos) << r.out;
+}
