@@ -29,11 +29,6 @@ std::string abs_path(const std::string& p) {
   return fs::absolute(p).lexically_normal().string();
 }
 
-std::string hms(double s) {
-  const long t = static_cast<long>(s + 0.5);
-  return t >= 3600 ? log::format("%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60)
-                   : log::format("%ld:%02ld", t / 60, t % 60);
-}
 }  // namespace
 
 std::string ledger_path(const std::string& dir, const Shard& shard) {
@@ -42,6 +37,13 @@ std::string ledger_path(const std::string& dir, const Shard& shard) {
 std::string report_path(const std::string& dir, const Shard& shard) {
   return (fs::path(dir) / (std::string(kLedgerBase) + shard_suffix(shard) + ".report.json")).string();
 }
+std::string clock_time(double s) {
+  if (!(s >= 0) || s > 1e7) return "--:--";
+  const long t = static_cast<long>(s + 0.5);
+  return t >= 3600 ? log::format("%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60)
+                   : log::format("%ld:%02ld", t / 60, t % 60);
+}
+
 std::string items_path(const std::string& dir) {
   return (fs::path(dir) / (std::string(kLedgerBase) + ".items.jsonl")).string();
 }
@@ -175,7 +177,7 @@ std::string report_text(const nlohmann::json& rep) {
   out += log::format("; %lld frames", static_cast<long long>(t.value("frames", 0)));
   if (rep.contains("wall_seconds")) {
     const double w = rep["wall_seconds"].get<double>();
-    out += " in " + hms(w);
+    out += " in " + clock_time(w);
     if (w > 0 && t.value("frames_this_run", int64_t{0}) > 0)
       out += log::format(" (%.0f frames/s)", static_cast<double>(t.value("frames_this_run", int64_t{0})) / w);
   }

@@ -23,6 +23,9 @@ std::string report_path(const std::string& dir, const Shard& shard);
 // The frozen item list of a cluster submission (vfpipe-batch.items.jsonl).
 std::string items_path(const std::string& dir);
 
+// Seconds as m:ss or h:mm:ss ("--:--" when unknown or absurd): summaries and ETAs.
+std::string clock_time(double s);
+
 // What identifies an item across runs: its input and output paths, absolute.
 std::string item_key(const Item& item);
 

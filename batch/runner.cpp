@@ -42,12 +42,6 @@ std::string host_name() {
   gethostname(buf, sizeof buf - 1);
   return buf;
 }
-std::string hms(double s) {
-  if (!(s >= 0) || s > 1e7) return "--:--";
-  const long t = static_cast<long>(s + 0.5);
-  return t >= 3600 ? log::format("%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60)
-                   : log::format("%ld:%02ld", t / 60, t % 60);
-}
 
 // An image-sequence output (frames/{stem}/%06d.png) is written as a whole folder.
 bool is_pattern(const std::string& out) { return fs::path(out).filename().string().find('%') != std::string::npos; }
@@ -381,9 +375,9 @@ class Batch {
     const double eta = worked > 0 && el > 1 ? (static_cast<double>(total_bytes_) - bytes) * el / worked : -1;
     return log::format("%lld/%zu items (%lld failed, %d running) | %lld frames, %.0f fps | %s elapsed, ETA %s",
                        static_cast<long long>(finished_), items_.size(), static_cast<long long>(failed_),
-                       active_count_locked(), static_cast<long long>(frames), rate, hms(el).c_str(), hms(eta).c_str());
+                       active_count(), static_cast<long long>(frames), rate, clock_time(el).c_str(),
+                       clock_time(eta).c_str());
   }
-  int active_count_locked() const { return active_count(); }
 
   // ---- the terminal display: a block of lines redrawn in place; messages go above it.
   int term_width() const {
