@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <map>
 #include <mutex>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/stream_map.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
 #endif
@@ -202,6 +204,33 @@ struct LibavInput {
   bool seeked = false;  // -ss given
   double end = std::numeric_limits<double>::infinity();  // seconds: origin + -t
 
+  // What the output carries over, copied from the demuxer when it opened: the container's
+  // and the video stream's metadata, the rotation, and the other streams' parameters.
+  struct Stream {
+    int index = -1;
+    AVMediaType type = AVMEDIA_TYPE_UNKNOWN;
+    AVCodecParameters* par = nullptr;
+    AVRational time_base{1, 1000};
+    int disposition = 0;
+    AVDictionary* metadata = nullptr;
+  };
+  AVDictionary* metadata = nullptr;
+  AVDictionary* video_metadata = nullptr;
+  int video_disposition = 0;
+  std::vector<uint8_t> display_matrix;
+  std::vector<Stream> others;  // candidates for copying: -map's choice, or every other stream
+  bool mapped = false;         // -map given: `others` is exactly what it chose
+
+  ~LibavInput() {
+    av_dict_free(&metadata);
+    av_dict_free(&video_metadata);
+    for (Stream& s : others) {
+      avcodec_parameters_free(&s.par);
+      av_dict_free(&s.metadata);
+    }
+    for (AVPacket* p : queue) av_packet_free(&p);
+  }
+
   // Timestamps of the frames handed to the pipeline, by frame index (video time base).
   void record(int64_t index, int64_t pts) {
     std::lock_guard<std::mutex> lk(mu);
@@ -217,9 +246,56 @@ struct LibavInput {
     return true;
   }
 
+  // The packets of the copied streams travel from the source's demuxer to the output through
+  // this queue: one demuxer, so pipes and network streams are copied too. The output claims
+  // its streams when it is created, before the source reads any packet.
+  void claim(const std::vector<int>& streams) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (int s : streams) {
+      if (static_cast<size_t>(s) >= claimed.size()) claimed.resize(static_cast<size_t>(s) + 1, false);
+      claimed[static_cast<size_t>(s)] = true;
+    }
+  }
+  bool wants(int stream) {
+    std::lock_guard<std::mutex> lk(mu);
+    return static_cast<size_t>(stream) < claimed.size() && claimed[static_cast<size_t>(stream)];
+  }
+  bool wants_any() {
+    std::lock_guard<std::mutex> lk(mu);
+    return std::find(claimed.begin(), claimed.end(), true) != claimed.end();
+  }
+  // The source's packet of a claimed stream, moved into the queue.
+  void offer(AVPacket* p) {
+    if (!wants(p->stream_index)) return;
+    AVPacket* q = av_packet_alloc();
+    if (!q) throw Error(ErrorKind::OutOfMemory, "a copied packet");
+    av_packet_move_ref(q, p);
+    std::lock_guard<std::mutex> lk(mu);
+    queue.push_back(q);
+  }
+  // The oldest queued packet if its time (seconds of the input) is at most `until`; the
+  // caller owns it.
+  AVPacket* next_packet(double until) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (queue.empty()) return nullptr;
+    AVPacket* p = queue.front();
+    const Stream* s = stream(p->stream_index);
+    const int64_t ts = p->pts != AV_NOPTS_VALUE ? p->pts : p->dts;
+    if (s && ts != AV_NOPTS_VALUE && ts * av_q2d(s->time_base) > until) return nullptr;
+    queue.pop_front();
+    return p;
+  }
+  const Stream* stream(int index) const {
+    for (const Stream& s : others)
+      if (s.index == index) return &s;
+    return nullptr;
+  }
+
  private:
   std::mutex mu;
   std::map<int64_t, int64_t> pts_of;
+  std::vector<bool> claimed;  // by input stream index
+  std::deque<AVPacket*> queue;
 };
 
 namespace {
@@ -274,10 +350,33 @@ class LibavSource final : public Source {
   LibavSource(const std::string& url, const LibavInputOptions& opt) : info_(std::make_shared<LibavInput>()) {
     info_->url = url;
     open_input(in_, url);
-    const int vs = av_find_best_stream(in_.f, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
-    if (vs < 0) throw Error(ErrorKind::Input, "'" + url + "' has no video stream");
+    int vs = -1;
+    std::vector<int> others;
+    if (!opt.map.empty()) {
+      std::vector<StreamKind> kinds;
+      for (unsigned i = 0; i < in_.f->nb_streams; ++i) {
+        const AVStream* s = in_.f->streams[i];
+        const AVMediaType t = s->codecpar->codec_type;
+        kinds.push_back({t == AVMEDIA_TYPE_VIDEO        ? 'v'
+                         : t == AVMEDIA_TYPE_AUDIO      ? 'a'
+                         : t == AVMEDIA_TYPE_SUBTITLE   ? 's'
+                         : t == AVMEDIA_TYPE_ATTACHMENT ? 't'
+                                                        : 'd',
+                         (s->disposition & AV_DISPOSITION_ATTACHED_PIC) != 0});
+      }
+      const MappedStreams m = resolve_stream_maps(opt.map, kinds);
+      vs = m.video;
+      others = m.copied;
+      info_->mapped = true;
+    } else {
+      vs = av_find_best_stream(in_.f, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+      if (vs < 0) throw Error(ErrorKind::Input, "'" + url + "' has no video stream");
+      for (unsigned i = 0; i < in_.f->nb_streams; ++i)
+        if (static_cast<int>(i) != vs) others.push_back(static_cast<int>(i));
+    }
     st_ = in_.f->streams[vs];
     info_->video_stream = vs;
+    keep_stream_info(others);
     info_->time_base = st_->time_base;
     const AVCodec* dec = avcodec_find_decoder(st_->codecpar->codec_id);
     if (!dec)
@@ -289,6 +388,10 @@ class LibavSource final : public Source {
     const bool nvdec = setup_nvdec(dec, opt.hwaccel, url);
     if (int e = avcodec_open2(dec_.c, dec, nullptr); e < 0)
       throw Error(ErrorKind::Input, "'" + url + "': cannot open the " + dec->name + " decoder: " + averr(e));
+    if (dec_.c->pix_fmt == AV_PIX_FMT_NONE || dec_.c->width <= 0 || dec_.c->height <= 0)
+      throw Error(ErrorKind::Input,
+                  "'" + url + "': the video stream's size and pixel format cannot be read (an .mp4 with its index at "
+                  "the end, read from a pipe or a server that cannot seek? remux it with -movflags +faststart)");
     set_format(dec_.c->pix_fmt);
     const AVCodecParameters* cp = st_->codecpar;
     info_->range = cp->color_range;
@@ -366,7 +469,10 @@ class LibavSource final : public Source {
         const int64_t pts = frame_.f->best_effort_timestamp;
         const double t = seconds(pts, info_->time_base);
         if (pts != AV_NOPTS_VALUE && t < info_->origin - 1e-9) continue;    // before -ss
-        if (pts != AV_NOPTS_VALUE && t >= info_->end - 1e-9) return false;  // past -t
+        if (pts != AV_NOPTS_VALUE && t >= info_->end - 1e-9) {  // past -t
+          read_copied_to_end();
+          return false;
+        }
         deliver(dst, pts);
         return true;
       }
@@ -409,6 +515,48 @@ class LibavSource final : public Source {
     return false;
   }
 
+  // -t ends the video before the demuxer's end: the copied streams' packets up to that time
+  // are still to be read (the output cuts them at -t). Demuxers give packets in about time
+  // order, so a packet a few seconds past the end ends the search (sparse subtitles too).
+  void read_copied_to_end() {
+    if (!info_->wants_any() || copied_read_) return;
+    copied_read_ = true;
+    while (av_read_frame(in_.f, packet_.p) >= 0) {
+      const AVPacket* p = packet_.p;
+      const int64_t ts = p->pts != AV_NOPTS_VALUE ? p->pts : p->dts;
+      const bool past = ts != AV_NOPTS_VALUE && seconds(ts, in_.f->streams[p->stream_index]->time_base) > info_->end + 3;
+      if (p->stream_index != st_->index) info_->offer(packet_.p);
+      av_packet_unref(packet_.p);
+      if (past) break;
+    }
+  }
+
+  // What the output carries over (metadata, rotation, the other streams' parameters),
+  // copied now: the demuxer may update its own while it reads.
+  void keep_stream_info(const std::vector<int>& others) {
+    av_dict_copy(&info_->metadata, in_.f->metadata, 0);
+    av_dict_copy(&info_->video_metadata, st_->metadata, 0);
+    info_->video_disposition = st_->disposition;
+    size_t n = 0;
+    if (const uint8_t* m = av_stream_get_side_data(st_, AV_PKT_DATA_DISPLAYMATRIX, &n); m && n >= 9 * 4)
+      info_->display_matrix.assign(m, m + n);
+    for (int i : others) {
+      const AVStream* s = in_.f->streams[i];
+      LibavInput::Stream o;
+      o.index = i;
+      o.type = s->codecpar->codec_type;
+      o.time_base = s->time_base;
+      o.disposition = s->disposition;
+      o.par = avcodec_parameters_alloc();
+      if (!o.par || avcodec_parameters_copy(o.par, s->codecpar) < 0) {
+        avcodec_parameters_free(&o.par);
+        throw Error(ErrorKind::OutOfMemory, "a stream's parameters");
+      }
+      av_dict_copy(&o.metadata, s->metadata, 0);
+      info_->others.push_back(o);
+    }
+  }
+
   void set_format(AVPixelFormat f) {
     const FormatMap* m = find_map(f);
     info_->native = f;
@@ -437,6 +585,7 @@ class LibavSource final : public Source {
       }
       if (e < 0) return input_error("cannot read: " + averr(e));
       const bool video = packet_.p->stream_index == st_->index;
+      if (!video) info_->offer(packet_.p);
       int s = video ? avcodec_send_packet(dec_.c, packet_.p) : 0;
       if (video && s == 0) ++packets_;
       av_packet_unref(packet_.p);
@@ -529,78 +678,76 @@ class LibavSource final : public Source {
   int64_t frames_ = -1, next_ = 0, expected_ = 0, damaged_ = 0;
   double stream_end_ = -1, last_end_ = -1;  // seconds: the container's end of the video, the last frame's end
   int64_t packets_ = 0, decoded_ = 0;       // video packets the decoder took, frames it gave
-  bool ignore_errors_ = false;
+  bool ignore_errors_ = false, copied_read_ = false;
   std::string describe_;
 };
 
-// The input's other streams (audio, subtitles), read from a second demuxer on the same input
-// and copied packet by packet, in step with the video.
+// The input's other streams (audio, subtitles, data, attachments; -map's choice), copied
+// packet by packet from the source's demuxer, in step with the video.
 class StreamCopier {
  public:
-  StreamCopier(const LibavInput& in, AVFormatContext* out, bool audio)
-      : origin_(in.origin), end_(in.end), trim_start_(in.seeked) {
-    open_input(in_, in.url);
-    for (unsigned i = 0; i < in_.f->nb_streams; ++i) {
-      AVStream* s = in_.f->streams[i];
-      const AVMediaType type = s->codecpar->codec_type;
-      map_.push_back(-1);
-      if (static_cast<int>(i) == in.video_stream) continue;
-      if (type != AVMEDIA_TYPE_AUDIO && type != AVMEDIA_TYPE_SUBTITLE) continue;
-      if (type == AVMEDIA_TYPE_AUDIO && !audio) continue;
-      const char* name = avcodec_get_name(s->codecpar->codec_id);
-      if (avformat_query_codec(out->oformat, s->codecpar->codec_id, FF_COMPLIANCE_NORMAL) != 1) {
-        log::warn("%s stream #%u (%s) cannot go into a %s file: left out (use .mkv, or -an to drop audio)",
-                  av_get_media_type_string(type), i, name, out->oformat->name);
+  // Chooses the streams the output can hold and claims them from the input: at the output's
+  // creation, before the source reads a packet.
+  StreamCopier(std::shared_ptr<LibavInput> in, const AVOutputFormat* of, bool audio) : in_(std::move(in)) {
+    for (const LibavInput::Stream& s : in_->others) {
+      const char* type = av_get_media_type_string(s.type);
+      type = type ? type : "unknown";
+      const char* name = avcodec_get_name(s.par->codec_id);
+      if (s.type == AVMEDIA_TYPE_AUDIO && !audio) continue;
+      if (s.type == AVMEDIA_TYPE_VIDEO && !in_->mapped) {
+        log::warn("video stream #%d (%s) left out: vfpipe filters one video stream (-map 0 copies a cover picture, "
+                  "-map 0:v:N filters another stream)",
+                  s.index, name);
         continue;
       }
+      if (avformat_query_codec(of, s.par->codec_id, FF_COMPLIANCE_NORMAL) != 1) {
+        const std::string what = log::format("%s stream #%d (%s) cannot go into a %s file", type, s.index, name, of->name);
+        if (in_->mapped) throw Error(ErrorKind::Usage, "-map: " + what + " (use .mkv, or map it out)");
+        log::warn("%s: left out (use .mkv, or -an to drop audio)", what.c_str());
+        continue;
+      }
+      chosen_.push_back(s.index);
+      copied_.push_back(std::string(type) + " " + name);
+    }
+    in_->claim(chosen_);
+  }
+  const std::vector<std::string>& copied() const { return copied_; }
+
+  // The output's streams for the chosen ones, after the video stream, in the chosen order.
+  void add_streams(AVFormatContext* out) {
+    for (int i : chosen_) {
+      const LibavInput::Stream* s = in_->stream(i);
       AVStream* o = avformat_new_stream(out, nullptr);
-      if (!o || avcodec_parameters_copy(o->codecpar, s->codecpar) < 0)
+      if (!o || avcodec_parameters_copy(o->codecpar, s->par) < 0)
         throw Error(ErrorKind::OutOfMemory, "an output stream");
       o->codecpar->codec_tag = 0;
       o->time_base = s->time_base;
       o->disposition = s->disposition;
       av_dict_copy(&o->metadata, s->metadata, 0);
-      map_.back() = o->index;
-      copied_.push_back(std::string(av_get_media_type_string(type)) + " " + name);
+      map_[i] = o->index;
     }
-    if (origin_ > 0) av_seek_frame(in_.f, -1, static_cast<int64_t>(origin_ * AV_TIME_BASE), AVSEEK_FLAG_BACKWARD);
   }
-  const std::vector<std::string>& copied() const { return copied_; }
 
   // Writes the copied streams' packets up to `until` seconds of the input.
   void pump(AVFormatContext* out, double until) {
-    if (copied_.empty()) return;
-    while (!done_) {
-      if (!held_) {
-        const int e = av_read_frame(in_.f, pkt_.p);
-        if (e < 0) {
-          done_ = true;
-          return;
-        }
-        held_ = true;
-      }
-      AVPacket* p = pkt_.p;
-      const int idx = map_[static_cast<size_t>(p->stream_index)];
-      if (idx < 0) {
-        av_packet_unref(p);
-        held_ = false;
-        continue;
-      }
-      const AVRational tb = in_.f->streams[p->stream_index]->time_base;
+    if (chosen_.empty()) return;
+    while (AVPacket* next = in_->next_packet(until)) {
+      Packet owned;
+      av_packet_free(&owned.p);
+      owned.p = next;
+      AVPacket* p = owned.p;
+      const auto idx = map_.find(p->stream_index);
+      if (idx == map_.end()) continue;
+      const AVRational tb = in_->stream(p->stream_index)->time_base;
       const double t = seconds(p->pts != AV_NOPTS_VALUE ? p->pts : p->dts, tb);
-      if (t > until) return;  // held for a later call
-      held_ = false;
       // Packets before the start are cut only after a seek (-ss): without one, the audio's
       // priming packets (negative timestamps) stay, as ffmpeg keeps them.
-      if ((trim_start_ && t < origin_ - 1e-9) || t >= end_) {
-        av_packet_unref(p);
-        continue;
-      }
-      const int64_t shift = av_rescale_q(static_cast<int64_t>(std::llround(origin_ * 1e6)), {1, 1000000}, tb);
+      if ((in_->seeked && t < in_->origin - 1e-9) || t >= in_->end) continue;
+      const int64_t shift = av_rescale_q(static_cast<int64_t>(std::llround(in_->origin * 1e6)), {1, 1000000}, tb);
       if (p->pts != AV_NOPTS_VALUE) p->pts -= shift;
       if (p->dts != AV_NOPTS_VALUE) p->dts -= shift;
-      av_packet_rescale_ts(p, tb, out->streams[idx]->time_base);
-      p->stream_index = idx;
+      av_packet_rescale_ts(p, tb, out->streams[idx->second]->time_base);
+      p->stream_index = idx->second;
       p->pos = -1;
       if (int e = av_interleaved_write_frame(out, p); e < 0)
         throw Error(ErrorKind::Output, std::string("cannot write a copied packet: ") + averr(e));
@@ -608,13 +755,10 @@ class StreamCopier {
   }
 
  private:
-  FormatInput in_;
-  Packet pkt_;
-  std::vector<int> map_;  // input stream -> output stream, -1: not copied
+  std::shared_ptr<LibavInput> in_;
+  std::vector<int> chosen_;  // input stream indices
+  std::map<int, int> map_;   // input stream -> output stream
   std::vector<std::string> copied_;
-  double origin_, end_;
-  bool trim_start_;
-  bool held_ = false, done_ = false;
 };
 
 const AVCodec* default_encoder(const AVOutputFormat* of, bool lossless) {
@@ -688,6 +832,7 @@ class LibavSink final : public Sink {
         if (std::find(accepted_.begin(), accepted_.end(), f) == accepted_.end()) accepted_.push_back(f);
     if (accepted_.empty())
       throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " encoder takes none of vfpipe's pixel formats");
+    if (opt_.input) copier_ = std::make_unique<StreamCopier>(opt_.input, of, opt_.audio);
   }
   ~LibavSink() override {
     sws_freeContext(sws_);
@@ -795,7 +940,8 @@ class LibavSink final : public Sink {
   std::string describe() const override {
     std::string d = path_ + " (" + enc_->name;
     if (enc_ctx_.c) d += std::string(", ") + av_get_pix_fmt_name(enc_ctx_.c->pix_fmt);
-    for (const std::string& c : copied_) d += ", " + c + " copied";
+    if (copier_)
+      for (const std::string& c : copier_->copied()) d += ", " + c + " copied";
     if (opt_.rate.num > 0) d += log::format(", -r %d/%d", opt_.rate.num, opt_.rate.den);
     return d + ")";
   }
@@ -893,24 +1039,14 @@ class LibavSink final : public Sink {
 
   // Metadata, the video stream's tags and rotation, and the other streams of the input.
   void carry_over() {
-    // The other streams are read by a second demuxer on the same input: a file, not a
-    // network stream (a second connection would not be in step with the first).
-    const std::string& url = opt_.input->url;
-    if (url.find("://") != std::string::npos && url.rfind("file:", 0) != 0) {
-      log::warn("%s: a network input's audio, subtitles and metadata are not copied to the output", url.c_str());
-      return;
-    }
-    FormatInput in;
-    open_input(in, url);
-    av_dict_copy(&oc_->metadata, in.f->metadata, 0);
-    const AVStream* iv = in.f->streams[opt_.input->video_stream];
-    av_dict_copy(&vs_->metadata, iv->metadata, 0);
-    vs_->disposition = iv->disposition;
-    size_t n = 0;
-    if (const uint8_t* m = av_stream_get_side_data(iv, AV_PKT_DATA_DISPLAYMATRIX, &n); m && n >= 9 * 4)
-      if (uint8_t* d = av_stream_new_side_data(vs_, AV_PKT_DATA_DISPLAYMATRIX, n)) std::memcpy(d, m, n);
-    copier_ = std::make_unique<StreamCopier>(*opt_.input, oc_, opt_.audio);
-    copied_ = copier_->copied();
+    const LibavInput& in = *opt_.input;
+    av_dict_copy(&oc_->metadata, in.metadata, 0);
+    av_dict_copy(&vs_->metadata, in.video_metadata, 0);
+    vs_->disposition = in.video_disposition;
+    if (!in.display_matrix.empty())
+      if (uint8_t* d = av_stream_new_side_data(vs_, AV_PKT_DATA_DISPLAYMATRIX, in.display_matrix.size()))
+        std::memcpy(d, in.display_matrix.data(), in.display_matrix.size());
+    copier_->add_streams(oc_);
   }
 
   // A frame's time in seconds from the start: its input timestamp, or its index at the rate.
@@ -973,7 +1109,6 @@ class LibavSink final : public Sink {
   int64_t next_slot_ = 0, dup_ = 0, dropped_ = 0;
   double last_seconds_ = 0;  // the last frame written
   std::unique_ptr<StreamCopier> copier_;
-  std::vector<std::string> copied_;
   bool closed_ = false;
 };
 

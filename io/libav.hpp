@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "io/stream_map.hpp"
 #include "pipeline/source.hpp"
 
 namespace vfp {
@@ -29,6 +30,9 @@ struct LibavInputOptions {
   // The decoded frames are copied to host memory (NV12 -> the stream's planar format).
   std::string hwaccel = "none";
   int threads = 0;  // the CPU decoder's threads (0: libavcodec picks, by the cores)
+  // -map: the video stream to filter and the streams to copy (empty: the best video stream,
+  // and every other stream the output can hold).
+  std::vector<StreamMap> map;
 };
 // Throws vfp::Error (Input) for a missing, unreadable or unsupported input.
 std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInputOptions& opt);

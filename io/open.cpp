@@ -108,7 +108,8 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
 #endif
   }
 #if VFPIPE_HAVE_LIBAV
-  if (spec.find("://") == std::string::npos) {
+  // URLs (http://, rtmp://, ...) and libav's pipe:N / fd: protocols are not paths.
+  if (spec.find("://") == std::string::npos && !starts_with(spec, "pipe:") && !starts_with(spec, "fd:")) {
     std::error_code ec;
     if (!std::filesystem::exists(spec, ec)) throw Error(ErrorKind::Input, "input '" + spec + "' not found");
     if (std::filesystem::is_directory(spec, ec))
@@ -120,8 +121,10 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
   lo.ignore_errors = opt.ignore_input_errors;
   lo.hwaccel = opt.hwaccel == "auto" ? (opt.pinned ? "auto" : "none") : opt.hwaccel;  // auto: the CUDA backend's
   lo.threads = opt.codec_threads;
+  lo.map = opt.map;
   return open_libav_source(spec, lo);
 #elif VFPIPE_HAVE_OPENCV
+  if (!opt.map.empty()) throw Error(ErrorKind::Usage, "-map needs a build with FFmpeg's libraries");
   if (opt.start > 0 || opt.duration >= 0)
     throw Error(ErrorKind::Usage, "-ss / -t need a build with FFmpeg's libraries");
   return open_video_source(spec);

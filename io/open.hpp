@@ -9,6 +9,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "io/libav.hpp"
 #include "pipeline/source.hpp"
@@ -26,6 +27,7 @@ struct SourceOptions {
   // codec and GPU have it, else the CPU decoder), "cuda" (NVDEC or an error), "none".
   std::string hwaccel = "auto";
   int codec_threads = 0;  // the video decoder's threads (0: libavcodec picks); a batch shares the cores
+  std::vector<StreamMap> map;  // -map (video files): the stream to filter and those to copy
 };
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);
 

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
+#include "core/error.hpp"
 #include "cpu/convert.hpp"
 #include "io/open.hpp"
 #include "test_util.hpp"
@@ -328,4 +330,132 @@ TEST(Libav, HwaccelWithoutAGpuIsAClearError) {
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out.find("NVDEC"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("30 frames"), std::string::npos) << r.out;
+}
+
+// -map's parser points at the offending character; the resolver follows ffmpeg's rules
+// (maps in order, negative maps remove, '?' optional) and wants exactly one video stream.
+TEST(StreamMap, ParsesAndResolvesAsFfmpeg) {
+  const StreamMap m = parse_stream_map("-0:a:1?");
+  EXPECT_TRUE(m.negative);
+  EXPECT_TRUE(m.optional);
+  EXPECT_EQ(m.type, 'a');
+  EXPECT_EQ(m.index, 1);
+  EXPECT_EQ(parse_stream_map("0:3").index, 3);
+  EXPECT_EQ(parse_stream_map("0").type, 0);
+  for (const auto& [text, pos] : std::vector<std::pair<std::string, size_t>>{
+           {"", 0}, {"1:v", 0}, {"0:x", 2}, {"0v", 1}, {"0:v:", 4}, {"0:v:1x", 5}, {"0:a:1??", 5}, {"-", 1}}) {
+    try {
+      parse_stream_map(text);
+      ADD_FAILURE() << "accepted '" << text << "'";
+    } catch (const ParseError& e) {
+      EXPECT_EQ(e.pos(), pos) << text << ": " << e.pretty();
+    }
+  }
+  // video, audio, cover picture, audio, subtitle
+  const std::vector<StreamKind> in = {{'v', false}, {'a', false}, {'v', true}, {'a', false}, {'s', false}};
+  auto resolve = [&](std::vector<std::string> maps) {
+    std::vector<StreamMap> ms;
+    for (const auto& t : maps) ms.push_back(parse_stream_map(t));
+    return resolve_stream_maps(ms, in);
+  };
+  MappedStreams r = resolve({"0"});
+  EXPECT_EQ(r.video, 0);
+  EXPECT_EQ(r.copied, (std::vector<int>{1, 2, 3, 4}));
+  r = resolve({"0:s", "0:V", "0:a:1"});  // map order is the copied streams' order
+  EXPECT_EQ(r.copied, (std::vector<int>{4, 3}));
+  r = resolve({"0", "-0:a:0", "-0:v:1"});
+  EXPECT_EQ(r.copied, (std::vector<int>{3, 4}));
+  r = resolve({"0:v:0", "0:d?"});
+  EXPECT_TRUE(r.copied.empty());
+  EXPECT_THROW(resolve({"0:v:0", "0:d"}), Error);        // nothing matches, not optional
+  EXPECT_THROW(resolve({"0:a"}), Error);                 // no video to filter
+  r = resolve({"0:v"});  // a cover picture is copied, not filtered
+  EXPECT_EQ(r.video, 0);
+  EXPECT_EQ(r.copied, std::vector<int>{2});
+  const std::vector<StreamKind> two = {{'v', false}, {'v', false}};
+  EXPECT_THROW(resolve_stream_maps({parse_stream_map("0")}, two), Error);  // two video streams to filter
+  EXPECT_EQ(resolve_stream_maps({parse_stream_map("0:v:1")}, two).video, 1);
+  EXPECT_EQ(resolve({"0:V", "0:2"}).copied, std::vector<int>{2});  // the cover picture is copied
+}
+
+// -map on a real file: the chosen audio stream, bit-exact, in the order of the maps; usage
+// errors exit 2 before any output exists.
+TEST(Libav, MapChoosesTheStreams) {
+  REQUIRE_LIBAV();
+  const std::string in = make("map_in.mkv",
+                              "-f lavfi -i testsrc2=size=160x120:rate=25:duration=2 -f lavfi -i "
+                              "sine=frequency=440:duration=2 -f lavfi -i sine=frequency=880:duration=2 -map 0 -map 1 "
+                              "-map 2 -c:v libx264 -c:a aac -metadata:s:a:1 language=fre");
+  const std::string out = tmp_path("map_out.mkv");
+  auto audio_md5 = [](const std::string& f, int n) {
+    return run_cmd("ffmpeg -v error -i " + f + " -map 0:a:" + std::to_string(n) + " -c copy -f data - | md5sum").out;
+  };
+  ASSERT_EQ(run_cmd(kBin + " run -q -i " + in + " -map 0:v -map 0:a:1 -f median -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type:stream_tags=language"), "video\naudio,fre\n");
+  EXPECT_EQ(audio_md5(out, 0), audio_md5(in, 1));
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -map 0 -map -0:a:0 -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type:stream_tags=language"), "video\naudio,fre\n");
+  std::remove(out.c_str());
+  for (const char* bad : {"-map 0:a", "-map 0:s", "-map 0:q", "-map 1"}) {
+    const CmdResult r = run_cmd(kBin + " run -q -i " + in + " " + bad + " -o " + out);
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("-map"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out)) << bad;
+  }
+  // A mapped stream the container cannot hold is an error, not a silent loss.
+  const std::string srt = tmp_path("map.srt"), with_subs = tmp_path("map_subs.mkv");
+  { std::ofstream(srt) << "1\n00:00:00,000 --> 00:00:01,000\nhello\n"; }
+  ASSERT_EQ(run_cmd("ffmpeg -v error -y -i " + in + " -i " + srt + " -map 0 -map 1 -c copy -c:s ass " + with_subs).rc,
+            0);
+  const CmdResult r = run_cmd(kBin + " run -q -i " + with_subs + " -map 0 -o " + tmp_path("map_subs.avi"));
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("cannot go into"), std::string::npos) << r.out;
+  ASSERT_EQ(run_cmd(kBin + " run -q -i " + with_subs + " -map 0 -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\naudio\naudio\nsubtitle\n");
+  for (const auto& p : {in, out, srt, with_subs}) std::remove(p.c_str());
+}
+
+// The copied streams come from the source's own demuxer: a pipe and an HTTP stream keep
+// their audio, bit-exact, like a file.
+TEST(Libav, PipeAndNetworkInputsKeepTheirAudio) {
+  REQUIRE_LIBAV();
+  const std::string in = av_clip(), out = tmp_path("pipe_out.mkv");
+  auto audio_md5 = [](const std::string& f) {
+    return run_cmd("ffmpeg -v error -i " + f + " -map 0:a -c copy -f data - | md5sum").out;
+  };
+  // mp4 through a pipe cannot seek: a Matroska copy of the clip instead.
+  const std::string mkv = tmp_path("pipe_in.mkv");
+  ASSERT_EQ(run_cmd("ffmpeg -v error -y -i " + in + " -c copy " + mkv).rc, 0);
+  CmdResult r = run_cmd("cat " + mkv + " | " + kBin + " run -q -i pipe:0 -f median -o " + out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\naudio\n");
+  EXPECT_EQ(audio_md5(out), audio_md5(in));
+  // An .mp4 with its index at the end cannot be read from a pipe: one clear error, no crash.
+  r = run_cmd("cat " + in + " | " + kBin + " run -q -y -i pipe:0 -o " + out);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("+faststart"), std::string::npos) << r.out;
+  // An HTTP server on a free port, serving the clip's folder.
+  const std::string dir = in.substr(0, in.rfind('/')), port_file = tmp_path("http.port");
+  const std::string script = tmp_path("http_server.py");
+  {
+    std::ofstream py(script);
+    py << "import functools, http.server\n"
+          "h = functools.partial(http.server.SimpleHTTPRequestHandler, directory='"
+       << dir
+       << "')\n"
+          "s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), h)\n"
+          "with open('"
+       << port_file << ".tmp', 'w') as f: f.write(str(s.server_address[1]))\n"
+       << "import os; os.rename('" << port_file << ".tmp', '" << port_file << "')\n"
+       << "s.serve_forever()\n";
+  }
+  r = run_cmd("bash -c '(python3 " + script + " >/dev/null 2>&1 & echo $! > " + port_file +
+              ".pid); for i in $(seq 100); do [ -s " + port_file + " ] && break; sleep 0.1; done; port=$(cat " +
+              port_file + "); " + kBin + " run -q -y -i http://127.0.0.1:$port/" + mkv.substr(mkv.rfind('/') + 1) +
+              " -o " + out + "; rc=$?; kill $(cat " + port_file + ".pid); exit $rc'");
+  if (r.out.find("No module named") != std::string::npos) GTEST_SKIP() << "python3's http.server is missing";
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\naudio\n");
+  EXPECT_EQ(audio_md5(out), audio_md5(in));
+  for (const auto& p : {in, out, mkv, port_file, port_file + ".pid", script}) std::remove(p.c_str());
 }

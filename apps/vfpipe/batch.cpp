@@ -314,6 +314,7 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   if (b.output != "null") batch::check_template(b.output);
   auto stages = build_stages(a.filters);
   forced_format(a);
+  for (const std::string& m : a.map) parse_stream_map(m);
   batch::CollectOptions co;
   co.recursive = !b.no_recursive;
   for (size_t p = 0; !b.ext.empty() && p <= b.ext.size();) {

@@ -47,7 +47,8 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-progress", "--progress-file"},
                                                               {"-vf", "--vf"},
                                                               {"-r", "--rate"},
-                                                              {"-hwaccel", "--hwaccel"}};
+                                                              {"-hwaccel", "--hwaccel"},
+                                                              {"-map", "--map"}};
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)

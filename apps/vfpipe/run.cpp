@@ -122,6 +122,11 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "duplicated or dropped by their timestamps");
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
   c->add_flag("--no-audio", a.no_audio, "(-an) leave the input's audio out of a video output (kept by default)");
+  c->add_option("--map", a.map,
+                "(-map, repeatable) the input's streams in the output, as ffmpeg: 0 (all), 0:v:1 (the video stream "
+                "to filter), 0:a, 0:s:0?, -0:a:1 (leave out); default: the best video stream and every other stream "
+                "the container can hold")
+      ->allow_extra_args(false);
   c->add_flag("-y,--overwrite", a.overwrite, "overwrite an existing video output");
   c->add_flag("--no-overwrite", a.no_overwrite, "never overwrite an existing video output (ffmpeg's -n)");
   c->add_flag("--ignore-input-errors", a.ignore_input_errors,
@@ -442,6 +447,7 @@ SourceOptions source_options(const RunArgs& a, Backend backend) {
   so.ignore_input_errors = a.ignore_input_errors;
   so.hwaccel = a.hwaccel;
   so.codec_threads = a.codec_threads;
+  for (const std::string& m : a.map) so.map.push_back(parse_stream_map(m));
   return so;
 }
 

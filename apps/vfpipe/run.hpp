@@ -42,6 +42,7 @@ struct RunArgs {
   std::string loglevel, progress_file;
   std::string hwaccel = "auto";  // -hwaccel: NVDEC for video files
   int codec_threads = 0;         // threads of each video decoder and encoder (0: libavcodec picks)
+  std::vector<std::string> map;  // -map: the input's streams to filter and copy
 };
 
 // The options every stream has, in `run`, `live`, `profile` and `batch`: backend, pixel
@@ -53,6 +54,7 @@ void apply_log_options(RunArgs& a);
 std::optional<PixelFormat> forced_format(const RunArgs& a);
 // CUDA when asked for or usable and every stage has it; CPU otherwise, with a warning.
 Backend choose_backend(const std::string& device, const std::vector<std::unique_ptr<Stage>>& stages);
+// The input's options; throws vfp::ParseError for a malformed -map.
 SourceOptions source_options(const RunArgs& a, Backend backend);
 // Opens a.output for this source (the encoder's options, overwrite rule, single-image check).
 std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Source& src);
