@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/rate.hpp"
 #include "io/stream_map.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
@@ -833,6 +834,7 @@ class LibavSink final : public Sink {
     if (accepted_.empty())
       throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " encoder takes none of vfpipe's pixel formats");
     if (opt_.input) copier_ = std::make_unique<StreamCopier>(opt_.input, of, opt_.audio);
+    if (opt_.rate.num > 0) slots_ = std::make_unique<RateSlots>(opt_.rate);
   }
   ~LibavSink() override {
     sws_freeContext(sws_);
@@ -863,33 +865,28 @@ class LibavSink final : public Sink {
   }
 
   void write(const HostFrame& f) override {
-    if (opt_.rate.num <= 0) {
+    if (!slots_) {
       fill(f);
       frame_.f->pts = pts_of(f.index);
       send(frame_.f);
       return;
     }
-    // -r: output frame n shows at n / rate, as ffmpeg's constant-rate output: a frame takes
-    // the slot nearest its time, the slots before it that nobody took repeat the frame
-    // before (duplicated), and a frame whose slot was taken is left out (dropped).
+    // -r (io/rate.hpp): frames repeated or left out by their times.
     const double t = seconds_of(f.index);
-    const int64_t slot = std::llround(t * opt_.rate.num / opt_.rate.den);
-    if (first_slot_) next_slot_ = std::max<int64_t>(0, slot), first_slot_ = false;  // starts where the input does
-    if (slot < next_slot_) {
-      ++dropped_;
-      return;
-    }
-    repeat_until(slot);
+    int64_t repeats = 0, slot = 0;
+    if (!slots_->place(t, &repeats, &slot)) return;
+    repeat(slot - repeats, repeats);
     fill(f);
-    frame_.f->pts = next_slot_++;
+    frame_.f->pts = slot;
     send(frame_.f);
     last_seconds_ = t;
+    next_slot_ = slot + 1;
   }
 
-  // The frame in frame_.f again for the slots up to `slot` (exclusive).
-  void repeat_until(int64_t slot) {
-    for (; next_slot_ < slot; ++next_slot_, ++dup_) {
-      frame_.f->pts = next_slot_;
+  // The frame in frame_.f again, in `count` slots from `from`.
+  void repeat(int64_t from, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      frame_.f->pts = from + i;
       send(frame_.f);
     }
   }
@@ -921,13 +918,10 @@ class LibavSink final : public Sink {
   void close() override {
     if (closed_ || !oc_) return;
     closed_ = true;
-    if (opt_.rate.num > 0 && !first_slot_)  // the last frame lasts its input frame's duration
-      repeat_until(std::llround((last_seconds_ + static_cast<double>(spec_.fps.den) / spec_.fps.num) * opt_.rate.num /
-                                opt_.rate.den));
-    if (opt_.rate.num > 0)
-      log::info("%s: -r %d/%d: %lld frames written, %lld duplicated, %lld dropped", path_.c_str(), opt_.rate.num,
-                opt_.rate.den, static_cast<long long>(next_slot_), static_cast<long long>(dup_),
-                static_cast<long long>(dropped_));
+    if (slots_) {  // the last frame lasts its input frame's duration
+      repeat(next_slot_, slots_->finish(last_seconds_, static_cast<double>(spec_.fps.den) / spec_.fps.num));
+      log::info("%s: %s", path_.c_str(), slots_->summary().c_str());
+    }
     send(nullptr);
     if (copier_) copier_->pump(oc_, std::numeric_limits<double>::infinity());
     const int e = av_write_trailer(oc_);
@@ -1049,13 +1043,7 @@ class LibavSink final : public Sink {
     copier_->add_streams(oc_);
   }
 
-  // A frame's time in seconds from the start: its input timestamp, or its index at the rate.
-  double seconds_of(int64_t index) {
-    int64_t pts = 0;
-    if (opt_.input && opt_.input->take(index, &pts) && pts != AV_NOPTS_VALUE)
-      return seconds(pts, opt_.input->time_base) - opt_.input->origin;
-    return static_cast<double>(index) * spec_.fps.den / spec_.fps.num;
-  }
+  double seconds_of(int64_t index) { return frame_seconds(opt_.input.get(), index, spec_.fps); }
 
   int64_t pts_of(int64_t index) {
     int64_t pts = 0;
@@ -1104,10 +1092,9 @@ class LibavSink final : public Sink {
   AVPixelFormat rgb_from_ = AV_PIX_FMT_NONE;  // packed RGB frames converted for the encoder
   SwsContext* sws_ = nullptr;
   int64_t last_pts_ = std::numeric_limits<int64_t>::min();
-  // -r: before the first frame; the next output slot to fill, frames repeated and left out.
-  bool first_slot_ = true;
-  int64_t next_slot_ = 0, dup_ = 0, dropped_ = 0;
-  double last_seconds_ = 0;  // the last frame written
+  std::unique_ptr<RateSlots> slots_;  // -r
+  int64_t next_slot_ = 0;             // -r: the slot after the last frame written
+  double last_seconds_ = 0;           // -r: the last frame written
   std::unique_ptr<StreamCopier> copier_;
   bool closed_ = false;
 };
@@ -1133,6 +1120,12 @@ void init_libav() {
 std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInputOptions& opt) {
   init_libav();
   return std::make_unique<LibavSource>(url, opt);
+}
+
+double frame_seconds(LibavInput* in, int64_t index, Rational fps) {
+  int64_t pts = 0;
+  if (in && in->take(index, &pts) && pts != AV_NOPTS_VALUE) return seconds(pts, in->time_base) - in->origin;
+  return fps.num > 0 ? static_cast<double>(index) * fps.den / fps.num : 0;
 }
 
 std::shared_ptr<LibavInput> libav_input_of(const Source& src) {

@@ -38,6 +38,9 @@ struct LibavInputOptions {
 std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInputOptions& opt);
 // The input a source reads, or null when it is not a libav source.
 std::shared_ptr<LibavInput> libav_input_of(const Source& src);
+// Frame `index`'s time in seconds from the start of the run: its timestamp in the input
+// (variable rate too; read once: the output that writes the frame asks), else index / fps.
+double frame_seconds(LibavInput* in, int64_t index, Rational fps);
 
 // The encoder's quality settings and what to carry over from the input (the run's -o options).
 struct VideoOptions {

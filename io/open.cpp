@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "io/lossless.hpp"
+#include "io/rate.hpp"
 #include "io/synthetic.hpp"
 #include "io/y4m.hpp"
 #if VFPIPE_HAVE_OPENCV
@@ -156,10 +157,27 @@ bool is_video_file(const std::string& spec) {
 }
 }  // namespace
 
+namespace {
+std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptions& opt);
+}  // namespace
+
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt) {
-  if (opt.video.rate.num > 0 && !(VFPIPE_HAVE_LIBAV && is_video_file(spec)))
-    throw Error(ErrorKind::Usage, "-r sets the frame rate of a video file output (.mp4, .mkv, .webm, ...), not of '" +
-                                      (spec.empty() ? std::string("null") : spec) + "'");
+  std::unique_ptr<Sink> sink = open_sink_of_type(spec, opt);
+  // -r: video files place frames by their timestamps themselves; the other outputs are
+  // given the frames of a constant rate.
+  if (opt.video.rate.num <= 0 || (VFPIPE_HAVE_LIBAV && is_video_file(spec))) return sink;
+  std::shared_ptr<LibavInput> in = opt.video.input;
+  return make_rate_sink(std::move(sink), opt.video.rate, [in](int64_t index, Rational fps) {
+#if VFPIPE_HAVE_LIBAV
+    return frame_seconds(in.get(), index, fps);
+#else
+    return fps.num > 0 ? static_cast<double>(index) * fps.den / fps.num : 0.0;
+#endif
+  });
+}
+
+namespace {
+std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptions& opt) {
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
   if (spec == "-") return std::make_unique<Y4mSink>("-");
   std::string ext = lower_ext(spec);
@@ -225,5 +243,6 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
                                      "frames/%06d.png, '-' (Y4M on stdout) or null");
 #endif
 }
+}  // namespace
 
 }  // namespace vfp

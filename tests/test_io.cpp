@@ -9,6 +9,7 @@
 #include "core/filter_parser.hpp"
 #include "cpu/convert.hpp"
 #include "io/open.hpp"
+#include "io/rate.hpp"
 #include "pipeline/engine.hpp"
 #include "test_util.hpp"
 
@@ -203,4 +204,76 @@ TEST(Io, LostVideoWritesAreErrors) {
   CmdResult ok = run_cmd(bin + in + dir + "/ok.mkv");
   EXPECT_EQ(ok.rc, 0) << ok.out;
   fs::remove_all(dir);
+}
+
+// -r's slots: the nearest slot, ties to the earlier one, repeats for the slots no frame
+// took, drops for a slot taken twice, and the last frame lasting its duration.
+TEST(Io, RateSlotsDuplicateAndDrop) {
+  auto run = [](Rational in, Rational out, int frames, int64_t* dup) {
+    RateSlots s(out);
+    std::vector<int64_t> slots;
+    int64_t repeats = 0, slot = 0;
+    for (int i = 0; i < frames; ++i) {
+      const double t = static_cast<double>(i) * in.den / in.num;
+      if (s.place(t, &repeats, &slot)) {
+        for (int64_t r = 0; r < repeats; ++r) slots.push_back(-1);  // the previous frame again
+        slots.push_back(i);
+      }
+    }
+    const int64_t more = s.finish(static_cast<double>(frames - 1) * in.den / in.num, double(in.den) / in.num);
+    for (int64_t r = 0; r < more; ++r) slots.push_back(-1);
+    *dup = static_cast<int64_t>(std::count(slots.begin(), slots.end(), -1));
+    return slots;
+  };
+  int64_t dup = 0;
+  std::vector<int64_t> down = run({50, 1}, {25, 1}, 100, &dup);  // the even frames
+  ASSERT_EQ(down.size(), 50u);
+  for (size_t k = 0; k < down.size(); ++k) EXPECT_EQ(down[k], static_cast<int64_t>(2 * k));
+  EXPECT_EQ(dup, 0);
+  EXPECT_EQ(run({25, 1}, {50, 1}, 50, &dup).size(), 100u);  // each frame twice
+  EXPECT_EQ(dup, 50);
+  EXPECT_EQ(run({25, 1}, {30, 1}, 50, &dup).size(), 60u);  // 2 s either way
+  EXPECT_EQ(dup, 10);
+  EXPECT_EQ(run({30000, 1001}, {25, 1}, 300, &dup).size(), 250u);
+}
+
+// -r on outputs without timestamps of their own (Y4M, image sequences): frames at the new
+// rate, the header says it.
+TEST(Io, OutputRateOfY4mAndImageSequences) {
+  const std::string bin = VFPIPE_BIN, all = tmp_path("rate_all.y4m"), half = tmp_path("rate_half.y4m");
+  const std::string src = " run -q -y -i synthetic=size=33x17:rate=50:frames=100";
+  ASSERT_EQ(run_cmd(bin + src + " -o " + all).rc, 0);
+  const CmdResult r = run_cmd(bin + src + " -r 25 -o " + half);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto frames = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::string header;
+    std::getline(f, header);
+    std::vector<std::string> out;
+    const size_t bytes = 33 * 17 + 2 * (17 * 9);
+    std::string line;
+    while (std::getline(f, line)) {
+      std::string payload(bytes, '\0');
+      if (!f.read(payload.data(), static_cast<std::streamsize>(bytes))) break;
+      out.push_back(payload);
+    }
+    out.insert(out.begin(), header);
+    return out;
+  };
+  const std::vector<std::string> a = frames(all), h = frames(half);
+  EXPECT_NE(h[0].find(" F25:1 "), std::string::npos) << h[0];
+  ASSERT_EQ(a.size(), 101u);
+  ASSERT_EQ(h.size(), 51u);
+  for (size_t k = 1; k < h.size(); ++k) EXPECT_EQ(h[k], a[2 * (k - 1) + 1]) << k;  // the even frames
+  // Up: an image sequence at 100 frames/s from 50 holds every frame twice.
+  const std::string dir = tmp_path("rate_png");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(run_cmd(bin + " run -q -y -i synthetic=size=33x17:rate=50:frames=10 -r 100 --lossless -o " + dir +
+                    "/%04d.png")
+                .rc,
+            0);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}), 20);
+  std::filesystem::remove_all(dir);
+  for (const auto& p : {all, half}) std::remove(p.c_str());
 }
