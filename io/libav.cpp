@@ -860,8 +860,10 @@ class LibavSink final : public Sink {
     if (!(oc_->oformat->flags & AVFMT_NOFILE))
       if (int e = avio_open(&oc_->pb, path_.c_str(), AVIO_FLAG_WRITE); e < 0)
         throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + averr(e));
-    if (int e = avformat_write_header(oc_, nullptr); e < 0)
-      throw Error(ErrorKind::Output, "cannot write the header of '" + path_ + "': " + averr(e));
+    AVDictionary* o = muxer_options();
+    const int e = avformat_write_header(oc_, &o);
+    av_dict_free(&o);
+    if (e < 0) throw Error(ErrorKind::Output, "cannot write the header of '" + path_ + "': " + averr(e));
   }
 
   void write(const HostFrame& f) override {
@@ -1031,6 +1033,30 @@ class LibavSink final : public Sink {
       throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " encoder has no option " + unused);
   }
 
+  // A run that a full disk or a crash cuts short leaves a playable file: MP4 and MOV are
+  // written fragmented (a fragment at least every second, each with its own index, flushed
+  // to the file), Matroska closes a cluster every second; at most the last second is lost.
+  // -movflags replaces the MP4 default (+faststart: a classic MP4, without that protection).
+  AVDictionary* muxer_options() {
+    AVDictionary* o = nullptr;
+    const std::string name = oc_->oformat->name;
+    fragmented_ = name == "mp4" || name == "mov" || name == "ipod" || name == "ismv" || name == "3gp" ||
+                  name == "3g2" || name == "psp" || name == "f4v";
+    if (!opt_.movflags.empty()) {
+      if (!fragmented_)
+        throw Error(ErrorKind::Usage, "-movflags applies to .mp4 and .mov outputs, not to '" + path_ + "'");
+      av_dict_set(&o, "movflags", opt_.movflags.c_str(), 0);
+      fragmented_ = opt_.movflags.find("frag_") != std::string::npos;
+    } else if (fragmented_) {
+      av_dict_set(&o, "movflags", "+frag_keyframe+delay_moov+default_base_moof", 0);
+      av_dict_set(&o, "frag_duration", "1000000", 0);
+    } else if (name == "matroska" || name == "webm") {
+      av_dict_set(&o, "cluster_time_limit", "1000", 0);
+      fragmented_ = true;
+    }
+    return o;
+  }
+
   // Metadata, the video stream's tags and rotation, and the other streams of the input.
   void carry_over() {
     const LibavInput& in = *opt_.input;
@@ -1074,7 +1100,10 @@ class LibavSink final : public Sink {
         copier_->pump(oc_, t);
       }
       if (int e = av_interleaved_write_frame(oc_, pkt_.p); e < 0)
-        throw Error(ErrorKind::Output, "cannot write to '" + path_ + "': " + averr(e));
+        throw Error(ErrorKind::Output,
+                    "cannot write to '" + path_ + "': " + averr(e) +
+                        (fragmented_ ? " (the frames written before the last second stay playable)"
+                                     : " (the file is incomplete)"));
     }
   }
 
@@ -1096,6 +1125,7 @@ class LibavSink final : public Sink {
   int64_t next_slot_ = 0;             // -r: the slot after the last frame written
   double last_seconds_ = 0;           // -r: the last frame written
   std::unique_ptr<StreamCopier> copier_;
+  bool fragmented_ = false;  // written so that a run cut short leaves a playable file
   bool closed_ = false;
 };
 

@@ -53,6 +53,7 @@ struct VideoOptions {
   Rational rate{0, 1};                // -r: constant output rate, frames duplicated or dropped by
                                       // their timestamps (0: the input's own timing)
   int threads = 0;                    // the encoder's threads (0: libavcodec picks, by the cores)
+  std::string movflags;               // -movflags for MP4/MOV (default: fragmented, a fragment a second)
   std::shared_ptr<LibavInput> input;  // streams, timestamps, colour and metadata to carry over
 };
 

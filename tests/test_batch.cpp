@@ -767,11 +767,15 @@ TEST(BatchCli, SigintFinishesTheRunningItemsAndExits130) {
     execl("/bin/sh", "sh", "-c", c.c_str(), nullptr);
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  // The signal goes once the batch has started (its first line; the handlers are installed
+  // before it), not after a fixed time: a loaded machine starts the program slower.
+  for (int i = 0; i < 200 && read(d / "log.txt").find("pipelines") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   kill(pid, SIGINT);
   int st = 0;
   waitpid(pid, &st, 0);
-  ASSERT_TRUE(WIFEXITED(st));
+  ASSERT_TRUE(WIFEXITED(st)) << read(d / "log.txt");
   EXPECT_EQ(WEXITSTATUS(st), 130) << read(d / "log.txt");
   const std::string log = read(d / "log.txt");
   EXPECT_NE(log.find("finishing 2 running item(s)"), std::string::npos) << log;

@@ -76,7 +76,7 @@ TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   EXPECT_NE(r.out.find("aac copied"), std::string::npos) << r.out;
   EXPECT_EQ(probe(out,
                   "-select_streams v -show_entries stream=codec_name,pix_fmt,color_range,color_space,"
-                  "color_transfer,color_primaries,nb_frames"),
+                  "color_transfer,color_primaries,nb_read_frames -count_frames"),
             "h264,yuv420p,tv,bt709,bt709,bt709,100\n");
   EXPECT_EQ(probe(out, "-select_streams a -show_entries stream=codec_name:stream_tags=language"), "aac,eng\n");
   EXPECT_EQ(probe(out, "-show_entries format_tags=title"), "vfpipe-test\n");
@@ -461,4 +461,39 @@ TEST(Libav, PipeAndNetworkInputsKeepTheirAudio) {
   EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\naudio\n");
   EXPECT_EQ(audio_md5(out), audio_md5(in));
   for (const auto& p : {in, out, mkv, port_file, port_file + ".pid", script}) std::remove(p.c_str());
+}
+
+// A disk that fills up midway: one clear error (status 1), and the file holds the frames
+// before the last second, playable: MP4 is written fragmented, Matroska in 1 s clusters.
+// -movflags +faststart gives a classic MP4 (index in front) instead.
+TEST(Libav, FullDiskLeavesAPlayableFile) {
+  REQUIRE_LIBAV();
+  for (const char* ext : {"mp4", "mkv"}) {
+    const std::string out = tmp_path(std::string("full_disk.") + ext);
+    std::remove(out.c_str());
+    // 2 MB for 20 s of noisy 320x240 video (about 28 KB a frame): the limit falls after a
+    // few fragments.
+    const CmdResult r = run_cmd("ulimit -f 2000; " + kBin +
+                                " run -q --device cpu -i synthetic=size=320x240:rate=25:frames=500:noise=gauss "
+                                "-preset ultrafast -crf 30 -o " +
+                                out);
+    EXPECT_EQ(r.rc, 1) << ext << ": " << r.out;
+    EXPECT_NE(r.out.find("File too large (the frames written before the last second stay playable)"),
+              std::string::npos)
+        << r.out;
+    const std::string n = run_cmd("ffprobe -v quiet -select_streams v -count_frames -show_entries "
+                                  "stream=nb_read_frames -of csv=p=0 " +
+                                  out + " 2>/dev/null")
+                              .out;
+    EXPECT_GE(std::atoi(n.c_str()), 50) << ext << ": " << n;  // at least the first two seconds
+    std::remove(out.c_str());
+  }
+  const std::string classic = tmp_path("classic.mp4");
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i synthetic=size=64x48:frames=30 -movflags +faststart -o " + classic).rc, 0);
+  EXPECT_EQ(probe(classic, "-select_streams v -show_entries stream=nb_frames"), "30\n");  // an index in front
+  const CmdResult bad = run_cmd(kBin + " run -q -y -i synthetic=size=64x48:frames=3 -movflags +faststart -o " +
+                                tmp_path("classic.mkv"));
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("-movflags applies to .mp4"), std::string::npos) << bad.out;
+  std::remove(classic.c_str());
 }

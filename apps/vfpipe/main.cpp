@@ -48,7 +48,8 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-vf", "--vf"},
                                                               {"-r", "--rate"},
                                                               {"-hwaccel", "--hwaccel"},
-                                                              {"-map", "--map"}};
+                                                              {"-map", "--map"},
+                                                              {"-movflags", "--movflags"}};
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)

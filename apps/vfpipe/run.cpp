@@ -127,6 +127,9 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "to filter), 0:a, 0:s:0?, -0:a:1 (leave out); default: the best video stream and every other stream "
                 "the container can hold")
       ->allow_extra_args(false);
+  c->add_option("--movflags", a.movflags,
+                "(-movflags) MP4/MOV muxer flags, e.g. +faststart (a classic MP4 with its index in front); default: "
+                "fragmented, a fragment a second, so a full disk or a crash leaves a playable file");
   c->add_flag("-y,--overwrite", a.overwrite, "overwrite an existing video output");
   c->add_flag("--no-overwrite", a.no_overwrite, "never overwrite an existing video output (ffmpeg's -n)");
   c->add_flag("--ignore-input-errors", a.ignore_input_errors,
@@ -330,6 +333,7 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.codec_params = a.codec_params;
   ko.video.audio = !a.no_audio;
   ko.video.threads = a.codec_threads;
+  ko.video.movflags = a.movflags;
   if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))
     throw Error(ErrorKind::Usage, "-r: expected a frame rate such as 30, 29.97 or 60000/1001, got '" + a.rate + "'");
   ko.overwrite = a.overwrite ? Overwrite::Yes : a.no_overwrite ? Overwrite::No : Overwrite::Refuse;

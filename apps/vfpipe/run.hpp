@@ -43,6 +43,7 @@ struct RunArgs {
   std::string hwaccel = "auto";  // -hwaccel: NVDEC for video files
   int codec_threads = 0;         // threads of each video decoder and encoder (0: libavcodec picks)
   std::vector<std::string> map;  // -map: the input's streams to filter and copy
+  std::string movflags;          // -movflags
 };
 
 // The options every stream has, in `run`, `live`, `profile` and `batch`: backend, pixel
