@@ -7,6 +7,7 @@
 #     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
 #     device run --carry .deps -- bash scripts/device-test.sh
 # BENCHES="engine latency cpu cpuframes median conv wavelet deflate" (the default) selects the benchmarks to run;
+# also "batch", "mmp" (MMP_DEVICES, and mmp-bench.sh's variables: TILES, SKIP_UNTILED, ...);
 # "batch" adds scripts/batch-bench.sh (vfpipe batch throughput against one run at a time).
 # .gl/ (gl-kit) and .zk/ (scripts/fetch-device-zkit.sh: oneTBB, zlib, libdeflate, libpng) are carried along,
 # and .ff/ (scripts/fetch-device-ffmpeg.sh: FFmpeg's source, built there with NVDEC).
@@ -58,7 +59,7 @@ fi
 
 log "GPU tests under compute-sanitizer (memcheck)"
 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/tests/vfpipe_gpu_tests \
-  --gtest_filter='-Gpu.CliRuns*:Gpu.Batch*:Gpu.Nvdec*:Gpu.CliDecodes*:Gpu.OutOfMemory*:Gpu.LatencyIs*:GpuMedian.Histogram*:GpuConv.TwoDimensional*:GpuDeflate.LargeInput*:GpuDeflate.LosslessSinks*' > "$OUT/sanitizer.log" 2>&1
+  --gtest_filter='-Gpu.CliRuns*:Gpu.Batch*:Gpu.Nvdec*:Gpu.CliDecodes*:Gpu.OutOfMemory*:Gpu.LatencyIs*:GpuMedian.Histogram*:GpuConv.TwoDimensional*:GpuDeflate.LargeInput*:GpuDeflate.LosslessSinks*:Gpu.MmpFrames*' > "$OUT/sanitizer.log" 2>&1
 rc_san=$?
 tail -8 "$OUT/sanitizer.log"
 
@@ -184,6 +185,12 @@ if want batch; then
   cp /tmp/vfpipe-batch-bench/batch-bench.json "$OUT/bench_batch.json" 2>/dev/null
   DEVICE=cpu JOBS="1 2 4" VFPIPE=build-device/vfpipe bash scripts/batch-bench.sh /tmp/vfpipe-batch-bench-cpu 12 640x360 30 \
     2>&1 | tee "$OUT/bench_batch_cpu.txt"
+fi
+
+if want mmp; then
+  log "MMP encoder: leaf search on the GPU against the CPU (same bytes checked), camera and the 1080p clip"
+  DEVICES="${MMP_DEVICES:-cuda cpu}" SAME_BYTES=1 bash scripts/mmp-bench.sh build-device/vfpipe .bench-data 2>&1 |
+    tee "$OUT/bench_mmp.txt"
 fi
 
 echo "tests rc=$rc_tests sanitizer rc=$rc_san racecheck rc=$rc_race"

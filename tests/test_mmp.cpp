@@ -6,6 +6,7 @@
 // truncation is reported.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -14,12 +15,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 
 #include "codecs/mmp/container.hpp"
 #include "codecs/mmp/mmp.hpp"
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/range_coder.hpp"
+#include "codecs/mmp/search.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "io/open.hpp"
@@ -261,6 +264,80 @@ TEST(Mmp, PrunedSearchMakesTheExhaustiveSearchsDecisions) {
     const mmp::PlaneResult slow = mmp::encode_plane(img.data(), 40, 36, p);
     EXPECT_EQ(fast.bytes, slow.bytes) << kind;
     EXPECT_EQ(fast.recon, slow.recon) << kind;
+  }
+}
+
+namespace {
+// A second LeafSearch: every element tried, with search.hpp's arithmetic, as the GPU does
+// it. Any backend that keeps that contract must give the encoder's bytes.
+class ExhaustiveSearch final : public mmp::LeafSearch {
+ public:
+  void search(const mmp::LeafQuery& q, double* J, int* index) override {
+    ++calls;
+    const int N = 1 << q.L, table = mmp::leaf_table_size(q.L);
+    for (int k = 0; k < q.K; ++k)
+      for (int lh = 0; lh <= q.L; ++lh)
+        for (int lw = 0; lw <= q.L; ++lw) {
+          const int s = lw + 6 * lh, w = 1 << lw, h = 1 << lh;
+          const mmp::ScaleView& v = q.scales[static_cast<size_t>(s)];
+          for (int iy = 0; iy < N >> lh; ++iy)
+            for (int ix = 0; ix < N >> lw; ++ix) {
+              double bj = std::numeric_limits<double>::infinity();
+              int bi = -1;
+              for (int i = 0; i < v.count; ++i) {
+                int64_t sse = 0;
+                for (int y = 0; y < h; ++y)
+                  for (int x = 0; x < w; ++x) {
+                    const int d = q.residues[k * N * N + (iy * h + y) * N + ix * w + x] - v.data[i * v.size + y * w + x];
+                    sse += d * d;
+                  }
+                const double j = static_cast<double>(sse) +
+                                 q.lambda * (q.bits[static_cast<size_t>(s)][i] + q.leaf_bits[static_cast<size_t>(s)]);
+                if (j < bj) bj = j, bi = i;
+              }
+              const int at = k * table + mmp::leaf_scale_offset(q.L, lw, lh) + ix + iy * (N >> lw);
+              J[at] = bj;
+              index[at] = bi;
+            }
+        }
+  }
+  std::string name() const override { return "exhaustive"; }
+  std::atomic<int64_t> calls{0};
+};
+}  // namespace
+
+// The leaf search is replaceable (codecs/mmp/search.hpp): an exhaustive backend gives the
+// pruned CPU search's bytes, untiled and in every tile mode, at every block size.
+TEST(Mmp, AnotherLeafSearchGivesTheSameBytes) {
+  EXPECT_EQ(mmp::leaf_table_size(2), 7 * 7);  // (4 + 2 + 1)^2 segments of a 4x4 unit
+  EXPECT_EQ(mmp::leaf_table_size(4), 31 * 31);
+  EXPECT_EQ(mmp::leaf_scale_offset(4, 1, 0), 16 * 16);
+  auto search = std::make_shared<ExhaustiveSearch>();
+  struct Case {
+    int w, h, block_log, tile, modes;
+    mmp::TileMode mode;
+    const char* kind;
+  };
+  for (const Case& c : {Case{37, 29, 4, 0, 4, mmp::TileMode::SyncAll, "photo"},
+                        Case{19, 23, 3, 0, 11, mmp::TileMode::SyncAll, "text"},
+                        Case{40, 36, 5, 0, 1, mmp::TileMode::SyncAll, "photo"},
+                        Case{48, 40, 3, 16, 4, mmp::TileMode::SyncAll, "photo"},
+                        Case{48, 40, 3, 16, 4, mmp::TileMode::Independent, "random"},
+                        Case{48, 40, 3, 16, 2, mmp::TileMode::SyncDictionaries, "text"}}) {
+    const auto img = plane(c.kind, c.w, c.h, 5);
+    mmp::Params p;
+    p.lambda = 30;
+    p.block_log = c.block_log;
+    p.mode_candidates = c.modes;
+    p.tile_w = p.tile_h = c.tile;
+    p.tile_mode = c.mode;
+    const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), c.w, c.h, p);
+    p.search = search;
+    const int64_t before = search->calls;
+    const mmp::PlaneResult other = mmp::encode_plane(img.data(), c.w, c.h, p);
+    EXPECT_GT(search->calls, before);
+    EXPECT_EQ(cpu.bytes, other.bytes) << c.w << "x" << c.h << " block " << (1 << c.block_log) << " tile " << c.tile;
+    EXPECT_EQ(cpu.recon, other.recon);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/range_coder.hpp"
+#include "codecs/mmp/search.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/parallel.hpp"
@@ -46,7 +48,7 @@ struct NewElement {
 // uses to skip elements that cannot win.
 class Dictionary {
  public:
-  Dictionary(int max, int log) : max_(max), log_(log) {
+  Dictionary(int max, int log) : id_(next_id()), max_(max), log_(log) {
     for (int lh = 0; lh <= log_; ++lh)
       for (int lw = 0; lw <= log_; ++lw) scales_[static_cast<size_t>(scale_of(lw, lh))].size = 1 << (lw + lh);
     // Flat elements over the residue range, every 8 levels.
@@ -59,6 +61,11 @@ class Dictionary {
         }
   }
   int count(int s) const { return scales_[static_cast<size_t>(s)].count; }
+  uint64_t id() const { return id_; }
+  ScaleView view(int s) const {
+    const Scale& sc = scales_[static_cast<size_t>(s)];
+    return {sc.count, sc.size, sc.data.data()};
+  }
   const int16_t* elem(int s, int i) const {
     const Scale& sc = scales_[static_cast<size_t>(s)];
     return sc.data.data() + static_cast<size_t>(i) * static_cast<size_t>(sc.size);
@@ -120,6 +127,11 @@ class Dictionary {
                                      [&](int v, int i) { return v < sc.sum[static_cast<size_t>(i)]; }),
                     idx);
   }
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> n{0};
+    return ++n;
+  }
+  uint64_t id_;
   int max_, log_;
   std::array<Scale, kScales> scales_;
 };
@@ -166,6 +178,18 @@ struct PlaneState::Impl {
 };
 PlaneState::PlaneState(const Params& p) : impl_(std::make_unique<Impl>(p)) {}
 PlaneState::~PlaneState() = default;
+
+int leaf_scale_offset(int L, int lw, int lh) {
+  // Scales before (lw, lh): whole rows lh' < lh, then lw' < lw in row lh.
+  const int N = 1 << L;
+  int row = 0;  // segments in one row of scales: sum over lw' of N >> lw'
+  for (int a = 0; a <= L; ++a) row += N >> a;
+  int off = 0;
+  for (int b = 0; b < lh; ++b) off += row * (N >> b);
+  for (int a = 0; a < lw; ++a) off += (N >> a) * (N >> lh);
+  return off;
+}
+int leaf_table_size(int L) { return leaf_scale_offset(L, 0, L + 1); }
 
 const char* mode_name(int mode) {
   static const char* names[kModes] = {"none", "DC", "V", "H", "plane", "DDL", "DDR", "VR", "HD", "VL", "HU"};
@@ -277,9 +301,12 @@ namespace {
 struct IndexCosts {
   std::array<std::vector<double>, kScales> bits;
   std::array<double, kScales> min_bits{};
+  uint64_t id = 0;  // new with every computation (a LeafSearch backend caches by it)
 };
 
 void index_costs(const Models& m, const Dictionary& d, int log, IndexCosts& out) {
+  static std::atomic<uint64_t> ids{0};
+  out.id = ++ids;
   std::vector<double> node(size_t(2) << kIndexBits);
   for (int s = 0; s < kScales; ++s) {
     if (s % (kMaxLog + 1) > log || s / (kMaxLog + 1) > log) continue;  // scale unused at this block size
@@ -357,8 +384,13 @@ void best_leaf(const int* r, int N, int w, int h, int64_t rsum, const Dictionary
   *best_i = bi;
 }
 
-void optimise(const int* r, int L, const Dictionary& d, const Models& m, const IndexCosts& ic, double lambda,
-              bool exhaustive, Plan& plan) {
+double leaf_flag_bits(const Models& m, int lw, int lh) {
+  return lw + lh > 0 ? bit_cost(m.split[static_cast<size_t>(scale_of(lw, lh))], 0) : 0;
+}
+
+// The leaf table of one residue on the CPU: best_leaf for every segment of every scale.
+void cpu_leaves(const int* r, int L, const Dictionary& d, const Models& m, const IndexCosts& ic, double lambda,
+                bool exhaustive, double* J, int* I) {
   const int N = 1 << L;
   // Integral image of the residue (segment sums for the search's bound).
   int64_t sat[(kB + 1) * (kB + 1)];
@@ -371,20 +403,37 @@ void optimise(const int* r, int L, const Dictionary& d, const Models& m, const I
       sat[y * (N + 1) + x] = sat[(y - 1) * (N + 1) + x] + row;
     }
   }
-  for (int sum = 0; sum <= 2 * L; ++sum)
-    for (int lw = std::max(0, sum - L); lw <= std::min(L, sum); ++lw) {
-      const int lh = sum - lw, s = scale_of(lw, lh), w = 1 << lw, h = 1 << lh, nx = N >> lw, ny = N >> lh;
-      const bool flag = lw + lh > 0, both = lw > 0 && lh > 0;
-      const double leaf_bits = flag ? bit_cost(m.split[static_cast<size_t>(s)], 0) : 0;
-      const double split_bits = flag ? bit_cost(m.split[static_cast<size_t>(s)], 1) : 0;
+  for (int lh = 0; lh <= L; ++lh)
+    for (int lw = 0; lw <= L; ++lw) {
+      const int s = scale_of(lw, lh), w = 1 << lw, h = 1 << lh, nx = N >> lw, ny = N >> lh;
+      const int off = leaf_scale_offset(L, lw, lh);
+      const double leaf_bits = leaf_flag_bits(m, lw, lh);
       for (int iy = 0; iy < ny; ++iy)
         for (int ix = 0; ix < nx; ++ix) {
           const int at = ix + iy * nx, x0 = ix * w, y0 = iy * h;
           const int64_t rsum = sat[(y0 + h) * (N + 1) + x0 + w] - sat[y0 * (N + 1) + x0 + w] -
                                sat[(y0 + h) * (N + 1) + x0] + sat[y0 * (N + 1) + x0];
-          double best;
-          int best_i;
-          best_leaf(r + y0 * N + x0, N, w, h, rsum, d, s, ic, lambda, leaf_bits, exhaustive, &best, &best_i);
+          best_leaf(r + y0 * N + x0, N, w, h, rsum, d, s, ic, lambda, leaf_bits, exhaustive, &J[off + at],
+                    &I[off + at]);
+        }
+    }
+}
+
+// The best segmentation of a unit from its leaf table: bottom-up over the scales, each
+// segment a leaf or split in two (left | right, top / bottom), whichever J is least.
+void optimise(const double* leaf_j, const int* leaf_i, int L, const Models& m, double lambda, Plan& plan) {
+  const int N = 1 << L;
+  for (int sum = 0; sum <= 2 * L; ++sum)
+    for (int lw = std::max(0, sum - L); lw <= std::min(L, sum); ++lw) {
+      const int lh = sum - lw, s = scale_of(lw, lh), nx = N >> lw, ny = N >> lh;
+      const bool flag = lw + lh > 0, both = lw > 0 && lh > 0;
+      const double split_bits = flag ? bit_cost(m.split[static_cast<size_t>(s)], 1) : 0;
+      const int off = leaf_scale_offset(L, lw, lh);
+      for (int iy = 0; iy < ny; ++iy)
+        for (int ix = 0; ix < nx; ++ix) {
+          const int at = ix + iy * nx;
+          double best = leaf_j[off + at];
+          const int best_i = leaf_i[off + at];
           uint8_t kind = 0;
           if (lw > 0) {  // left | right
             const int nx2 = N >> (lw - 1);
@@ -546,12 +595,44 @@ class BlockSearch {
     std::stable_sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const int candidates = std::clamp(p_.mode_candidates, 1, kModes);
     double best = std::numeric_limits<double>::infinity();
-    int r[kB * kB];
+    // The candidates' residues, their leaf tables (one search for all of them), then each
+    // candidate's segmentation.
+    const int NN = N * N, table = leaf_table_size(L);
+    thread_local std::vector<int> residues, leaf_i;
+    thread_local std::vector<double> leaf_j;
+    residues.resize(static_cast<size_t>(candidates * NN));
+    leaf_j.resize(static_cast<size_t>(candidates * table));
+    leaf_i.resize(leaf_j.size());
+    for (int c = 0; c < candidates; ++c) {
+      const int* pred = preds[static_cast<size_t>(rank[static_cast<size_t>(c)].second)].data();
+      int* r = residues.data() + c * NN;
+      for (int i = 0; i < NN; ++i) r[i] = src_[static_cast<size_t>(y + i / N) * W_ + x + i % N] - pred[i];
+    }
+    if (p_.search) {
+      LeafQuery q;
+      q.L = L;
+      q.K = candidates;
+      q.residues = residues.data();
+      q.dict_id = d_.id();
+      q.costs_id = ic_.id;
+      q.lambda = p_.lambda;
+      for (int lh = 0; lh <= L; ++lh)
+        for (int lw = 0; lw <= L; ++lw) {
+          const int s = scale_of(lw, lh);
+          q.scales[static_cast<size_t>(s)] = d_.view(s);
+          q.bits[static_cast<size_t>(s)] = ic_.bits[static_cast<size_t>(s)].data();
+          q.leaf_bits[static_cast<size_t>(s)] = leaf_flag_bits(m_, lw, lh);
+        }
+      p_.search->search(q, leaf_j.data(), leaf_i.data());
+    } else {
+      for (int c = 0; c < candidates; ++c)
+        cpu_leaves(residues.data() + c * NN, L, d_, m_, ic_, p_.lambda, p_.exhaustive, leaf_j.data() + c * table,
+                   leaf_i.data() + c * table);
+    }
     for (int c = 0; c < candidates; ++c) {
       const int mode = rank[static_cast<size_t>(c)].second;
       const int* pred = preds[static_cast<size_t>(mode)].data();
-      for (int i = 0; i < N * N; ++i) r[i] = src_[static_cast<size_t>(y + i / N) * W_ + x + i % N] - pred[i];
-      optimise(r, L, d_, m_, ic_, p_.lambda, p_.exhaustive, *plan_);
+      optimise(leaf_j.data() + c * table, leaf_i.data() + c * table, L, m_, p_.lambda, *plan_);
       const double j = plan_->J[L][L][0] + p_.lambda * tree_cost(mtree, kModeBits, static_cast<uint32_t>(mode));
       if (j < best || (j == best && mode < u.mode)) {
         best = j;

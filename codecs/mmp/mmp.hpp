@@ -25,6 +25,8 @@
 
 namespace vfp::mmp {
 
+class LeafSearch;
+
 constexpr int kModes = 11;                         // prediction modes, in bitstream order (docs/mmp.md)
 constexpr int kMinBlockLog = 3, kMaxBlockLog = 5;  // block sizes 8, 16, 32
 // log2 of a block size of 8, 16 or 32; -1 for any other size.
@@ -86,6 +88,9 @@ struct Params {
   int tile_w = 0, tile_h = 0;
   TileMode tile_mode = TileMode::SyncAll;
   bool tiled() const { return tile_w > 0 && tile_h > 0; }
+  // Encoder only: where the leaf search runs (codecs/mmp/search.hpp); null: this CPU. The
+  // bytes are the same either way.
+  std::shared_ptr<LeafSearch> search;
 };
 
 // A plane's tile size from the frame's (luma) tile size: shifted by the plane's

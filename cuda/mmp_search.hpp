@@ -1,0 +1,21 @@
+// The MMP encoder's leaf search on the GPU (codecs/mmp/search.hpp): for each residue of a
+// unit, each scale and each segment, every dictionary element is tried (no pruning: the
+// device has the arithmetic to spare) and the least J = double(SSE) + lambda * (index bits
+// + leaf bits) wins, ties to the lower index: the table the CPU's pruned search gives, bit
+// for bit (rounded products and sums, never fused).
+//
+// The dictionaries live in device memory, mirrored as they grow: each search uploads only
+// the elements added since the last one (elements are appended, never changed). The index
+// costs are uploaded when their id changes. One thread block per (segment, residue); its
+// threads stride over the scale's elements and reduce (J, index) lexicographically.
+#pragma once
+#include <memory>
+
+#include "codecs/mmp/search.hpp"
+
+namespace vfp::cuda {
+
+// A search on the calling thread's current device. Throws vfp::Error (Gpu) without one.
+std::shared_ptr<mmp::LeafSearch> make_mmp_leaf_search();
+
+}  // namespace vfp::cuda
