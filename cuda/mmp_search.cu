@@ -110,7 +110,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       args.count[s] = v.count;
       args.leaf_bits[s] = q.leaf_bits[static_cast<size_t>(s)];
     }
-    if (q.costs_id != costs_id_) {
+    // The costs of the scales this query uses: every scale up to 2^L x 2^L. Queries of one
+    // id come with several L (a block's units shrink), and other ids may come between.
+    if (q.costs_id != costs_id_ || q.L > costs_L_) {
       for (int s = 0; s < kScales; ++s) {
         const int c = q.scales[static_cast<size_t>(s)].count;
         if (c > 0)
@@ -118,6 +120,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
                            q.bits[static_cast<size_t>(s)], sizeof(double) * static_cast<size_t>(c), stream_.get());
       }
       costs_id_ = q.costs_id;
+      costs_L_ = q.L;
     }
     const size_t res_bytes = sizeof(int) * static_cast<size_t>(q.K) * N * N;
     const size_t out = static_cast<size_t>(q.K) * table;
@@ -178,7 +181,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   DeviceBuffer tasks_[6];
   int task_count_[6] = {};
   DeviceBuffer bits_, residues_, out_j_, out_i_;
-  uint64_t costs_id_ = 0;
+  uint64_t costs_id_ = 0;  // the index costs in bits_, for the scales of units up to 2^costs_L_
+  int costs_L_ = 0;
   std::list<Mirror> mirrors_;
 };
 
