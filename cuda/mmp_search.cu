@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <climits>
 #include <list>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.hpp"
@@ -79,7 +82,7 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
 
 class GpuLeafSearch final : public mmp::LeafSearch {
  public:
-  GpuLeafSearch() : device_(current_device()), bits_(sizeof(double) * kScales * kMaxIndex, "MMP index costs") {
+  GpuLeafSearch() : device_(current_device()) {
     for (int L = 2; L <= 5; ++L) {
       std::vector<Task> tasks;
       const int N = 1 << L;
@@ -96,47 +99,55 @@ class GpuLeafSearch final : public mmp::LeafSearch {
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
 
+  // Each calling thread has a lane (stream, index costs, buffers), so the tiles of a round,
+  // coded on several threads, search at once; the dictionary mirrors are shared.
   void search(const mmp::LeafQuery& q, double* J, int* index) override {
-    std::lock_guard<std::mutex> lk(mu_);
     set_device(device_);
+    Lane& lane = this_lane();
+    const StreamHandle st = lane.stream.get();
     const int N = 1 << q.L, table = mmp::leaf_table_size(q.L);
-    Mirror& m = mirror(q);
     ScaleArgs args{};
-    for (int s = 0; s < kScales; ++s) {
-      const mmp::ScaleView& v = q.scales[static_cast<size_t>(s)];
-      if (v.count == 0) continue;
-      sync_scale(m, s, v);
-      args.data[s] = reinterpret_cast<const int16_t*>(m.data[s].get());
-      args.count[s] = v.count;
-      args.leaf_bits[s] = q.leaf_bits[static_cast<size_t>(s)];
+    std::shared_ptr<Mirror> m;  // held until the kernel is done: eviction cannot free it under us
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      m = mirror(q);
+      bool uploaded = false;
+      for (int s = 0; s < kScales; ++s) {
+        const mmp::ScaleView& v = q.scales[static_cast<size_t>(s)];
+        if (v.count == 0) continue;
+        uploaded |= sync_scale(*m, s, v, st);
+        args.data[s] = reinterpret_cast<const int16_t*>(m->data[s].get());
+        args.count[s] = v.count;
+        args.leaf_bits[s] = q.leaf_bits[static_cast<size_t>(s)];
+      }
+      if (uploaded) lane.stream.synchronize();  // before another lane reads the new elements
     }
     // The costs of the scales this query uses: every scale up to 2^L x 2^L. Queries of one
     // id come with several L (a block's units shrink), and other ids may come between.
-    if (q.costs_id != costs_id_ || q.L > costs_L_) {
+    if (q.costs_id != lane.costs_id || q.L > lane.costs_L) {
       for (int s = 0; s < kScales; ++s) {
         const int c = q.scales[static_cast<size_t>(s)].count;
         if (c > 0)
-          memcpy_h2d_async(bits_.get() + sizeof(double) * static_cast<size_t>(s) * kMaxIndex,
-                           q.bits[static_cast<size_t>(s)], sizeof(double) * static_cast<size_t>(c), stream_.get());
+          memcpy_h2d_async(lane.bits.get() + sizeof(double) * static_cast<size_t>(s) * kMaxIndex,
+                           q.bits[static_cast<size_t>(s)], sizeof(double) * static_cast<size_t>(c), st);
       }
-      costs_id_ = q.costs_id;
-      costs_L_ = q.L;
+      lane.costs_id = q.costs_id;
+      lane.costs_L = q.L;
     }
     const size_t res_bytes = sizeof(int) * static_cast<size_t>(q.K) * N * N;
     const size_t out = static_cast<size_t>(q.K) * table;
-    grow(residues_, res_bytes, "MMP residues");
-    grow(out_j_, out * sizeof(double), "MMP leaf table");
-    grow(out_i_, out * sizeof(int), "MMP leaf table");
-    memcpy_h2d_async(residues_.get(), q.residues, res_bytes, stream_.get());
-    leaf_kernel<<<dim3(static_cast<unsigned>(task_count_[q.L]), static_cast<unsigned>(q.K)), kThreads, 0,
-                  stream_.get()>>>(reinterpret_cast<const Task*>(tasks_[q.L].get()),
-                                   reinterpret_cast<const int*>(residues_.get()), N, table, args,
-                                   reinterpret_cast<const double*>(bits_.get()), q.lambda,
-                                   reinterpret_cast<double*>(out_j_.get()), reinterpret_cast<int*>(out_i_.get()));
+    grow(lane.residues, res_bytes, "MMP residues");
+    grow(lane.out_j, out * sizeof(double), "MMP leaf table");
+    grow(lane.out_i, out * sizeof(int), "MMP leaf table");
+    memcpy_h2d_async(lane.residues.get(), q.residues, res_bytes, st);
+    leaf_kernel<<<dim3(static_cast<unsigned>(task_count_[q.L]), static_cast<unsigned>(q.K)), kThreads, 0, st>>>(
+        reinterpret_cast<const Task*>(tasks_[q.L].get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
+        args, reinterpret_cast<const double*>(lane.bits.get()), q.lambda, reinterpret_cast<double*>(lane.out_j.get()),
+        reinterpret_cast<int*>(lane.out_i.get()));
     VFP_CUDA_LAUNCHED("mmp leaf_kernel");
-    memcpy_d2h_async(J, out_j_.get(), out * sizeof(double), stream_.get());
-    memcpy_d2h_async(index, out_i_.get(), out * sizeof(int), stream_.get());
-    stream_.synchronize();
+    memcpy_d2h_async(J, lane.out_j.get(), out * sizeof(double), st);
+    memcpy_d2h_async(index, lane.out_i.get(), out * sizeof(int), st);
+    lane.stream.synchronize();
   }
 
  private:
@@ -146,28 +157,43 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer data[kScales];
     int count[kScales] = {};
   };
+  struct Lane {
+    Stream stream;
+    DeviceBuffer bits{sizeof(double) * kScales * kMaxIndex, "MMP index costs"};
+    DeviceBuffer residues, out_j, out_i;
+    uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
+    int costs_L = 0;
+  };
 
-  Mirror& mirror(const mmp::LeafQuery& q) {
+  Lane& this_lane() {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_ptr<Lane>& l = lanes_[std::this_thread::get_id()];
+    if (!l) l = std::make_unique<Lane>();
+    return *l;
+  }
+
+  std::shared_ptr<Mirror> mirror(const mmp::LeafQuery& q) {
     for (auto it = mirrors_.begin(); it != mirrors_.end(); ++it)
-      if (it->id == q.dict_id) {
+      if ((*it)->id == q.dict_id) {
         mirrors_.splice(mirrors_.begin(), mirrors_, it);  // most recently used first
         return mirrors_.front();
       }
     // Independent tiles have a dictionary each: keep the most recent ones.
     if (mirrors_.size() >= kMaxMirrors) mirrors_.pop_back();
-    mirrors_.emplace_front();
-    mirrors_.front().id = q.dict_id;
+    mirrors_.push_front(std::make_shared<Mirror>());
+    mirrors_.front()->id = q.dict_id;
     return mirrors_.front();
   }
 
-  void sync_scale(Mirror& m, int s, const mmp::ScaleView& v) {
+  // The scale's elements added since the last upload; true if there were any.
+  static bool sync_scale(Mirror& m, int s, const mmp::ScaleView& v, StreamHandle st) {
     if (!m.data[s].get()) m.data[s] = DeviceBuffer(sizeof(int16_t) * kMaxIndex * v.size, "MMP dictionary");
     if (v.count < m.count[s]) m.count[s] = 0;  // not the dictionary mirrored (cannot shrink): all again
-    if (v.count == m.count[s]) return;
+    if (v.count == m.count[s]) return false;
     const size_t from = static_cast<size_t>(m.count[s]) * v.size, to = static_cast<size_t>(v.count) * v.size;
-    memcpy_h2d_async(m.data[s].get() + from * sizeof(int16_t), v.data + from, (to - from) * sizeof(int16_t),
-                     stream_.get());
+    memcpy_h2d_async(m.data[s].get() + from * sizeof(int16_t), v.data + from, (to - from) * sizeof(int16_t), st);
     m.count[s] = v.count;
+    return true;
   }
 
   static void grow(DeviceBuffer& b, size_t bytes, const char* what) {
@@ -177,13 +203,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   static constexpr size_t kMaxMirrors = 64;
   std::mutex mu_;
   int device_;
-  Stream stream_;
   DeviceBuffer tasks_[6];
   int task_count_[6] = {};
-  DeviceBuffer bits_, residues_, out_j_, out_i_;
-  uint64_t costs_id_ = 0;  // the index costs in bits_, for the scales of units up to 2^costs_L_
-  int costs_L_ = 0;
-  std::list<Mirror> mirrors_;
+  std::list<std::shared_ptr<Mirror>> mirrors_;
+  std::unordered_map<std::thread::id, std::unique_ptr<Lane>> lanes_;
 };
 
 }  // namespace

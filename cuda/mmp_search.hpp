@@ -7,7 +7,9 @@
 // The dictionaries live in device memory, mirrored as they grow: each search uploads only
 // the elements added since the last one (elements are appended, never changed). The index
 // costs are uploaded when their id changes. One thread block per (segment, residue); its
-// threads stride over the scale's elements and reduce (J, index) lexicographically.
+// threads stride over the scale's elements and reduce (J, index) lexicographically. Each
+// calling thread has a lane of its own (stream, costs, buffers): the tiles of a round,
+// coded on several threads, search at once.
 #pragma once
 #include <memory>
 
