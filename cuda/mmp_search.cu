@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -22,9 +23,14 @@ namespace {
 constexpr int kScales = mmp::kSearchScales;
 constexpr int kMaxIndex = 4096;  // 12-bit dictionary indices
 constexpr int kThreads = 128;
+constexpr int kMaxResidues = 11;  // candidate modes of a unit
 
-struct Task {  // one segment of one scale of a unit
-  int lw, lh, x0, y0, out;
+constexpr int kGroup = 8;  // segments of one scale searched together: each element is read once for them
+
+// Up to kGroup segments of one scale: segments g0 .. g0 + count - 1 of the scale, numbered
+// across the query's residues (g = k * segments_per_residue + position).
+struct Task {
+  int lw, lh, g0, count, out;  // out: the scale's offset in a residue's leaf table
 };
 
 struct ScaleArgs {
@@ -38,78 +44,89 @@ __device__ inline void take_min(double& bj, int& bi, double oj, int oi) {
   if (oj < bj || (oj == bj && oi < bi)) bj = oj, bi = oi;
 }
 
+// One thread block per task: its segments in shared memory, its threads striding over the
+// scale's elements, each element's samples read once and compared with every segment.
 __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, ScaleArgs sc,
                             const double* bits, double lambda, double* out_j, int* out_i) {
   const Task t = tasks[blockIdx.x];
-  const int k = blockIdx.y;
   const int w = 1 << t.lw, h = 1 << t.lh, n = w * h, s = t.lw + 6 * t.lh;
-  __shared__ int seg[32 * 32];
-  const int* r = residues + static_cast<size_t>(k) * N * N;
-  for (int q = threadIdx.x; q < n; q += blockDim.x) seg[q] = r[(t.y0 + (q >> t.lw)) * N + t.x0 + (q & (w - 1))];
+  const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);
+  __shared__ int seg[kGroup * 32 * 32];
+  for (int idx = threadIdx.x; idx < t.count * n; idx += blockDim.x) {
+    const int g = idx / n, q = idx - g * n, gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
+    const int x = (at % nx) * w + (q & (w - 1)), y = (at / nx) * h + (q >> t.lw);
+    seg[g * n + q] = residues[static_cast<size_t>(k) * N * N + y * N + x];
+  }
   __syncthreads();
   const int16_t* data = sc.data[s];
   const int count = sc.count[s];
   const double leaf = sc.leaf_bits[s];
   const double* b = bits + static_cast<size_t>(s) * kMaxIndex;
-  double bj = CUDART_INF;
-  int bi = INT_MAX;
+  double bj[kGroup];
+  int bi[kGroup];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) bj[g] = CUDART_INF, bi[g] = INT_MAX;
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
     const int16_t* e = data + static_cast<size_t>(i) * n;
-    int sse = 0;
+    int sse[kGroup] = {};
     for (int q = 0; q < n; ++q) {
-      const int d = seg[q] - e[q];
-      sse += d * d;
+      const int ev = e[q];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g)
+        if (g < t.count) {
+          const int d = seg[g * n + q] - ev;
+          sse[g] += d * d;
+        }
     }
-    const double j = __dadd_rn(static_cast<double>(sse), __dmul_rn(lambda, __dadd_rn(b[i], leaf)));
-    take_min(bj, bi, j, i);
+    const double rate = __dmul_rn(lambda, __dadd_rn(b[i], leaf));
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) take_min(bj[g], bi[g], __dadd_rn(static_cast<double>(sse[g]), rate), i);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const double oj = __shfl_down_sync(0xffffffffu, bj, o);
-    const int oi = __shfl_down_sync(0xffffffffu, bi, o);
-    take_min(bj, bi, oj, oi);
-  }
-  __shared__ double wj[kThreads / 32];
-  __shared__ int wi[kThreads / 32];
+  __shared__ double wj[kGroup][kThreads / 32];
+  __shared__ int wi[kGroup][kThreads / 32];
   const int warp = threadIdx.x >> 5;
-  if ((threadIdx.x & 31) == 0) wj[warp] = bj, wi[warp] = bi;
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    for (int o = 16; o > 0; o >>= 1) {
+      const double oj = __shfl_down_sync(0xffffffffu, bj[g], o);
+      const int oi = __shfl_down_sync(0xffffffffu, bi[g], o);
+      take_min(bj[g], bi[g], oj, oi);
+    }
+    if ((threadIdx.x & 31) == 0) wj[g][warp] = bj[g], wi[g][warp] = bi[g];
+  }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int q = 1; q < kThreads / 32; ++q) take_min(bj, bi, wj[q], wi[q]);
-    out_j[static_cast<size_t>(k) * table + t.out] = bj;
-    out_i[static_cast<size_t>(k) * table + t.out] = bi == INT_MAX ? -1 : bi;
+  if (threadIdx.x < t.count) {
+    const int g = threadIdx.x;
+    double j = wj[g][0];
+    int i = wi[g][0];
+    for (int q = 1; q < kThreads / 32; ++q) take_min(j, i, wj[g][q], wi[g][q]);
+    const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
+    out_j[static_cast<size_t>(k) * table + t.out + at] = j;
+    out_i[static_cast<size_t>(k) * table + t.out + at] = i == INT_MAX ? -1 : i;
   }
 }
 
 class GpuLeafSearch final : public mmp::LeafSearch {
  public:
-  GpuLeafSearch() : device_(current_device()) {
-    for (int L = 2; L <= 5; ++L) {
-      std::vector<Task> tasks;
-      const int N = 1 << L;
-      for (int lh = 0; lh <= L; ++lh)
-        for (int lw = 0; lw <= L; ++lw)
-          for (int iy = 0; iy < (N >> lh); ++iy)
-            for (int ix = 0; ix < (N >> lw); ++ix)
-              tasks.push_back({lw, lh, ix << lw, iy << lh, mmp::leaf_scale_offset(L, lw, lh) + ix + iy * (N >> lw)});
-      task_count_[L] = static_cast<int>(tasks.size());
-      tasks_[L] = DeviceBuffer(tasks.size() * sizeof(Task), "MMP search tasks");
-      VFP_CUDA(cudaMemcpy(tasks_[L].get(), tasks.data(), tasks.size() * sizeof(Task), cudaMemcpyHostToDevice));
-    }
-  }
+  GpuLeafSearch() : device_(current_device()) {}
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
 
   // Each calling thread has a lane (stream, index costs, buffers), so the tiles of a round,
   // coded on several threads, search at once; the dictionary mirrors are shared.
   void search(const mmp::LeafQuery& q, double* J, int* index) override {
+    if (q.L < 2 || q.L > 5 || q.K < 1 || q.K > kMaxResidues)
+      throw Error(ErrorKind::Usage, "MMP GPU search: units of 4..32 samples and 1..11 residues");
     set_device(device_);
     Lane& lane = this_lane();
     const StreamHandle st = lane.stream.get();
     const int N = 1 << q.L, table = mmp::leaf_table_size(q.L);
     ScaleArgs args{};
     std::shared_ptr<Mirror> m;  // held until the kernel is done: eviction cannot free it under us
+    const TaskList* tasks = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
+      tasks = &task_list(q.L, q.K, st);
       m = mirror(q);
       bool uploaded = false;
       for (int s = 0; s < kScales; ++s) {
@@ -139,15 +156,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     grow(lane.residues, res_bytes, "MMP residues");
     grow(lane.out_j, out * sizeof(double), "MMP leaf table");
     grow(lane.out_i, out * sizeof(int), "MMP leaf table");
-    memcpy_h2d_async(lane.residues.get(), q.residues, res_bytes, st);
-    leaf_kernel<<<dim3(static_cast<unsigned>(task_count_[q.L]), static_cast<unsigned>(q.K)), kThreads, 0, st>>>(
-        reinterpret_cast<const Task*>(tasks_[q.L].get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
+    // Through pinned staging: the copies are then truly asynchronous, one wait at the end.
+    std::memcpy(lane.stage_in.get(), q.residues, res_bytes);
+    memcpy_h2d_async(lane.residues.get(), lane.stage_in.get(), res_bytes, st);
+    leaf_kernel<<<static_cast<unsigned>(tasks->count), kThreads, 0, st>>>(
+        reinterpret_cast<const Task*>(tasks->buf.get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
         args, reinterpret_cast<const double*>(lane.bits.get()), q.lambda, reinterpret_cast<double*>(lane.out_j.get()),
         reinterpret_cast<int*>(lane.out_i.get()));
     VFP_CUDA_LAUNCHED("mmp leaf_kernel");
-    memcpy_d2h_async(J, lane.out_j.get(), out * sizeof(double), st);
-    memcpy_d2h_async(index, lane.out_i.get(), out * sizeof(int), st);
+    memcpy_d2h_async(lane.stage_j.get(), lane.out_j.get(), out * sizeof(double), st);
+    memcpy_d2h_async(lane.stage_i.get(), lane.out_i.get(), out * sizeof(int), st);
     lane.stream.synchronize();
+    std::memcpy(J, lane.stage_j.get(), out * sizeof(double));
+    std::memcpy(index, lane.stage_i.get(), out * sizeof(int));
   }
 
  private:
@@ -157,13 +178,47 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer data[kScales];
     int count[kScales] = {};
   };
+  struct Pinned {
+    explicit Pinned(size_t bytes) : p(host_alloc_pinned(bytes)) {}
+    ~Pinned() { host_free_pinned(p); }
+    Pinned(const Pinned&) = delete;
+    Pinned& operator=(const Pinned&) = delete;
+    void* get() const { return p; }
+    void* p;
+  };
+  // The largest query: 11 residues of 32 x 32, 11 leaf tables of 63 x 63 segments.
+  static constexpr size_t kMaxResidueBytes = sizeof(int) * kMaxResidues * 32 * 32;
+  static constexpr size_t kMaxTable = static_cast<size_t>(kMaxResidues) * 63 * 63;
   struct Lane {
     Stream stream;
+    Pinned stage_in{kMaxResidueBytes}, stage_j{kMaxTable * sizeof(double)}, stage_i{kMaxTable * sizeof(int)};
     DeviceBuffer bits{sizeof(double) * kScales * kMaxIndex, "MMP index costs"};
     DeviceBuffer residues, out_j, out_i;
     uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
     int costs_L = 0;
   };
+
+  struct TaskList {
+    DeviceBuffer buf;
+    int count = 0;
+  };
+  // The tasks of a query of K residues of 2^L x 2^L, made at first use (under mu_).
+  const TaskList& task_list(int L, int K, StreamHandle st) {
+    TaskList& tl = tasks_[L][K];
+    if (tl.count) return tl;
+    std::vector<Task> tasks;
+    const int N = 1 << L;
+    for (int lh = 0; lh <= L; ++lh)
+      for (int lw = 0; lw <= L; ++lw) {
+        const int segments = K * (N >> lw) * (N >> lh), out = mmp::leaf_scale_offset(L, lw, lh);
+        for (int g0 = 0; g0 < segments; g0 += kGroup) tasks.push_back({lw, lh, g0, std::min(kGroup, segments - g0), out});
+      }
+    tl.buf = DeviceBuffer(tasks.size() * sizeof(Task), "MMP search tasks");
+    memcpy_h2d_async(tl.buf.get(), tasks.data(), tasks.size() * sizeof(Task), st);
+    VFP_CUDA(cudaStreamSynchronize(st));
+    tl.count = static_cast<int>(tasks.size());
+    return tl;
+  }
 
   Lane& this_lane() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -203,8 +258,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   static constexpr size_t kMaxMirrors = 64;
   std::mutex mu_;
   int device_;
-  DeviceBuffer tasks_[6];
-  int task_count_[6] = {};
+  TaskList tasks_[6][kMaxResidues + 1];
   std::list<std::shared_ptr<Mirror>> mirrors_;
   std::unordered_map<std::thread::id, std::unique_ptr<Lane>> lanes_;
 };

@@ -6,8 +6,10 @@
 //
 // The dictionaries live in device memory, mirrored as they grow: each search uploads only
 // the elements added since the last one (elements are appended, never changed). The index
-// costs are uploaded when their id changes. One thread block per (segment, residue); its
-// threads stride over the scale's elements and reduce (J, index) lexicographically. Each
+// costs are uploaded when their id changes. One thread block per group of up to 8 segments
+// of one scale (across the residues): the segments sit in shared memory, the threads stride
+// over the scale's elements, read each element once for all the group's segments, and
+// reduce (J, index) lexicographically per segment. Each
 // calling thread has a lane of its own (stream, costs, buffers): the tiles of a round,
 // coded on several threads, search at once.
 #pragma once
