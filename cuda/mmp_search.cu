@@ -208,10 +208,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     if (tl.count) return tl;
     std::vector<Task> tasks;
     const int N = 1 << L;
+    // Groups as large as keep about two blocks per SM busy: small units (few segments) are
+    // split finely, large ones share each element read among 8 segments.
+    const int group = std::clamp(K * mmp::leaf_table_size(L) / 256, 1, kGroup);
     for (int lh = 0; lh <= L; ++lh)
       for (int lw = 0; lw <= L; ++lw) {
         const int segments = K * (N >> lw) * (N >> lh), out = mmp::leaf_scale_offset(L, lw, lh);
-        for (int g0 = 0; g0 < segments; g0 += kGroup) tasks.push_back({lw, lh, g0, std::min(kGroup, segments - g0), out});
+        for (int g0 = 0; g0 < segments; g0 += group) tasks.push_back({lw, lh, g0, std::min(group, segments - g0), out});
       }
     tl.buf = DeviceBuffer(tasks.size() * sizeof(Task), "MMP search tasks");
     memcpy_h2d_async(tl.buf.get(), tasks.data(), tasks.size() * sizeof(Task), st);

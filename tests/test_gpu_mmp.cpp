@@ -4,11 +4,15 @@
 // sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "codecs/mmp/container.hpp"
 #include "codecs/mmp/mmp.hpp"
+#include "codecs/mmp/search.hpp"
 #include "core/frame.hpp"
 #include "gpu_test_util.hpp"
 #if VFPIPE_HAVE_CUDA
@@ -35,6 +39,79 @@ std::vector<uint8_t> test_plane(int kind, int w, int h, uint32_t seed) {
 }
 
 }  // namespace
+
+// The kernel alone, on made-up queries: random dictionaries with duplicated elements (equal
+// J: the lower index must win), an empty scale, every unit size and residue count; J and
+// index exactly as search.hpp defines them. Few launches: also run under the sanitizers.
+TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
+  REQUIRE_GPU();
+  auto gpu = cuda::make_mmp_leaf_search();
+  std::mt19937 rng(3);
+  for (int L = 2; L <= 5; ++L)
+    for (int K : {1, 4, 11}) {
+      const int N = 1 << L, table = mmp::leaf_table_size(L);
+      mmp::LeafQuery q;
+      q.L = L;
+      q.K = K;
+      q.lambda = 17.25;
+      std::vector<int> res(static_cast<size_t>(K) * N * N);
+      for (int& v : res) v = static_cast<int>(rng() % 511) - 255;
+      q.residues = res.data();
+      std::vector<std::vector<int16_t>> data(mmp::kSearchScales);
+      std::vector<std::vector<double>> bits(mmp::kSearchScales);
+      static uint64_t ids = 1000;
+      q.dict_id = ++ids;
+      q.costs_id = ++ids;
+      for (int lh = 0; lh <= L; ++lh)
+        for (int lw = 0; lw <= L; ++lw) {
+          const int s = lw + 6 * lh, n = 1 << (lw + lh);
+          const int count = s == 1 ? 0 : static_cast<int>(1 + rng() % 150);  // scale 2x1: empty
+          auto& d = data[static_cast<size_t>(s)];
+          d.resize(static_cast<size_t>(count) * n);
+          for (auto& v : d) v = static_cast<int16_t>(static_cast<int>(rng() % 511) - 255);
+          auto& b = bits[static_cast<size_t>(s)];
+          b.resize(static_cast<size_t>(count));
+          for (auto& v : b) v = 3 + (rng() % 1000) / 97.0;
+          for (int i = 1; i < count; i += 5) {  // duplicates of the element before, same cost
+            std::copy_n(d.begin() + (i - 1) * n, n, d.begin() + i * n);
+            b[static_cast<size_t>(i)] = b[static_cast<size_t>(i - 1)];
+          }
+          q.scales[static_cast<size_t>(s)] = {count, n, d.data()};
+          q.bits[static_cast<size_t>(s)] = b.data();
+          q.leaf_bits[static_cast<size_t>(s)] = lw + lh ? 0.75 : 0;
+        }
+      std::vector<double> J(static_cast<size_t>(K) * table);
+      std::vector<int> I(J.size());
+      gpu->search(q, J.data(), I.data());
+      for (int k = 0; k < K; ++k)
+        for (int lh = 0; lh <= L; ++lh)
+          for (int lw = 0; lw <= L; ++lw) {
+            const int s = lw + 6 * lh, w = 1 << lw, h = 1 << lh;
+            const mmp::ScaleView& v = q.scales[static_cast<size_t>(s)];
+            for (int iy = 0; iy < N >> lh; ++iy)
+              for (int ix = 0; ix < N >> lw; ++ix) {
+                double bj = std::numeric_limits<double>::infinity();
+                int bi = -1;
+                for (int i = 0; i < v.count; ++i) {
+                  int64_t sse = 0;
+                  for (int y = 0; y < h; ++y)
+                    for (int x = 0; x < w; ++x) {
+                      const int d = res[static_cast<size_t>(k * N * N + (iy * h + y) * N + ix * w + x)] -
+                                    v.data[i * v.size + y * w + x];
+                      sse += d * d;
+                    }
+                  const double j = static_cast<double>(sse) + q.lambda * (bits[static_cast<size_t>(s)][i] +
+                                                                         q.leaf_bits[static_cast<size_t>(s)]);
+                  if (j < bj) bj = j, bi = i;
+                }
+                const size_t at = static_cast<size_t>(k * table + mmp::leaf_scale_offset(L, lw, lh) + ix +
+                                                      iy * (N >> lw));
+                ASSERT_EQ(I[at], bi) << "L " << L << " K " << K << " k " << k << " scale " << w << "x" << h;
+                ASSERT_EQ(J[at], bj) << "L " << L << " K " << K << " k " << k << " scale " << w << "x" << h;
+              }
+          }
+    }
+}
 
 TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   REQUIRE_GPU();
