@@ -46,8 +46,8 @@ __device__ inline void take_min(double& bj, int& bi, double oj, int oi) {
 
 // One thread block per task: its segments in shared memory, its threads striding over the
 // scale's elements, each element's samples read once and compared with every segment.
-__global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, ScaleArgs sc,
-                            const double* bits, double lambda, double* out_j, int* out_i) {
+__global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, ScaleArgs sc, const double* bits,
+                            double lambda, double* out_j, int* out_i) {
   const Task t = tasks[blockIdx.x];
   const int w = 1 << t.lw, h = 1 << t.lh, n = w * h, s = t.lw + 6 * t.lh;
   const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);

@@ -391,8 +391,9 @@ class LibavSource final : public Source {
       throw Error(ErrorKind::Input, "'" + url + "': cannot open the " + dec->name + " decoder: " + averr(e));
     if (dec_.c->pix_fmt == AV_PIX_FMT_NONE || dec_.c->width <= 0 || dec_.c->height <= 0)
       throw Error(ErrorKind::Input,
-                  "'" + url + "': the video stream's size and pixel format cannot be read (an .mp4 with its index at "
-                  "the end, read from a pipe or a server that cannot seek? remux it with -movflags +faststart)");
+                  "'" + url +
+                      "': the video stream's size and pixel format cannot be read (an .mp4 with its index at "
+                      "the end, read from a pipe or a server that cannot seek? remux it with -movflags +faststart)");
     set_format(dec_.c->pix_fmt);
     const AVCodecParameters* cp = st_->codecpar;
     info_->range = cp->color_range;
@@ -469,8 +470,8 @@ class LibavSource final : public Source {
         ++decoded_;
         const int64_t pts = frame_.f->best_effort_timestamp;
         const double t = seconds(pts, info_->time_base);
-        if (pts != AV_NOPTS_VALUE && t < info_->origin - 1e-9) continue;    // before -ss
-        if (pts != AV_NOPTS_VALUE && t >= info_->end - 1e-9) {  // past -t
+        if (pts != AV_NOPTS_VALUE && t < info_->origin - 1e-9) continue;  // before -ss
+        if (pts != AV_NOPTS_VALUE && t >= info_->end - 1e-9) {            // past -t
           read_copied_to_end();
           return false;
         }
@@ -525,7 +526,8 @@ class LibavSource final : public Source {
     while (av_read_frame(in_.f, packet_.p) >= 0) {
       const AVPacket* p = packet_.p;
       const int64_t ts = p->pts != AV_NOPTS_VALUE ? p->pts : p->dts;
-      const bool past = ts != AV_NOPTS_VALUE && seconds(ts, in_.f->streams[p->stream_index]->time_base) > info_->end + 3;
+      const bool past =
+          ts != AV_NOPTS_VALUE && seconds(ts, in_.f->streams[p->stream_index]->time_base) > info_->end + 3;
       if (p->stream_index != st_->index) info_->offer(packet_.p);
       av_packet_unref(packet_.p);
       if (past) break;
@@ -696,13 +698,15 @@ class StreamCopier {
       const char* name = avcodec_get_name(s.par->codec_id);
       if (s.type == AVMEDIA_TYPE_AUDIO && !audio) continue;
       if (s.type == AVMEDIA_TYPE_VIDEO && !in_->mapped) {
-        log::warn("video stream #%d (%s) left out: vfpipe filters one video stream (-map 0 copies a cover picture, "
-                  "-map 0:v:N filters another stream)",
-                  s.index, name);
+        log::warn(
+            "video stream #%d (%s) left out: vfpipe filters one video stream (-map 0 copies a cover picture, "
+            "-map 0:v:N filters another stream)",
+            s.index, name);
         continue;
       }
       if (avformat_query_codec(of, s.par->codec_id, FF_COMPLIANCE_NORMAL) != 1) {
-        const std::string what = log::format("%s stream #%d (%s) cannot go into a %s file", type, s.index, name, of->name);
+        const std::string what =
+            log::format("%s stream #%d (%s) cannot go into a %s file", type, s.index, name, of->name);
         if (in_->mapped) throw Error(ErrorKind::Usage, "-map: " + what + " (use .mkv, or map it out)");
         log::warn("%s: left out (use .mkv, or -an to drop audio)", what.c_str());
         continue;
@@ -1100,10 +1104,9 @@ class LibavSink final : public Sink {
         copier_->pump(oc_, t);
       }
       if (int e = av_interleaved_write_frame(oc_, pkt_.p); e < 0)
-        throw Error(ErrorKind::Output,
-                    "cannot write to '" + path_ + "': " + averr(e) +
-                        (fragmented_ ? " (the frames written before the last second stay playable)"
-                                     : " (the file is incomplete)"));
+        throw Error(ErrorKind::Output, "cannot write to '" + path_ + "': " + averr(e) +
+                                           (fragmented_ ? " (the frames written before the last second stay playable)"
+                                                        : " (the file is incomplete)"));
     }
   }
 

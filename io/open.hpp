@@ -26,7 +26,7 @@ struct SourceOptions {
   // Hardware decoding of video files (-hwaccel): "auto" (NVDEC on the CUDA backend when the
   // codec and GPU have it, else the CPU decoder), "cuda" (NVDEC or an error), "none".
   std::string hwaccel = "auto";
-  int codec_threads = 0;  // the video decoder's threads (0: libavcodec picks); a batch shares the cores
+  int codec_threads = 0;       // the video decoder's threads (0: libavcodec picks); a batch shares the cores
   std::vector<StreamMap> map;  // -map (video files): the stream to filter and those to copy
 };
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);

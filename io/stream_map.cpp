@@ -90,8 +90,8 @@ MappedStreams resolve_stream_maps(const std::vector<StreamMap>& maps, const std:
     }
     if (hit.empty() && !m.optional && !m.negative) {
       const std::string what = m.type ? std::string(type_word(m.type)) + " stream" : std::string("stream");
-      throw Error(ErrorKind::Usage, "-map " + m.text + ": the input has no such stream (" + std::to_string(nth) +
-                                        " " + what + (nth == 1 ? "" : "s") + "; add '?' to make it optional)");
+      throw Error(ErrorKind::Usage, "-map " + m.text + ": the input has no such stream (" + std::to_string(nth) + " " +
+                                        what + (nth == 1 ? "" : "s") + "; add '?' to make it optional)");
     }
     for (int s : hit) {
       auto at = std::find(chosen.begin(), chosen.end(), s);
@@ -113,8 +113,8 @@ MappedStreams resolve_stream_maps(const std::vector<StreamMap>& maps, const std:
   }
   if (count == 0) throw Error(ErrorKind::Usage, "-map: no video stream to filter is mapped (add -map 0:v:0)");
   if (count > 1)
-    throw Error(ErrorKind::Usage, "-map: vfpipe filters one video stream, and streams " + videos +
-                                      " are mapped (choose one with 0:v:N)");
+    throw Error(ErrorKind::Usage,
+                "-map: vfpipe filters one video stream, and streams " + videos + " are mapped (choose one with 0:v:N)");
   return out;
 }
 

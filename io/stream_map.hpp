@@ -27,7 +27,7 @@ StreamMap parse_stream_map(const std::string& text);
 
 // What one stream of the input is, as far as -map cares.
 struct StreamKind {
-  char type = 'd';  // 'v', 'a', 's', 'd', 't'
+  char type = 'd';     // 'v', 'a', 's', 'd', 't'
   bool cover = false;  // a video stream that is an attached picture (cover art)
 };
 

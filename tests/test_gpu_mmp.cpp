@@ -30,7 +30,7 @@ std::vector<uint8_t> test_plane(int kind, int w, int h, uint32_t seed) {
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x) {
       double o = 0;
-      if (kind == 0) o = static_cast<double>(rng() & 255u);                      // random
+      if (kind == 0) o = static_cast<double>(rng() & 255u);                       // random
       if (kind == 1) o = ((x / 3 + y / 5) % 4 == 0 || (y % 11) == 3) ? 20 : 235;  // text-like
       if (kind == 2) o = 128 + 60 * std::sin(x / 9.0) * std::cos(y / 7.0) + std::normal_distribution<double>(0, 4)(rng);
       v[static_cast<size_t>(y) * w + x] = static_cast<uint8_t>(std::clamp(o, 0.0, 255.0));
@@ -100,12 +100,12 @@ TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
                                     v.data[i * v.size + y * w + x];
                       sse += d * d;
                     }
-                  const double j = static_cast<double>(sse) + q.lambda * (bits[static_cast<size_t>(s)][i] +
-                                                                         q.leaf_bits[static_cast<size_t>(s)]);
+                  const double j = static_cast<double>(sse) +
+                                   q.lambda * (bits[static_cast<size_t>(s)][i] + q.leaf_bits[static_cast<size_t>(s)]);
                   if (j < bj) bj = j, bi = i;
                 }
-                const size_t at = static_cast<size_t>(k * table + mmp::leaf_scale_offset(L, lw, lh) + ix +
-                                                      iy * (N >> lw));
+                const size_t at =
+                    static_cast<size_t>(k * table + mmp::leaf_scale_offset(L, lw, lh) + ix + iy * (N >> lw));
                 ASSERT_EQ(I[at], bi) << "L " << L << " K " << K << " k " << k << " scale " << w << "x" << h;
                 ASSERT_EQ(J[at], bj) << "L " << L << " K " << K << " k " << k << " scale " << w << "x" << h;
               }

@@ -269,10 +269,10 @@ TEST(Io, OutputRateOfY4mAndImageSequences) {
   const std::string dir = tmp_path("rate_png");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  ASSERT_EQ(run_cmd(bin + " run -q -y -i synthetic=size=33x17:rate=50:frames=10 -r 100 --lossless -o " + dir +
-                    "/%04d.png")
-                .rc,
-            0);
+  ASSERT_EQ(
+      run_cmd(bin + " run -q -y -i synthetic=size=33x17:rate=50:frames=10 -r 100 --lossless -o " + dir + "/%04d.png")
+          .rc,
+      0);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}), 20);
   std::filesystem::remove_all(dir);
   for (const auto& p : {all, half}) std::remove(p.c_str());

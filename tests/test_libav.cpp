@@ -370,9 +370,9 @@ TEST(StreamMap, ParsesAndResolvesAsFfmpeg) {
   EXPECT_EQ(r.copied, (std::vector<int>{3, 4}));
   r = resolve({"0:v:0", "0:d?"});
   EXPECT_TRUE(r.copied.empty());
-  EXPECT_THROW(resolve({"0:v:0", "0:d"}), Error);        // nothing matches, not optional
-  EXPECT_THROW(resolve({"0:a"}), Error);                 // no video to filter
-  r = resolve({"0:v"});  // a cover picture is copied, not filtered
+  EXPECT_THROW(resolve({"0:v:0", "0:d"}), Error);  // nothing matches, not optional
+  EXPECT_THROW(resolve({"0:a"}), Error);           // no video to filter
+  r = resolve({"0:v"});                            // a cover picture is copied, not filtered
   EXPECT_EQ(r.video, 0);
   EXPECT_EQ(r.copied, std::vector<int>{2});
   const std::vector<StreamKind> two = {{'v', false}, {'v', false}};
@@ -478,12 +478,12 @@ TEST(Libav, FullDiskLeavesAPlayableFile) {
                                 "-preset ultrafast -crf 30 -o " +
                                 out);
     EXPECT_EQ(r.rc, 1) << ext << ": " << r.out;
-    EXPECT_NE(r.out.find("File too large (the frames written before the last second stay playable)"),
-              std::string::npos)
+    EXPECT_NE(r.out.find("File too large (the frames written before the last second stay playable)"), std::string::npos)
         << r.out;
-    const std::string n = run_cmd("ffprobe -v quiet -select_streams v -count_frames -show_entries "
-                                  "stream=nb_read_frames -of csv=p=0 " +
-                                  out + " 2>/dev/null")
+    const std::string n = run_cmd(
+                              "ffprobe -v quiet -select_streams v -count_frames -show_entries "
+                              "stream=nb_read_frames -of csv=p=0 " +
+                              out + " 2>/dev/null")
                               .out;
     EXPECT_GE(std::atoi(n.c_str()), 50) << ext << ": " << n;  // at least the first two seconds
     std::remove(out.c_str());
@@ -491,8 +491,8 @@ TEST(Libav, FullDiskLeavesAPlayableFile) {
   const std::string classic = tmp_path("classic.mp4");
   ASSERT_EQ(run_cmd(kBin + " run -q -y -i synthetic=size=64x48:frames=30 -movflags +faststart -o " + classic).rc, 0);
   EXPECT_EQ(probe(classic, "-select_streams v -show_entries stream=nb_frames"), "30\n");  // an index in front
-  const CmdResult bad = run_cmd(kBin + " run -q -y -i synthetic=size=64x48:frames=3 -movflags +faststart -o " +
-                                tmp_path("classic.mkv"));
+  const CmdResult bad =
+      run_cmd(kBin + " run -q -y -i synthetic=size=64x48:frames=3 -movflags +faststart -o " + tmp_path("classic.mkv"));
   EXPECT_EQ(bad.rc, 2) << bad.out;
   EXPECT_NE(bad.out.find("-movflags applies to .mp4"), std::string::npos) << bad.out;
   std::remove(classic.c_str());

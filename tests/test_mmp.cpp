@@ -288,7 +288,8 @@ class ExhaustiveSearch final : public mmp::LeafSearch {
                 int64_t sse = 0;
                 for (int y = 0; y < h; ++y)
                   for (int x = 0; x < w; ++x) {
-                    const int d = q.residues[k * N * N + (iy * h + y) * N + ix * w + x] - v.data[i * v.size + y * w + x];
+                    const int d =
+                        q.residues[k * N * N + (iy * h + y) * N + ix * w + x] - v.data[i * v.size + y * w + x];
                     sse += d * d;
                   }
                 const double j = static_cast<double>(sse) +
@@ -318,12 +319,11 @@ TEST(Mmp, AnotherLeafSearchGivesTheSameBytes) {
     mmp::TileMode mode;
     const char* kind;
   };
-  for (const Case& c : {Case{37, 29, 4, 0, 4, mmp::TileMode::SyncAll, "photo"},
-                        Case{19, 23, 3, 0, 11, mmp::TileMode::SyncAll, "text"},
-                        Case{40, 36, 5, 0, 1, mmp::TileMode::SyncAll, "photo"},
-                        Case{48, 40, 3, 16, 4, mmp::TileMode::SyncAll, "photo"},
-                        Case{48, 40, 3, 16, 4, mmp::TileMode::Independent, "random"},
-                        Case{48, 40, 3, 16, 2, mmp::TileMode::SyncDictionaries, "text"}}) {
+  for (const Case& c :
+       {Case{37, 29, 4, 0, 4, mmp::TileMode::SyncAll, "photo"}, Case{19, 23, 3, 0, 11, mmp::TileMode::SyncAll, "text"},
+        Case{40, 36, 5, 0, 1, mmp::TileMode::SyncAll, "photo"}, Case{48, 40, 3, 16, 4, mmp::TileMode::SyncAll, "photo"},
+        Case{48, 40, 3, 16, 4, mmp::TileMode::Independent, "random"},
+        Case{48, 40, 3, 16, 2, mmp::TileMode::SyncDictionaries, "text"}}) {
     const auto img = plane(c.kind, c.w, c.h, 5);
     mmp::Params p;
     p.lambda = 30;

@@ -184,9 +184,10 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt,
                       "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
   mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
-  mmp_enc->add_option("-d,--device", mmp_args.device,
-                      "where the encoder's dictionary search runs: auto (the GPU if one is usable), cuda, cpu; the "
-                      "bytes are the same")
+  mmp_enc
+      ->add_option("-d,--device", mmp_args.device,
+                   "where the encoder's dictionary search runs: auto (the GPU if one is usable), cuda, cpu; the "
+                   "bytes are the same")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
   mmp_enc->add_flag("--carry", mmp_args.carry,

@@ -32,9 +32,9 @@ struct LeafQuery {
   const int* residues = nullptr;  // K residues of 2^L x 2^L, row-major, one after another
   uint64_t dict_id = 0;           // identifies the dictionary set (unique per process)
   std::array<ScaleView, kSearchScales> scales{};
-  uint64_t costs_id = 0;  // identifies `bits`: a new id whenever the index costs change
+  uint64_t costs_id = 0;                            // identifies `bits`: a new id whenever the index costs change
   std::array<const double*, kSearchScales> bits{};  // bits[s][i]: index i's cost at scale s
-  std::array<double, kSearchScales> leaf_bits{};     // the leaf flag's cost at scale s (0 for 1x1)
+  std::array<double, kSearchScales> leaf_bits{};    // the leaf flag's cost at scale s (0 for 1x1)
   double lambda = 0;
 };
 
