@@ -15,6 +15,7 @@
 #include "codecs/mmp/search.hpp"
 #include "core/frame.hpp"
 #include "gpu_test_util.hpp"
+#include "mmp_reference.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/mmp_search.hpp"
 #endif
@@ -80,36 +81,14 @@ TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
           q.bits[static_cast<size_t>(s)] = b.data();
           q.leaf_bits[static_cast<size_t>(s)] = lw + lh ? 0.75 : 0;
         }
-      std::vector<double> J(static_cast<size_t>(K) * table);
-      std::vector<int> I(J.size());
+      std::vector<double> J(static_cast<size_t>(K) * table), ref_j(J.size());
+      std::vector<int> I(J.size()), ref_i(J.size());
       gpu->search(q, J.data(), I.data());
-      for (int k = 0; k < K; ++k)
-        for (int lh = 0; lh <= L; ++lh)
-          for (int lw = 0; lw <= L; ++lw) {
-            const int s = lw + 6 * lh, w = 1 << lw, h = 1 << lh;
-            const mmp::ScaleView& v = q.scales[static_cast<size_t>(s)];
-            for (int iy = 0; iy < N >> lh; ++iy)
-              for (int ix = 0; ix < N >> lw; ++ix) {
-                double bj = std::numeric_limits<double>::infinity();
-                int bi = -1;
-                for (int i = 0; i < v.count; ++i) {
-                  int64_t sse = 0;
-                  for (int y = 0; y < h; ++y)
-                    for (int x = 0; x < w; ++x) {
-                      const int d = res[static_cast<size_t>(k * N * N + (iy * h + y) * N + ix * w + x)] -
-                                    v.data[i * v.size + y * w + x];
-                      sse += d * d;
-                    }
-                  const double j = static_cast<double>(sse) +
-                                   q.lambda * (bits[static_cast<size_t>(s)][i] + q.leaf_bits[static_cast<size_t>(s)]);
-                  if (j < bj) bj = j, bi = i;
-                }
-                const size_t at =
-                    static_cast<size_t>(k * table + mmp::leaf_scale_offset(L, lw, lh) + ix + iy * (N >> lw));
-                ASSERT_EQ(I[at], bi) << "L " << L << " K " << K << " k " << k << " scale " << w << "x" << h;
-                ASSERT_EQ(J[at], bj) << "L " << L << " K " << K << " k " << k << " scale " << w << "x" << h;
-              }
-          }
+      test::ExhaustiveSearch().search(q, ref_j.data(), ref_i.data());
+      for (size_t at = 0; at < J.size(); ++at) {
+        ASSERT_EQ(I[at], ref_i[at]) << "L " << L << " K " << K << " entry " << at;
+        ASSERT_EQ(J[at], ref_j[at]) << "L " << L << " K " << K << " entry " << at;
+      }
     }
 }
 

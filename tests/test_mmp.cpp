@@ -26,6 +26,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "io/open.hpp"
+#include "mmp_reference.hpp"
 #include "pipeline/engine.hpp"
 #include "stages/builtin.hpp"
 #include "test_util.hpp"
@@ -267,53 +268,13 @@ TEST(Mmp, PrunedSearchMakesTheExhaustiveSearchsDecisions) {
   }
 }
 
-namespace {
-// A second LeafSearch: every element tried, with search.hpp's arithmetic, as the GPU does
-// it. Any backend that keeps that contract must give the encoder's bytes.
-class ExhaustiveSearch final : public mmp::LeafSearch {
- public:
-  void search(const mmp::LeafQuery& q, double* J, int* index) override {
-    ++calls;
-    const int N = 1 << q.L, table = mmp::leaf_table_size(q.L);
-    for (int k = 0; k < q.K; ++k)
-      for (int lh = 0; lh <= q.L; ++lh)
-        for (int lw = 0; lw <= q.L; ++lw) {
-          const int s = lw + 6 * lh, w = 1 << lw, h = 1 << lh;
-          const mmp::ScaleView& v = q.scales[static_cast<size_t>(s)];
-          for (int iy = 0; iy < N >> lh; ++iy)
-            for (int ix = 0; ix < N >> lw; ++ix) {
-              double bj = std::numeric_limits<double>::infinity();
-              int bi = -1;
-              for (int i = 0; i < v.count; ++i) {
-                int64_t sse = 0;
-                for (int y = 0; y < h; ++y)
-                  for (int x = 0; x < w; ++x) {
-                    const int d =
-                        q.residues[k * N * N + (iy * h + y) * N + ix * w + x] - v.data[i * v.size + y * w + x];
-                    sse += d * d;
-                  }
-                const double j = static_cast<double>(sse) +
-                                 q.lambda * (q.bits[static_cast<size_t>(s)][i] + q.leaf_bits[static_cast<size_t>(s)]);
-                if (j < bj) bj = j, bi = i;
-              }
-              const int at = k * table + mmp::leaf_scale_offset(q.L, lw, lh) + ix + iy * (N >> lw);
-              J[at] = bj;
-              index[at] = bi;
-            }
-        }
-  }
-  std::string name() const override { return "exhaustive"; }
-  std::atomic<int64_t> calls{0};
-};
-}  // namespace
-
 // The leaf search is replaceable (codecs/mmp/search.hpp): an exhaustive backend gives the
 // pruned CPU search's bytes, untiled and in every tile mode, at every block size.
 TEST(Mmp, AnotherLeafSearchGivesTheSameBytes) {
   EXPECT_EQ(mmp::leaf_table_size(2), 7 * 7);  // (4 + 2 + 1)^2 segments of a 4x4 unit
   EXPECT_EQ(mmp::leaf_table_size(4), 31 * 31);
   EXPECT_EQ(mmp::leaf_scale_offset(4, 1, 0), 16 * 16);
-  auto search = std::make_shared<ExhaustiveSearch>();
+  auto search = std::make_shared<test::ExhaustiveSearch>();
   struct Case {
     int w, h, block_log, tile, modes;
     mmp::TileMode mode;
