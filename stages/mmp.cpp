@@ -9,6 +9,9 @@
 #include "core/log.hpp"
 #include "core/registry.hpp"
 #include "stages/builtin.hpp"
+#if VFPIPE_HAVE_CUDA
+#include "cuda/mmp_search.hpp"
+#endif
 
 namespace vfp {
 
@@ -18,7 +21,7 @@ struct MmpSettings {
   std::string file;
   bool carry = false, independent_chroma = false, post_filter = true;
   int block = 16;
-  std::string tile = "0", tile_mode = "sync";
+  std::string tile = "0", tile_mode = "sync", search = "cpu";
 };
 
 const OptionTable<MmpSettings>& mmp_options() {
@@ -34,6 +37,9 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.text("tile", &S::tile, "0", "tiles of WxH luma samples (or N), coded in parallel; 0 = untiled");
     t.choice("tile_mode", &S::tile_mode, "sync", {"sync", "sync-dict", "independent"},
              "what tiles share: dictionaries and models (sync), dictionaries only, nothing");
+    t.choice("search", &S::search, "cpu", {"cpu", "cuda"},
+             "where the encoder's dictionary search runs: cpu, or cuda (the GPU; the same bytes, 6-19x faster on "
+             "an H100)");
     t.flag("post_filter", &S::post_filter, true,
            "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)");
     return t;
@@ -57,6 +63,13 @@ class MmpStage final : public Stage {
       throw OptionError("tile", e.what());
     }
     mmp::parse_tile_mode(s.tile_mode, &params_.tile_mode);  // a choice: always one of the names
+    if (s.search == "cuda") {
+#if VFPIPE_HAVE_CUDA
+      params_.search = cuda::make_mmp_leaf_search();  // a clear error without a usable GPU
+#else
+      throw OptionError("search", "mmp: search=cuda: this vfpipe was built without CUDA");
+#endif
+    }
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;
@@ -86,7 +99,9 @@ class MmpStage final : public Stage {
                        total_.bits / frames_ / px, total_.psnr(), total_.seconds / frames_,
                        file_.empty() ? "" : ", bitstream ", file_.c_str());
   }
-  std::string label() const override { return log::format("mmp(lambda=%g)", params_.lambda); }
+  std::string label() const override {
+    return log::format("mmp(lambda=%g%s)", params_.lambda, params_.search ? ", search on the GPU" : "");
+  }
 
  private:
   mmp::Params params_;
@@ -108,12 +123,13 @@ void register_mmp_stage(Registry& reg) {
       "Codes every frame with vfpipe's MMP intra codec (multiscale recurrent pattern matching with "
       "H.264-style prediction, docs/mmp.md) at the given lambda and passes on the decoder's "
       "reconstruction. The run summary gives bits per frame, bpp, PSNR and the encode time. "
-      "CPU only: seconds per frame, spread over every core with tile=WxH (tiles sharing "
-      "dictionaries and models, docs/mmp.md#tiles). The live display's HUD shows each frame's bits and PSNR.";
+      "The codec runs on the CPU (seconds per frame, spread over every core with tile=WxH: tiles sharing "
+      "dictionaries and models, docs/mmp.md#tiles); search=cuda moves the encoder's dictionary search to the "
+      "GPU, with the same bytes. The live display's HUD shows each frame's bits and PSNR.";
   s.options = mmp_options().specs();
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
   s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1",
-                "mmp=lambda=60:tile=128x128"};
+                "mmp=lambda=60:tile=128x128", "mmp=lambda=60:tile=256:search=cuda"};
   s.create = [](const Options& o) { return std::make_unique<MmpStage>(mmp_options().bind(o)); };
   reg.add(std::move(s));
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 
@@ -16,6 +17,7 @@
 #include "core/frame.hpp"
 #include "gpu_test_util.hpp"
 #include "mmp_reference.hpp"
+#include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/mmp_search.hpp"
 #endif
@@ -161,5 +163,21 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
       }
     }
   }
+}
+// The mmp stage with search=cuda (a run on the CPU backend whose stage searches on the GPU)
+// writes the bitstream of search=cpu, and passes on the same frames.
+TEST(Gpu, MmpStageSearchesOnTheGpu) {
+  REQUIRE_GPU();
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage_gpu");
+  std::filesystem::create_directories(dir);
+  for (const char* search : {"cpu", "cuda"}) {
+    const test::CmdResult r = test::run_cmd(bin + " run -i 'synthetic=size=96x64:frames=3:noise=gauss:sigma=3' -f " +
+                                            "'mmp=lambda=30:carry=1:tile=32:search=" + search + ":file=" + dir + "/" +
+                                            search + ".mmp' -o " + dir + "/" + search + ".y4m");
+    ASSERT_EQ(r.rc, 0) << r.out;
+  }
+  EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.mmp " + dir + "/cuda.mmp").rc, 0);
+  EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.y4m " + dir + "/cuda.y4m").rc, 0);
+  std::filesystem::remove_all(dir);
 }
 #endif

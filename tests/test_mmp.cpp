@@ -647,6 +647,15 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   const auto bad = test::run_cmd(std::string(VFPIPE_BIN) + " run -i synthetic -f 'mmp=block=12' --device cpu");
   EXPECT_EQ(bad.rc, 2) << bad.out;
   EXPECT_NE(bad.out.find("block=12 (8, 16 or 32)"), std::string::npos) << bad.out;
+  // search=cuda where no GPU is usable: one clear error before the first frame (on a GPU
+  // host Gpu.MmpStageSearchesOnTheGpu checks the bytes).
+  const std::string info = test::run_cmd(std::string(VFPIPE_BIN) + " info").out;
+  if (info.find("GPU: none usable") != std::string::npos || info.find("CUDA backend: not built") != std::string::npos) {
+    const auto no_gpu = test::run_cmd(std::string(VFPIPE_BIN) + " run -i synthetic=frames=2 -f 'mmp=search=cuda'");
+    EXPECT_EQ(no_gpu.rc, 2) << no_gpu.out;
+    EXPECT_NE(no_gpu.out.find("search"), std::string::npos) << no_gpu.out;
+    EXPECT_NE(no_gpu.out.find("CUDA"), std::string::npos) << no_gpu.out;
+  }
 }
 
 // The stage leaves a note per frame in the run's records (the HUD's line): bits, bpp, PSNR.
