@@ -129,7 +129,7 @@ void register_mmp_stage(Registry& reg) {
   s.options = mmp_options().specs();
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
   s.examples = {"mmp=lambda=40", "format=gray,mmp=lambda=100:file=out.mmp", "mmp=lambda=60:carry=1",
-                "mmp=lambda=60:tile=128x128", "mmp=lambda=60:tile=256:search=cuda"};
+                "mmp=lambda=60:tile=128x128"};
   s.create = [](const Options& o) { return std::make_unique<MmpStage>(mmp_options().bind(o)); };
   reg.add(std::move(s));
 }
