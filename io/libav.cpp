@@ -191,8 +191,7 @@ double seconds(int64_t ts, AVRational tb) { return ts == AV_NOPTS_VALUE ? 0 : ts
 
 struct LibavInput {
   std::string url;
-  AVRational time_base{1, 25};  // the video stream's
-  int video_stream = -1;
+  AVRational time_base{1, 25};             // the video stream's
   AVPixelFormat native = AV_PIX_FMT_NONE;  // the decoder's format
   PixelFormat ours = PixelFormat::YUV420P;
   int bits = 8;
@@ -376,7 +375,6 @@ class LibavSource final : public Source {
         if (static_cast<int>(i) != vs) others.push_back(static_cast<int>(i));
     }
     st_ = in_.f->streams[vs];
-    info_->video_stream = vs;
     keep_stream_info(others);
     info_->time_base = st_->time_base;
     const AVCodec* dec = avcodec_find_decoder(st_->codecpar->codec_id);
@@ -878,15 +876,13 @@ class LibavSink final : public Sink {
       return;
     }
     // -r (io/rate.hpp): frames repeated or left out by their times.
-    const double t = seconds_of(f.index);
+    const double t = frame_seconds(opt_.input.get(), f.index, spec_.fps);
     int64_t repeats = 0, slot = 0;
     if (!slots_->place(t, &repeats, &slot)) return;
     repeat(slot - repeats, repeats);
     fill(f);
     frame_.f->pts = slot;
     send(frame_.f);
-    last_seconds_ = t;
-    next_slot_ = slot + 1;
   }
 
   // The frame in frame_.f again, in `count` slots from `from`.
@@ -925,7 +921,8 @@ class LibavSink final : public Sink {
     if (closed_ || !oc_) return;
     closed_ = true;
     if (slots_) {  // the last frame lasts its input frame's duration
-      repeat(next_slot_, slots_->finish(last_seconds_, static_cast<double>(spec_.fps.den) / spec_.fps.num));
+      const int64_t from = slots_->next_slot();
+      repeat(from, slots_->finish(static_cast<double>(spec_.fps.den) / spec_.fps.num));
       log::info("%s: %s", path_.c_str(), slots_->summary().c_str());
     }
     send(nullptr);
@@ -1073,8 +1070,6 @@ class LibavSink final : public Sink {
     copier_->add_streams(oc_);
   }
 
-  double seconds_of(int64_t index) { return frame_seconds(opt_.input.get(), index, spec_.fps); }
-
   int64_t pts_of(int64_t index) {
     int64_t pts = 0;
     if (opt_.input && opt_.input->take(index, &pts) && pts != AV_NOPTS_VALUE) {
@@ -1125,8 +1120,6 @@ class LibavSink final : public Sink {
   SwsContext* sws_ = nullptr;
   int64_t last_pts_ = std::numeric_limits<int64_t>::min();
   std::unique_ptr<RateSlots> slots_;  // -r
-  int64_t next_slot_ = 0;             // -r: the slot after the last frame written
-  double last_seconds_ = 0;           // -r: the last frame written
   std::unique_ptr<StreamCopier> copier_;
   bool fragmented_ = false;  // written so that a run cut short leaves a playable file
   bool closed_ = false;

@@ -155,28 +155,8 @@ bool is_video_file(const std::string& spec) {
   const std::string ext = lower_ext(spec);
   return ext != ".y4m" && ext != ".gz" && ext != ".png";
 }
-}  // namespace
 
-namespace {
-std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptions& opt);
-}  // namespace
-
-std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt) {
-  std::unique_ptr<Sink> sink = open_sink_of_type(spec, opt);
-  // -r: video files place frames by their timestamps themselves; the other outputs are
-  // given the frames of a constant rate.
-  if (opt.video.rate.num <= 0 || (VFPIPE_HAVE_LIBAV && is_video_file(spec))) return sink;
-  std::shared_ptr<LibavInput> in = opt.video.input;
-  return make_rate_sink(std::move(sink), opt.video.rate, [in](int64_t index, Rational fps) {
-#if VFPIPE_HAVE_LIBAV
-    return frame_seconds(in.get(), index, fps);
-#else
-    return fps.num > 0 ? static_cast<double>(index) * fps.den / fps.num : 0.0;
-#endif
-  });
-}
-
-namespace {
+// The sink for an output's type, before -r.
 std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptions& opt) {
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
   if (spec == "-") return std::make_unique<Y4mSink>("-");
@@ -244,5 +224,20 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
 #endif
 }
 }  // namespace
+
+std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt) {
+  std::unique_ptr<Sink> sink = open_sink_of_type(spec, opt);
+  // -r: video files place frames by their timestamps themselves; the other outputs are
+  // given the frames of a constant rate.
+  if (opt.video.rate.num <= 0 || (VFPIPE_HAVE_LIBAV && is_video_file(spec))) return sink;
+  std::shared_ptr<LibavInput> in = opt.video.input;
+  return make_rate_sink(std::move(sink), opt.video.rate, [in](int64_t index, Rational fps) {
+#if VFPIPE_HAVE_LIBAV
+    return frame_seconds(in.get(), index, fps);
+#else
+    return fps.num > 0 ? static_cast<double>(index) * fps.den / fps.num : 0.0;
+#endif
+  });
+}
 
 }  // namespace vfp

@@ -21,12 +21,13 @@ bool RateSlots::place(double t, int64_t* repeats, int64_t* slot) {
   duplicated_ += *repeats;
   *slot = s;
   next_ = s + 1;
+  last_t_ = t;
   return true;
 }
 
-int64_t RateSlots::finish(double last_t, double duration) {
+int64_t RateSlots::finish(double duration) {
   if (first_) return 0;
-  const int64_t end = std::llround((last_t + duration) * rate_.num / rate_.den);
+  const int64_t end = std::llround((last_t_ + duration) * rate_.num / rate_.den);
   const int64_t more = std::max<int64_t>(0, end - next_);
   duplicated_ += more;
   next_ += more;
@@ -72,13 +73,12 @@ class RateSink final : public Sink {
     last_->index = slot;
     last_->capture_ns = f.capture_ns;
     inner_->write(*last_);
-    last_t_ = t;
   }
 
   void close() override {
     if (closed_) return;
     closed_ = true;
-    const int64_t more = slots_.finish(last_t_, in_fps_.value() > 0 ? 1 / in_fps_.value() : 0);
+    const int64_t more = slots_.finish(in_fps_.value() > 0 ? 1 / in_fps_.value() : 0);
     for (int64_t i = 0; i < more; ++i) {
       ++last_->index;
       inner_->write(*last_);
@@ -93,7 +93,6 @@ class RateSink final : public Sink {
   FrameTime seconds_of_;
   std::unique_ptr<HostFrame> last_;  // the frame written last, for the slots that repeat it
   Rational in_fps_{25, 1};
-  double last_t_ = 0;
   bool closed_ = false;
 };
 

@@ -20,9 +20,10 @@ class RateSlots {
   // The frame at `t` seconds: false when it is dropped; otherwise the previous frame is
   // written `*repeats` more times first, and this frame goes into slot `*slot`.
   bool place(double t, int64_t* repeats, int64_t* slot);
-  // After the last frame (written at `last_t`, lasting `duration` seconds): how many more
+  // After the last frame (the last one placed, lasting `duration` seconds): how many more
   // times it is written.
-  int64_t finish(double last_t, double duration);
+  int64_t finish(double duration);
+  int64_t next_slot() const { return next_; }  // the slot after the last one filled
   Rational rate() const { return rate_; }
   // "-r 30/1: 120 frames written, 3 duplicated, 0 dropped"
   std::string summary() const;
@@ -31,6 +32,7 @@ class RateSlots {
   Rational rate_;
   bool first_ = true;
   int64_t next_ = 0, duplicated_ = 0, dropped_ = 0;
+  double last_t_ = 0;  // the time of the last frame placed
 };
 
 // Wraps a sink that has no timestamps of its own (Y4M, image sequences): its frames come out

@@ -220,7 +220,7 @@ TEST(Io, RateSlotsDuplicateAndDrop) {
         slots.push_back(i);
       }
     }
-    const int64_t more = s.finish(static_cast<double>(frames - 1) * in.den / in.num, double(in.den) / in.num);
+    const int64_t more = s.finish(double(in.den) / in.num);
     for (int64_t r = 0; r < more; ++r) slots.push_back(-1);
     *dup = static_cast<int64_t>(std::count(slots.begin(), slots.end(), -1));
     return slots;
