@@ -157,6 +157,12 @@ class HostFrame {
   int64_t index = 0;       // position in the source stream
   int64_t capture_ns = 0;  // host steady-clock time when the source produced it
 
+  // The CUDA backend gives each input frame device memory of the same layout when the
+  // source can decode on the GPU (Source::can_fill_device); a source that leaves the
+  // picture there sets on_device, and the host data is then not filled.
+  uint8_t* device = nullptr;
+  bool on_device = false;
+
   // Copy pixels from/to a tightly packed buffer (Y4M/raw payload order).
   void load_packed(const uint8_t* src);
   void store_packed(uint8_t* dst) const;

@@ -110,6 +110,21 @@ int current_device() {
 
 void set_device(int device) { VFP_CUDA(cudaSetDevice(device)); }
 
+void* primary_context(int device) {
+  set_device(device);
+  VFP_CUDA(cudaFree(nullptr));  // starts the runtime's context of `device` if it was not
+  // The driver's cuCtxGetCurrent, found through the runtime: linking the driver library
+  // would stop vfpipe from starting on machines without one.
+  using GetCurrent = int (*)(void**);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  VFP_CUDA(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found));
+  void* ctx = nullptr;
+  if (found != cudaDriverEntryPointSuccess || !fn || reinterpret_cast<GetCurrent>(fn)(&ctx) != 0 || !ctx)
+    throw Error(ErrorKind::Gpu, log::format("cannot read the CUDA context of device %d", device));
+  return ctx;
+}
+
 std::string device_name(int device) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {

@@ -34,6 +34,10 @@ int device_count();
 // setting it: every thread that works for one pipeline sets that pipeline's device.
 int current_device();
 void set_device(int device);  // throws vfp::Error (Gpu)
+// The runtime's primary context of `device` (a CUcontext), started if it was not, and made
+// the calling thread's device: for libraries that take a driver context (libav's NVDEC), so
+// that their device memory is ours. Throws vfp::Error (Gpu).
+void* primary_context(int device);
 // The name of a device ("" when it cannot be read).
 std::string device_name(int device);
 

@@ -36,4 +36,30 @@ void copy_image_cpu(const ImageView& s, const ImageView& d) {
     for (int y = 0; y < s.ph[p]; ++y) std::memcpy(d.row(p, y), s.row(p, y), static_cast<size_t>(s.pw[p]) * bpp);
 }
 
+void split_semi_planar_cpu(const SemiPlanar& src, const ImageView& dst) {
+  const bool deep = src.bits > 8;
+  for (int y = 0; y < dst.ph[0]; ++y) {
+    const uint8_t* s = src.luma + static_cast<ptrdiff_t>(y) * src.luma_pitch;
+    if (!deep) {
+      std::memcpy(dst.row(0, y), s, static_cast<size_t>(dst.pw[0]));
+    } else {
+      for (int x = 0; x < dst.pw[0]; ++x) dst.row16(0, y)[x] = conv::semi_planar_sample(s, x, src.bits);
+    }
+  }
+  for (int y = 0; y < dst.ph[1]; ++y) {
+    const uint8_t* s = src.chroma + static_cast<ptrdiff_t>(y) * src.chroma_pitch;
+    for (int x = 0; x < dst.pw[1]; ++x) {
+      const uint16_t u = conv::semi_planar_sample(s, 2 * x, src.bits),
+                     v = conv::semi_planar_sample(s, 2 * x + 1, src.bits);
+      if (deep) {
+        dst.row16(1, y)[x] = u;
+        dst.row16(2, y)[x] = v;
+      } else {
+        dst.row(1, y)[x] = static_cast<uint8_t>(u);
+        dst.row(2, y)[x] = static_cast<uint8_t>(v);
+      }
+    }
+  }
+}
+
 }  // namespace vfp

@@ -18,6 +18,7 @@
 // 16-bit formats (value = 8-bit value * 257): 8 -> 16 multiplies by 257, 16 -> 8 is
 // (v + 128) / 257; between two 16-bit layouts the rules above run on 16-bit samples.
 #pragma once
+#include <cstdint>
 #include <type_traits>
 
 #include "core/frame.hpp"
@@ -222,6 +223,25 @@ bool with_format(PixelFormat f, Fn&& fn) {
       return true;
   }
   return false;
+}
+
+// A sample of `bits` bits (9..16) to vfpipe's 16-bit scale, rounding to nearest (the exact
+// inverse of narrow_from16): v * 65535 / (2^bits - 1). 16 bits: unchanged.
+VFP_HD uint16_t widen_to16(uint16_t v, int bits) {
+  const uint32_t m = (1u << bits) - 1;
+  return static_cast<uint16_t>((v * 65535u + m / 2) / m);
+}
+VFP_HD uint16_t narrow_from16(uint16_t v, int bits) {
+  const uint32_t m = (1u << bits) - 1;
+  return static_cast<uint16_t>((v * m + 32767u) / 65535u);
+}
+
+// One sample of a semi-planar picture (SemiPlanar, cpu/convert.hpp) on vfpipe's scale: 8-bit
+// as it is; 16-bit containers hold `bits` significant bits at the top.
+VFP_HD uint16_t semi_planar_sample(const uint8_t* row, int x, int bits) {
+  if (bits == 8) return row[x];
+  const uint16_t v = reinterpret_cast<const uint16_t*>(row)[x];
+  return widen_to16(static_cast<uint16_t>(v >> (16 - bits)), bits);
 }
 
 }  // namespace vfp::conv

@@ -3,6 +3,7 @@
 #pragma once
 #include "core/frame.hpp"
 #include "core/gpu.hpp"
+#include "cpu/convert.hpp"
 
 namespace vfp::cuda {
 
@@ -13,5 +14,9 @@ void copy_image_async(const ImageView& src, const ImageView& dst, StreamHandle s
 
 // Copies one 8-bit plane (planes a stage leaves unfiltered).
 void copy_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, StreamHandle s);
+
+// split_semi_planar_cpu with the source planes in device memory (a GPU decoder's picture):
+// bit-identical.
+void split_semi_planar_async(const SemiPlanar& src, const ImageView& dst, StreamHandle s);
 
 }  // namespace vfp::cuda

@@ -4,6 +4,7 @@
 #include <math_constants.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <list>
@@ -14,7 +15,9 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/frame.hpp"
 #include "core/gpu.hpp"
+#include "core/log.hpp"
 
 namespace vfp::cuda {
 
@@ -117,28 +120,33 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   void search(const mmp::LeafQuery& q, double* J, int* index) override {
     if (q.L < 2 || q.L > 5 || q.K < 1 || q.K > kMaxResidues)
       throw Error(ErrorKind::Usage, "MMP GPU search: units of 4..32 samples and 1..11 residues");
+    const int64_t t0 = now_ns();
     set_device(device_);
-    Lane& lane = this_lane();
-    const StreamHandle st = lane.stream.get();
     const int N = 1 << q.L, table = mmp::leaf_table_size(q.L);
     ScaleArgs args{};
     std::shared_ptr<Mirror> m;  // held until the kernel is done: eviction cannot free it under us
     const TaskList* tasks = nullptr;
+    Lane* lp = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      tasks = &task_list(q.L, q.K, st);
+      std::unique_ptr<Lane>& l = lanes_[std::this_thread::get_id()];
+      if (!l) l = std::make_unique<Lane>();
+      lp = l.get();
+      tasks = &task_list(q.L, q.K, lp->stream.get());
       m = mirror(q);
       bool uploaded = false;
       for (int s = 0; s < kScales; ++s) {
         const mmp::ScaleView& v = q.scales[static_cast<size_t>(s)];
         if (v.count == 0) continue;
-        uploaded |= sync_scale(*m, s, v, st);
+        uploaded |= sync_scale(*m, s, v, lp->stream.get());
         args.data[s] = reinterpret_cast<const int16_t*>(m->data[s].get());
         args.count[s] = v.count;
         args.leaf_bits[s] = q.leaf_bits[static_cast<size_t>(s)];
       }
-      if (uploaded) lane.stream.synchronize();  // before another lane reads the new elements
+      if (uploaded) lp->stream.synchronize();  // before another lane reads the new elements
     }
+    Lane& lane = *lp;
+    const StreamHandle st = lane.stream.get();
     // The costs of the scales this query uses: every scale up to 2^L x 2^L. Queries of one
     // id come with several L (a block's units shrink), and other ids may come between.
     if (q.costs_id != lane.costs_id || q.L > lane.costs_L) {
@@ -159,16 +167,31 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // Through pinned staging: the copies are then truly asynchronous, one wait at the end.
     std::memcpy(lane.stage_in.get(), q.residues, res_bytes);
     memcpy_h2d_async(lane.residues.get(), lane.stage_in.get(), res_bytes, st);
+    lane.kernel_start.record(st);
     leaf_kernel<<<static_cast<unsigned>(tasks->count), kThreads, 0, st>>>(
         reinterpret_cast<const Task*>(tasks->buf.get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
         args, reinterpret_cast<const double*>(lane.bits.get()), q.lambda, reinterpret_cast<double*>(lane.out_j.get()),
         reinterpret_cast<int*>(lane.out_i.get()));
     VFP_CUDA_LAUNCHED("mmp leaf_kernel");
+    lane.kernel_end.record(st);
     memcpy_d2h_async(lane.stage_j.get(), lane.out_j.get(), out * sizeof(double), st);
     memcpy_d2h_async(lane.stage_i.get(), lane.out_i.get(), out * sizeof(int), st);
     lane.stream.synchronize();
     std::memcpy(J, lane.stage_j.get(), out * sizeof(double));
     std::memcpy(index, lane.stage_i.get(), out * sizeof(int));
+    kernel_ns_ += static_cast<int64_t>(Event::elapsed_ms(lane.kernel_start, lane.kernel_end) * 1e6);
+    wall_ns_ += now_ns() - t0;
+    ++calls_;
+  }
+
+  std::string stats() const override {
+    const int64_t n = calls_.load();
+    if (n == 0) return "";
+    const double wall = wall_ns_.load() * 1e-9, kernel = kernel_ns_.load() * 1e-9;
+    return log::format(
+        "%lld searches, %.0f us each: the kernel %.0f us, copies, launches and waits %.0f us (%.2f s "
+        "in searches, summed over threads)",
+        static_cast<long long>(n), wall / n * 1e6, kernel / n * 1e6, (wall - kernel) / n * 1e6, wall);
   }
 
  private:
@@ -196,6 +219,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer residues, out_j, out_i;
     uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
     int costs_L = 0;
+    Event kernel_start, kernel_end;
   };
 
   struct TaskList {
@@ -221,13 +245,6 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     VFP_CUDA(cudaStreamSynchronize(st));
     tl.count = static_cast<int>(tasks.size());
     return tl;
-  }
-
-  Lane& this_lane() {
-    std::lock_guard<std::mutex> lk(mu_);
-    std::unique_ptr<Lane>& l = lanes_[std::this_thread::get_id()];
-    if (!l) l = std::make_unique<Lane>();
-    return *l;
   }
 
   std::shared_ptr<Mirror> mirror(const mmp::LeafQuery& q) {
@@ -264,6 +281,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   TaskList tasks_[6][kMaxResidues + 1];
   std::list<std::shared_ptr<Mirror>> mirrors_;
   std::unordered_map<std::thread::id, std::unique_ptr<Lane>> lanes_;
+  std::atomic<int64_t> calls_{0}, wall_ns_{0}, kernel_ns_{0};  // the breakdown stats() reports
 };
 
 }  // namespace

@@ -11,10 +11,13 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "cpu/convert.hpp"
+#include "cpu/convert_ops.hpp"
 #include "io/rate.hpp"
 #include "io/stream_map.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
+#include "cuda/kernels.hpp"
 #endif
 
 extern "C" {
@@ -26,6 +29,9 @@ extern "C" {
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
+#if VFPIPE_HAVE_CUDA
+#include <libavutil/hwcontext_cuda.h>
+#endif
 }
 
 namespace vfp {
@@ -101,17 +107,6 @@ AVPixelFormat nearest_format(AVPixelFormat f) {
   return deep ? AV_PIX_FMT_YUV444P16LE : AV_PIX_FMT_YUV444P;
 }
 
-// n-bit samples to vfpipe's 16-bit scale and back, rounding to nearest (exact round trip).
-inline uint16_t widen(uint16_t v, int bits) {
-  const uint32_t m = (1u << bits) - 1;
-  return static_cast<uint16_t>((v * 65535u + m / 2) / m);
-}
-inline uint16_t narrow(uint16_t v, int bits) {
-  const uint32_t m = (1u << bits) - 1;
-  return static_cast<uint16_t>((v * m + 32767u) / 65535u);
-}
-
-// Copies (and for 10/12-bit samples rescales) the planes of `src` (libav) into `dst` (ours).
 void frame_to_view(const AVFrame* src, int bits, const ImageView& dst) {
   for (int p = 0; p < plane_count(dst.format); ++p) {
     const size_t row = static_cast<size_t>(dst.pw[p]) * sample_bytes(dst.format);
@@ -123,48 +118,20 @@ void frame_to_view(const AVFrame* src, int bits, const ImageView& dst) {
       } else {
         const uint16_t* s16 = reinterpret_cast<const uint16_t*>(s);
         uint16_t* d16 = reinterpret_cast<uint16_t*>(d);
-        for (int x = 0; x < dst.pw[p]; ++x) d16[x] = widen(s16[x], bits);
+        for (int x = 0; x < dst.pw[p]; ++x) d16[x] = conv::widen_to16(s16[x], bits);
       }
     }
   }
 }
-// NVDEC's 4:2:0 output (NV12, or P010/P016 with the samples in the high bits) into our
-// planar 4:2:0 formats: the luma plane as it is, the interleaved chroma split. Exact: the
-// same samples the CPU decoder gives.
-bool semi_planar_to_view(const AVFrame* src, int bits, const ImageView& dst) {
-  const auto f = static_cast<AVPixelFormat>(src->format);
-  const bool nv12 = f == AV_PIX_FMT_NV12 && dst.format == PixelFormat::YUV420P;
-  const bool p01x = (f == AV_PIX_FMT_P010 || f == AV_PIX_FMT_P016) && dst.format == PixelFormat::YUV420P16;
+// NVDEC's 4:2:0 output (NV12, or P010/P016 with the samples in the high bits; `f`: its
+// format, on the host or in GPU memory) as a semi-planar picture for our planar 4:2:0
+// formats; false when it is not one of them (or not for `dst`'s format). Split exactly: the same samples the CPU
+// decoder gives.
+bool semi_planar_of(const AVFrame* src, AVPixelFormat f, int bits, PixelFormat dst, SemiPlanar* out) {
+  const bool nv12 = f == AV_PIX_FMT_NV12 && dst == PixelFormat::YUV420P;
+  const bool p01x = (f == AV_PIX_FMT_P010 || f == AV_PIX_FMT_P016) && dst == PixelFormat::YUV420P16;
   if (!nv12 && !p01x) return false;
-  for (int y = 0; y < dst.ph[0]; ++y) {
-    const uint8_t* s = src->data[0] + static_cast<ptrdiff_t>(y) * src->linesize[0];
-    if (nv12) {
-      std::memcpy(dst.row(0, y), s, static_cast<size_t>(dst.pw[0]));
-    } else {
-      const auto* s16 = reinterpret_cast<const uint16_t*>(s);
-      for (int x = 0; x < dst.pw[0]; ++x)
-        dst.row16(0, y)[x] = widen(static_cast<uint16_t>(s16[x] >> (16 - bits)), bits);
-    }
-  }
-  for (int y = 0; y < dst.ph[1]; ++y) {
-    const uint8_t* s = src->data[1] + static_cast<ptrdiff_t>(y) * src->linesize[1];
-    if (nv12) {
-      uint8_t* u = dst.row(1, y);
-      uint8_t* v = dst.row(2, y);
-      for (int x = 0; x < dst.pw[1]; ++x) {
-        u[x] = s[2 * x];
-        v[x] = s[2 * x + 1];
-      }
-    } else {
-      const auto* s16 = reinterpret_cast<const uint16_t*>(s);
-      uint16_t* u = dst.row16(1, y);
-      uint16_t* v = dst.row16(2, y);
-      for (int x = 0; x < dst.pw[1]; ++x) {
-        u[x] = widen(static_cast<uint16_t>(s16[2 * x] >> (16 - bits)), bits);
-        v[x] = widen(static_cast<uint16_t>(s16[2 * x + 1] >> (16 - bits)), bits);
-      }
-    }
-  }
+  *out = {src->data[0], src->linesize[0], src->data[1], src->linesize[1], nv12 ? 8 : bits};
   return true;
 }
 
@@ -179,7 +146,7 @@ void view_to_frame(const ImageView& src, int bits, AVFrame* dst) {
       } else {
         const uint16_t* s16 = reinterpret_cast<const uint16_t*>(s);
         uint16_t* d16 = reinterpret_cast<uint16_t*>(d);
-        for (int x = 0; x < src.pw[p]; ++x) d16[x] = narrow(s16[x], bits);
+        for (int x = 0; x < src.pw[p]; ++x) d16[x] = conv::narrow_from16(s16[x], bits);
       }
     }
   }
@@ -311,29 +278,60 @@ void open_input(FormatInput& in, const std::string& url) {
 // libavcodec's CUDA device for NVDEC, one per GPU for the whole process (creating one costs
 // a context's start; one per pipeline measured slower in a batch: docs/perf.md). Null, with
 // `why`, when there is none (no driver, no GPU, a libav without CUDA).
-AVBufferRef* nvdec_device(int gpu, std::string* why) {
+//
+// `on_runtime`: on the CUDA runtime's own context of the GPU, so that decoded frames are
+// device memory the chain's kernels can read (the CUDA backend). libav's own way to share
+// the primary context wants it made with blocking synchronisation and refuses it once the
+// runtime has started it otherwise, so the device is built around the runtime's context.
+// Else libav makes a context of its own (frames are copied to the host).
+AVBufferRef* nvdec_device(int gpu, bool on_runtime, std::string* why) {
   static std::mutex mu;
-  static std::map<int, AVBufferRef*> devices;  // kept for the process's life
-  static std::map<int, std::string> failures;
+  static std::map<std::pair<int, bool>, AVBufferRef*> devices;  // kept for the process's life
+  static std::map<std::pair<int, bool>, std::string> failures;
   std::lock_guard<std::mutex> lk(mu);
-  if (auto f = devices.find(gpu); f != devices.end()) return f->second;
-  if (auto f = failures.find(gpu); f != failures.end()) {
+  const auto key = std::make_pair(gpu, on_runtime);
+  if (auto f = devices.find(key); f != devices.end()) return f->second;
+  if (auto f = failures.find(key); f != failures.end()) {
     *why = f->second;
     return nullptr;
   }
   AVBufferRef* ref = nullptr;
-  constexpr int kUsePrimaryContext = 1;  // AV_CUDA_USE_PRIMARY_CONTEXT (libavutil/hwcontext_cuda.h)
   const std::string name = std::to_string(gpu);
-  // The runtime's primary context when libav accepts its flags (it wants blocking sync and
-  // refuses a primary context the runtime has already started otherwise), else a context
-  // of libav's own.
-  int e = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA, name.c_str(), nullptr, kUsePrimaryContext);
-  if (e < 0) e = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA, name.c_str(), nullptr, 0);
-  if (e < 0) {
-    failures[gpu] = *why = "libav cannot open CUDA device " + name + ": " + averr(e);
+  int e = 0;
+#if VFPIPE_HAVE_CUDA
+  if (on_runtime) {
+    e = AVERROR(ENODEV);
+    try {
+      void* ctx = cuda::primary_context(gpu);
+      ref = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+      if (ref) {
+        auto* hw = static_cast<AVCUDADeviceContext*>(reinterpret_cast<AVHWDeviceContext*>(ref->data)->hwctx);
+        hw->cuda_ctx = static_cast<CUcontext>(ctx);  // the runtime's: libav does not release it
+        // The decoder's mapping of pictures goes on a stream of its own, which the copies
+        // into the chain's frames wait for (not the default stream, which would order it
+        // with every other stream of the context). Kept, as the device, for the process.
+        static std::deque<cuda::Stream> streams;  // under `mu`
+        streams.emplace_back();
+        hw->stream = reinterpret_cast<CUstream>(streams.back().get());
+        e = av_hwdevice_ctx_init(ref);
+        if (e < 0) av_buffer_unref(&ref);
+      }
+    } catch (const Error& err) {
+      log::debug("NVDEC on the runtime's context: %s", err.what());
+    }
+  }
+#endif
+  if (!on_runtime) {
+    // The runtime's primary context when libav accepts its flags, else a context of its own.
+    constexpr int kUsePrimaryContext = 1;  // AV_CUDA_USE_PRIMARY_CONTEXT (libavutil/hwcontext_cuda.h)
+    e = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA, name.c_str(), nullptr, kUsePrimaryContext);
+    if (e < 0) e = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA, name.c_str(), nullptr, 0);
+  }
+  if (e < 0 || !ref) {
+    failures[key] = *why = "libav cannot open CUDA device " + name + ": " + averr(e < 0 ? e : AVERROR(ENOMEM));
     return nullptr;
   }
-  devices[gpu] = ref;
+  devices[key] = ref;
   return ref;
 }
 
@@ -384,7 +382,7 @@ class LibavSource final : public Source {
     dec_.c = avcodec_alloc_context3(dec);
     avcodec_parameters_to_context(dec_.c, st_->codecpar);
     dec_.c->thread_count = opt.threads;  // 0: libavcodec picks (frame and slice threads)
-    const bool nvdec = setup_nvdec(dec, opt.hwaccel, url);
+    const bool nvdec = setup_nvdec(dec, opt.hwaccel, opt.gpu_frames, url);
     if (int e = avcodec_open2(dec_.c, dec, nullptr); e < 0)
       throw Error(ErrorKind::Input, "'" + url + "': cannot open the " + dec->name + " decoder: " + averr(e));
     if (dec_.c->pix_fmt == AV_PIX_FMT_NONE || dec_.c->width <= 0 || dec_.c->height <= 0)
@@ -449,21 +447,13 @@ class LibavSource final : public Source {
   FrameSpec spec() const override { return spec_; }
   std::string describe() const override { return describe_; }
   int64_t frame_count() const override { return frames_; }
+  bool can_fill_device() const override { return frames_on_gpu_; }
   std::shared_ptr<LibavInput> input() const { return info_; }
 
   bool read(HostFrame& dst) override {
     while (true) {
       const int r = avcodec_receive_frame(dec_.c, frame_.f);
       if (r == AVERROR_EOF) return end_of_input();
-      if (r == 0 && frame_.f->format == AV_PIX_FMT_CUDA) {
-        // NVDEC: the picture is in GPU memory (NV12, P010, YUV444): to the host.
-        av_frame_unref(hw_host_.f);
-        if (int e = av_hwframe_transfer_data(hw_host_.f, frame_.f, 0); e < 0)
-          throw Error(ErrorKind::Input, "'" + info_->url + "': cannot copy an NVDEC frame to the host: " + averr(e));
-        av_frame_copy_props(hw_host_.f, frame_.f);
-        av_frame_unref(frame_.f);
-        av_frame_move_ref(frame_.f, hw_host_.f);
-      }
       if (r == 0) {
         ++decoded_;
         const int64_t pts = frame_.f->best_effort_timestamp;
@@ -606,8 +596,65 @@ class LibavSource final : public Source {
       throw Error(ErrorKind::Input, "'" + info_->url + "': the frame size changed at frame " + std::to_string(next_) +
                                         " (" + std::to_string(f->width) + "x" + std::to_string(f->height) +
                                         "); vfpipe streams keep one size");
-    if (convert_to_ == AV_PIX_FMT_NONE && semi_planar_to_view(f, info_->bits, dst.view())) {
-      // NVDEC's NV12 / P010 / P016: split exactly, no swscale.
+    dst.on_device = false;
+    if (f->format == AV_PIX_FMT_CUDA && !(dst.device && frames_on_gpu_ && to_device(dst))) {
+      // NVDEC's picture in GPU memory (NV12, P010, YUV444), wanted on the host.
+      av_frame_unref(hw_host_.f);
+      if (int e = av_hwframe_transfer_data(hw_host_.f, frame_.f, 0); e < 0)
+        throw Error(ErrorKind::Input, "'" + info_->url + "': cannot copy an NVDEC frame to the host: " + averr(e));
+      av_frame_copy_props(hw_host_.f, frame_.f);
+      av_frame_unref(frame_.f);
+      av_frame_move_ref(frame_.f, hw_host_.f);
+    }
+    if (!dst.on_device) to_host(dst);
+    av_frame_unref(frame_.f);
+    if (pts != AV_NOPTS_VALUE)
+      last_end_ = seconds(pts, info_->time_base) + 1 / (spec_.fps.value() > 0 ? spec_.fps.value() : 25);
+    info_->record(next_++, pts);
+  }
+
+  // NVDEC's picture into the engine's device memory for the frame, in the stream's format,
+  // done before it returns (the decoder reuses its surface once the frame is released);
+  // false for a format only the host path converts.
+  bool to_device(HostFrame& dst) {
+#if VFPIPE_HAVE_CUDA
+    const AVFrame* f = frame_.f;
+    const auto sw = reinterpret_cast<const AVHWFramesContext*>(f->hw_frames_ctx->data)->sw_format;
+    const ImageView view = ImageView::over(dst.device, spec_);
+    SemiPlanar sp;
+    if (!gpu_copy_) gpu_copy_ = std::make_unique<GpuCopy>();
+    // The decoder's mapping of the picture runs on its device's stream: the copy waits for it.
+    const auto* hw = static_cast<const AVCUDADeviceContext*>(
+        reinterpret_cast<const AVHWDeviceContext*>(dec_.c->hw_device_ctx->data)->hwctx);
+    gpu_copy_->mapped.record(reinterpret_cast<cuda::StreamHandle>(hw->stream));
+    cuda::stream_wait(gpu_copy_->stream.get(), gpu_copy_->mapped);
+    if (semi_planar_of(f, sw, info_->bits, spec_.format, &sp)) {
+      cuda::split_semi_planar_async(sp, view, gpu_copy_->stream.get());
+    } else if (sw == AV_PIX_FMT_YUV444P && spec_.format == PixelFormat::YUV444P) {
+      ImageView src = view;
+      for (int p = 0; p < 3; ++p) {
+        src.data[p] = f->data[p];
+        src.pitch[p] = f->linesize[p];
+      }
+      cuda::copy_image_async(src, view, gpu_copy_->stream.get());
+    } else {
+      return false;
+    }
+    gpu_copy_->stream.synchronize();
+    dst.on_device = true;
+    return true;
+#else
+    (void)dst;
+    return false;
+#endif
+  }
+
+  void to_host(HostFrame& dst) {
+    const AVFrame* f = frame_.f;
+    SemiPlanar sp;
+    if (convert_to_ == AV_PIX_FMT_NONE &&
+        semi_planar_of(f, static_cast<AVPixelFormat>(f->format), info_->bits, spec_.format, &sp)) {
+      split_semi_planar_cpu(sp, dst.view());  // NVDEC's NV12 / P010 / P016: no swscale
     } else if (convert_to_ != AV_PIX_FMT_NONE || static_cast<AVPixelFormat>(f->format) != info_->native) {
       if (convert_to_ == AV_PIX_FMT_NONE) convert_to_ = find_map(info_->native)->av;
       sws_ = sws_getCachedContext(sws_, f->width, f->height, static_cast<AVPixelFormat>(f->format), f->width, f->height,
@@ -624,16 +671,12 @@ class LibavSource final : public Source {
     } else {
       frame_to_view(f, info_->bits, dst.view());
     }
-    av_frame_unref(frame_.f);
-    if (pts != AV_NOPTS_VALUE)
-      last_end_ = seconds(pts, info_->time_base) + 1 / (spec_.fps.value() > 0 ? spec_.fps.value() : 25);
-    info_->record(next_++, pts);
   }
 
   // NVDEC (hwaccel "auto" or "cuda") when the codec has a CUDA configuration and a CUDA
   // device opens; true when the decoder was set up for it. A profile NVDEC lacks still falls
   // back to the CPU decoder at the first frame (pick_cuda_format is not offered CUDA).
-  bool setup_nvdec(const AVCodec* dec, const std::string& mode, const std::string& url) {
+  bool setup_nvdec(const AVCodec* dec, const std::string& mode, bool gpu_frames, const std::string& url) {
     if (mode == "none" || mode.empty()) return false;
     bool has_config = false;
     for (int i = 0;; ++i) {
@@ -651,7 +694,12 @@ class LibavSource final : public Source {
 #if VFPIPE_HAVE_CUDA
       gpu = cuda::current_device();  // a batch pipeline's GPU
 #endif
-      dev = nvdec_device(gpu, &why);
+      if (gpu_frames) {
+        std::string shared_why;
+        dev = nvdec_device(gpu, true, &shared_why);
+        frames_on_gpu_ = dev != nullptr;
+      }
+      if (!dev) dev = nvdec_device(gpu, false, &why);
     }
     if (!dev) {
       if (mode == "cuda") throw Error(ErrorKind::Input, "'" + url + "': -hwaccel cuda: " + why);
@@ -672,6 +720,14 @@ class LibavSource final : public Source {
   CodecContext dec_;
   Frame frame_, converted_, hw_host_;
   Packet packet_;
+#if VFPIPE_HAVE_CUDA
+  struct GpuCopy {  // NVDEC pictures into the engine's device frames
+    cuda::Stream stream;
+    cuda::Event mapped;
+  };
+  std::unique_ptr<GpuCopy> gpu_copy_;
+#endif
+  bool frames_on_gpu_ = false;  // NVDEC on the runtime's context: frames can stay in GPU memory
   SwsContext* sws_ = nullptr;
   AVPixelFormat convert_to_ = AV_PIX_FMT_NONE;
   std::shared_ptr<LibavInput> info_;

@@ -27,8 +27,10 @@ struct LibavInputOptions {
   bool ignore_errors = false;
   // NVDEC through libavcodec's CUDA hwaccel: "auto" (when the codec, the profile and the
   // GPU allow; otherwise the CPU decoder, with one line), "cuda" (NVDEC or an error), "none".
-  // The decoded frames are copied to host memory (NV12 -> the stream's planar format).
   std::string hwaccel = "none";
+  // The CUDA backend runs the chain: NVDEC's frames may stay in GPU memory (split into the
+  // stream's planar format there; Source::can_fill_device). Else they are copied to host memory.
+  bool gpu_frames = false;
   int threads = 0;  // the CPU decoder's threads (0: libavcodec picks, by the cores)
   // -map: the video stream to filter and the streams to copy (empty: the best video stream,
   // and every other stream the output can hold).

@@ -121,6 +121,9 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
   lo.duration = opt.duration;
   lo.ignore_errors = opt.ignore_input_errors;
   lo.hwaccel = opt.hwaccel == "auto" ? (opt.pinned ? "auto" : "none") : opt.hwaccel;  // auto: the CUDA backend's
+  if (opt.hwaccel_output == "cuda" && !opt.pinned)
+    throw Error(ErrorKind::Usage, "-hwaccel_output_format cuda: frames in GPU memory need the CUDA backend");
+  lo.gpu_frames = opt.pinned && opt.hwaccel_output != "host";
   lo.threads = opt.codec_threads;
   lo.map = opt.map;
   return open_libav_source(spec, lo);

@@ -26,6 +26,9 @@ struct SourceOptions {
   // Hardware decoding of video files (-hwaccel): "auto" (NVDEC on the CUDA backend when the
   // codec and GPU have it, else the CPU decoder), "cuda" (NVDEC or an error), "none".
   std::string hwaccel = "auto";
+  // Where NVDEC's frames go (-hwaccel_output_format): "auto" (GPU memory on the CUDA
+  // backend), "cuda" (GPU memory: the CUDA backend only), "host".
+  std::string hwaccel_output = "auto";
   int codec_threads = 0;       // the video decoder's threads (0: libavcodec picks); a batch shares the cores
   std::vector<StreamMap> map;  // -map (video files): the stream to filter and those to copy
 };

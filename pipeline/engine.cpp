@@ -223,15 +223,18 @@ class CudaWorker final : public Worker {
     s.evs->anchor = anchor_;
     std::vector<cuda::Event>& ev = s.evs->ev;
     const size_t S = chain_.size();
+    // A frame its source left in GPU memory (NVDEC) is the chain's input where it is: the
+    // frame stays with the slot until its download is done.
+    uint8_t* in_dev = in->on_device && in->device ? in->device : s.in.get();
     if (timing_) ev[0].record(up_.get());
-    {
+    if (in_dev == s.in.get()) {
       NvtxRange range("H2D", rec.index);
       cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, up_.get());
     }
     ev[1].record(up_.get());
 
     cuda::stream_wait(compute_.get(), ev[1]);
-    ImageView cur = ImageView::over(s.in.get(), chain_.input());
+    ImageView cur = ImageView::over(in_dev, chain_.input());
     StageContext ctx;
     ctx.backend = Backend::CUDA;
     ctx.stream = compute_.get();
@@ -261,7 +264,7 @@ class CudaWorker final : public Worker {
       tap_ = tap_sink_->device_tap();
       tap_checked_ = true;
     }
-    s.device_slot = tap_ ? tap_->copy(cur.data[0], s.in.get(), compute_.get()) : -1;
+    s.device_slot = tap_ ? tap_->copy(cur.data[0], in_dev, compute_.get()) : -1;
     // The download can be skipped when the tap holds the frame and nobody reads it on the host.
     s.host_valid = s.device_slot < 0 || tap_sink_->needs_host_frames();
     if (s.host_valid) {
@@ -647,6 +650,19 @@ class PipelineRun {
       // A sink that wants the input frames holds them as long as the outputs: qcap + 2 more.
       if (!src_.provides_frames())
         in_pool_.emplace(chain_.input(), 2 * qcap_ + depth_ + 3 + (keep_source ? qcap_ + 2 : 0), gpu_);
+#if VFPIPE_HAVE_CUDA
+      // A source that decodes on this GPU leaves its frames there: each input frame gets
+      // device memory, and the chain reads it without an upload. Not for a sink that shows
+      // the input (it reads the host copy).
+      if (gpu_ && in_pool_ && !keep_source && src_.can_fill_device()) {
+        const size_t bytes = FrameLayout::of(chain_.input()).total_bytes;
+        for (HostFrame* f : in_pool_->frames()) {
+          in_device_.emplace_back(bytes, "an input frame in GPU memory");
+          f->device = in_device_.back().get();
+        }
+        res_.report.input += ", frames stay in GPU memory";
+      }
+#endif
     } catch (...) {
       res_.error = std::current_exception();
       sink_.close();
@@ -820,6 +836,9 @@ class PipelineRun {
   std::atomic<int64_t> frames_in_{0}, dropped_{0};
   std::unique_ptr<Worker> worker_;
   std::optional<FramePool> in_pool_;
+#if VFPIPE_HAVE_CUDA
+  std::vector<cuda::DeviceBuffer> in_device_;  // the input frames' device memory (can_fill_device)
+#endif
   size_t ring_ = 0;  // next record to overwrite once max_records are held
   int64_t t_first_ = 0, t_last_ = 0;
 };

@@ -27,6 +27,13 @@ FramePtr FramePool::acquire() {
   });
 }
 
+std::vector<HostFrame*> FramePool::frames() const {
+  std::lock_guard<std::mutex> lk(st_->mu);
+  std::vector<HostFrame*> all;
+  for (const auto& f : st_->owned) all.push_back(f.get());
+  return all;
+}
+
 int FramePool::available() const {
   std::lock_guard<std::mutex> lk(st_->mu);
   return static_cast<int>(st_->free.size());

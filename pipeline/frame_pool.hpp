@@ -18,6 +18,8 @@ class FramePool {
   int count() const { return count_; }
   int available() const;
   const FrameSpec& spec() const { return spec_; }
+  // Every frame of the pool (to attach device memory before the first acquire).
+  std::vector<HostFrame*> frames() const;
 
  private:
   struct State {

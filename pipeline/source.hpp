@@ -27,6 +27,9 @@ class Source {
   // filling the engine's: then next_frame() is called and read() is not.
   virtual bool provides_frames() const { return false; }
   virtual FramePtr next_frame() { return nullptr; }
+  // A source that decodes on the GPU of the run (NVDEC) can leave frames there: read() then
+  // fills HostFrame::device, when the engine gave one, instead of the host data.
+  virtual bool can_fill_device() const { return false; }
 };
 
 struct FrameRecord;

@@ -278,3 +278,38 @@ TEST(Convert, SixteenBitToRgbGoesThroughEightBits) {
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x) ASSERT_EQ(g16.view().row16(0, y)[x], g8.view().row(0, y)[x] * 257);
 }
+
+// GPU decoders' semi-planar pictures: NV12 splits as it is; P010's 10 significant high bits
+// widen to the 16-bit scale by rounding v * 65535 / 1023 (the low bits are ignored).
+TEST(Convert, SemiPlanarSplitsAndWidens) {
+  const int w = 3, h = 3;  // odd: the last chroma sample covers one column and one row
+  std::vector<uint8_t> y8(w * h), uv8(2 * 2 * 2);
+  for (size_t i = 0; i < y8.size(); ++i) y8[i] = static_cast<uint8_t>(10 + i);
+  for (size_t i = 0; i < uv8.size(); ++i) uv8[i] = static_cast<uint8_t>(100 + i);
+  HostFrame a({PixelFormat::YUV420P, w, h, {25, 1}}, false);
+  split_semi_planar_cpu({y8.data(), w, uv8.data(), 4, 8}, a.view());
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) EXPECT_EQ(a.view().row(0, y)[x], 10 + y * w + x);
+  for (int y = 0; y < 2; ++y)
+    for (int x = 0; x < 2; ++x) {
+      EXPECT_EQ(a.view().row(1, y)[x], 100 + y * 4 + 2 * x);
+      EXPECT_EQ(a.view().row(2, y)[x], 101 + y * 4 + 2 * x);
+    }
+  // P010: 0, 1, 512 and 1023 (shifted up by 6, with junk in the low bits).
+  const uint16_t tens[] = {0, 1, 512, 1023};
+  const uint16_t want[] = {0, 64, 32800, 65535};
+  std::vector<uint16_t> y16(4), uv16(2);
+  for (int i = 0; i < 4; ++i) y16[i] = static_cast<uint16_t>(tens[i] << 6 | (i * 13 & 63));
+  uv16[0] = 512 << 6;
+  uv16[1] = 1023 << 6 | 63;
+  HostFrame b({PixelFormat::YUV420P16, 2, 2, {25, 1}}, false);
+  split_semi_planar_cpu({reinterpret_cast<uint8_t*>(y16.data()), 4, reinterpret_cast<uint8_t*>(uv16.data()), 4, 10},
+                        b.view());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b.view().row16(0, i / 2)[i % 2], want[i]) << i;
+  EXPECT_EQ(b.view().row16(1, 0)[0], 32800);
+  EXPECT_EQ(b.view().row16(2, 0)[0], 65535);
+  // P016: unchanged.
+  split_semi_planar_cpu({reinterpret_cast<uint8_t*>(y16.data()), 4, reinterpret_cast<uint8_t*>(uv16.data()), 4, 16},
+                        b.view());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b.view().row16(0, i / 2)[i % 2], y16[i]) << i;
+}

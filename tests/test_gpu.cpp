@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <random>
 
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
@@ -114,6 +115,32 @@ TEST(Gpu, CopyIsExact) {
               [](const ImageView& a, const ImageView& b, cuda::StreamHandle st) { cuda::copy_image_async(a, b, st); });
     EXPECT_TRUE(got.same_pixels(in)) << pix_fmt_name(f);
   }
+}
+
+// NVDEC's NV12 / P010 / P012 / P016 pictures split on the GPU exactly as on the CPU, at odd
+// sizes and with padded source rows.
+TEST(Gpu, SemiPlanarSplitMatchesTheCpu) {
+  REQUIRE_GPU();
+  std::mt19937 rng(5);
+  for (int bits : {8, 10, 12, 16})
+    for (auto [w, h] : {std::pair{1, 1}, std::pair{3, 7}, std::pair{2, 2}, std::pair{1921, 1081}}) {
+      const int bps = bits == 8 ? 1 : 2, cw = (w + 1) / 2, ch = (h + 1) / 2;
+      const int lp = w * bps + 40, cp = 2 * cw * bps + 24;
+      std::vector<uint8_t> host(static_cast<size_t>(lp) * h + static_cast<size_t>(cp) * ch);
+      for (uint8_t& b : host) b = static_cast<uint8_t>(rng());
+      const FrameSpec spec{bits == 8 ? PixelFormat::YUV420P : PixelFormat::YUV420P16, w, h, {25, 1}};
+      HostFrame want(spec, false), got(spec, false);
+      split_semi_planar_cpu({host.data(), lp, host.data() + static_cast<size_t>(lp) * h, cp, bits}, want.view());
+      cuda::Stream st;
+      cuda::DeviceBuffer src(host.size()), dst(want.layout().total_bytes);
+      cuda::memcpy_h2d_async(src.get(), host.data(), host.size(), st.get());
+      cuda::memset_async(dst.get(), 0xAB, dst.size(), st.get());
+      cuda::split_semi_planar_async({src.get(), lp, src.get() + static_cast<size_t>(lp) * h, cp, bits},
+                                    ImageView::over(dst.get(), spec), st.get());
+      cuda::memcpy_d2h_async(got.data(), dst.get(), dst.size(), st.get());
+      st.synchronize();
+      ASSERT_TRUE(got.same_pixels(want)) << bits << " bits at " << w << "x" << h;
+    }
 }
 
 TEST(Gpu, EngineCudaEqualsCpuFrameByFrame) {
@@ -325,21 +352,29 @@ TEST(Gpu, NvdecDecodesWhatTheCpuDecoderDoes) {
     sw.hwaccel = "none";
     auto a = open_source(path, hw);
     auto b = open_source(path, sw);
+    auto c = open_source(path, hw);  // its frames stay in GPU memory
     EXPECT_NE(a->describe().find("on NVDEC"), std::string::npos) << a->describe();
     EXPECT_EQ(b->describe().find("NVDEC"), std::string::npos) << b->describe();
+    EXPECT_TRUE(c->can_fill_device());
+    EXPECT_FALSE(b->can_fill_device());
     ASSERT_EQ(a->spec().format, b->spec().format) << name;
     ASSERT_EQ(a->spec().width, b->spec().width);
-    HostFrame fa(a->spec(), false), fb(b->spec(), false);
+    HostFrame fa(a->spec(), false), fb(b->spec(), false), fc(c->spec(), false), fc_host(c->spec(), false);
+    cuda::DeviceBuffer dev(fc.layout().total_bytes);
+    fc.device = dev.get();
     int n = 0;
     for (;; ++n) {
-      const bool ra = a->read(fa), rb = b->read(fb);
+      const bool ra = a->read(fa), rb = b->read(fb), rc = c->read(fc);
       ASSERT_EQ(ra, rb) << name << " frame " << n;
+      ASSERT_EQ(rc, rb) << name << " frame " << n;
       if (!ra) break;
-      const ImageView va = fa.view(), vb = fb.view();
-      for (int p = 0; p < plane_count(va.format); ++p)
-        for (int y = 0; y < va.ph[p]; ++y)
-          ASSERT_EQ(std::memcmp(va.row(p, y), vb.row(p, y), static_cast<size_t>(va.pw[p]) * sample_bytes(va.format)), 0)
-              << name << " frame " << n << " plane " << p << " row " << y;
+      EXPECT_FALSE(fa.on_device);  // no device memory given: the host copy
+      ASSERT_TRUE(fc.on_device) << name << " frame " << n;
+      cuda::Stream st;
+      cuda::memcpy_d2h_async(fc_host.data(), dev.get(), dev.size(), st.get());
+      st.synchronize();
+      ASSERT_TRUE(fa.same_pixels(fb)) << name << " frame " << n;
+      ASSERT_TRUE(fc_host.same_pixels(fb)) << name << " frame " << n << " (in GPU memory)";
     }
     EXPECT_EQ(n, frames) << name;
   }
@@ -350,14 +385,24 @@ TEST(Gpu, CliDecodesOnNvdecByDefault) {
   REQUIRE_GPU();
   const std::string in = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/h264_322x242_yuv420p.mp4";
   const std::string a = tmp_path("nvdec_gpu.y4m"), b = tmp_path("nvdec_cpu.y4m");
+  const std::string h = tmp_path("nvdec_host.y4m");
   CmdResult g =
       run_cmd(std::string(VFPIPE_BIN) + " run --no-progress -i " + in + " -f median=radius=2 -o " + a + " -y");
   ASSERT_EQ(g.rc, 0) << g.out;
   EXPECT_NE(g.out.find("h264 on NVDEC"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("frames stay in GPU memory"), std::string::npos) << g.out;
   CmdResult c =
       run_cmd(std::string(VFPIPE_BIN) + " run -q --device cpu -i " + in + " -f median=radius=2 -o " + b + " -y");
   ASSERT_EQ(c.rc, 0) << c.out;
   EXPECT_EQ(run_cmd("cmp " + a + " " + b).rc, 0);
+  // Through host memory (ffmpeg's way without -hwaccel_output_format cuda): the same bytes.
+  CmdResult viahost = run_cmd(std::string(VFPIPE_BIN) + " run --no-progress -hwaccel_output_format host -i " + in +
+                              " -f median=radius=2 -o " + h + " -y");
+  ASSERT_EQ(viahost.rc, 0) << viahost.out;
+  EXPECT_NE(viahost.out.find("h264 on NVDEC"), std::string::npos) << viahost.out;
+  EXPECT_EQ(viahost.out.find("GPU memory"), std::string::npos) << viahost.out;
+  EXPECT_EQ(run_cmd("cmp " + h + " " + b).rc, 0);
+  std::remove(h.c_str());
   CmdResult none = run_cmd(std::string(VFPIPE_BIN) + " run --no-progress -hwaccel none -i " + in + " -o null");
   EXPECT_EQ(none.out.find("NVDEC"), std::string::npos) << none.out;
   std::remove(a.c_str());

@@ -335,6 +335,19 @@ TEST(Libav, HwaccelWithoutAGpuIsAClearError) {
   EXPECT_NE(r.out.find("30 frames"), std::string::npos) << r.out;
 }
 
+// NVDEC frames kept in GPU memory need the CUDA backend: asked for on the CPU backend, a
+// usage error before anything is read.
+TEST(Libav, GpuFramesOnTheCpuBackendAreAUsageError) {
+  if (!VFPIPE_HAVE_LIBAV) GTEST_SKIP() << "built without FFmpeg's libraries";
+  const std::string in = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/h264_322x242_yuv420p.mp4";
+  CmdResult r = run_cmd(kBin + " run --device cpu -hwaccel_output_format cuda -i " + in + " -o null");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("-hwaccel_output_format cuda: frames in GPU memory need the CUDA backend"), std::string::npos)
+      << r.out;
+  r = run_cmd(kBin + " run --device cpu -hwaccel_output_format host -i " + in + " -o null");
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
 // -map's parser points at the offending character; the resolver follows ffmpeg's rules
 // (maps in order, negative maps remove, '?' optional) and wants exactly one video stream.
 TEST(StreamMap, ParsesAndResolvesAsFfmpeg) {

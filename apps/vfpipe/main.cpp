@@ -48,6 +48,7 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-vf", "--vf"},
                                                               {"-r", "--rate"},
                                                               {"-hwaccel", "--hwaccel"},
+                                                              {"-hwaccel_output_format", "--hwaccel-output-format"},
                                                               {"-map", "--map"},
                                                               {"-movflags", "--movflags"}};
   std::vector<std::string> args(argv, argv + argc);

@@ -158,6 +158,13 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "allow; else the CPU decoder), cuda (NVDEC or an error), none")
       ->check(CLI::IsMember({"auto", "cuda", "none"}))
       ->capture_default_str();
+  c->add_option(
+       "--hwaccel-output-format", a.hwaccel_output,
+       "(-hwaccel_output_format) where NVDEC's frames go: auto (GPU memory when the CUDA backend runs the "
+       "chain: no copy to the host and back), cuda (the same, and an error on the CPU backend), host (copied to "
+       "host memory)")
+      ->check(CLI::IsMember({"auto", "cuda", "host"}))
+      ->capture_default_str();
   c->add_option("--codec-threads", a.codec_threads,
                 "threads of the video decoder and of the encoder (0: libavcodec picks by the cores; batch: the "
                 "cores shared among its pipelines)")
@@ -450,6 +457,7 @@ SourceOptions source_options(const RunArgs& a, Backend backend) {
   so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
   so.ignore_input_errors = a.ignore_input_errors;
   so.hwaccel = a.hwaccel;
+  so.hwaccel_output = a.hwaccel_output;
   so.codec_threads = a.codec_threads;
   for (const std::string& m : a.map) so.map.push_back(parse_stream_map(m));
   return so;

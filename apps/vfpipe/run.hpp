@@ -40,10 +40,11 @@ struct RunArgs {
   bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
   double start = 0, duration = -1, to = -1;
   std::string loglevel, progress_file;
-  std::string hwaccel = "auto";  // -hwaccel: NVDEC for video files
-  int codec_threads = 0;         // threads of each video decoder and encoder (0: libavcodec picks)
-  std::vector<std::string> map;  // -map: the input's streams to filter and copy
-  std::string movflags;          // -movflags
+  std::string hwaccel = "auto";         // -hwaccel: NVDEC for video files
+  std::string hwaccel_output = "auto";  // -hwaccel_output_format: NVDEC frames in GPU or host memory
+  int codec_threads = 0;                // threads of each video decoder and encoder (0: libavcodec picks)
+  std::vector<std::string> map;         // -map: the input's streams to filter and copy
+  std::string movflags;                 // -movflags
 };
 
 // The options every stream has, in `run`, `live`, `profile` and `batch`: backend, pixel

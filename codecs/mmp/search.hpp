@@ -50,6 +50,8 @@ class LeafSearch {
   // segment. Safe to call from several threads.
   virtual void search(const LeafQuery& q, double* J, int* index) = 0;
   virtual std::string name() const = 0;
+  // Where the search's time went, one line ("" when there is nothing to say).
+  virtual std::string stats() const { return ""; }
 };
 
 }  // namespace vfp::mmp
