@@ -92,12 +92,12 @@ int mmp_encode_command(const MmpArgs& a) {
     ++n;
   }
   w.close();
+  if (p.search && !p.search->stats().empty())
+    std::fprintf(stderr, "search on %s: %s\n", p.search->name().c_str(), p.search->stats().c_str());
   std::fprintf(stderr, "%s: %lld frames %s, lambda %g: %.4f bpp, PSNR %.2f dB, %.2f s per frame (search on %s)\n",
                out.c_str(), static_cast<long long>(n), coded.describe().c_str(), a.lambda,
                n ? total.bits / (static_cast<double>(coded.width) * coded.height * n) : 0.0, total.psnr(),
                n ? total.seconds / n : 0.0, p.search ? p.search->name().c_str() : "cpu");
-  if (p.search && !p.search->stats().empty())
-    std::fprintf(stderr, "  search on %s: %s\n", p.search->name().c_str(), p.search->stats().c_str());
   return 0;
 }
 
