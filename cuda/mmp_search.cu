@@ -32,9 +32,14 @@ constexpr int kGroup = 8;  // segments of one scale searched together: each elem
 
 // Up to kGroup segments of one scale: segments g0 .. g0 + count - 1 of the scale, numbered
 // across the query's residues (g = k * segments_per_residue + position).
+// Large segments make a task long (its elements times their samples times the group): such
+// a task's elements are dealt to `chunks` thread blocks (element i to chunk i % (128 *
+// chunks) / 128), whose (J, index) minima a second kernel combines.
 struct Task {
   int lw, lh, g0, count, out;  // out: the scale's offset in a residue's leaf table
+  int chunk, chunks;
 };
+constexpr int kMaxChunks = 32;
 
 struct ScaleArgs {
   const int16_t* data[kScales];
@@ -50,7 +55,7 @@ __device__ inline void take_min(double& bj, int& bi, double oj, int oi) {
 // One thread block per task: its segments in shared memory, its threads striding over the
 // scale's elements, each element's samples read once and compared with every segment.
 __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, ScaleArgs sc, const double* bits,
-                            double lambda, double* out_j, int* out_i) {
+                            double lambda, double* out_j, int* out_i, double* part_j, int* part_i, size_t part_stride) {
   const Task t = tasks[blockIdx.x];
   const int w = 1 << t.lw, h = 1 << t.lh, n = w * h, s = t.lw + 6 * t.lh;
   const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);
@@ -69,7 +74,7 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
   int bi[kGroup];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) bj[g] = CUDART_INF, bi[g] = INT_MAX;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+  for (int i = threadIdx.x + t.chunk * blockDim.x; i < count; i += blockDim.x * t.chunks) {
     const int16_t* e = data + static_cast<size_t>(i) * n;
     int sse[kGroup] = {};
     for (int q = 0; q < n; ++q) {
@@ -104,9 +109,31 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
     int i = wi[g][0];
     for (int q = 1; q < kThreads / 32; ++q) take_min(j, i, wj[g][q], wi[g][q]);
     const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
-    out_j[static_cast<size_t>(k) * table + t.out + at] = j;
-    out_i[static_cast<size_t>(k) * table + t.out + at] = i == INT_MAX ? -1 : i;
+    const size_t o = static_cast<size_t>(k) * table + t.out + at;
+    if (t.chunks == 1) {
+      out_j[o] = j;
+      out_i[o] = i == INT_MAX ? -1 : i;
+    } else {
+      part_j[t.chunk * part_stride + o] = j;
+      part_i[t.chunk * part_stride + o] = i;
+    }
   }
+}
+
+// The chunks' minima of the chunked tasks (one thread block per task, listed once).
+__global__ void combine_kernel(const Task* tasks, int N, int table, const double* part_j, const int* part_i,
+                               size_t part_stride, double* out_j, int* out_i) {
+  const Task t = tasks[blockIdx.x];
+  const int g = threadIdx.x;
+  if (g >= t.count) return;
+  const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);
+  const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
+  const size_t o = static_cast<size_t>(k) * table + t.out + at;
+  double j = part_j[o];
+  int i = part_i[o];
+  for (int c = 1; c < t.chunks; ++c) take_min(j, i, part_j[c * part_stride + o], part_i[c * part_stride + o]);
+  out_j[o] = j;
+  out_i[o] = i == INT_MAX ? -1 : i;
 }
 
 class GpuLeafSearch final : public mmp::LeafSearch {
@@ -164,6 +191,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     grow(lane.residues, res_bytes, "MMP residues");
     grow(lane.out_j, out * sizeof(double), "MMP leaf table");
     grow(lane.out_i, out * sizeof(int), "MMP leaf table");
+    if (tasks->combine_count) {
+      grow(lane.part_j, out * tasks->max_chunks * sizeof(double), "MMP partial leaf tables");
+      grow(lane.part_i, out * tasks->max_chunks * sizeof(int), "MMP partial leaf tables");
+    }
     // Through pinned staging: the copies are then truly asynchronous, one wait at the end.
     std::memcpy(lane.stage_in.get(), q.residues, res_bytes);
     memcpy_h2d_async(lane.residues.get(), lane.stage_in.get(), res_bytes, st);
@@ -171,8 +202,16 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     leaf_kernel<<<static_cast<unsigned>(tasks->count), kThreads, 0, st>>>(
         reinterpret_cast<const Task*>(tasks->buf.get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
         args, reinterpret_cast<const double*>(lane.bits.get()), q.lambda, reinterpret_cast<double*>(lane.out_j.get()),
-        reinterpret_cast<int*>(lane.out_i.get()));
+        reinterpret_cast<int*>(lane.out_i.get()), reinterpret_cast<double*>(lane.part_j.get()),
+        reinterpret_cast<int*>(lane.part_i.get()), out);
     VFP_CUDA_LAUNCHED("mmp leaf_kernel");
+    if (tasks->combine_count) {
+      combine_kernel<<<static_cast<unsigned>(tasks->combine_count), 32, 0, st>>>(
+          reinterpret_cast<const Task*>(tasks->combine.get()), N, table,
+          reinterpret_cast<const double*>(lane.part_j.get()), reinterpret_cast<const int*>(lane.part_i.get()), out,
+          reinterpret_cast<double*>(lane.out_j.get()), reinterpret_cast<int*>(lane.out_i.get()));
+      VFP_CUDA_LAUNCHED("mmp combine_kernel");
+    }
     lane.kernel_end.record(st);
     memcpy_d2h_async(lane.stage_j.get(), lane.out_j.get(), out * sizeof(double), st);
     memcpy_d2h_async(lane.stage_i.get(), lane.out_i.get(), out * sizeof(int), st);
@@ -216,15 +255,15 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     Stream stream;
     Pinned stage_in{kMaxResidueBytes}, stage_j{kMaxTable * sizeof(double)}, stage_i{kMaxTable * sizeof(int)};
     DeviceBuffer bits{sizeof(double) * kScales * kMaxIndex, "MMP index costs"};
-    DeviceBuffer residues, out_j, out_i;
+    DeviceBuffer residues, out_j, out_i, part_j, part_i;
     uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
     int costs_L = 0;
     Event kernel_start, kernel_end;
   };
 
   struct TaskList {
-    DeviceBuffer buf;
-    int count = 0;
+    DeviceBuffer buf, combine;  // the leaf kernel's tasks; the chunked ones, once each
+    int count = 0, combine_count = 0, max_chunks = 1;
   };
   // The tasks of a query of K residues of 2^L x 2^L, made at first use (under mu_).
   const TaskList& task_list(int L, int K, StreamHandle st) {
@@ -234,16 +273,32 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     const int N = 1 << L;
     // Groups as large as keep about two blocks per SM busy: small units (few segments) are
     // split finely, large ones share each element read among 8 segments.
+    // A task's elements are dealt to about one block per 32 samples of its segments: every
+    // block then has a similar share of the work whatever the scale (a dictionary's
+    // elements, 2^lw x 2^lh samples, times the group's segments). The largest scales first,
+    // so that their many blocks do not start last.
     const int group = std::clamp(K * mmp::leaf_table_size(L) / 256, 1, kGroup);
-    for (int lh = 0; lh <= L; ++lh)
-      for (int lw = 0; lw <= L; ++lw) {
+    std::vector<Task> combine;
+    for (int lh = L; lh >= 0; --lh)
+      for (int lw = L; lw >= 0; --lw) {
         const int segments = K * (N >> lw) * (N >> lh), out = mmp::leaf_scale_offset(L, lw, lh);
-        for (int g0 = 0; g0 < segments; g0 += group) tasks.push_back({lw, lh, g0, std::min(group, segments - g0), out});
+        for (int g0 = 0; g0 < segments; g0 += group) {
+          const int count = std::min(group, segments - g0);
+          const int chunks = std::clamp((1 << (lw + lh)) * count / 32, 1, kMaxChunks);
+          for (int c = 0; c < chunks; ++c) tasks.push_back({lw, lh, g0, count, out, c, chunks});
+          if (chunks > 1) combine.push_back(tasks.back());
+          tl.max_chunks = std::max(tl.max_chunks, chunks);
+        }
       }
     tl.buf = DeviceBuffer(tasks.size() * sizeof(Task), "MMP search tasks");
     memcpy_h2d_async(tl.buf.get(), tasks.data(), tasks.size() * sizeof(Task), st);
+    if (!combine.empty()) {
+      tl.combine = DeviceBuffer(combine.size() * sizeof(Task), "MMP search tasks");
+      memcpy_h2d_async(tl.combine.get(), combine.data(), combine.size() * sizeof(Task), st);
+    }
     VFP_CUDA(cudaStreamSynchronize(st));
     tl.count = static_cast<int>(tasks.size());
+    tl.combine_count = static_cast<int>(combine.size());
     return tl;
   }
 
