@@ -43,12 +43,9 @@ constexpr int kMaxChunks = 32;
 
 struct ScaleArgs {
   const int16_t* data[kScales];
-  const int* sums[kScales];  // each element's sum of samples (for the bound of the warp kernel)
   int count[kScales];
   double leaf_bits[kScales];
 };
-// Scales of at least this many samples go to the warp kernel.
-constexpr int kWarpSamples = 32;
 
 // (J, index) lexicographic minimum; index INT_MAX: none yet.
 __device__ inline void take_min(double& bj, int& bi, double oj, int oi) {
@@ -123,104 +120,6 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
   }
 }
 
-// Large segments (kWarpSamples samples or more): a warp takes one element at a time, its
-// lanes over the samples (contiguous reads), so that a bound can skip the element for the
-// whole warp. The bound: SSE >= (sum(x) - sum(d))^2 / n (Cauchy-Schwarz), exact in double
-// (an integer square times a power of two); J >= that plus the element's rate, rounded as J
-// is, so an element whose bound exceeds the warp's best J for every segment of the group
-// can neither win nor tie.
-__global__ void leaf_kernel_warp(const Task* tasks, const int* residues, int N, int table, ScaleArgs sc,
-                                 const double* bits, double lambda, double* out_j, int* out_i, double* part_j,
-                                 int* part_i, size_t part_stride) {
-  const Task t = tasks[blockIdx.x];
-  const int w = 1 << t.lw, h = 1 << t.lh, n = w * h, s = t.lw + 6 * t.lh;
-  const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);
-  __shared__ int seg[kGroup * 32 * 32];
-  __shared__ int seg_sum[kGroup];
-  for (int idx = threadIdx.x; idx < t.count * n; idx += blockDim.x) {
-    const int g = idx / n, q = idx - g * n, gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
-    const int x = (at % nx) * w + (q & (w - 1)), y = (at / nx) * h + (q >> t.lw);
-    seg[g * n + q] = residues[static_cast<size_t>(k) * N * N + y * N + x];
-  }
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int g = warp; g < t.count; g += warps) {
-    int sum = 0;
-    for (int q = lane; q < n; q += 32) sum += seg[g * n + q];
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) seg_sum[g] = sum;
-  }
-  __syncthreads();
-  const int16_t* data = sc.data[s];
-  const int* sums = sc.sums[s];
-  const int count = sc.count[s];
-  const double leaf = sc.leaf_bits[s], inv_n = 1.0 / n;  // n is a power of two: exact
-  const double* b = bits + static_cast<size_t>(s) * kMaxIndex;
-  double bj[kGroup];
-  int bi[kGroup];
-#pragma unroll
-  for (int g = 0; g < kGroup; ++g) bj[g] = CUDART_INF, bi[g] = INT_MAX;
-  for (int i = warp + t.chunk * warps; i < count; i += warps * t.chunks) {
-    const double rate = __dmul_rn(lambda, __dadd_rn(b[i], leaf));
-    const int es = sums[i];
-    bool useful = false;
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g)
-      if (g < t.count) {
-        const long long dd = seg_sum[g] - es;
-        useful |= !(__dadd_rn(__dmul_rn(static_cast<double>(dd * dd), inv_n), rate) > bj[g]);
-      }
-    if (!useful) continue;  // the same for every lane: bj, the sums and the rate are the warp's
-    const int16_t* e = data + static_cast<size_t>(i) * n;
-    int sse[kGroup] = {};
-    for (int q = lane; q < n; q += 32) {
-      const int ev = e[q];
-#pragma unroll
-      for (int g = 0; g < kGroup; ++g)
-        if (g < t.count) {
-          const int d = seg[g * n + q] - ev;
-          sse[g] += d * d;
-        }
-    }
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g)
-      if (g < t.count) {
-        for (int o = 16; o > 0; o >>= 1) sse[g] += __shfl_xor_sync(0xffffffffu, sse[g], o);
-        take_min(bj[g], bi[g], __dadd_rn(static_cast<double>(sse[g]), rate), i);
-      }
-  }
-  // Every lane holds its warp's minima: the warps' are combined in shared memory.
-  __shared__ double wj[kGroup][kThreads / 32];
-  __shared__ int wi[kGroup][kThreads / 32];
-  if (lane == 0)
-    for (int g = 0; g < kGroup; ++g) wj[g][warp] = bj[g], wi[g][warp] = bi[g];
-  __syncthreads();
-  if (threadIdx.x < t.count) {
-    const int g = threadIdx.x;
-    double j = wj[g][0];
-    int i = wi[g][0];
-    for (int q = 1; q < warps; ++q) take_min(j, i, wj[g][q], wi[g][q]);
-    const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
-    const size_t o = static_cast<size_t>(k) * table + t.out + at;
-    if (t.chunks == 1) {
-      out_j[o] = j;
-      out_i[o] = i == INT_MAX ? -1 : i;
-    } else {
-      part_j[t.chunk * part_stride + o] = j;
-      part_i[t.chunk * part_stride + o] = i;
-    }
-  }
-}
-
-// Each new element's sum of samples (elements [from, to) of one scale of n samples).
-__global__ void element_sums_kernel(const int16_t* data, int n, int from, int to, int* sums) {
-  const int i = from + blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= to) return;
-  int sum = 0;
-  for (int q = 0; q < n; ++q) sum += data[static_cast<size_t>(i) * n + q];
-  sums[i] = sum;
-}
-
 // The chunks' minima of the chunked tasks (one thread block per task, listed once).
 __global__ void combine_kernel(const Task* tasks, int N, int table, const double* part_j, const int* part_i,
                                size_t part_stride, double* out_j, int* out_i) {
@@ -268,7 +167,6 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         if (v.count == 0) continue;
         uploaded |= sync_scale(*m, s, v, lp->stream.get());
         args.data[s] = reinterpret_cast<const int16_t*>(m->data[s].get());
-        args.sums[s] = reinterpret_cast<const int*>(m->sums[s].get());
         args.count[s] = v.count;
         args.leaf_bits[s] = q.leaf_bits[static_cast<size_t>(s)];
       }
@@ -301,23 +199,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::memcpy(lane.stage_in.get(), q.residues, res_bytes);
     memcpy_h2d_async(lane.residues.get(), lane.stage_in.get(), res_bytes, st);
     lane.kernel_start.record(st);
-    const Task* all = reinterpret_cast<const Task*>(tasks->buf.get());
-    const int* res = reinterpret_cast<const int*>(lane.residues.get());
-    const double* bits = reinterpret_cast<const double*>(lane.bits.get());
-    auto* oj = reinterpret_cast<double*>(lane.out_j.get());
-    auto* oi = reinterpret_cast<int*>(lane.out_i.get());
-    auto* pj = reinterpret_cast<double*>(lane.part_j.get());
-    auto* pi = reinterpret_cast<int*>(lane.part_i.get());
-    if (tasks->warp_count) {  // the large segments' tasks come first
-      leaf_kernel_warp<<<static_cast<unsigned>(tasks->warp_count), kThreads, 0, st>>>(all, res, N, table, args, bits,
-                                                                                       q.lambda, oj, oi, pj, pi, out);
-      VFP_CUDA_LAUNCHED("mmp leaf_kernel_warp");
-    }
-    if (tasks->count > tasks->warp_count) {
-      leaf_kernel<<<static_cast<unsigned>(tasks->count - tasks->warp_count), kThreads, 0, st>>>(
-          all + tasks->warp_count, res, N, table, args, bits, q.lambda, oj, oi, pj, pi, out);
-      VFP_CUDA_LAUNCHED("mmp leaf_kernel");
-    }
+    leaf_kernel<<<static_cast<unsigned>(tasks->count), kThreads, 0, st>>>(
+        reinterpret_cast<const Task*>(tasks->buf.get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
+        args, reinterpret_cast<const double*>(lane.bits.get()), q.lambda, reinterpret_cast<double*>(lane.out_j.get()),
+        reinterpret_cast<int*>(lane.out_i.get()), reinterpret_cast<double*>(lane.part_j.get()),
+        reinterpret_cast<int*>(lane.part_i.get()), out);
+    VFP_CUDA_LAUNCHED("mmp leaf_kernel");
     if (tasks->combine_count) {
       combine_kernel<<<static_cast<unsigned>(tasks->combine_count), 32, 0, st>>>(
           reinterpret_cast<const Task*>(tasks->combine.get()), N, table,
@@ -350,7 +237,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // A dictionary's device copy: per scale room for every index, filled up to `count`.
   struct Mirror {
     uint64_t id = 0;
-    DeviceBuffer data[kScales], sums[kScales];
+    DeviceBuffer data[kScales];
     int count[kScales] = {};
   };
   struct Pinned {
@@ -376,7 +263,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
 
   struct TaskList {
     DeviceBuffer buf, combine;  // the leaf kernel's tasks; the chunked ones, once each
-    int count = 0, warp_count = 0, combine_count = 0, max_chunks = 1;
+    int count = 0, combine_count = 0, max_chunks = 1;
   };
   // The tasks of a query of K residues of 2^L x 2^L, made at first use (under mu_).
   const TaskList& task_list(int L, int K, StreamHandle st) {
@@ -391,22 +278,18 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // elements, 2^lw x 2^lh samples, times the group's segments). The largest scales first,
     // so that their many blocks do not start last.
     const int group = std::clamp(K * mmp::leaf_table_size(L) / 256, 1, kGroup);
-    // The warp kernel's tasks (large segments) first, then the thread kernel's.
-    std::vector<Task> combine, small;
+    std::vector<Task> combine;
     for (int lh = L; lh >= 0; --lh)
       for (int lw = L; lw >= 0; --lw) {
         const int segments = K * (N >> lw) * (N >> lh), out = mmp::leaf_scale_offset(L, lw, lh);
-        std::vector<Task>& list = (1 << (lw + lh)) >= kWarpSamples ? tasks : small;
         for (int g0 = 0; g0 < segments; g0 += group) {
           const int count = std::min(group, segments - g0);
           const int chunks = std::clamp((1 << (lw + lh)) * count / 32, 1, kMaxChunks);
-          for (int c = 0; c < chunks; ++c) list.push_back({lw, lh, g0, count, out, c, chunks});
-          if (chunks > 1) combine.push_back(list.back());
+          for (int c = 0; c < chunks; ++c) tasks.push_back({lw, lh, g0, count, out, c, chunks});
+          if (chunks > 1) combine.push_back(tasks.back());
           tl.max_chunks = std::max(tl.max_chunks, chunks);
         }
       }
-    tl.warp_count = static_cast<int>(tasks.size());
-    tasks.insert(tasks.end(), small.begin(), small.end());
     tl.buf = DeviceBuffer(tasks.size() * sizeof(Task), "MMP search tasks");
     memcpy_h2d_async(tl.buf.get(), tasks.data(), tasks.size() * sizeof(Task), st);
     if (!combine.empty()) {
@@ -434,19 +317,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
 
   // The scale's elements added since the last upload; true if there were any.
   static bool sync_scale(Mirror& m, int s, const mmp::ScaleView& v, StreamHandle st) {
-    if (!m.data[s].get()) {
-      m.data[s] = DeviceBuffer(sizeof(int16_t) * kMaxIndex * v.size, "MMP dictionary");
-      m.sums[s] = DeviceBuffer(sizeof(int) * kMaxIndex, "MMP dictionary");
-    }
+    if (!m.data[s].get()) m.data[s] = DeviceBuffer(sizeof(int16_t) * kMaxIndex * v.size, "MMP dictionary");
     if (v.count < m.count[s]) m.count[s] = 0;  // not the dictionary mirrored (cannot shrink): all again
     if (v.count == m.count[s]) return false;
     const size_t from = static_cast<size_t>(m.count[s]) * v.size, to = static_cast<size_t>(v.count) * v.size;
     memcpy_h2d_async(m.data[s].get() + from * sizeof(int16_t), v.data + from, (to - from) * sizeof(int16_t), st);
-    const int added = v.count - m.count[s];
-    element_sums_kernel<<<static_cast<unsigned>((added + 127) / 128), 128, 0, st>>>(
-        reinterpret_cast<const int16_t*>(m.data[s].get()), v.size, m.count[s], v.count,
-        reinterpret_cast<int*>(m.sums[s].get()));
-    VFP_CUDA_LAUNCHED("mmp element_sums_kernel");
     m.count[s] = v.count;
     return true;
   }
