@@ -107,6 +107,7 @@ AVPixelFormat nearest_format(AVPixelFormat f) {
   return deep ? AV_PIX_FMT_YUV444P16LE : AV_PIX_FMT_YUV444P;
 }
 
+// Copies (and for 10/12-bit samples rescales) the planes of `src` (libav) into `dst` (ours).
 void frame_to_view(const AVFrame* src, int bits, const ImageView& dst) {
   for (int p = 0; p < plane_count(dst.format); ++p) {
     const size_t row = static_cast<size_t>(dst.pw[p]) * sample_bytes(dst.format);
@@ -125,8 +126,8 @@ void frame_to_view(const AVFrame* src, int bits, const ImageView& dst) {
 }
 // NVDEC's 4:2:0 output (NV12, or P010/P016 with the samples in the high bits; `f`: its
 // format, on the host or in GPU memory) as a semi-planar picture for our planar 4:2:0
-// formats; false when it is not one of them (or not for `dst`'s format). Split exactly: the same samples the CPU
-// decoder gives.
+// formats; false when it is not one of them (or not for `dst`'s format). The split is
+// exact: the same samples the CPU decoder gives.
 bool semi_planar_of(const AVFrame* src, AVPixelFormat f, int bits, PixelFormat dst, SemiPlanar* out) {
   const bool nv12 = f == AV_PIX_FMT_NV12 && dst == PixelFormat::YUV420P;
   const bool p01x = (f == AV_PIX_FMT_P010 || f == AV_PIX_FMT_P016) && dst == PixelFormat::YUV420P16;
