@@ -43,6 +43,7 @@ constexpr int kMaxChunks = 32;
 
 struct ScaleArgs {
   const int16_t* data[kScales];
+  const int* norms[kScales];  // each element's sum of squared samples
   int count[kScales];
   double leaf_bits[kScales];
 };
@@ -52,21 +53,40 @@ __device__ inline void take_min(double& bj, int& bi, double oj, int oi) {
   if (oj < bj || (oj == bj && oi < bi)) bj = oj, bi = oi;
 }
 
+// |x|^2 + |d|^2 - 2 x.d, in 64 bits (each term fits 32), as the double J adds to.
+__device__ inline double sse_of(int seg_sq, int norm, int dot) {
+  return static_cast<double>(static_cast<long long>(seg_sq) + norm - 2LL * dot);
+}
+
 // One thread block per task: its segments in shared memory, its threads striding over the
 // scale's elements, each element's samples read once and compared with every segment.
+// SSE = |x|^2 + |d|^2 - 2 x.d in exact integers (each term at most 1024 * 255^2): the
+// squared norms are computed once (segments here, elements at upload), the inner loop is
+// one multiply-add per sample and segment, and each thread takes two elements at a time so
+// that a segment sample read from shared memory serves both.
 __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, ScaleArgs sc, const double* bits,
                             double lambda, double* out_j, int* out_i, double* part_j, int* part_i, size_t part_stride) {
   const Task t = tasks[blockIdx.x];
   const int w = 1 << t.lw, h = 1 << t.lh, n = w * h, s = t.lw + 6 * t.lh;
   const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);
   __shared__ int seg[kGroup * 32 * 32];
+  __shared__ int seg_sq[kGroup];
   for (int idx = threadIdx.x; idx < t.count * n; idx += blockDim.x) {
     const int g = idx / n, q = idx - g * n, gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
     const int x = (at % nx) * w + (q & (w - 1)), y = (at / nx) * h + (q >> t.lw);
     seg[g * n + q] = residues[static_cast<size_t>(k) * N * N + y * N + x];
   }
   __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int g = warp; g < t.count; g += blockDim.x >> 5) {
+    int sq = 0;
+    for (int q = lane; q < n; q += 32) sq += seg[g * n + q] * seg[g * n + q];
+    for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    if (lane == 0) seg_sq[g] = sq;
+  }
+  __syncthreads();
   const int16_t* data = sc.data[s];
+  const int* norms = sc.norms[s];
   const int count = sc.count[s];
   const double leaf = sc.leaf_bits[s];
   const double* b = bits + static_cast<size_t>(s) * kMaxIndex;
@@ -74,25 +94,38 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
   int bi[kGroup];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) bj[g] = CUDART_INF, bi[g] = INT_MAX;
-  for (int i = threadIdx.x + t.chunk * blockDim.x; i < count; i += blockDim.x * t.chunks) {
+  const int stride = blockDim.x * t.chunks;
+  for (int i = threadIdx.x + t.chunk * blockDim.x; i < count; i += 2 * stride) {
+    const int i2 = i + stride;
+    const bool two = i2 < count;
     const int16_t* e = data + static_cast<size_t>(i) * n;
-    int sse[kGroup] = {};
+    const int16_t* e2 = data + static_cast<size_t>(two ? i2 : i) * n;
+    int dot[kGroup] = {}, dot2[kGroup] = {};
     for (int q = 0; q < n; ++q) {
-      const int ev = e[q];
+      const int ev = e[q], ev2 = e2[q];
 #pragma unroll
       for (int g = 0; g < kGroup; ++g)
         if (g < t.count) {
-          const int d = seg[g * n + q] - ev;
-          sse[g] += d * d;
+          const int sv = seg[g * n + q];
+          dot[g] += sv * ev;
+          dot2[g] += sv * ev2;
         }
     }
     const double rate = __dmul_rn(lambda, __dadd_rn(b[i], leaf));
+    const int norm = norms[i];
 #pragma unroll
-    for (int g = 0; g < kGroup; ++g) take_min(bj[g], bi[g], __dadd_rn(static_cast<double>(sse[g]), rate), i);
+    for (int g = 0; g < kGroup; ++g)
+      if (g < t.count) take_min(bj[g], bi[g], __dadd_rn(sse_of(seg_sq[g], norm, dot[g]), rate), i);
+    if (two) {
+      const double rate2 = __dmul_rn(lambda, __dadd_rn(b[i2], leaf));
+      const int norm2 = norms[i2];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g)
+        if (g < t.count) take_min(bj[g], bi[g], __dadd_rn(sse_of(seg_sq[g], norm2, dot2[g]), rate2), i2);
+    }
   }
   __shared__ double wj[kGroup][kThreads / 32];
   __shared__ int wi[kGroup][kThreads / 32];
-  const int warp = threadIdx.x >> 5;
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
     for (int o = 16; o > 0; o >>= 1) {
@@ -118,6 +151,18 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
       part_i[t.chunk * part_stride + o] = i;
     }
   }
+}
+
+// Each new element's sum of squared samples (elements [from, to) of a scale of n samples).
+__global__ void element_norms_kernel(const int16_t* data, int n, int from, int to, int* norms) {
+  const int i = from + blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= to) return;
+  int sq = 0;
+  for (int q = 0; q < n; ++q) {
+    const int v = data[static_cast<size_t>(i) * n + q];
+    sq += v * v;
+  }
+  norms[i] = sq;
 }
 
 // The chunks' minima of the chunked tasks (one thread block per task, listed once).
@@ -167,6 +212,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         if (v.count == 0) continue;
         uploaded |= sync_scale(*m, s, v, lp->stream.get());
         args.data[s] = reinterpret_cast<const int16_t*>(m->data[s].get());
+        args.norms[s] = reinterpret_cast<const int*>(m->norms[s].get());
         args.count[s] = v.count;
         args.leaf_bits[s] = q.leaf_bits[static_cast<size_t>(s)];
       }
@@ -237,7 +283,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // A dictionary's device copy: per scale room for every index, filled up to `count`.
   struct Mirror {
     uint64_t id = 0;
-    DeviceBuffer data[kScales];
+    DeviceBuffer data[kScales], norms[kScales];
     int count[kScales] = {};
   };
   struct Pinned {
@@ -317,11 +363,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
 
   // The scale's elements added since the last upload; true if there were any.
   static bool sync_scale(Mirror& m, int s, const mmp::ScaleView& v, StreamHandle st) {
-    if (!m.data[s].get()) m.data[s] = DeviceBuffer(sizeof(int16_t) * kMaxIndex * v.size, "MMP dictionary");
+    if (!m.data[s].get()) {
+      m.data[s] = DeviceBuffer(sizeof(int16_t) * kMaxIndex * v.size, "MMP dictionary");
+      m.norms[s] = DeviceBuffer(sizeof(int) * kMaxIndex, "MMP dictionary");
+    }
     if (v.count < m.count[s]) m.count[s] = 0;  // not the dictionary mirrored (cannot shrink): all again
     if (v.count == m.count[s]) return false;
     const size_t from = static_cast<size_t>(m.count[s]) * v.size, to = static_cast<size_t>(v.count) * v.size;
     memcpy_h2d_async(m.data[s].get() + from * sizeof(int16_t), v.data + from, (to - from) * sizeof(int16_t), st);
+    const int added = v.count - m.count[s];
+    element_norms_kernel<<<static_cast<unsigned>((added + 127) / 128), 128, 0, st>>>(
+        reinterpret_cast<const int16_t*>(m.data[s].get()), v.size, m.count[s], v.count,
+        reinterpret_cast<int*>(m.norms[s].get()));
+    VFP_CUDA_LAUNCHED("mmp element_norms_kernel");
     m.count[s] = v.count;
     return true;
   }
