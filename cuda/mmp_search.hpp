@@ -8,13 +8,13 @@
 // the elements added since the last one (elements are appended, never changed). The index
 // costs are uploaded when their id changes. One thread block per group of up to 8 segments
 // of one scale (across the residues): the segments sit in shared memory, the threads stride
-// over the scale's elements, read each element once for all the group's segments, and
-// reduce (J, index) lexicographically per segment. A group of large segments has its
-// elements dealt to several blocks (about one per 32 of its samples), whose minima a second
-// kernel combines: otherwise the few blocks of the largest scales run long after the rest.
-// Each
-// calling thread has a lane of its own (stream, costs, buffers): the tiles of a round,
-// coded on several threads, search at once.
+// over the scale's elements (two at a time), read each element once for all the group's
+// segments, compute SSE = |x|^2 + |d|^2 - 2 x.d (exact integers, the squared norms computed
+// once), and reduce (J, index) lexicographically per segment. A group of large segments
+// has its elements dealt to several blocks (about one per 32 of its samples), whose minima
+// a second kernel combines: otherwise the few blocks of the largest scales run long after
+// the rest. Each calling thread has a lane of its own (stream, costs, buffers): the tiles of
+// a round, coded on several threads, search at once.
 #pragma once
 #include <memory>
 
