@@ -284,7 +284,8 @@ void open_input(FormatInput& in, const std::string& url) {
 // device memory the chain's kernels can read (the CUDA backend). libav's own way to share
 // the primary context wants it made with blocking synchronisation and refuses it once the
 // runtime has started it otherwise, so the device is built around the runtime's context.
-// Else libav makes a context of its own (frames are copied to the host).
+// Else (the CPU backend, which never starts the runtime) libav's own choice: the primary
+// context with its flags, or a context of its own.
 AVBufferRef* nvdec_device(int gpu, bool on_runtime, std::string* why) {
   static std::mutex mu;
   static std::map<std::pair<int, bool>, AVBufferRef*> devices;  // kept for the process's life
@@ -383,7 +384,7 @@ class LibavSource final : public Source {
     dec_.c = avcodec_alloc_context3(dec);
     avcodec_parameters_to_context(dec_.c, st_->codecpar);
     dec_.c->thread_count = opt.threads;  // 0: libavcodec picks (frame and slice threads)
-    const bool nvdec = setup_nvdec(dec, opt.hwaccel, opt.gpu_frames, url);
+    const bool nvdec = setup_nvdec(dec, opt, url);
     if (int e = avcodec_open2(dec_.c, dec, nullptr); e < 0)
       throw Error(ErrorKind::Input, "'" + url + "': cannot open the " + dec->name + " decoder: " + averr(e));
     if (dec_.c->pix_fmt == AV_PIX_FMT_NONE || dec_.c->width <= 0 || dec_.c->height <= 0)
@@ -623,23 +624,23 @@ class LibavSource final : public Source {
     const auto sw = reinterpret_cast<const AVHWFramesContext*>(f->hw_frames_ctx->data)->sw_format;
     const ImageView view = ImageView::over(dst.device, spec_);
     SemiPlanar sp;
+    const bool semi_planar = semi_planar_of(f, sw, info_->bits, spec_.format, &sp);
+    if (!semi_planar && !(sw == AV_PIX_FMT_YUV444P && spec_.format == PixelFormat::YUV444P)) return false;
     if (!gpu_copy_) gpu_copy_ = std::make_unique<GpuCopy>();
     // The decoder's mapping of the picture runs on its device's stream: the copy waits for it.
     const auto* hw = static_cast<const AVCUDADeviceContext*>(
         reinterpret_cast<const AVHWDeviceContext*>(dec_.c->hw_device_ctx->data)->hwctx);
     gpu_copy_->mapped.record(reinterpret_cast<cuda::StreamHandle>(hw->stream));
     cuda::stream_wait(gpu_copy_->stream.get(), gpu_copy_->mapped);
-    if (semi_planar_of(f, sw, info_->bits, spec_.format, &sp)) {
+    if (semi_planar) {
       cuda::split_semi_planar_async(sp, view, gpu_copy_->stream.get());
-    } else if (sw == AV_PIX_FMT_YUV444P && spec_.format == PixelFormat::YUV444P) {
+    } else {  // 8-bit 4:4:4: planar already
       ImageView src = view;
       for (int p = 0; p < 3; ++p) {
         src.data[p] = f->data[p];
         src.pitch[p] = f->linesize[p];
       }
       cuda::copy_image_async(src, view, gpu_copy_->stream.get());
-    } else {
-      return false;
     }
     gpu_copy_->stream.synchronize();
     dst.on_device = true;
@@ -677,7 +678,8 @@ class LibavSource final : public Source {
   // NVDEC (hwaccel "auto" or "cuda") when the codec has a CUDA configuration and a CUDA
   // device opens; true when the decoder was set up for it. A profile NVDEC lacks still falls
   // back to the CPU decoder at the first frame (pick_cuda_format is not offered CUDA).
-  bool setup_nvdec(const AVCodec* dec, const std::string& mode, bool gpu_frames, const std::string& url) {
+  bool setup_nvdec(const AVCodec* dec, const LibavInputOptions& opt, const std::string& url) {
+    const std::string& mode = opt.hwaccel;
     if (mode == "none" || mode.empty()) return false;
     bool has_config = false;
     for (int i = 0;; ++i) {
@@ -695,10 +697,10 @@ class LibavSource final : public Source {
 #if VFPIPE_HAVE_CUDA
       gpu = cuda::current_device();  // a batch pipeline's GPU
 #endif
-      if (gpu_frames) {
+      if (opt.runtime_context) {
         std::string shared_why;
         dev = nvdec_device(gpu, true, &shared_why);
-        frames_on_gpu_ = dev != nullptr;
+        frames_on_gpu_ = dev != nullptr && opt.gpu_frames;
       }
       if (!dev) dev = nvdec_device(gpu, false, &why);
     }

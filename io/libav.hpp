@@ -31,6 +31,10 @@ struct LibavInputOptions {
   // The CUDA backend runs the chain: NVDEC's frames may stay in GPU memory (split into the
   // stream's planar format there; Source::can_fill_device). Else they are copied to host memory.
   bool gpu_frames = false;
+  // The CUDA backend runs the chain: NVDEC works in the CUDA runtime's context of the GPU,
+  // whether its frames stay there or not (a context of libav's own would be a second one;
+  // libav's own way to share the runtime's refuses it once the runtime has started it).
+  bool runtime_context = false;
   int threads = 0;  // the CPU decoder's threads (0: libavcodec picks, by the cores)
   // -map: the video stream to filter and the streams to copy (empty: the best video stream,
   // and every other stream the output can hold).

@@ -124,6 +124,7 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
   if (opt.hwaccel_output == "cuda" && !opt.pinned)
     throw Error(ErrorKind::Usage, "-hwaccel_output_format cuda: frames in GPU memory need the CUDA backend");
   lo.gpu_frames = opt.pinned && opt.hwaccel_output != "host";
+  lo.runtime_context = opt.pinned;
   lo.threads = opt.codec_threads;
   lo.map = opt.map;
   return open_libav_source(spec, lo);

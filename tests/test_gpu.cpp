@@ -401,6 +401,7 @@ TEST(Gpu, CliDecodesOnNvdecByDefault) {
   ASSERT_EQ(viahost.rc, 0) << viahost.out;
   EXPECT_NE(viahost.out.find("h264 on NVDEC"), std::string::npos) << viahost.out;
   EXPECT_EQ(viahost.out.find("GPU memory"), std::string::npos) << viahost.out;
+  EXPECT_EQ(viahost.out.find("warning"), std::string::npos) << viahost.out;  // no libav chatter either
   EXPECT_EQ(run_cmd("cmp " + h + " " + b).rc, 0);
   std::remove(h.c_str());
   CmdResult none = run_cmd(std::string(VFPIPE_BIN) + " run --no-progress -hwaccel none -i " + in + " -o null");
