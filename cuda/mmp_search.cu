@@ -18,6 +18,9 @@
 #include "core/frame.hpp"
 #include "core/gpu.hpp"
 #include "core/log.hpp"
+#include "codecs/mmp/mmp.hpp"
+#include "codecs/mmp/predict.hpp"
+#include "codecs/mmp/range_coder.hpp"
 
 namespace vfp::cuda {
 
@@ -47,6 +50,12 @@ struct ScaleArgs {
   int count[kScales];
   double leaf_bits[kScales];
 };
+// What the leaf kernel reads per search, in device memory (a captured graph's kernels keep
+// their arguments; the dictionary's counts and the costs change from block to block).
+struct SearchConsts {
+  ScaleArgs sc;
+  double lambda;
+};
 
 // (J, index) lexicographic minimum; index INT_MAX: none yet.
 __device__ inline void take_min(double& bj, int& bi, double oj, int oi) {
@@ -64,9 +73,12 @@ __device__ inline double sse_of(int seg_sq, int norm, int dot) {
 // squared norms are computed once (segments here, elements at upload), the inner loop is
 // one multiply-add per sample and segment, and each thread takes two elements at a time so
 // that a segment sample read from shared memory serves both.
-__global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, ScaleArgs sc, const double* bits,
-                            double lambda, double* out_j, int* out_i, double* part_j, int* part_i, size_t part_stride) {
+__global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, const SearchConsts* consts,
+                            const double* bits, double* out_j, int* out_i, double* part_j, int* part_i,
+                            size_t part_stride) {
   const Task t = tasks[blockIdx.x];
+  const ScaleArgs& sc = consts->sc;
+  const double lambda = consts->lambda;
   const int w = 1 << t.lw, h = 1 << t.lh, n = w * h, s = t.lw + 6 * t.lh;
   const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);
   __shared__ int seg[kGroup * 32 * 32];
@@ -181,11 +193,342 @@ __global__ void combine_kernel(const Task* tasks, int N, int table, const double
   out_i[o] = i == INT_MAX ? -1 : i;
 }
 
+// ---- The whole block on the device ----------------------------------------------------
+//
+// The encoder's search of one block (mmp.cpp's BlockSearch::area()) as a fixed sequence of
+// kernels: every prediction unit of the block's full prediction quadtree is searched in the
+// CPU's order (the unit, then its quarters, then the area's split decision), each step
+// reading the reconstruction the steps before it left in a window around the block. The
+// CPU stops searching an area's quarters once the split cannot win; searching them all
+// anyway changes nothing (J >= 0, so the sum only grows, and the area's unsplit
+// reconstruction overwrites what the quarters left), and makes the sequence the same for
+// every block: one CUDA graph per block size, one host round trip per block.
+
+constexpr int kMaxB = 32;
+constexpr int kWinW = 2 * kMaxB + 1, kWinH = kMaxB + 1;  // tile (bx-1 .. bx+2B-1) x (by-1 .. by+B-1)
+constexpr int kMaxTable = 63 * 63;                       // leaf-table entries of a 32x32 unit
+constexpr int kMinLog = 2;
+constexpr int kMaxSlots = 85;  // units of a 32x32 block's full quadtree down to 4x4
+
+// Units in an area of 2^L's full quadtree (the area's own and its quarters', pre-order).
+__host__ __device__ constexpr int subtree_units(int L) { return L <= kMinLog ? 1 : 1 + 4 * subtree_units(L - 1); }
+// search.hpp's leaf-table layout, on both sides.
+__host__ __device__ inline int scale_offset(int L, int lw, int lh) {
+  const int N = 1 << L;
+  int row = 0;
+  for (int a = 0; a <= L; ++a) row += N >> a;
+  int off = 0;
+  for (int b = 0; b < lh; ++b) off += row * (N >> b);
+  for (int a = 0; a < lw; ++a) off += (N >> a) * (N >> lh);
+  return off;
+}
+__host__ __device__ inline int table_size(int L) { return scale_offset(L, 0, L + 1); }
+// Packed choices (search.hpp's BlockChoices::code) of a 2^BL block: at most a flag per area,
+// a mode and a count per unit, and 2 N^2 - 1 nodes per unit of N^2 samples.
+__host__ __device__ constexpr int code_capacity(int BL) {
+  return 1 + 4 * subtree_units(BL) + 2 * (1 << (2 * BL));
+}
+
+// One block's inputs, uploaded before its graph runs.
+struct BlockConsts {
+  SearchConsts s;
+  int BL, K, bx, by, W;
+  double mode_bits[4][mmp::kModes];
+  double psplit_bits[3][2];
+  double split_bits[kScales];
+  double dir_bits[kScales][2];
+  uint8_t src[kMaxB * kMaxB];  // the block's source, B x B
+  uint8_t rec[kWinH * kWinW];  // decoded samples around and (as the search goes) in the block
+  uint8_t done[kWinH * kWinW];
+};
+
+// A lane's device buffers for block searches (fixed addresses: graphs capture them).
+struct BlockWork {
+  BlockConsts* c;
+  const double* log_table;  // -log2(p / 2048), the CPU's table
+  const uint16_t* probs;    // [scale][4096] index models
+  double* bits;             // [scale][4096] index costs
+  int* residues;            // the unit's candidates' residues, K x N x N
+  double* leaf_j;           // leaf tables, K x table
+  int* leaf_i;
+  double* plan_j;  // the segmentation DP per candidate, K x table
+  uint8_t* plan_kind;
+  int16_t* plan_index;
+  uint8_t* cand_pred;  // K x N x N
+  int* cand_mode;      // K
+  double* slot_j;      // per unit of the quadtree: J with its mode's bits
+  int* slot_mode;
+  uint8_t* slot_recon;  // kMaxSlots x 1024
+  uint8_t* slot_kind;   // kMaxSlots x kMaxTable: the chosen candidate's plan
+  int16_t* slot_index;
+  double* area_j;  // per area: the J BlockSearch::area() returns
+  uint8_t* area_split;
+  int32_t* out;  // code (out[0] its length), then the block's reconstruction as bytes
+};
+
+__device__ inline uint8_t& win(uint8_t* plane, const BlockConsts& c, int x, int y) {
+  return plane[(y - c.by + 1) * kWinW + (x - c.bx + 1)];
+}
+
+// Every index's cost at every scale the block uses, root first down its bit tree (the
+// CPU's index_costs() sums, in its order). Grid: (4096 / 256, scales of the block).
+__global__ void index_costs_kernel(BlockWork w) {
+  const BlockConsts& c = *w.c;
+  const int lw = blockIdx.y % (c.BL + 1), lh = blockIdx.y / (c.BL + 1), s = lw + 6 * lh;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= c.s.sc.count[s]) return;
+  const uint16_t* tree = w.probs + static_cast<size_t>(s) * kMaxIndex;
+  double acc = 0;
+  int node = 1;
+  for (int b = 11; b >= 0; --b) {
+    const int bit = (i >> b) & 1, p = tree[node];
+    acc = __dadd_rn(acc, w.log_table[bit ? 2048 - p : p]);
+    node = 2 * node + bit;
+  }
+  w.bits[static_cast<size_t>(s) * kMaxIndex + i] = acc;
+}
+
+// A unit's 11 predictions, their ranking by J = SSE + lambda * mode bits (stable: ties in
+// mode order), and the residues of the K best. One thread block.
+__global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) {
+  const BlockConsts& c = *w.c;
+  const int N = 1 << L, NN = N * N, B = 1 << c.BL, x = c.bx + ux, y = c.by + uy;
+  __shared__ mmp::PredictionRefs refs;
+  __shared__ uint8_t pred[mmp::kModes * kMaxB * kMaxB];
+  __shared__ long long sse[mmp::kModes];
+  __shared__ int cand[mmp::kModes];
+  if (threadIdx.x == 0) {
+    BlockConsts* cc = w.c;
+    mmp::prediction_refs([&](int xx, int yy) { return static_cast<int>(win(cc->rec, *cc, xx, yy)); },
+                         [&](int xx, int yy) { return win(cc->done, *cc, xx, yy) != 0; }, c.W, x, y, N, &refs);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < mmp::kModes * NN; i += blockDim.x) {
+    const int m = i / NN, q = i - m * NN;
+    pred[i] = static_cast<uint8_t>(mmp::predict_sample(refs, m, q & (N - 1), q >> L));
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int m = warp; m < mmp::kModes; m += blockDim.x >> 5) {
+    long long e = 0;
+    for (int q = lane; q < NN; q += 32) {
+      const int d = c.src[(uy + (q >> L)) * B + ux + (q & (N - 1))] - pred[m * NN + q];
+      e += d * d;
+    }
+    for (int o = 16; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
+    if (lane == 0) sse[m] = e;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double J[mmp::kModes];
+    int order[mmp::kModes];
+    for (int m = 0; m < mmp::kModes; ++m)
+      J[m] = __dadd_rn(static_cast<double>(sse[m]), __dmul_rn(c.s.lambda, c.mode_bits[L - kMinLog][m])), order[m] = m;
+    for (int i = 1; i < mmp::kModes; ++i) {  // insertion sort: stable, as std::stable_sort
+      const int key = order[i];
+      int j = i - 1;
+      while (j >= 0 && J[key] < J[order[j]]) order[j + 1] = order[j], --j;
+      order[j + 1] = key;
+    }
+    for (int k = 0; k < c.K; ++k) cand[k] = w.cand_mode[k] = order[k];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < c.K * NN; i += blockDim.x) {
+    const int k = i / NN, q = i - k * NN;
+    const int p = pred[cand[k] * NN + q];
+    w.cand_pred[i] = static_cast<uint8_t>(p);
+    w.residues[i] = c.src[(uy + (q >> L)) * B + ux + (q & (N - 1))] - p;
+  }
+}
+
+// A unit's segmentation for each candidate (mmp.cpp's optimise(): bottom-up over the
+// scales, a level of equal lw + lh at a time), the best candidate (J with its mode's bits;
+// ties to the lower mode), its plan and reconstruction into the unit's slot. `put`: a 4x4
+// unit is an area of its own, decided at once.
+__global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L, int put) {
+  const BlockConsts& c = *w.c;
+  const int N = 1 << L, NN = N * N, K = c.K, table = table_size(L);
+  const double lambda = c.s.lambda;
+  for (int sum = 0; sum <= 2 * L; ++sum) {
+    for (int k = 0; k < K; ++k)
+      for (int lw = max(0, sum - L); lw <= min(L, sum); ++lw) {
+        const int lh = sum - lw, s = lw + 6 * lh, nx = N >> lw, segs = nx * (N >> lh);
+        const bool both = lw > 0 && lh > 0;
+        const int off = k * table + scale_offset(L, lw, lh);
+        for (int at = threadIdx.x; at < segs; at += blockDim.x) {
+          const int ix = at % nx, iy = at / nx;
+          double best = w.leaf_j[off + at];
+          const int bi = w.leaf_i[off + at];
+          uint8_t kind = 0;
+          if (lw > 0) {  // left | right
+            const int nx2 = N >> (lw - 1), o2 = k * table + scale_offset(L, lw - 1, lh);
+            const double j = __dadd_rn(
+                __dadd_rn(__dmul_rn(lambda, __dadd_rn(c.split_bits[s], both ? c.dir_bits[s][0] : 0.0)),
+                          w.plan_j[o2 + 2 * ix + iy * nx2]),
+                w.plan_j[o2 + 2 * ix + 1 + iy * nx2]);
+            if (j < best) best = j, kind = 1;
+          }
+          if (lh > 0) {  // top / bottom
+            const int o3 = k * table + scale_offset(L, lw, lh - 1);
+            const double j = __dadd_rn(
+                __dadd_rn(__dmul_rn(lambda, __dadd_rn(c.split_bits[s], both ? c.dir_bits[s][1] : 0.0)),
+                          w.plan_j[o3 + ix + 2 * iy * nx]),
+                w.plan_j[o3 + ix + (2 * iy + 1) * nx]);
+            if (j < best) best = j, kind = 2;
+          }
+          w.plan_j[off + at] = best;
+          w.plan_kind[off + at] = kind;
+          w.plan_index[off + at] = static_cast<int16_t>(max(bi, 0));
+        }
+      }
+    __syncthreads();
+  }
+  __shared__ int best_c;
+  if (threadIdx.x == 0) {
+    double best = CUDART_INF;
+    int mode = 0, bc = 0;
+    for (int k = 0; k < K; ++k) {
+      const int m = w.cand_mode[k];
+      const double j = __dadd_rn(w.plan_j[k * table + table - 1], __dmul_rn(lambda, c.mode_bits[L - kMinLog][m]));
+      if (j < best || (j == best && m < mode)) best = j, mode = m, bc = k;
+    }
+    w.slot_j[slot] = best;
+    w.slot_mode[slot] = mode;
+    if (put) w.area_j[slot] = best;
+    best_c = bc;
+  }
+  __syncthreads();
+  const int bc = best_c;
+  for (int i = threadIdx.x; i < table; i += blockDim.x) {
+    w.slot_kind[static_cast<size_t>(slot) * kMaxTable + i] = w.plan_kind[bc * table + i];
+    w.slot_index[static_cast<size_t>(slot) * kMaxTable + i] = w.plan_index[bc * table + i];
+  }
+  // Each sample's leaf, found from the root down (walk()'s rule), its element's sample added
+  // to the prediction.
+  for (int q = threadIdx.x; q < NN; q += blockDim.x) {
+    const int px = q & (N - 1), py = q >> L;
+    int lw = L, lh = L, x0 = 0, y0 = 0, r = 0;
+    for (;;) {
+      const int at = bc * table + scale_offset(L, lw, lh) + (x0 >> lw) + (y0 >> lh) * (N >> lw);
+      const int kind = w.plan_kind[at];
+      if (kind == 0) {
+        const int s = lw + 6 * lh, ew = 1 << lw;
+        r = c.s.sc.data[s][static_cast<size_t>(w.plan_index[at]) * (ew << lh) + (py - y0) * ew + (px - x0)];
+        break;
+      }
+      if (kind == 1 && lw > 0) {
+        --lw;
+        if (px >= x0 + (1 << lw)) x0 += 1 << lw;
+      } else if (lh > 0) {
+        --lh;
+        if (py >= y0 + (1 << lh)) y0 += 1 << lh;
+      } else {
+        break;
+      }
+    }
+    const int v = min(255, max(0, w.cand_pred[bc * NN + q] + r));
+    w.slot_recon[static_cast<size_t>(slot) * kMaxB * kMaxB + q] = static_cast<uint8_t>(v);
+    if (put) {
+      win(w.c->rec, c, c.bx + ux + px, c.by + uy + py) = static_cast<uint8_t>(v);
+      win(w.c->done, c, c.bx + ux + px, c.by + uy + py) = 1;
+    }
+  }
+}
+
+// An area larger than 4x4 after its quarters: split if the split flag and the quarters'
+// J (summed in Z order while below the unsplit J, as the CPU does) beat the unit's J with
+// its flag; unsplit, the unit's reconstruction replaces what the quarters left.
+__global__ void area_decide_kernel(BlockWork w, int slot, int ux, int uy, int L) {
+  const BlockConsts& c = *w.c;
+  __shared__ int split;
+  if (threadIdx.x == 0) {
+    const double lambda = c.s.lambda;
+    const double jl = __dadd_rn(w.slot_j[slot], __dmul_rn(lambda, c.psplit_bits[L - kMinLog - 1][0]));
+    double js = __dmul_rn(lambda, c.psplit_bits[L - kMinLog - 1][1]);
+    const int sub = subtree_units(L - 1);
+    for (int q = 0; q < 4 && js < jl; ++q) js = __dadd_rn(js, w.area_j[slot + 1 + q * sub]);
+    split = js < jl;
+    w.area_split[slot] = static_cast<uint8_t>(split);
+    w.area_j[slot] = split ? js : jl;
+  }
+  __syncthreads();
+  if (split) return;
+  const int N = 1 << L;
+  for (int q = threadIdx.x; q < N * N; q += blockDim.x) {
+    const int px = q & (N - 1), py = q >> L;
+    win(w.c->rec, c, c.bx + ux + px, c.by + uy + py) = w.slot_recon[static_cast<size_t>(slot) * kMaxB * kMaxB + q];
+    win(w.c->done, c, c.bx + ux + px, c.by + uy + py) = 1;
+  }
+}
+
+// The block's choices in the order the encoder codes them (search.hpp's BlockChoices), and
+// its reconstruction.
+__global__ void pack_kernel(BlockWork w) {
+  const BlockConsts& c = *w.c;
+  const int BL = c.BL, B = 1 << BL;
+  if (threadIdx.x == 0) {
+    int32_t* out = w.out + 1;
+    int n = 0;
+    struct AreaAt {
+      int slot, L;
+    } areas[4 * 4 + 1];
+    int na = 0;
+    areas[na++] = {0, BL};
+    while (na > 0) {
+      const AreaAt a = areas[--na];
+      if (a.L > kMinLog) {
+        const int split = w.area_split[a.slot];
+        out[n++] = split;
+        if (split) {
+          const int sub = subtree_units(a.L - 1);
+          for (int q = 3; q >= 0; --q) areas[na++] = {a.slot + 1 + q * sub, a.L - 1};
+          continue;
+        }
+      }
+      out[n++] = w.slot_mode[a.slot];
+      const int count_at = n++;
+      int nodes = 0;
+      const int N = 1 << a.L;
+      struct Seg {
+        int lw, lh, x0, y0;
+      } segs[2 * 5 + 2];
+      int ns = 0;
+      segs[ns++] = {a.L, a.L, 0, 0};
+      while (ns > 0) {
+        const Seg g = segs[--ns];
+        const size_t at = static_cast<size_t>(a.slot) * kMaxTable + scale_offset(a.L, g.lw, g.lh) + (g.x0 >> g.lw) +
+                          (g.y0 >> g.lh) * (N >> g.lw);
+        const int kind = w.slot_kind[at];
+        out[n++] = kind << 16 | (w.slot_index[at] & 0xFFFF);
+        ++nodes;
+        if (kind == 0) continue;
+        if (kind == 1 && g.lw > 0) {  // the left half is coded first
+          segs[ns++] = {g.lw - 1, g.lh, g.x0 + (1 << (g.lw - 1)), g.y0};
+          segs[ns++] = {g.lw - 1, g.lh, g.x0, g.y0};
+        } else if (g.lh > 0) {
+          segs[ns++] = {g.lw, g.lh - 1, g.x0, g.y0 + (1 << (g.lh - 1))};
+          segs[ns++] = {g.lw, g.lh - 1, g.x0, g.y0};
+        }
+      }
+      out[count_at] = nodes;
+    }
+    w.out[0] = n;
+  }
+  uint8_t* recon = reinterpret_cast<uint8_t*>(w.out + code_capacity(BL));
+  for (int q = threadIdx.x; q < B * B; q += blockDim.x) recon[q] = c.rec[((q >> BL) + 1) * kWinW + (q & (B - 1)) + 1];
+}
+
 class GpuLeafSearch final : public mmp::LeafSearch {
  public:
-  GpuLeafSearch() : device_(current_device()) {}
+  explicit GpuLeafSearch(MmpGpuSearch how) : how_(how), device_(current_device()) {
+    // The CPU's -log2 table, entry by entry through bit_cost(): the device sums the same doubles.
+    std::vector<double> t(mmp::kProbOne + 1);
+    for (int p = 0; p <= mmp::kProbOne; ++p) t[static_cast<size_t>(p)] = mmp::bit_cost(mmp::Prob{static_cast<uint16_t>(p)}, 0);
+    VFP_CUDA(cudaMemcpy(log_table_.get(), t.data(), t.size() * sizeof(double), cudaMemcpyHostToDevice));
+  }
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
+  bool searches_blocks() const override { return how_ != MmpGpuSearch::Units; }
 
   // Each calling thread has a lane (stream, index costs, buffers), so the tiles of a round,
   // coded on several threads, search at once; the dictionary mirrors are shared.
@@ -195,29 +538,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     const int64_t t0 = now_ns();
     set_device(device_);
     const int N = 1 << q.L, table = mmp::leaf_table_size(q.L);
-    ScaleArgs args{};
     std::shared_ptr<Mirror> m;  // held until the kernel is done: eviction cannot free it under us
     const TaskList* tasks = nullptr;
     Lane* lp = nullptr;
+    SearchConsts* consts = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      std::unique_ptr<Lane>& l = lanes_[std::this_thread::get_id()];
-      if (!l) l = std::make_unique<Lane>();
-      lp = l.get();
+      lp = &lane();
       tasks = &task_list(q.L, q.K, lp->stream.get());
-      m = mirror(q);
-      bool uploaded = false;
-      for (int s = 0; s < kScales; ++s) {
-        const mmp::ScaleView& v = q.scales[static_cast<size_t>(s)];
-        if (v.count == 0) continue;
-        uploaded |= sync_scale(*m, s, v, lp->stream.get());
-        args.data[s] = reinterpret_cast<const int16_t*>(m->data[s].get());
-        args.norms[s] = reinterpret_cast<const int*>(m->norms[s].get());
-        args.count[s] = v.count;
-        args.leaf_bits[s] = q.leaf_bits[static_cast<size_t>(s)];
-      }
-      if (uploaded) lp->stream.synchronize();  // before another lane reads the new elements
+      consts = reinterpret_cast<SearchConsts*>(lp->stage_consts.get());
+      m = mirror(q.dict_id);
+      sync_dictionary(*m, q.scales, q.leaf_bits, &consts->sc, *lp);
     }
+    consts->lambda = q.lambda;
     Lane& lane = *lp;
     const StreamHandle st = lane.stream.get();
     // The costs of the scales this query uses: every scale up to 2^L x 2^L. Queries of one
@@ -234,30 +567,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     }
     const size_t res_bytes = sizeof(int) * static_cast<size_t>(q.K) * N * N;
     const size_t out = static_cast<size_t>(q.K) * table;
-    grow(lane.residues, res_bytes, "MMP residues");
-    grow(lane.out_j, out * sizeof(double), "MMP leaf table");
-    grow(lane.out_i, out * sizeof(int), "MMP leaf table");
-    if (tasks->combine_count) {
-      grow(lane.part_j, out * tasks->max_chunks * sizeof(double), "MMP partial leaf tables");
-      grow(lane.part_i, out * tasks->max_chunks * sizeof(int), "MMP partial leaf tables");
-    }
+    size_leaf_buffers(lane, *tasks, q.K, q.L);
     // Through pinned staging: the copies are then truly asynchronous, one wait at the end.
     std::memcpy(lane.stage_in.get(), q.residues, res_bytes);
     memcpy_h2d_async(lane.residues.get(), lane.stage_in.get(), res_bytes, st);
+    memcpy_h2d_async(lane.consts.get(), consts, sizeof(SearchConsts), st);
     lane.kernel_start.record(st);
-    leaf_kernel<<<static_cast<unsigned>(tasks->count), kThreads, 0, st>>>(
-        reinterpret_cast<const Task*>(tasks->buf.get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
-        args, reinterpret_cast<const double*>(lane.bits.get()), q.lambda, reinterpret_cast<double*>(lane.out_j.get()),
-        reinterpret_cast<int*>(lane.out_i.get()), reinterpret_cast<double*>(lane.part_j.get()),
-        reinterpret_cast<int*>(lane.part_i.get()), out);
-    VFP_CUDA_LAUNCHED("mmp leaf_kernel");
-    if (tasks->combine_count) {
-      combine_kernel<<<static_cast<unsigned>(tasks->combine_count), 32, 0, st>>>(
-          reinterpret_cast<const Task*>(tasks->combine.get()), N, table,
-          reinterpret_cast<const double*>(lane.part_j.get()), reinterpret_cast<const int*>(lane.part_i.get()), out,
-          reinterpret_cast<double*>(lane.out_j.get()), reinterpret_cast<int*>(lane.out_i.get()));
-      VFP_CUDA_LAUNCHED("mmp combine_kernel");
-    }
+    enqueue_leaf_search(lane, *tasks, q.L, reinterpret_cast<const SearchConsts*>(lane.consts.get()), st);
     lane.kernel_end.record(st);
     memcpy_d2h_async(lane.stage_j.get(), lane.out_j.get(), out * sizeof(double), st);
     memcpy_d2h_async(lane.stage_i.get(), lane.out_i.get(), out * sizeof(int), st);
@@ -269,14 +585,97 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     ++calls_;
   }
 
+  // The whole block: the inputs to pinned staging, one graph (or the same launches on the
+  // stream), the choices back. The dictionary's new elements go up first, on the same stream.
+  void search_block(const mmp::BlockQuery& q, mmp::BlockChoices* out) override {
+    const int BL = q.block_log, B = 1 << BL, K = q.candidates;
+    if (BL < 3 || BL > 5 || K < 1 || K > kMaxResidues || q.bx % B || q.by % B || q.bx + B > q.W || q.by + B > q.H)
+      throw Error(ErrorKind::Usage, "MMP GPU search: blocks of 8..32 samples inside their tile, 1..11 candidates");
+    const int64_t t0 = now_ns();
+    set_device(device_);
+    std::shared_ptr<Mirror> m;
+    Lane* lp = nullptr;
+    BlockConsts* bc = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      lp = &lane();
+      for (int L = kMinLog; L <= BL; ++L) size_leaf_buffers(*lp, task_list(L, K, lp->stream.get()), K, L);
+      bc = reinterpret_cast<BlockConsts*>(lp->stage_block.get());
+      m = mirror(q.dict_id);
+      sync_dictionary(*m, q.scales, q.leaf_bits, &bc->s.sc, *lp);
+    }
+    Lane& lane = *lp;
+    const StreamHandle st = lane.stream.get();
+    bc->s.lambda = q.lambda;
+    bc->BL = BL, bc->K = K, bc->bx = q.bx, bc->by = q.by, bc->W = q.W;
+    std::memcpy(bc->mode_bits, q.mode_bits, sizeof(bc->mode_bits));
+    std::memcpy(bc->psplit_bits, q.psplit_bits, sizeof(bc->psplit_bits));
+    for (int s = 0; s < kScales; ++s) {
+      bc->split_bits[s] = q.split_bits[static_cast<size_t>(s)];
+      bc->dir_bits[s][0] = q.dir_bits[static_cast<size_t>(s)][0];
+      bc->dir_bits[s][1] = q.dir_bits[static_cast<size_t>(s)][1];
+    }
+    for (int y = 0; y < B; ++y)
+      std::memcpy(bc->src + y * B, q.src + static_cast<size_t>(q.by + y) * q.W + q.bx, static_cast<size_t>(B));
+    // The window: the row above the block (to 2B right of it, for the above-right samples),
+    // the column to its left, and the block itself (not decoded yet).
+    for (int wy = 0; wy <= B; ++wy)
+      for (int wx = 0; wx <= 2 * B; ++wx) {
+        const int x = q.bx - 1 + wx, y = q.by - 1 + wy;
+        const bool in = x >= 0 && y >= 0 && x < q.W && y < q.H;
+        const size_t o = in ? static_cast<size_t>(y) * q.W + x : 0;
+        bc->rec[wy * kWinW + wx] = in ? q.rec[o] : 0;
+        bc->done[wy * kWinW + wx] = in ? q.done[o] : 0;
+      }
+    const int used = BL + 6 * BL + 1;  // scales 0 .. (BL, BL), those of larger lw unused
+    uint16_t* probs = reinterpret_cast<uint16_t*>(lane.stage_probs.get());
+    for (int lh = 0; lh <= BL; ++lh)
+      for (int lw = 0; lw <= BL; ++lw) {
+        const int s = lw + 6 * lh;
+        std::memcpy(probs + static_cast<size_t>(s) * kMaxIndex, q.index_probs[static_cast<size_t>(s)],
+                    sizeof(uint16_t) * kMaxIndex);
+      }
+    lane.costs_id = 0;  // the unit search's costs cache no longer holds
+    lane.kernel_start.record(st);
+    if (how_ == MmpGpuSearch::Blocks) {
+      cudaGraphExec_t& g = lane.graphs[BL][K];
+      if (!g) {
+        VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        enqueue_block(lane, BL, K, used, st);
+        cudaGraph_t graph = nullptr;
+        VFP_CUDA(cudaStreamEndCapture(st, &graph));
+        const cudaError_t e = cudaGraphInstantiate(&g, graph, 0);
+        cudaGraphDestroy(graph);
+        VFP_CUDA(e);
+      }
+      VFP_CUDA(cudaGraphLaunch(g, st));
+    } else {
+      enqueue_block(lane, BL, K, used, st);
+    }
+    lane.kernel_end.record(st);
+    lane.stream.synchronize();
+    const int32_t* res = reinterpret_cast<const int32_t*>(lane.stage_out.get());
+    const int n = res[0];
+    if (n < 1 || n > code_capacity(BL) - 1) throw Error(ErrorKind::Gpu, "MMP GPU search: malformed block choices");
+    out->code.assign(res + 1, res + 1 + n);
+    const uint8_t* recon = reinterpret_cast<const uint8_t*>(res + code_capacity(BL));
+    out->recon.assign(recon, recon + B * B);
+    kernel_ns_ += static_cast<int64_t>(Event::elapsed_ms(lane.kernel_start, lane.kernel_end) * 1e6);
+    wall_ns_ += now_ns() - t0;
+    ++calls_;
+    ++blocks_;
+  }
+
   std::string stats() const override {
     const int64_t n = calls_.load();
     if (n == 0) return "";
     const double wall = wall_ns_.load() * 1e-9, kernel = kernel_ns_.load() * 1e-9;
-    return log::format(
-        "%lld searches, %.0f us each: the kernel %.0f us, copies, launches and waits %.0f us (%.2f s "
-        "in searches, summed over threads)",
-        static_cast<long long>(n), wall / n * 1e6, kernel / n * 1e6, (wall - kernel) / n * 1e6, wall);
+    const char* what = blocks_.load() ? "blocks" : "searches";
+    const char* gpu = blocks_.load() ? (how_ == MmpGpuSearch::Blocks ? "the graph" : "the kernels") : "the kernel";
+    return log::format("%lld %s, %.0f us each: %s %.0f us, the host's part and the wait %.0f us (%.2f s, summed over "
+                       "threads)",
+                       static_cast<long long>(n), what, wall / n * 1e6, gpu, kernel / n * 1e6, (wall - kernel) / n * 1e6,
+                       wall);
   }
 
  private:
@@ -296,21 +695,154 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   };
   // The largest query: 11 residues of 32 x 32, 11 leaf tables of 63 x 63 segments.
   static constexpr size_t kMaxResidueBytes = sizeof(int) * kMaxResidues * 32 * 32;
-  static constexpr size_t kMaxTable = static_cast<size_t>(kMaxResidues) * 63 * 63;
+  static constexpr size_t kMaxLeafTable = static_cast<size_t>(kMaxResidues) * kMaxTable;
+  static constexpr size_t kOutBytes = sizeof(int32_t) * code_capacity(5) + kMaxB * kMaxB;
+  struct GraphExecs {
+    cudaGraphExec_t g[6][kMaxResidues + 1] = {};
+    cudaGraphExec_t* operator[](int BL) { return g[BL]; }
+    void clear() {
+      for (auto& row : g)
+        for (cudaGraphExec_t& e : row)
+          if (e) cudaGraphExecDestroy(e), e = nullptr;
+    }
+    GraphExecs() = default;
+    GraphExecs(const GraphExecs&) = delete;
+    GraphExecs& operator=(const GraphExecs&) = delete;
+    ~GraphExecs() { clear(); }
+  };
   struct Lane {
     Stream stream;
-    Pinned stage_in{kMaxResidueBytes}, stage_j{kMaxTable * sizeof(double)}, stage_i{kMaxTable * sizeof(int)};
+    Pinned stage_in{kMaxResidueBytes}, stage_j{kMaxLeafTable * sizeof(double)}, stage_i{kMaxLeafTable * sizeof(int)};
+    Pinned stage_consts{sizeof(SearchConsts)};
     DeviceBuffer bits{sizeof(double) * kScales * kMaxIndex, "MMP index costs"};
+    DeviceBuffer consts{sizeof(SearchConsts), "MMP search constants"};
     DeviceBuffer residues, out_j, out_i, part_j, part_i;
+    size_t part_bytes = 0;
     uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
     int costs_L = 0;
     Event kernel_start, kernel_end;
+    // Whole blocks: inputs and outputs through pinned staging, the work buffers, the graphs.
+    Pinned stage_block{sizeof(BlockConsts)}, stage_probs{sizeof(uint16_t) * kScales * kMaxIndex},
+        stage_out{kOutBytes};
+    DeviceBuffer block_consts{sizeof(BlockConsts), "MMP block search"};
+    DeviceBuffer probs{sizeof(uint16_t) * kScales * kMaxIndex, "MMP block search"};
+    DeviceBuffer plan_j{sizeof(double) * kMaxLeafTable, "MMP block search"};
+    DeviceBuffer plan_kind{kMaxLeafTable, "MMP block search"};
+    DeviceBuffer plan_index{sizeof(int16_t) * kMaxLeafTable, "MMP block search"};
+    DeviceBuffer cand_pred{static_cast<size_t>(kMaxResidues) * kMaxB * kMaxB, "MMP block search"};
+    DeviceBuffer cand_mode{sizeof(int) * kMaxResidues, "MMP block search"};
+    DeviceBuffer slot_j{sizeof(double) * kMaxSlots, "MMP block search"};
+    DeviceBuffer slot_mode{sizeof(int) * kMaxSlots, "MMP block search"};
+    DeviceBuffer slot_recon{static_cast<size_t>(kMaxSlots) * kMaxB * kMaxB, "MMP block search"};
+    DeviceBuffer slot_kind{static_cast<size_t>(kMaxSlots) * kMaxTable, "MMP block search"};
+    DeviceBuffer slot_index{sizeof(int16_t) * kMaxSlots * kMaxTable, "MMP block search"};
+    DeviceBuffer area_j{sizeof(double) * kMaxSlots, "MMP block search"};
+    DeviceBuffer area_split{kMaxSlots, "MMP block search"};
+    DeviceBuffer out{kOutBytes, "MMP block search"};
+    GraphExecs graphs;
   };
 
   struct TaskList {
     DeviceBuffer buf, combine;  // the leaf kernel's tasks; the chunked ones, once each
     int count = 0, combine_count = 0, max_chunks = 1;
   };
+
+  Lane& lane() {  // under mu_
+    std::unique_ptr<Lane>& l = lanes_[std::this_thread::get_id()];
+    if (!l) l = std::make_unique<Lane>();
+    return *l;
+  }
+
+  // The leaf kernel's buffers for K residues of 2^L (allocated before a graph is captured).
+  // The partial tables' stride is the leaf table's capacity. A buffer that moves makes the
+  // lane's graphs stale: they are made again.
+  static void size_leaf_buffers(Lane& lane, const TaskList& tasks, int K, int L) {
+    const size_t res_bytes = (sizeof(int) * static_cast<size_t>(K)) << (2 * L);
+    const size_t out = static_cast<size_t>(K) * mmp::leaf_table_size(L);
+    bool moved = grow(lane.residues, res_bytes, "MMP residues");
+    moved |= grow(lane.out_j, out * sizeof(double), "MMP leaf table");
+    moved |= grow(lane.out_i, lane.out_j.size() / sizeof(double) * sizeof(int), "MMP leaf table");
+    if (tasks.combine_count) {
+      const size_t stride = lane.out_j.size() / sizeof(double);
+      moved |= grow(lane.part_j, stride * tasks.max_chunks * sizeof(double), "MMP partial leaf tables");
+      moved |= grow(lane.part_i, stride * tasks.max_chunks * sizeof(int), "MMP partial leaf tables");
+    }
+    if (moved) lane.graphs.clear();
+  }
+
+  // The leaf kernel (and the combine kernel of chunked tasks) for the residues in the lane.
+  void enqueue_leaf_search(Lane& lane, const TaskList& tasks, int L, const SearchConsts* consts, StreamHandle st) {
+    const int N = 1 << L, table = mmp::leaf_table_size(L);
+    const size_t out = lane.out_j.size() / sizeof(double);  // the partial tables' stride
+    leaf_kernel<<<static_cast<unsigned>(tasks.count), kThreads, 0, st>>>(
+        reinterpret_cast<const Task*>(tasks.buf.get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
+        consts, reinterpret_cast<const double*>(lane.bits.get()), reinterpret_cast<double*>(lane.out_j.get()),
+        reinterpret_cast<int*>(lane.out_i.get()), reinterpret_cast<double*>(lane.part_j.get()),
+        reinterpret_cast<int*>(lane.part_i.get()), out);
+    VFP_CUDA_LAUNCHED("mmp leaf_kernel");
+    if (tasks.combine_count) {
+      combine_kernel<<<static_cast<unsigned>(tasks.combine_count), 32, 0, st>>>(
+          reinterpret_cast<const Task*>(tasks.combine.get()), N, table,
+          reinterpret_cast<const double*>(lane.part_j.get()), reinterpret_cast<const int*>(lane.part_i.get()), out,
+          reinterpret_cast<double*>(lane.out_j.get()), reinterpret_cast<int*>(lane.out_i.get()));
+      VFP_CUDA_LAUNCHED("mmp combine_kernel");
+    }
+  }
+
+  BlockWork work(Lane& l) const {
+    BlockWork w;
+    w.c = reinterpret_cast<BlockConsts*>(l.block_consts.get());
+    w.log_table = reinterpret_cast<const double*>(log_table_.get());
+    w.probs = reinterpret_cast<const uint16_t*>(l.probs.get());
+    w.bits = reinterpret_cast<double*>(l.bits.get());
+    w.residues = reinterpret_cast<int*>(l.residues.get());
+    w.leaf_j = reinterpret_cast<double*>(l.out_j.get());
+    w.leaf_i = reinterpret_cast<int*>(l.out_i.get());
+    w.plan_j = reinterpret_cast<double*>(l.plan_j.get());
+    w.plan_kind = reinterpret_cast<uint8_t*>(l.plan_kind.get());
+    w.plan_index = reinterpret_cast<int16_t*>(l.plan_index.get());
+    w.cand_pred = reinterpret_cast<uint8_t*>(l.cand_pred.get());
+    w.cand_mode = reinterpret_cast<int*>(l.cand_mode.get());
+    w.slot_j = reinterpret_cast<double*>(l.slot_j.get());
+    w.slot_mode = reinterpret_cast<int*>(l.slot_mode.get());
+    w.slot_recon = reinterpret_cast<uint8_t*>(l.slot_recon.get());
+    w.slot_kind = reinterpret_cast<uint8_t*>(l.slot_kind.get());
+    w.slot_index = reinterpret_cast<int16_t*>(l.slot_index.get());
+    w.area_j = reinterpret_cast<double*>(l.area_j.get());
+    w.area_split = reinterpret_cast<uint8_t*>(l.area_split.get());
+    w.out = reinterpret_cast<int32_t*>(l.out.get());
+    return w;
+  }
+
+  // One block's work, in BlockSearch::area()'s order over the full quadtree: the inputs up,
+  // the index costs, per area its unit (prediction and ranking, leaf search, segmentation
+  // and choice), its quarters, its decision; the choices down. Nothing here waits on the
+  // host, so it can be captured as a graph.
+  void enqueue_block(Lane& lane, int BL, int K, int used_scales, StreamHandle st) {
+    const BlockWork w = work(lane);
+    memcpy_h2d_async(lane.block_consts.get(), lane.stage_block.get(), sizeof(BlockConsts), st);
+    memcpy_h2d_async(lane.probs.get(), lane.stage_probs.get(), sizeof(uint16_t) * kMaxIndex * used_scales, st);
+    index_costs_kernel<<<dim3(kMaxIndex / 256, static_cast<unsigned>((BL + 1) * (BL + 1))), 256, 0, st>>>(w);
+    VFP_CUDA_LAUNCHED("mmp index_costs_kernel");
+    const auto consts = reinterpret_cast<const SearchConsts*>(lane.block_consts.get());  // BlockConsts starts with them
+    const auto area = [&](auto&& self, int slot, int ux, int uy, int L) -> void {
+      unit_prepare_kernel<<<1, 256, 0, st>>>(w, ux, uy, L);
+      VFP_CUDA_LAUNCHED("mmp unit_prepare_kernel");
+      enqueue_leaf_search(lane, tasks_[L][K], L, consts, st);
+      unit_finish_kernel<<<1, 256, 0, st>>>(w, slot, ux, uy, L, L == kMinLog ? 1 : 0);
+      VFP_CUDA_LAUNCHED("mmp unit_finish_kernel");
+      if (L == kMinLog) return;
+      const int half = 1 << (L - 1), sub = subtree_units(L - 1);
+      for (int q = 0; q < 4; ++q) self(self, slot + 1 + q * sub, ux + (q & 1) * half, uy + (q >> 1) * half, L - 1);
+      area_decide_kernel<<<1, 256, 0, st>>>(w, slot, ux, uy, L);
+      VFP_CUDA_LAUNCHED("mmp area_decide_kernel");
+    };
+    area(area, 0, 0, 0, BL);
+    pack_kernel<<<1, 256, 0, st>>>(w);
+    VFP_CUDA_LAUNCHED("mmp pack_kernel");
+    memcpy_d2h_async(lane.stage_out.get(), lane.out.get(), sizeof(int32_t) * code_capacity(BL) + (1u << (2 * BL)), st);
+  }
+
   // The tasks of a query of K residues of 2^L x 2^L, made at first use (under mu_).
   const TaskList& task_list(int L, int K, StreamHandle st) {
     TaskList& tl = tasks_[L][K];
@@ -348,17 +880,35 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return tl;
   }
 
-  std::shared_ptr<Mirror> mirror(const mmp::LeafQuery& q) {
+  std::shared_ptr<Mirror> mirror(uint64_t dict_id) {
     for (auto it = mirrors_.begin(); it != mirrors_.end(); ++it)
-      if ((*it)->id == q.dict_id) {
+      if ((*it)->id == dict_id) {
         mirrors_.splice(mirrors_.begin(), mirrors_, it);  // most recently used first
         return mirrors_.front();
       }
     // Independent tiles have a dictionary each: keep the most recent ones.
     if (mirrors_.size() >= kMaxMirrors) mirrors_.pop_back();
     mirrors_.push_front(std::make_shared<Mirror>());
-    mirrors_.front()->id = q.dict_id;
+    mirrors_.front()->id = dict_id;
     return mirrors_.front();
+  }
+
+  // The mirror brought up to the dictionary (under mu_), and the scales' arguments for the
+  // kernels. New elements are waited for before another lane can read them.
+  void sync_dictionary(Mirror& m, const std::array<mmp::ScaleView, kScales>& scales,
+                       const std::array<double, kScales>& leaf_bits, ScaleArgs* args, Lane& lane) {
+    bool uploaded = false;
+    *args = ScaleArgs{};
+    for (int s = 0; s < kScales; ++s) {
+      const mmp::ScaleView& v = scales[static_cast<size_t>(s)];
+      if (v.count == 0) continue;
+      uploaded |= sync_scale(m, s, v, lane.stream.get());
+      args->data[s] = reinterpret_cast<const int16_t*>(m.data[s].get());
+      args->norms[s] = reinterpret_cast<const int*>(m.norms[s].get());
+      args->count[s] = v.count;
+      args->leaf_bits[s] = leaf_bits[static_cast<size_t>(s)];
+    }
+    if (uploaded) lane.stream.synchronize();
   }
 
   // The scale's elements added since the last upload; true if there were any.
@@ -380,24 +930,28 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return true;
   }
 
-  static void grow(DeviceBuffer& b, size_t bytes, const char* what) {
-    if (b.size() < bytes) b = DeviceBuffer(bytes, what);
+  static bool grow(DeviceBuffer& b, size_t bytes, const char* what) {
+    if (b.size() >= bytes) return false;
+    b = DeviceBuffer(bytes, what);
+    return true;
   }
 
   static constexpr size_t kMaxMirrors = 64;
+  MmpGpuSearch how_;
   std::mutex mu_;
   int device_;
+  DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};
   TaskList tasks_[6][kMaxResidues + 1];
   std::list<std::shared_ptr<Mirror>> mirrors_;
   std::unordered_map<std::thread::id, std::unique_ptr<Lane>> lanes_;
-  std::atomic<int64_t> calls_{0}, wall_ns_{0}, kernel_ns_{0};  // the breakdown stats() reports
+  std::atomic<int64_t> calls_{0}, blocks_{0}, wall_ns_{0}, kernel_ns_{0};  // the breakdown stats() reports
 };
 
 }  // namespace
 
-std::shared_ptr<mmp::LeafSearch> make_mmp_leaf_search() {
+std::shared_ptr<mmp::LeafSearch> make_mmp_leaf_search(MmpGpuSearch how) {
   if (!probe().usable) throw Error(ErrorKind::Gpu, "MMP on the GPU: no usable CUDA device (" + probe().reason + ")");
-  return std::make_shared<GpuLeafSearch>();
+  return std::make_shared<GpuLeafSearch>(how);
 }
 
 }  // namespace vfp::cuda

@@ -22,7 +22,13 @@
 
 namespace vfp::cuda {
 
+// How the encoder uses the GPU: whole blocks, each one CUDA graph (the default); whole
+// blocks, the same kernels launched one by one; or one leaf search per prediction unit,
+// the rest of the block's work on the CPU. The bytes are the same; the first is fastest
+// (docs/perf.md).
+enum class MmpGpuSearch { Blocks, BlocksUngraphed, Units };
+
 // A search on the calling thread's current device. Throws vfp::Error (Gpu) without one.
-std::shared_ptr<mmp::LeafSearch> make_mmp_leaf_search();
+std::shared_ptr<mmp::LeafSearch> make_mmp_leaf_search(MmpGpuSearch how = MmpGpuSearch::Blocks);
 
 }  // namespace vfp::cuda

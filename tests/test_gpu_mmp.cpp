@@ -36,6 +36,8 @@ std::vector<uint8_t> test_plane(int kind, int w, int h, uint32_t seed) {
       if (kind == 0) o = static_cast<double>(rng() & 255u);                       // random
       if (kind == 1) o = ((x / 3 + y / 5) % 4 == 0 || (y % 11) == 3) ? 20 : 235;  // text-like
       if (kind == 2) o = 128 + 60 * std::sin(x / 9.0) * std::cos(y / 7.0) + std::normal_distribution<double>(0, 4)(rng);
+      if (kind == 3) o = 77;                                                                  // flat
+      if (kind == 4) o = (x * 255 / std::max(1, w - 1) + (x / 8 + y / 8) % 2 * 40) & 255;  // graphics: ramp, checks
       v[static_cast<size_t>(y) * w + x] = static_cast<uint8_t>(std::clamp(o, 0.0, 255.0));
     }
   return v;
@@ -94,9 +96,13 @@ TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
     }
 }
 
+// Every way of using the GPU (whole blocks as graphs, whole blocks launched kernel by
+// kernel, a leaf search per unit) writes the CPU encoder's bytes and reconstruction.
 TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   REQUIRE_GPU();
-  auto gpu = cuda::make_mmp_leaf_search();
+  const std::shared_ptr<mmp::LeafSearch> gpus[] = {cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks),
+                                                   cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::BlocksUngraphed),
+                                                   cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Units)};
   struct Case {
     int w, h, kind, block_log, modes;
     double lambda;
@@ -115,6 +121,11 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
       {96, 80, 0, 3, 4, 30, 32, mmp::TileMode::SyncDictionaries, false},
       {96, 80, 1, 4, 2, 30, 32, mmp::TileMode::Independent, true},
       {161, 97, 2, 4, 4, 40, 64, mmp::TileMode::SyncAll, true},
+      {64, 64, 3, 4, 4, 30, 0, mmp::TileMode::SyncAll, true},
+      {99, 67, 4, 4, 3, 20, 0, mmp::TileMode::SyncAll, true},
+      {99, 67, 4, 5, 11, 10, 0, mmp::TileMode::SyncAll, false},
+      {130, 70, 0, 3, 4, 0, 64, mmp::TileMode::SyncAll, true},
+      {48, 40, 2, 3, 11, 500, 16, mmp::TileMode::Independent, true},
   };
   for (const Case& c : cases) {
     const auto img = test_plane(c.kind, c.w, c.h, 7);
@@ -126,11 +137,35 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     p.tile_mode = c.mode;
     p.post_filter = c.post;
     const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), c.w, c.h, p);
+    for (size_t g = 0; g < std::size(gpus); ++g) {
+      p.search = gpus[g];
+      const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
+      EXPECT_EQ(cpu.bytes, dev.bytes) << "GPU use " << g << ": " << c.w << "x" << c.h << " kind " << c.kind
+                                      << " block " << (1 << c.block_log) << " modes " << c.modes << " lambda "
+                                      << c.lambda << " tile " << c.tile;
+      EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
+      EXPECT_EQ(cpu.modes[0] + cpu.modes[1], dev.modes[0] + dev.modes[1]);
+    }
+  }
+  for (const auto& g : gpus) std::printf("[ info ] %s\n", g->stats().c_str());
+}
+
+// The block search's kernels on a few small planes (every block size; few launches: also
+// run under memcheck and racecheck).
+TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
+  REQUIRE_GPU();
+  auto gpu = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
+  for (int block_log = 3; block_log <= 5; ++block_log) {
+    const int w = 40, h = 1 << block_log;
+    const auto img = test_plane(2, w, h, 11);
+    mmp::Params p;
+    p.lambda = 25;
+    p.block_log = block_log;
+    const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), w, h, p);
     p.search = gpu;
-    const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
-    EXPECT_EQ(cpu.bytes, dev.bytes) << c.w << "x" << c.h << " kind " << c.kind << " block " << (1 << c.block_log)
-                                    << " modes " << c.modes << " lambda " << c.lambda << " tile " << c.tile;
-    EXPECT_EQ(cpu.recon, dev.recon);
+    const mmp::PlaneResult dev = mmp::encode_plane(img.data(), w, h, p);
+    EXPECT_EQ(cpu.bytes, dev.bytes) << "block " << (1 << block_log);
+    EXPECT_EQ(cpu.recon, dev.recon) << "block " << (1 << block_log);
   }
 }
 

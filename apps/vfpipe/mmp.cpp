@@ -22,7 +22,7 @@ namespace vfp {
 namespace {
 
 struct MmpArgs {
-  std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", device = "auto";
+  std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", device = "auto", gpu_search = "blocks";
   double lambda = 32;
   int64_t frames = -1;
   int mode_candidates = 4;
@@ -42,12 +42,17 @@ void convert_frame(const HostFrame& src, HostFrame& dst) {
 
 // Where the encoder's leaf search runs: "cuda" (or an error), "cpu", "auto" (the GPU when
 // one is usable, else the CPU with one line). The bytes are the same either way.
-std::shared_ptr<mmp::LeafSearch> leaf_search(const std::string& device) {
+// `gpu_search` says how the GPU is used (cuda::MmpGpuSearch: blocks, blocks-ungraphed, units).
+std::shared_ptr<mmp::LeafSearch> leaf_search(const std::string& device, const std::string& gpu_search) {
   if (device == "cpu") return nullptr;
 #if VFPIPE_HAVE_CUDA
-  if (device == "cuda" || cuda::probe().usable) return cuda::make_mmp_leaf_search();
+  const cuda::MmpGpuSearch how = gpu_search == "units"              ? cuda::MmpGpuSearch::Units
+                                 : gpu_search == "blocks-ungraphed" ? cuda::MmpGpuSearch::BlocksUngraphed
+                                                                    : cuda::MmpGpuSearch::Blocks;
+  if (device == "cuda" || cuda::probe().usable) return cuda::make_mmp_leaf_search(how);
   log::warn("MMP: no usable CUDA GPU (%s); searching on the CPU", cuda::probe().reason.c_str());
 #else
+  (void)gpu_search;
   if (device == "cuda") throw Error(ErrorKind::Usage, "--device cuda: this vfpipe was built without CUDA");
 #endif
   return nullptr;
@@ -77,7 +82,7 @@ int mmp_encode_command(const MmpArgs& a) {
   if (!mmp::parse_tile_mode(a.tile_mode, &p.tile_mode))
     throw Error(ErrorKind::Usage, "--tile-mode: '" + a.tile_mode + "' (independent, sync-dict or sync)");
   mmp::check_tiles(p);
-  p.search = leaf_search(a.device);
+  p.search = leaf_search(a.device, a.gpu_search);
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   mmp::Writer w(out, coded, p);
   HostFrame f(in, false), c(coded, false);
@@ -191,6 +196,13 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
                    "where the encoder's dictionary search runs: auto (the GPU if one is usable), cuda, cpu; the "
                    "bytes are the same")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  mmp_enc
+      ->add_option("--gpu-search", mmp_args.gpu_search,
+                   "how the GPU encoder works (for measurements; the bytes are the same): blocks (a block's whole "
+                   "search on the GPU, one CUDA graph a block), blocks-ungraphed (the same kernels launched one by "
+                   "one), units (only the dictionary search on the GPU, one call per prediction unit)")
+      ->check(CLI::IsMember({"blocks", "blocks-ungraphed", "units"}))
       ->capture_default_str();
   mmp_enc->add_flag("--carry", mmp_args.carry,
                     "keep each plane's dictionaries and models from frame to frame (fewer bits on video; frames "

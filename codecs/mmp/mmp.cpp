@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "codecs/mmp/postfilter.hpp"
+#include "codecs/mmp/predict.hpp"
 #include "codecs/mmp/range_coder.hpp"
 #include "codecs/mmp/search.hpp"
 #include "core/error.hpp"
@@ -26,8 +27,6 @@ namespace {
 constexpr int kMaxLog = kMaxBlockLog, kB = 1 << kMaxLog, kScales = (kMaxLog + 1) * (kMaxLog + 1);
 constexpr int kIndexBits = 12, kModeBits = 4;
 constexpr int kMinLog = 2;  // smallest prediction unit: 4x4
-
-enum Mode { kNone, kDC, kVert, kHorz, kPlane, kDDL, kDDR, kVR, kHD, kVL, kHU };
 
 int scale_of(int lw, int lh) { return lw + (kMaxLog + 1) * lh; }
 int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -198,100 +197,11 @@ const char* mode_name(int mode) {
 
 void predict_block(const uint8_t* rec, const uint8_t* done, int W, int H, int x, int y, int N, int mode, int* pred) {
   (void)H;
-  // Reference samples: t[1 + i] = row above (i in -1 .. 2N-1, -1 the corner),
-  // l[1 + i] = column to the left (l[0] the corner too). Missing neighbours are
-  // substituted (docs/mmp.md), so every mode is defined everywhere.
-  int tbuf[2 * kB + 1], lbuf[kB + 1];
-  const bool top = y > 0, left = x > 0;
-  const auto px = [&](int xx, int yy) { return static_cast<int>(rec[static_cast<size_t>(yy) * W + xx]); };
-  for (int i = 0; i < N; ++i) {
-    tbuf[1 + i] = top ? px(x + i, y - 1) : left ? px(x - 1, y) : 128;
-    lbuf[1 + i] = left ? px(x - 1, y + i) : top ? px(x, y - 1) : 128;
-  }
-  const bool above_right = top && x + 2 * N <= W && done[static_cast<size_t>(y - 1) * W + x + N];
-  for (int i = N; i < 2 * N; ++i) tbuf[1 + i] = above_right ? px(x + i, y - 1) : tbuf[N];
-  tbuf[0] = lbuf[0] = top && left ? px(x - 1, y - 1) : tbuf[1];  // corner (tbuf[1] holds the substitute)
-  const int* t = tbuf + 1;                                       // t[-1] .. t[2N-1]
-  const int* l = lbuf + 1;                                       // l[-1] .. l[N-1]
-  const int tl = tbuf[0];
-  int dc = 0, b = 0, c = 0, a = 0;
-  if (mode == kDC) {
-    for (int i = 0; i < N; ++i) dc += t[i] + l[i];
-    dc = (dc + N) / (2 * N);
-  }
-  if (mode == kPlane) {
-    // Slopes ~ 16 * H / sum(i^2): in 1/64 for N <= 16 (H.264's 5, 34 and 205), in 1/1024
-    // for 32 (11 = 16 * 1024 / 1496, rounded), where 1/64 is too coarse.
-    const int half = N / 2, mult = N == 32 ? 11 : N == 16 ? 5 : N == 8 ? 34 : 205, shift = N == 32 ? 10 : 6;
-    int hs = 0, vs = 0;
-    for (int i = 1; i <= half; ++i) {
-      hs += i * (t[half - 1 + i] - t[half - 1 - i]);
-      vs += i * (l[half - 1 + i] - l[half - 1 - i]);
-    }
-    b = (mult * hs + (1 << (shift - 1))) >> shift;
-    c = (mult * vs + (1 << (shift - 1))) >> shift;
-    a = 16 * (l[N - 1] + t[N - 1]);
-  }
-  const auto f3 = [](int p, int q, int r) { return (p + 2 * q + r + 2) >> 2; };
-  const auto f2 = [](int p, int q) { return (p + q + 1) >> 1; };
+  PredictionRefs r;
+  prediction_refs([&](int xx, int yy) { return static_cast<int>(rec[static_cast<size_t>(yy) * W + xx]); },
+                  [&](int xx, int yy) { return done[static_cast<size_t>(yy) * W + xx] != 0; }, W, x, y, N, &r);
   for (int yy = 0; yy < N; ++yy)
-    for (int xx = 0; xx < N; ++xx) {
-      int v = 128;
-      switch (mode) {
-        case kNone:
-          v = 128;
-          break;
-        case kDC:
-          v = dc;
-          break;
-        case kVert:
-          v = t[xx];
-          break;
-        case kHorz:
-          v = l[yy];
-          break;
-        case kPlane:
-          v = std::clamp((a + b * (xx - (N / 2 - 1)) + c * (yy - (N / 2 - 1)) + 16) >> 5, 0, 255);
-          break;
-        case kDDL:
-          v = xx == N - 1 && yy == N - 1 ? (t[2 * N - 2] + 3 * t[2 * N - 1] + 2) >> 2
-                                         : f3(t[xx + yy], t[xx + yy + 1], t[xx + yy + 2]);
-          break;
-        case kDDR:
-          v = xx > yy   ? f3(t[xx - yy - 2], t[xx - yy - 1], t[xx - yy])
-              : xx < yy ? f3(l[yy - xx - 2], l[yy - xx - 1], l[yy - xx])
-                        : f3(t[0], tl, l[0]);
-          break;
-        case kVR: {
-          const int z = 2 * xx - yy, k = xx - (yy >> 1);
-          v = z >= 0    ? ((z & 1) == 0 ? f2(t[k - 1], t[k]) : f3(t[k - 2], t[k - 1], t[k]))
-              : z == -1 ? f3(l[0], tl, t[0])
-                        : f3(l[yy - 2 * xx - 1], l[yy - 2 * xx - 2], l[yy - 2 * xx - 3]);
-          break;
-        }
-        case kHD: {
-          const int z = 2 * yy - xx, k = yy - (xx >> 1);
-          v = z >= 0    ? ((z & 1) == 0 ? f2(l[k - 1], l[k]) : f3(l[k - 2], l[k - 1], l[k]))
-              : z == -1 ? f3(l[0], tl, t[0])
-                        : f3(t[xx - 2 * yy - 1], t[xx - 2 * yy - 2], t[xx - 2 * yy - 3]);
-          break;
-        }
-        case kVL: {
-          const int k = xx + (yy >> 1);
-          v = (yy & 1) == 0 ? f2(t[k], t[k + 1]) : f3(t[k], t[k + 1], t[k + 2]);
-          break;
-        }
-        case kHU: {
-          const int z = xx + 2 * yy, k = yy + (xx >> 1);
-          v = z > 2 * N - 3    ? l[N - 1]
-              : z == 2 * N - 3 ? (l[N - 2] + 3 * l[N - 1] + 2) >> 2
-              : (z & 1) == 0   ? f2(l[k], l[k + 1])
-                               : f3(l[k], l[k + 1], l[k + 2]);
-          break;
-        }
-      }
-      pred[yy * N + xx] = v;
-    }
+    for (int xx = 0; xx < N; ++xx) pred[yy * N + xx] = predict_sample(r, mode, xx, yy);
 }
 
 namespace {
@@ -853,12 +763,84 @@ void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundSta
   }
 }
 
-void encode_block(Tile& t, int k, bool shared, const IndexCosts& ic, const Params& p) {
+// The block's search on a backend that searches whole blocks (search.hpp): the query
+// carries the costs as the CPU computes them; the choices come back as an Area, and the
+// block's reconstruction goes into the tile as BlockSearch::area() leaves it.
+void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params& p, Area& area) {
+  static_assert(sizeof(Prob) == sizeof(uint16_t), "index models are passed as arrays of uint16_t");
+  const int BL = p.block_log, B = 1 << BL;
+  const Dictionary& d = *t.dict;
+  const Models& m = *t.models;
+  BlockQuery q;
+  q.block_log = BL;
+  q.candidates = std::clamp(p.mode_candidates, 1, kModes);
+  q.lambda = p.lambda;
+  q.bx = bx, q.by = by, q.W = t.w, q.H = t.h;
+  q.src = t.src.data(), q.rec = t.rec.data(), q.done = t.done.data();
+  q.dict_id = d.id();
+  for (int lh = 0; lh <= BL; ++lh)
+    for (int lw = 0; lw <= BL; ++lw) {
+      const size_t s = static_cast<size_t>(scale_of(lw, lh));
+      q.scales[s] = d.view(static_cast<int>(s));
+      q.index_probs[s] = reinterpret_cast<const uint16_t*>(m.index[s].data());
+      q.leaf_bits[s] = leaf_flag_bits(m, lw, lh);
+      q.split_bits[s] = lw + lh > 0 ? bit_cost(m.split[s], 1) : 0;
+      q.dir_bits[s] = {bit_cost(m.dir[s], 0), bit_cost(m.dir[s], 1)};
+    }
+  for (int L = kMinLog; L <= BL; ++L)
+    for (int mode = 0; mode < kModes; ++mode)
+      q.mode_bits[L - kMinLog][mode] =
+          tree_cost(m.mode[static_cast<size_t>(L - kMinLog)].data(), kModeBits, static_cast<uint32_t>(mode));
+  for (int L = kMinLog + 1; L <= BL; ++L)
+    for (int b = 0; b < 2; ++b) q.psplit_bits[L - kMinLog - 1][b] = bit_cost(m.psplit[static_cast<size_t>(L - kMinLog - 1)], b);
+  BlockChoices c;
+  backend.search_block(q, &c);
+  size_t at = 0;
+  const auto next = [&]() {
+    if (at >= c.code.size()) throw Error(ErrorKind::Gpu, "MMP: the " + backend.name() + " search's choices are truncated");
+    return c.code[at++];
+  };
+  const auto parse = [&](auto&& self, int x, int y, int L, Area& a) -> void {
+    const int N = 1 << L;
+    a.split = L > kMinLog && next() != 0;
+    if (a.split) {
+      a.kids.resize(4);
+      for (int qd = 0; qd < 4; ++qd)
+        self(self, x + (qd & 1) * N / 2, y + (qd >> 1) * N / 2, L - 1, a.kids[static_cast<size_t>(qd)]);
+      return;
+    }
+    Unit& u = a.unit;
+    u.x = x, u.y = y, u.L = L, u.mode = next();
+    const int nodes = next();
+    if (u.mode < 0 || u.mode >= kModes || nodes < 1 || nodes > 2 * N * N)
+      throw Error(ErrorKind::Gpu, "MMP: the " + backend.name() + " search returned a malformed unit");
+    for (int i = 0; i < nodes; ++i) {
+      const int32_t v = next();
+      u.tree.emplace_back(static_cast<uint8_t>(v >> 16), v & 0xFFFF);
+    }
+  };
+  parse(parse, bx, by, BL, area);
+  if (c.recon.size() != static_cast<size_t>(B * B))
+    throw Error(ErrorKind::Gpu, "MMP: the " + backend.name() + " search returned no reconstruction");
+  for (int y = 0; y < B; ++y)
+    for (int x = 0; x < B; ++x) {
+      const size_t o = static_cast<size_t>(by + y) * t.w + bx + x;
+      t.rec[o] = c.recon[static_cast<size_t>(y * B + x)];
+      t.done[o] = 1;
+    }
+}
+
+// `ic`: the index costs of the block's models (null when the backend searches whole blocks).
+void encode_block(Tile& t, int k, bool shared, const IndexCosts* ic, const Params& p) {
   const int BL = p.block_log, B = 1 << BL;
   const int bx = (k % t.blocks_x) * B, by = (k / t.blocks_x) * B;
   Area area;
-  BlockSearch search(t.src, t.rec, t.done, t.w, t.h, *t.dict, *t.models, ic, p);
-  search.area(bx, by, BL, area);  // leaves the block's reconstruction in t.rec
+  if (!ic) {
+    search_block_on(*p.search, t, bx, by, p, area);
+  } else {
+    BlockSearch search(t.src, t.rec, t.done, t.w, t.h, *t.dict, *t.models, *ic, p);
+    search.area(bx, by, BL, area);  // leaves the block's reconstruction in t.rec
+  }
   t.learned.clear();
   SymbolWriter out{*t.enc, shared ? &t.overlay : nullptr};
   emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
@@ -1062,17 +1044,19 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   }
   // SyncAll tiles share one model set, unchanged during a round: one table of index costs a round.
   const bool shared_models = p.tiled() && p.tile_mode == TileMode::SyncAll;
+  const bool whole_blocks = p.search && p.search->searches_blocks();  // the backend derives the costs itself
   IndexCosts shared_ic;
   code_tiles(
       tiles, p,
       [&](Tile& t, int k, bool shared) {
-        if (shared_models) return encode_block(t, k, shared, shared_ic, p);
+        if (whole_blocks) return encode_block(t, k, shared, nullptr, p);
+        if (shared_models) return encode_block(t, k, shared, &shared_ic, p);
         thread_local IndexCosts ic;
         index_costs(*t.models, *t.dict, BL, ic);
-        encode_block(t, k, shared, ic, p);
+        encode_block(t, k, shared, &ic, p);
       },
       [&](int) {
-        if (shared_models) index_costs(*tiles[0].models, *tiles[0].dict, BL, shared_ic);
+        if (shared_models && !whole_blocks) index_costs(*tiles[0].models, *tiles[0].dict, BL, shared_ic);
       });
   // The plane as decoded, cropped; then the post-filter, designed against the original and
   // sent after the blocks (it does not touch the prediction loop above).
