@@ -14,13 +14,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "codecs/mmp/mmp.hpp"
+#include "codecs/mmp/predict.hpp"
+#include "codecs/mmp/range_coder.hpp"
 #include "core/error.hpp"
 #include "core/frame.hpp"
 #include "core/gpu.hpp"
 #include "core/log.hpp"
-#include "codecs/mmp/mmp.hpp"
-#include "codecs/mmp/predict.hpp"
-#include "codecs/mmp/range_coder.hpp"
 
 namespace vfp::cuda {
 
@@ -165,16 +165,30 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
   }
 }
 
-// Each new element's sum of squared samples (elements [from, to) of a scale of n samples).
-__global__ void element_norms_kernel(const int16_t* data, int n, int from, int to, int* norms) {
-  const int i = from + blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= to) return;
+// New dictionary elements, gathered on the host into one upload: per scale, elements
+// [from, to) of n samples, at `at` (in samples) of the uploaded data.
+struct UploadItem {
+  int16_t* data;
+  int* norms;  // each element's sum of squared samples
+  int n, from, to;
+  size_t at;
+};
+
+// Scatters the uploaded elements into their scales and computes their norms. Grid: (elements
+// / 128, items).
+__global__ void upload_kernel(const UploadItem* items, const int16_t* src) {
+  const UploadItem it = items[blockIdx.y];
+  const int i = it.from + blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= it.to) return;
+  const int16_t* e = src + it.at + static_cast<size_t>(i - it.from) * it.n;
+  int16_t* d = it.data + static_cast<size_t>(i) * it.n;
   int sq = 0;
-  for (int q = 0; q < n; ++q) {
-    const int v = data[static_cast<size_t>(i) * n + q];
+  for (int q = 0; q < it.n; ++q) {
+    const int v = e[q];
+    d[q] = static_cast<int16_t>(v);
     sq += v * v;
   }
-  norms[i] = sq;
+  it.norms[i] = sq;
 }
 
 // The chunks' minima of the chunked tasks (one thread block per task, listed once).
@@ -225,9 +239,7 @@ __host__ __device__ inline int scale_offset(int L, int lw, int lh) {
 __host__ __device__ inline int table_size(int L) { return scale_offset(L, 0, L + 1); }
 // Packed choices (search.hpp's BlockChoices::code) of a 2^BL block: at most a flag per area,
 // a mode and a count per unit, and 2 N^2 - 1 nodes per unit of N^2 samples.
-__host__ __device__ constexpr int code_capacity(int BL) {
-  return 1 + 4 * subtree_units(BL) + 2 * (1 << (2 * BL));
-}
+__host__ __device__ constexpr int code_capacity(int BL) { return 1 + 4 * subtree_units(BL) + 2 * (1 << (2 * BL)); }
 
 // One block's inputs, uploaded before its graph runs.
 struct BlockConsts {
@@ -242,21 +254,19 @@ struct BlockConsts {
   uint8_t done[kWinH * kWinW];
 };
 
-// A lane's device buffers for block searches (fixed addresses: graphs capture them).
+// A lane's device buffers for block searches (fixed addresses: graphs capture them). The
+// units of different sizes in flight at once have buffers per size (index L).
 struct BlockWork {
   BlockConsts* c;
   const double* log_table;  // -log2(p / 2048), the CPU's table
   const uint16_t* probs;    // [scale][4096] index models
   double* bits;             // [scale][4096] index costs
-  int* residues;            // the unit's candidates' residues, K x N x N
-  double* leaf_j;           // leaf tables, K x table
-  int* leaf_i;
-  double* plan_j;  // the segmentation DP per candidate, K x table
-  uint8_t* plan_kind;
-  int16_t* plan_index;
-  uint8_t* cand_pred;  // K x N x N
-  int* cand_mode;      // K
-  double* slot_j;      // per unit of the quadtree: J with its mode's bits
+  int* residues[6];         // the unit's candidates' residues, K x N x N
+  double* leaf_j[6];        // their leaf tables, K x table
+  int* leaf_i[6];
+  uint8_t* cand_pred[6];  // K x N x N
+  int* cand_mode[6];      // K
+  double* slot_j;         // per unit of the quadtree: J with its mode's bits
   int* slot_mode;
   uint8_t* slot_recon;  // kMaxSlots x 1024
   uint8_t* slot_kind;   // kMaxSlots x kMaxTable: the chosen candidate's plan
@@ -289,18 +299,26 @@ __global__ void index_costs_kernel(BlockWork w) {
 }
 
 // A unit's 11 predictions, their ranking by J = SSE + lambda * mode bits (stable: ties in
-// mode order), and the residues of the K best. One thread block.
+// mode order), and the residues of the K best. One thread block; the window is read into
+// shared memory first (the references are gathered by one thread).
 __global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) {
   const BlockConsts& c = *w.c;
   const int N = 1 << L, NN = N * N, B = 1 << c.BL, x = c.bx + ux, y = c.by + uy;
+  // The references: the window's row above the unit (from its corner to 2N right of it) and
+  // its column to the left.
+  __shared__ uint8_t top[2 * kMaxB + 1], top_done[2 * kMaxB + 1], left[kMaxB], src[kMaxB * kMaxB];
   __shared__ mmp::PredictionRefs refs;
   __shared__ uint8_t pred[mmp::kModes * kMaxB * kMaxB];
   __shared__ long long sse[mmp::kModes];
   __shared__ int cand[mmp::kModes];
+  for (int i = threadIdx.x; i <= 2 * N; i += blockDim.x)
+    top[i] = c.rec[uy * kWinW + ux + i], top_done[i] = c.done[uy * kWinW + ux + i];
+  for (int i = threadIdx.x; i < N; i += blockDim.x) left[i] = c.rec[(uy + 1 + i) * kWinW + ux];
+  for (int q = threadIdx.x; q < NN; q += blockDim.x) src[q] = c.src[(uy + (q >> L)) * B + ux + (q & (N - 1))];
+  __syncthreads();
   if (threadIdx.x == 0) {
-    BlockConsts* cc = w.c;
-    mmp::prediction_refs([&](int xx, int yy) { return static_cast<int>(win(cc->rec, *cc, xx, yy)); },
-                         [&](int xx, int yy) { return win(cc->done, *cc, xx, yy) != 0; }, c.W, x, y, N, &refs);
+    mmp::prediction_refs([&](int xx, int yy) { return static_cast<int>(yy == y - 1 ? top[xx - x + 1] : left[yy - y]); },
+                         [&](int xx, int) { return top_done[xx - x + 1] != 0; }, c.W, x, y, N, &refs);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < mmp::kModes * NN; i += blockDim.x) {
@@ -312,7 +330,7 @@ __global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) {
   for (int m = warp; m < mmp::kModes; m += blockDim.x >> 5) {
     long long e = 0;
     for (int q = lane; q < NN; q += 32) {
-      const int d = c.src[(uy + (q >> L)) * B + ux + (q & (N - 1))] - pred[m * NN + q];
+      const int d = src[q] - pred[m * NN + q];
       e += d * d;
     }
     for (int o = 16; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
@@ -330,108 +348,134 @@ __global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) {
       while (j >= 0 && J[key] < J[order[j]]) order[j + 1] = order[j], --j;
       order[j + 1] = key;
     }
-    for (int k = 0; k < c.K; ++k) cand[k] = w.cand_mode[k] = order[k];
+    for (int k = 0; k < c.K; ++k) cand[k] = w.cand_mode[L][k] = order[k];
   }
   __syncthreads();
   for (int i = threadIdx.x; i < c.K * NN; i += blockDim.x) {
     const int k = i / NN, q = i - k * NN;
     const int p = pred[cand[k] * NN + q];
-    w.cand_pred[i] = static_cast<uint8_t>(p);
-    w.residues[i] = c.src[(uy + (q >> L)) * B + ux + (q & (N - 1))] - p;
+    w.cand_pred[L][i] = static_cast<uint8_t>(p);
+    w.residues[L][i] = src[q] - p;
   }
 }
 
 // A unit's segmentation for each candidate (mmp.cpp's optimise(): bottom-up over the
-// scales, a level of equal lw + lh at a time), the best candidate (J with its mode's bits;
-// ties to the lower mode), its plan and reconstruction into the unit's slot. `put`: a 4x4
-// unit is an area of its own, decided at once.
+// scales, a level of equal lw + lh at a time, in shared memory; as many candidates at once
+// as fit), the best candidate (J with its mode's bits; ties to the lower mode, candidates in
+// rank order) with its plan and reconstruction into the unit's slot. `put`: a 4x4 unit is
+// an area of its own, decided at once.
 __global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L, int put) {
   const BlockConsts& c = *w.c;
   const int N = 1 << L, NN = N * N, K = c.K, table = table_size(L);
+  const int P = max(1, min(K, kMaxTable / table));  // candidates a pass
   const double lambda = c.s.lambda;
-  for (int sum = 0; sum <= 2 * L; ++sum) {
-    for (int k = 0; k < K; ++k)
-      for (int lw = max(0, sum - L); lw <= min(L, sum); ++lw) {
-        const int lh = sum - lw, s = lw + 6 * lh, nx = N >> lw, segs = nx * (N >> lh);
+  __shared__ double pj[kMaxTable];
+  __shared__ int16_t pi[kMaxTable];
+  __shared__ uint8_t pk[kMaxTable];
+  __shared__ int offset[kScales], modes[mmp::kModes];
+  __shared__ double best_j;
+  __shared__ int best_mode, winner;
+  if (threadIdx.x < kScales) {
+    const int lw = threadIdx.x % 6, lh = threadIdx.x / 6;
+    offset[threadIdx.x] = lw <= L && lh <= L ? scale_offset(L, lw, lh) : 0;
+  }
+  if (threadIdx.x < K) modes[threadIdx.x] = w.cand_mode[L][threadIdx.x];
+  if (threadIdx.x == 0) best_j = CUDART_INF, best_mode = 0;
+  uint8_t* slot_kind = w.slot_kind + static_cast<size_t>(slot) * kMaxTable;
+  int16_t* slot_index = w.slot_index + static_cast<size_t>(slot) * kMaxTable;
+  uint8_t* recon = w.slot_recon + static_cast<size_t>(slot) * kMaxB * kMaxB;
+  for (int k0 = 0; k0 < K; k0 += P) {
+    const int np = min(P, K - k0);
+    __syncthreads();  // the previous pass's plans are no longer read
+    for (int i = threadIdx.x; i < np * table; i += blockDim.x) {
+      pj[i] = w.leaf_j[L][k0 * table + i];
+      pi[i] = static_cast<int16_t>(max(w.leaf_i[L][k0 * table + i], 0));
+      pk[i] = 0;
+    }
+    __syncthreads();
+    for (int sum = 1; sum <= 2 * L; ++sum) {  // level 0 (1x1 segments) holds leaves only
+      const int lw0 = max(0, sum - L), lw1 = min(L, sum);
+      int per = 0;  // entries of the level, per candidate
+      for (int lw = lw0; lw <= lw1; ++lw) per += (N >> lw) * (N >> (sum - lw));
+      for (int e = threadIdx.x; e < np * per; e += blockDim.x) {
+        const int cand = e / per;
+        int lw = lw0, at = e - cand * per;
+        while (at >= (N >> lw) * (N >> (sum - lw))) at -= (N >> lw) * (N >> (sum - lw)), ++lw;
+        const int lh = sum - lw, s = lw + 6 * lh, nx = N >> lw, ix = at % nx, iy = at / nx, base = cand * table;
         const bool both = lw > 0 && lh > 0;
-        const int off = k * table + scale_offset(L, lw, lh);
-        for (int at = threadIdx.x; at < segs; at += blockDim.x) {
-          const int ix = at % nx, iy = at / nx;
-          double best = w.leaf_j[off + at];
-          const int bi = w.leaf_i[off + at];
-          uint8_t kind = 0;
-          if (lw > 0) {  // left | right
-            const int nx2 = N >> (lw - 1), o2 = k * table + scale_offset(L, lw - 1, lh);
-            const double j = __dadd_rn(
-                __dadd_rn(__dmul_rn(lambda, __dadd_rn(c.split_bits[s], both ? c.dir_bits[s][0] : 0.0)),
-                          w.plan_j[o2 + 2 * ix + iy * nx2]),
-                w.plan_j[o2 + 2 * ix + 1 + iy * nx2]);
-            if (j < best) best = j, kind = 1;
-          }
-          if (lh > 0) {  // top / bottom
-            const int o3 = k * table + scale_offset(L, lw, lh - 1);
-            const double j = __dadd_rn(
-                __dadd_rn(__dmul_rn(lambda, __dadd_rn(c.split_bits[s], both ? c.dir_bits[s][1] : 0.0)),
-                          w.plan_j[o3 + ix + 2 * iy * nx]),
-                w.plan_j[o3 + ix + (2 * iy + 1) * nx]);
-            if (j < best) best = j, kind = 2;
-          }
-          w.plan_j[off + at] = best;
-          w.plan_kind[off + at] = kind;
-          w.plan_index[off + at] = static_cast<int16_t>(max(bi, 0));
+        const int o = base + offset[s] + at;
+        double best = pj[o];
+        uint8_t kind = 0;
+        if (lw > 0) {  // left | right
+          const int nx2 = N >> (lw - 1), o2 = base + offset[s - 1];
+          const double j =
+              __dadd_rn(__dadd_rn(__dmul_rn(lambda, __dadd_rn(c.split_bits[s], both ? c.dir_bits[s][0] : 0.0)),
+                                  pj[o2 + 2 * ix + iy * nx2]),
+                        pj[o2 + 2 * ix + 1 + iy * nx2]);
+          if (j < best) best = j, kind = 1;
+        }
+        if (lh > 0) {  // top / bottom
+          const int o3 = base + offset[s - 6];
+          const double j =
+              __dadd_rn(__dadd_rn(__dmul_rn(lambda, __dadd_rn(c.split_bits[s], both ? c.dir_bits[s][1] : 0.0)),
+                                  pj[o3 + ix + 2 * iy * nx]),
+                        pj[o3 + ix + (2 * iy + 1) * nx]);
+          if (j < best) best = j, kind = 2;
+        }
+        pj[o] = best;
+        pk[o] = kind;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      winner = -1;
+      for (int cand = 0; cand < np; ++cand) {
+        const int m = modes[k0 + cand];
+        const double j = __dadd_rn(pj[cand * table + table - 1], __dmul_rn(lambda, c.mode_bits[L - kMinLog][m]));
+        if (j < best_j || (j == best_j && m < best_mode)) best_j = j, best_mode = m, winner = cand;
+      }
+    }
+    __syncthreads();
+    if (winner < 0) continue;
+    const int base = winner * table;
+    for (int i = threadIdx.x; i < table; i += blockDim.x) slot_kind[i] = pk[base + i], slot_index[i] = pi[base + i];
+    // Each sample's leaf, found from the root down (walk()'s rule), its element's sample
+    // added to the prediction.
+    for (int q = threadIdx.x; q < NN; q += blockDim.x) {
+      const int px = q & (N - 1), py = q >> L;
+      int lw = L, lh = L, x0 = 0, y0 = 0, r = 0;
+      for (;;) {
+        const int at = base + offset[lw + 6 * lh] + (x0 >> lw) + (y0 >> lh) * (N >> lw);
+        const int kind = pk[at];
+        if (kind == 0) {
+          const int s = lw + 6 * lh, ew = 1 << lw;
+          r = c.s.sc.data[s][static_cast<size_t>(pi[at]) * (ew << lh) + (py - y0) * ew + (px - x0)];
+          break;
+        }
+        if (kind == 1 && lw > 0) {
+          --lw;
+          if (px >= x0 + (1 << lw)) x0 += 1 << lw;
+        } else if (lh > 0) {
+          --lh;
+          if (py >= y0 + (1 << lh)) y0 += 1 << lh;
+        } else {
+          break;
         }
       }
-    __syncthreads();
-  }
-  __shared__ int best_c;
-  if (threadIdx.x == 0) {
-    double best = CUDART_INF;
-    int mode = 0, bc = 0;
-    for (int k = 0; k < K; ++k) {
-      const int m = w.cand_mode[k];
-      const double j = __dadd_rn(w.plan_j[k * table + table - 1], __dmul_rn(lambda, c.mode_bits[L - kMinLog][m]));
-      if (j < best || (j == best && m < mode)) best = j, mode = m, bc = k;
+      recon[q] = static_cast<uint8_t>(min(255, max(0, w.cand_pred[L][(k0 + winner) * NN + q] + r)));
     }
-    w.slot_j[slot] = best;
-    w.slot_mode[slot] = mode;
-    if (put) w.area_j[slot] = best;
-    best_c = bc;
   }
   __syncthreads();
-  const int bc = best_c;
-  for (int i = threadIdx.x; i < table; i += blockDim.x) {
-    w.slot_kind[static_cast<size_t>(slot) * kMaxTable + i] = w.plan_kind[bc * table + i];
-    w.slot_index[static_cast<size_t>(slot) * kMaxTable + i] = w.plan_index[bc * table + i];
+  if (threadIdx.x == 0) {
+    w.slot_j[slot] = best_j;
+    w.slot_mode[slot] = best_mode;
+    if (put) w.area_j[slot] = best_j;
   }
-  // Each sample's leaf, found from the root down (walk()'s rule), its element's sample added
-  // to the prediction.
+  if (!put) return;
   for (int q = threadIdx.x; q < NN; q += blockDim.x) {
     const int px = q & (N - 1), py = q >> L;
-    int lw = L, lh = L, x0 = 0, y0 = 0, r = 0;
-    for (;;) {
-      const int at = bc * table + scale_offset(L, lw, lh) + (x0 >> lw) + (y0 >> lh) * (N >> lw);
-      const int kind = w.plan_kind[at];
-      if (kind == 0) {
-        const int s = lw + 6 * lh, ew = 1 << lw;
-        r = c.s.sc.data[s][static_cast<size_t>(w.plan_index[at]) * (ew << lh) + (py - y0) * ew + (px - x0)];
-        break;
-      }
-      if (kind == 1 && lw > 0) {
-        --lw;
-        if (px >= x0 + (1 << lw)) x0 += 1 << lw;
-      } else if (lh > 0) {
-        --lh;
-        if (py >= y0 + (1 << lh)) y0 += 1 << lh;
-      } else {
-        break;
-      }
-    }
-    const int v = min(255, max(0, w.cand_pred[bc * NN + q] + r));
-    w.slot_recon[static_cast<size_t>(slot) * kMaxB * kMaxB + q] = static_cast<uint8_t>(v);
-    if (put) {
-      win(w.c->rec, c, c.bx + ux + px, c.by + uy + py) = static_cast<uint8_t>(v);
-      win(w.c->done, c, c.bx + ux + px, c.by + uy + py) = 1;
-    }
+    win(w.c->rec, c, c.bx + ux + px, c.by + uy + py) = recon[q];
+    win(w.c->done, c, c.bx + ux + px, c.by + uy + py) = 1;
   }
 }
 
@@ -518,12 +562,19 @@ __global__ void pack_kernel(BlockWork w) {
   for (int q = threadIdx.x; q < B * B; q += blockDim.x) recon[q] = c.rec[((q >> BL) + 1) * kWinW + (q & (B - 1)) + 1];
 }
 
+// Launches `kernel` on `st` with `args` converted to its parameters' types.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, StreamHandle st, Args... args) {
+  kernel<<<grid, block, 0, st>>>(static_cast<Params>(args)...);
+}
+
 class GpuLeafSearch final : public mmp::LeafSearch {
  public:
   explicit GpuLeafSearch(MmpGpuSearch how) : how_(how), device_(current_device()) {
     // The CPU's -log2 table, entry by entry through bit_cost(): the device sums the same doubles.
     std::vector<double> t(mmp::kProbOne + 1);
-    for (int p = 0; p <= mmp::kProbOne; ++p) t[static_cast<size_t>(p)] = mmp::bit_cost(mmp::Prob{static_cast<uint16_t>(p)}, 0);
+    for (int p = 0; p <= mmp::kProbOne; ++p)
+      t[static_cast<size_t>(p)] = mmp::bit_cost(mmp::Prob{static_cast<uint16_t>(p)}, 0);
     VFP_CUDA(cudaMemcpy(log_table_.get(), t.data(), t.size() * sizeof(double), cudaMemcpyHostToDevice));
   }
 
@@ -570,13 +621,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     size_leaf_buffers(lane, *tasks, q.K, q.L);
     // Through pinned staging: the copies are then truly asynchronous, one wait at the end.
     std::memcpy(lane.stage_in.get(), q.residues, res_bytes);
-    memcpy_h2d_async(lane.residues.get(), lane.stage_in.get(), res_bytes, st);
+    Level& lv = lane.levels[q.L];
+    memcpy_h2d_async(lv.residues.get(), lane.stage_in.get(), res_bytes, st);
     memcpy_h2d_async(lane.consts.get(), consts, sizeof(SearchConsts), st);
     lane.kernel_start.record(st);
     enqueue_leaf_search(lane, *tasks, q.L, reinterpret_cast<const SearchConsts*>(lane.consts.get()), st);
     lane.kernel_end.record(st);
-    memcpy_d2h_async(lane.stage_j.get(), lane.out_j.get(), out * sizeof(double), st);
-    memcpy_d2h_async(lane.stage_i.get(), lane.out_i.get(), out * sizeof(int), st);
+    memcpy_d2h_async(lane.stage_j.get(), lv.out_j.get(), out * sizeof(double), st);
+    memcpy_d2h_async(lane.stage_i.get(), lv.out_i.get(), out * sizeof(int), st);
     lane.stream.synchronize();
     std::memcpy(J, lane.stage_j.get(), out * sizeof(double));
     std::memcpy(index, lane.stage_i.get(), out * sizeof(int));
@@ -672,18 +724,26 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     const double wall = wall_ns_.load() * 1e-9, kernel = kernel_ns_.load() * 1e-9;
     const char* what = blocks_.load() ? "blocks" : "searches";
     const char* gpu = blocks_.load() ? (how_ == MmpGpuSearch::Blocks ? "the graph" : "the kernels") : "the kernel";
-    return log::format("%lld %s, %.0f us each: %s %.0f us, the host's part and the wait %.0f us (%.2f s, summed over "
-                       "threads)",
-                       static_cast<long long>(n), what, wall / n * 1e6, gpu, kernel / n * 1e6, (wall - kernel) / n * 1e6,
-                       wall);
+    return log::format(
+        "%lld %s, %.0f us each: %s %.0f us, the host's part and the wait %.0f us (%.2f s, summed over "
+        "threads)",
+        static_cast<long long>(n), what, wall / n * 1e6, gpu, kernel / n * 1e6, (wall - kernel) / n * 1e6, wall);
   }
 
  private:
+  struct RawEvent {  // without timing: ordering only
+    RawEvent() { VFP_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+    ~RawEvent() { cudaEventDestroy(e); }
+    RawEvent(const RawEvent&) = delete;
+    RawEvent& operator=(const RawEvent&) = delete;
+    cudaEvent_t e = nullptr;
+  };
   // A dictionary's device copy: per scale room for every index, filled up to `count`.
   struct Mirror {
     uint64_t id = 0;
     DeviceBuffer data[kScales], norms[kScales];
     int count[kScales] = {};
+    RawEvent ready;  // the last upload into it
   };
   struct Pinned {
     explicit Pinned(size_t bytes) : p(host_alloc_pinned(bytes)) {}
@@ -710,27 +770,29 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     GraphExecs& operator=(const GraphExecs&) = delete;
     ~GraphExecs() { clear(); }
   };
+  // A unit size's buffers: its residues, leaf tables and candidates. In a block search the
+  // units of each size run on a stream of their own.
+  struct Level {
+    Stream stream;
+    DeviceBuffer residues, out_j, out_i, part_j, part_i;
+    DeviceBuffer cand_pred{static_cast<size_t>(kMaxResidues) * kMaxB * kMaxB, "MMP block search"};
+    DeviceBuffer cand_mode{sizeof(int) * kMaxResidues, "MMP block search"};
+    RawEvent prepared, end;
+  };
   struct Lane {
     Stream stream;
     Pinned stage_in{kMaxResidueBytes}, stage_j{kMaxLeafTable * sizeof(double)}, stage_i{kMaxLeafTable * sizeof(int)};
     Pinned stage_consts{sizeof(SearchConsts)};
     DeviceBuffer bits{sizeof(double) * kScales * kMaxIndex, "MMP index costs"};
     DeviceBuffer consts{sizeof(SearchConsts), "MMP search constants"};
-    DeviceBuffer residues, out_j, out_i, part_j, part_i;
-    size_t part_bytes = 0;
+    Level levels[6];        // by unit size 2^L, L = 2..5
     uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
     int costs_L = 0;
     Event kernel_start, kernel_end;
     // Whole blocks: inputs and outputs through pinned staging, the work buffers, the graphs.
-    Pinned stage_block{sizeof(BlockConsts)}, stage_probs{sizeof(uint16_t) * kScales * kMaxIndex},
-        stage_out{kOutBytes};
+    Pinned stage_block{sizeof(BlockConsts)}, stage_probs{sizeof(uint16_t) * kScales * kMaxIndex}, stage_out{kOutBytes};
     DeviceBuffer block_consts{sizeof(BlockConsts), "MMP block search"};
     DeviceBuffer probs{sizeof(uint16_t) * kScales * kMaxIndex, "MMP block search"};
-    DeviceBuffer plan_j{sizeof(double) * kMaxLeafTable, "MMP block search"};
-    DeviceBuffer plan_kind{kMaxLeafTable, "MMP block search"};
-    DeviceBuffer plan_index{sizeof(int16_t) * kMaxLeafTable, "MMP block search"};
-    DeviceBuffer cand_pred{static_cast<size_t>(kMaxResidues) * kMaxB * kMaxB, "MMP block search"};
-    DeviceBuffer cand_mode{sizeof(int) * kMaxResidues, "MMP block search"};
     DeviceBuffer slot_j{sizeof(double) * kMaxSlots, "MMP block search"};
     DeviceBuffer slot_mode{sizeof(int) * kMaxSlots, "MMP block search"};
     DeviceBuffer slot_recon{static_cast<size_t>(kMaxSlots) * kMaxB * kMaxB, "MMP block search"};
@@ -739,7 +801,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer area_j{sizeof(double) * kMaxSlots, "MMP block search"};
     DeviceBuffer area_split{kMaxSlots, "MMP block search"};
     DeviceBuffer out{kOutBytes, "MMP block search"};
+    RawEvent put, fork;
     GraphExecs graphs;
+    std::unique_ptr<Pinned> stage_upload;  // new dictionary elements
+    size_t stage_upload_bytes = 0;
+    DeviceBuffer upload;
   };
 
   struct TaskList {
@@ -757,52 +823,54 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // The partial tables' stride is the leaf table's capacity. A buffer that moves makes the
   // lane's graphs stale: they are made again.
   static void size_leaf_buffers(Lane& lane, const TaskList& tasks, int K, int L) {
+    Level& lv = lane.levels[L];
     const size_t res_bytes = (sizeof(int) * static_cast<size_t>(K)) << (2 * L);
     const size_t out = static_cast<size_t>(K) * mmp::leaf_table_size(L);
-    bool moved = grow(lane.residues, res_bytes, "MMP residues");
-    moved |= grow(lane.out_j, out * sizeof(double), "MMP leaf table");
-    moved |= grow(lane.out_i, lane.out_j.size() / sizeof(double) * sizeof(int), "MMP leaf table");
+    bool moved = grow(lv.residues, res_bytes, "MMP residues");
+    moved |= grow(lv.out_j, out * sizeof(double), "MMP leaf table");
+    moved |= grow(lv.out_i, lv.out_j.size() / sizeof(double) * sizeof(int), "MMP leaf table");
     if (tasks.combine_count) {
-      const size_t stride = lane.out_j.size() / sizeof(double);
-      moved |= grow(lane.part_j, stride * tasks.max_chunks * sizeof(double), "MMP partial leaf tables");
-      moved |= grow(lane.part_i, stride * tasks.max_chunks * sizeof(int), "MMP partial leaf tables");
+      const size_t stride = lv.out_j.size() / sizeof(double);
+      moved |= grow(lv.part_j, stride * tasks.max_chunks * sizeof(double), "MMP partial leaf tables");
+      moved |= grow(lv.part_i, stride * tasks.max_chunks * sizeof(int), "MMP partial leaf tables");
     }
     if (moved) lane.graphs.clear();
   }
 
-  // The leaf kernel (and the combine kernel of chunked tasks) for the residues in the lane.
+  // The leaf kernel (and the combine kernel of chunked tasks) for the residues of size 2^L.
   void enqueue_leaf_search(Lane& lane, const TaskList& tasks, int L, const SearchConsts* consts, StreamHandle st) {
+    Level& lv = lane.levels[L];
     const int N = 1 << L, table = mmp::leaf_table_size(L);
-    const size_t out = lane.out_j.size() / sizeof(double);  // the partial tables' stride
-    leaf_kernel<<<static_cast<unsigned>(tasks.count), kThreads, 0, st>>>(
-        reinterpret_cast<const Task*>(tasks.buf.get()), reinterpret_cast<const int*>(lane.residues.get()), N, table,
-        consts, reinterpret_cast<const double*>(lane.bits.get()), reinterpret_cast<double*>(lane.out_j.get()),
-        reinterpret_cast<int*>(lane.out_i.get()), reinterpret_cast<double*>(lane.part_j.get()),
-        reinterpret_cast<int*>(lane.part_i.get()), out);
+    const size_t out = lv.out_j.size() / sizeof(double);  // the partial tables' stride
+    launch(leaf_kernel, dim3(static_cast<unsigned>(tasks.count)), dim3(kThreads), st,
+           reinterpret_cast<const Task*>(tasks.buf.get()), reinterpret_cast<const int*>(lv.residues.get()), N, table,
+           consts, reinterpret_cast<const double*>(lane.bits.get()), reinterpret_cast<double*>(lv.out_j.get()),
+           reinterpret_cast<int*>(lv.out_i.get()), reinterpret_cast<double*>(lv.part_j.get()),
+           reinterpret_cast<int*>(lv.part_i.get()), out);
     VFP_CUDA_LAUNCHED("mmp leaf_kernel");
     if (tasks.combine_count) {
-      combine_kernel<<<static_cast<unsigned>(tasks.combine_count), 32, 0, st>>>(
-          reinterpret_cast<const Task*>(tasks.combine.get()), N, table,
-          reinterpret_cast<const double*>(lane.part_j.get()), reinterpret_cast<const int*>(lane.part_i.get()), out,
-          reinterpret_cast<double*>(lane.out_j.get()), reinterpret_cast<int*>(lane.out_i.get()));
+      launch(combine_kernel, dim3(static_cast<unsigned>(tasks.combine_count)), dim3(32), st,
+             reinterpret_cast<const Task*>(tasks.combine.get()), N, table,
+             reinterpret_cast<const double*>(lv.part_j.get()), reinterpret_cast<const int*>(lv.part_i.get()), out,
+             reinterpret_cast<double*>(lv.out_j.get()), reinterpret_cast<int*>(lv.out_i.get()));
       VFP_CUDA_LAUNCHED("mmp combine_kernel");
     }
   }
 
   BlockWork work(Lane& l) const {
-    BlockWork w;
+    BlockWork w{};
     w.c = reinterpret_cast<BlockConsts*>(l.block_consts.get());
     w.log_table = reinterpret_cast<const double*>(log_table_.get());
     w.probs = reinterpret_cast<const uint16_t*>(l.probs.get());
     w.bits = reinterpret_cast<double*>(l.bits.get());
-    w.residues = reinterpret_cast<int*>(l.residues.get());
-    w.leaf_j = reinterpret_cast<double*>(l.out_j.get());
-    w.leaf_i = reinterpret_cast<int*>(l.out_i.get());
-    w.plan_j = reinterpret_cast<double*>(l.plan_j.get());
-    w.plan_kind = reinterpret_cast<uint8_t*>(l.plan_kind.get());
-    w.plan_index = reinterpret_cast<int16_t*>(l.plan_index.get());
-    w.cand_pred = reinterpret_cast<uint8_t*>(l.cand_pred.get());
-    w.cand_mode = reinterpret_cast<int*>(l.cand_mode.get());
+    for (int L = kMinLog; L <= 5; ++L) {
+      Level& lv = l.levels[L];
+      w.residues[L] = reinterpret_cast<int*>(lv.residues.get());
+      w.leaf_j[L] = reinterpret_cast<double*>(lv.out_j.get());
+      w.leaf_i[L] = reinterpret_cast<int*>(lv.out_i.get());
+      w.cand_pred[L] = reinterpret_cast<uint8_t*>(lv.cand_pred.get());
+      w.cand_mode[L] = reinterpret_cast<int*>(lv.cand_mode.get());
+    }
     w.slot_j = reinterpret_cast<double*>(l.slot_j.get());
     w.slot_mode = reinterpret_cast<int*>(l.slot_mode.get());
     w.slot_recon = reinterpret_cast<uint8_t*>(l.slot_recon.get());
@@ -818,29 +886,60 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // the index costs, per area its unit (prediction and ranking, leaf search, segmentation
   // and choice), its quarters, its decision; the choices down. Nothing here waits on the
   // host, so it can be captured as a graph.
+  //
+  // Units of each size run on their own stream, ordered by what they share: a unit reads the
+  // window as the last write before it in the CPU's order left it (each 4x4 unit's and each
+  // decision's write is the `put` event), and a write waits until every unit before it has
+  // read the window. So the larger units' searches overlap the chain of 4x4 units.
   void enqueue_block(Lane& lane, int BL, int K, int used_scales, StreamHandle st) {
     const BlockWork w = work(lane);
     memcpy_h2d_async(lane.block_consts.get(), lane.stage_block.get(), sizeof(BlockConsts), st);
     memcpy_h2d_async(lane.probs.get(), lane.stage_probs.get(), sizeof(uint16_t) * kMaxIndex * used_scales, st);
     index_costs_kernel<<<dim3(kMaxIndex / 256, static_cast<unsigned>((BL + 1) * (BL + 1))), 256, 0, st>>>(w);
     VFP_CUDA_LAUNCHED("mmp index_costs_kernel");
+    VFP_CUDA(cudaEventRecord(lane.put.e, st));
     const auto consts = reinterpret_cast<const SearchConsts*>(lane.block_consts.get());  // BlockConsts starts with them
+    bool prepared[6] = {};
+    const auto before_write = [&](StreamHandle s) {  // every unit enqueued so far has read the window
+      VFP_CUDA(cudaStreamWaitEvent(s, lane.put.e, 0));
+      for (int L = kMinLog; L <= BL; ++L)
+        if (prepared[L]) VFP_CUDA(cudaStreamWaitEvent(s, lane.levels[L].prepared.e, 0));
+    };
     const auto area = [&](auto&& self, int slot, int ux, int uy, int L) -> void {
-      unit_prepare_kernel<<<1, 256, 0, st>>>(w, ux, uy, L);
+      Level& lv = lane.levels[L];
+      const StreamHandle s = lv.stream.get();
+      VFP_CUDA(cudaStreamWaitEvent(s, lane.put.e, 0));
+      launch(unit_prepare_kernel, dim3(1), dim3(256), s, w, ux, uy, L);
       VFP_CUDA_LAUNCHED("mmp unit_prepare_kernel");
-      enqueue_leaf_search(lane, tasks_[L][K], L, consts, st);
-      unit_finish_kernel<<<1, 256, 0, st>>>(w, slot, ux, uy, L, L == kMinLog ? 1 : 0);
+      VFP_CUDA(cudaEventRecord(lv.prepared.e, s));
+      prepared[L] = true;
+      enqueue_leaf_search(lane, tasks_[L][K], L, consts, s);
+      if (L == kMinLog) before_write(s);
+      launch(unit_finish_kernel, dim3(1), dim3(256), s, w, slot, ux, uy, L, L == kMinLog ? 1 : 0);
       VFP_CUDA_LAUNCHED("mmp unit_finish_kernel");
-      if (L == kMinLog) return;
+      if (L == kMinLog) {
+        VFP_CUDA(cudaEventRecord(lane.put.e, s));
+        return;
+      }
       const int half = 1 << (L - 1), sub = subtree_units(L - 1);
       for (int q = 0; q < 4; ++q) self(self, slot + 1 + q * sub, ux + (q & 1) * half, uy + (q >> 1) * half, L - 1);
-      area_decide_kernel<<<1, 256, 0, st>>>(w, slot, ux, uy, L);
+      before_write(s);
+      launch(area_decide_kernel, dim3(1), dim3(256), s, w, slot, ux, uy, L);
       VFP_CUDA_LAUNCHED("mmp area_decide_kernel");
+      VFP_CUDA(cudaEventRecord(lane.put.e, s));
     };
+    VFP_CUDA(cudaEventRecord(lane.fork.e, st));
+    for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lane.levels[L].stream.get(), lane.fork.e, 0));
     area(area, 0, 0, 0, BL);
-    pack_kernel<<<1, 256, 0, st>>>(w);
+    const StreamHandle last = lane.levels[BL].stream.get();
+    launch(pack_kernel, dim3(1), dim3(256), last, w);
     VFP_CUDA_LAUNCHED("mmp pack_kernel");
-    memcpy_d2h_async(lane.stage_out.get(), lane.out.get(), sizeof(int32_t) * code_capacity(BL) + (1u << (2 * BL)), st);
+    memcpy_d2h_async(lane.stage_out.get(), lane.out.get(), sizeof(int32_t) * code_capacity(BL) + (1u << (2 * BL)),
+                     last);
+    for (int L = kMinLog; L <= BL; ++L) {  // every stream joins the block's stream again
+      VFP_CUDA(cudaEventRecord(lane.levels[L].end.e, lane.levels[L].stream.get()));
+      VFP_CUDA(cudaStreamWaitEvent(st, lane.levels[L].end.e, 0));
+    }
   }
 
   // The tasks of a query of K residues of 2^L x 2^L, made at first use (under mu_).
@@ -894,40 +993,65 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   // The mirror brought up to the dictionary (under mu_), and the scales' arguments for the
-  // kernels. New elements are waited for before another lane can read them.
+  // kernels. The elements added since the last upload go up in one copy (through the lane's
+  // pinned staging) and one kernel. The lane's stream first waits for the mirror's last
+  // upload, whichever lane made it, and the mirror's event then marks this one: searches on
+  // other lanes wait for it on the device, not on the host.
   void sync_dictionary(Mirror& m, const std::array<mmp::ScaleView, kScales>& scales,
                        const std::array<double, kScales>& leaf_bits, ScaleArgs* args, Lane& lane) {
-    bool uploaded = false;
+    const StreamHandle st = lane.stream.get();
+    VFP_CUDA(cudaStreamWaitEvent(st, m.ready.e, 0));
     *args = ScaleArgs{};
+    UploadItem items[kScales];
+    int n_items = 0;
+    size_t samples = 0;
     for (int s = 0; s < kScales; ++s) {
       const mmp::ScaleView& v = scales[static_cast<size_t>(s)];
       if (v.count == 0) continue;
-      uploaded |= sync_scale(m, s, v, lane.stream.get());
+      if (!m.data[s].get()) {
+        m.data[s] = DeviceBuffer(sizeof(int16_t) * kMaxIndex * v.size, "MMP dictionary");
+        m.norms[s] = DeviceBuffer(sizeof(int) * kMaxIndex, "MMP dictionary");
+      }
+      if (v.count < m.count[s]) m.count[s] = 0;  // not the dictionary mirrored (cannot shrink): all again
+      if (v.count > m.count[s]) {
+        items[n_items++] = {reinterpret_cast<int16_t*>(m.data[s].get()),
+                            reinterpret_cast<int*>(m.norms[s].get()),
+                            v.size,
+                            m.count[s],
+                            v.count,
+                            samples};
+        samples += static_cast<size_t>(v.count - m.count[s]) * v.size;
+      }
       args->data[s] = reinterpret_cast<const int16_t*>(m.data[s].get());
       args->norms[s] = reinterpret_cast<const int*>(m.norms[s].get());
       args->count[s] = v.count;
       args->leaf_bits[s] = leaf_bits[static_cast<size_t>(s)];
     }
-    if (uploaded) lane.stream.synchronize();
-  }
-
-  // The scale's elements added since the last upload; true if there were any.
-  static bool sync_scale(Mirror& m, int s, const mmp::ScaleView& v, StreamHandle st) {
-    if (!m.data[s].get()) {
-      m.data[s] = DeviceBuffer(sizeof(int16_t) * kMaxIndex * v.size, "MMP dictionary");
-      m.norms[s] = DeviceBuffer(sizeof(int) * kMaxIndex, "MMP dictionary");
+    if (n_items == 0) return;
+    const size_t head = sizeof(UploadItem) * kScales, bytes = head + samples * sizeof(int16_t);
+    if (lane.stage_upload_bytes < bytes) {
+      lane.stage_upload = std::make_unique<Pinned>(bytes);
+      lane.stage_upload_bytes = bytes;
     }
-    if (v.count < m.count[s]) m.count[s] = 0;  // not the dictionary mirrored (cannot shrink): all again
-    if (v.count == m.count[s]) return false;
-    const size_t from = static_cast<size_t>(m.count[s]) * v.size, to = static_cast<size_t>(v.count) * v.size;
-    memcpy_h2d_async(m.data[s].get() + from * sizeof(int16_t), v.data + from, (to - from) * sizeof(int16_t), st);
-    const int added = v.count - m.count[s];
-    element_norms_kernel<<<static_cast<unsigned>((added + 127) / 128), 128, 0, st>>>(
-        reinterpret_cast<const int16_t*>(m.data[s].get()), v.size, m.count[s], v.count,
-        reinterpret_cast<int*>(m.norms[s].get()));
-    VFP_CUDA_LAUNCHED("mmp element_norms_kernel");
-    m.count[s] = v.count;
-    return true;
+    grow(lane.upload, bytes, "MMP dictionary upload");
+    uint8_t* stage = static_cast<uint8_t*>(lane.stage_upload->get());
+    std::memcpy(stage, items, sizeof(UploadItem) * n_items);
+    int max_added = 0;
+    for (int k = 0; k < n_items; ++k) max_added = std::max(max_added, items[k].to - items[k].from);
+    for (int s = 0, k = 0; s < kScales && k < n_items; ++s)
+      if (items[k].data == reinterpret_cast<int16_t*>(m.data[s].get())) {
+        const UploadItem& it = items[k++];
+        const mmp::ScaleView& v = scales[static_cast<size_t>(s)];
+        std::memcpy(stage + head + it.at * sizeof(int16_t), v.data + static_cast<size_t>(it.from) * v.size,
+                    static_cast<size_t>(it.to - it.from) * v.size * sizeof(int16_t));
+        m.count[s] = v.count;
+      }
+    memcpy_h2d_async(lane.upload.get(), stage, bytes, st);
+    upload_kernel<<<dim3(static_cast<unsigned>((max_added + 127) / 128), static_cast<unsigned>(n_items)), 128, 0, st>>>(
+        reinterpret_cast<const UploadItem*>(lane.upload.get()),
+        reinterpret_cast<const int16_t*>(lane.upload.get() + head));
+    VFP_CUDA_LAUNCHED("mmp upload_kernel");
+    VFP_CUDA(cudaEventRecord(m.ready.e, st));
   }
 
   static bool grow(DeviceBuffer& b, size_t bytes, const char* what) {

@@ -36,7 +36,7 @@ std::vector<uint8_t> test_plane(int kind, int w, int h, uint32_t seed) {
       if (kind == 0) o = static_cast<double>(rng() & 255u);                       // random
       if (kind == 1) o = ((x / 3 + y / 5) % 4 == 0 || (y % 11) == 3) ? 20 : 235;  // text-like
       if (kind == 2) o = 128 + 60 * std::sin(x / 9.0) * std::cos(y / 7.0) + std::normal_distribution<double>(0, 4)(rng);
-      if (kind == 3) o = 77;                                                                  // flat
+      if (kind == 3) o = 77;                                                               // flat
       if (kind == 4) o = (x * 255 / std::max(1, w - 1) + (x / 8 + y / 8) % 2 * 40) & 255;  // graphics: ramp, checks
       v[static_cast<size_t>(y) * w + x] = static_cast<uint8_t>(std::clamp(o, 0.0, 255.0));
     }
@@ -140,9 +140,9 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     for (size_t g = 0; g < std::size(gpus); ++g) {
       p.search = gpus[g];
       const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
-      EXPECT_EQ(cpu.bytes, dev.bytes) << "GPU use " << g << ": " << c.w << "x" << c.h << " kind " << c.kind
-                                      << " block " << (1 << c.block_log) << " modes " << c.modes << " lambda "
-                                      << c.lambda << " tile " << c.tile;
+      EXPECT_EQ(cpu.bytes, dev.bytes) << "GPU use " << g << ": " << c.w << "x" << c.h << " kind " << c.kind << " block "
+                                      << (1 << c.block_log) << " modes " << c.modes << " lambda " << c.lambda
+                                      << " tile " << c.tile;
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
       EXPECT_EQ(cpu.modes[0] + cpu.modes[1], dev.modes[0] + dev.modes[1]);
     }

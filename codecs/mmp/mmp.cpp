@@ -792,12 +792,14 @@ void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params&
       q.mode_bits[L - kMinLog][mode] =
           tree_cost(m.mode[static_cast<size_t>(L - kMinLog)].data(), kModeBits, static_cast<uint32_t>(mode));
   for (int L = kMinLog + 1; L <= BL; ++L)
-    for (int b = 0; b < 2; ++b) q.psplit_bits[L - kMinLog - 1][b] = bit_cost(m.psplit[static_cast<size_t>(L - kMinLog - 1)], b);
+    for (int b = 0; b < 2; ++b)
+      q.psplit_bits[L - kMinLog - 1][b] = bit_cost(m.psplit[static_cast<size_t>(L - kMinLog - 1)], b);
   BlockChoices c;
   backend.search_block(q, &c);
   size_t at = 0;
   const auto next = [&]() {
-    if (at >= c.code.size()) throw Error(ErrorKind::Gpu, "MMP: the " + backend.name() + " search's choices are truncated");
+    if (at >= c.code.size())
+      throw Error(ErrorKind::Gpu, "MMP: the " + backend.name() + " search's choices are truncated");
     return c.code[at++];
   };
   const auto parse = [&](auto&& self, int x, int y, int L, Area& a) -> void {

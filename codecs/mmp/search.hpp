@@ -50,11 +50,11 @@ int leaf_table_size(int L);  // entries per residue
 // start. Every cost the search adds is given here as the CPU computes it, so that the
 // backend only repeats the same sums (each product and sum rounded once, never fused).
 struct BlockQuery {
-  int block_log = 4;     // the block is 2^block_log square
-  int candidates = 4;    // modes searched fully per unit (Params::mode_candidates, 1..11)
+  int block_log = 4;   // the block is 2^block_log square
+  int candidates = 4;  // modes searched fully per unit (Params::mode_candidates, 1..11)
   double lambda = 0;
-  int bx = 0, by = 0;    // the block's corner in its tile
-  int W = 0, H = 0;      // the tile's size (multiples of the block size)
+  int bx = 0, by = 0;             // the block's corner in its tile
+  int W = 0, H = 0;               // the tile's size (multiples of the block size)
   const uint8_t* src = nullptr;   // the tile's source samples, W x H
   const uint8_t* rec = nullptr;   // the tile's decoded samples so far, W x H
   const uint8_t* done = nullptr;  // 1 where rec is decoded
@@ -63,10 +63,10 @@ struct BlockQuery {
   // The index models (12-bit trees of 11-bit probabilities of a 0, entry 0 unused) of every
   // scale the block uses; the backend derives each index's cost from them (root first).
   std::array<const uint16_t*, kSearchScales> index_probs{};
-  std::array<double, kSearchScales> leaf_bits{};       // the leaf flag's cost (0 for 1x1)
-  std::array<double, kSearchScales> split_bits{};      // the split flag's cost (0 for 1x1)
+  std::array<double, kSearchScales> leaf_bits{};                // the leaf flag's cost (0 for 1x1)
+  std::array<double, kSearchScales> split_bits{};               // the split flag's cost (0 for 1x1)
   std::array<std::array<double, 2>, kSearchScales> dir_bits{};  // left|right, top/bottom
-  double mode_bits[4][11] = {};   // [L - 2][mode]: a mode's cost in a unit of 2^L
+  double mode_bits[4][11] = {};                                 // [L - 2][mode]: a mode's cost in a unit of 2^L
   double psplit_bits[3][2] = {};  // [L - 3][split]: the prediction-tree flag of a 2^L area
 };
 
@@ -89,9 +89,7 @@ class LeafSearch {
   virtual std::string name() const = 0;
   // True if search_block() works: the encoder then asks for whole blocks, not units.
   virtual bool searches_blocks() const { return false; }
-  virtual void search_block(const BlockQuery& q, BlockChoices* out) {
-    (void)q, (void)out;
-  }
+  virtual void search_block(const BlockQuery& q, BlockChoices* out) { (void)q, (void)out; }
   // Where the search's time went, one line ("" when there is nothing to say).
   virtual std::string stats() const { return ""; }
 };
