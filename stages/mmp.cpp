@@ -38,8 +38,8 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.choice("tile_mode", &S::tile_mode, "sync", {"sync", "sync-dict", "independent"},
              "what tiles share: dictionaries and models (sync), dictionaries only, nothing");
     t.choice("search", &S::search, "cpu", {"cpu", "cuda"},
-             "where the encoder's dictionary search runs: cpu, or cuda (the GPU; the same bytes, 6-19x faster on "
-             "an H100)");
+             "where the encoder's search runs: cpu, or cuda (the whole block search on the GPU; the same bytes, "
+             "30-90x faster on an H100)");
     t.flag("post_filter", &S::post_filter, true,
            "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)");
     return t;
@@ -124,7 +124,7 @@ void register_mmp_stage(Registry& reg) {
       "H.264-style prediction, docs/mmp.md) at the given lambda and passes on the decoder's "
       "reconstruction. The run summary gives bits per frame, bpp, PSNR and the encode time. "
       "The codec runs on the CPU (seconds per frame, spread over every core with tile=WxH: tiles sharing "
-      "dictionaries and models, docs/mmp.md#tiles); search=cuda moves the encoder's dictionary search to the "
+      "dictionaries and models, docs/mmp.md#tiles); search=cuda moves the encoder's search to the "
       "GPU, with the same bytes. The live display's HUD shows each frame's bits and PSNR.";
   s.options = mmp_options().specs();
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
