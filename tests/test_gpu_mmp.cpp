@@ -1,7 +1,7 @@
-// MMP's leaf search on the GPU (cuda/mmp_search.hpp) against the CPU's: the encoder writes
-// the same bytes with either, for every block size, mode count, lambda, tiling, carry,
-// post-filter setting and pixel format, on random, structured and photo-like planes of odd
-// sizes.
+// MMP's encoder search on the GPU (cuda/mmp_search.hpp: whole blocks, or the leaf search of
+// each unit) against the CPU's: the encoder writes the same bytes with either, for every
+// block size, mode count, lambda, tiling, carry, post-filter setting and pixel format, on
+// random, structured, photo-like, flat and graphics planes of odd sizes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,7 +144,6 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
                                       << (1 << c.block_log) << " modes " << c.modes << " lambda " << c.lambda
                                       << " tile " << c.tile;
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
-      EXPECT_EQ(cpu.modes[0] + cpu.modes[1], dev.modes[0] + dev.modes[1]);
     }
   }
   for (const auto& g : gpus) std::printf("[ info ] %s\n", g->stats().c_str());

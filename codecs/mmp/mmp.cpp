@@ -43,8 +43,9 @@ struct NewElement {
 
 // One dictionary per scale; exact duplicates are not inserted; a full scale takes no more.
 // A scale's elements lie in one array (element i at i * size). Each scale also keeps its
-// element sums and its indices ordered by sum (ties by index), which the encoder's search
-// uses to skip elements that cannot win.
+// element sums and, once keep_sum_order() asked for it, its indices ordered by sum (ties by
+// index), which the CPU encoder's search uses to skip elements that cannot win (the decoder
+// and the GPU encoder do without: keeping the order is a memmove per insertion).
 class Dictionary {
  public:
   Dictionary(int max, int log) : id_(next_id()), max_(max), log_(log) {
@@ -71,6 +72,19 @@ class Dictionary {
   }
   const std::vector<int>& sums(int s) const { return scales_[static_cast<size_t>(s)].sum; }
   const std::vector<int>& by_sum(int s) const { return scales_[static_cast<size_t>(s)].order; }
+  // Orders every scale's indices by sum, and keeps them ordered from then on. Not safe
+  // while another thread reads the dictionary.
+  void keep_sum_order() {
+    for (Scale& sc : scales_) {
+      if (sc.ordered) continue;
+      sc.order.resize(static_cast<size_t>(sc.count));
+      for (int i = 0; i < sc.count; ++i) sc.order[static_cast<size_t>(i)] = i;
+      // As inserting each index after the equal sums before it would: by sum, then index.
+      std::stable_sort(sc.order.begin(), sc.order.end(),
+                       [&](int a, int b) { return sc.sum[static_cast<size_t>(a)] < sc.sum[static_cast<size_t>(b)]; });
+      sc.ordered = true;
+    }
+  }
   // New elements in order, each into its own scale and resized into every other. Scales
   // are independent, so they are filled in parallel; the result is the serial one.
   void add(const std::vector<NewElement>& batch) {
@@ -106,6 +120,7 @@ class Dictionary {
     int size = 1, count = 0;
     std::vector<int16_t> data;
     std::vector<int> sum, order;
+    bool ordered = false;                          // `order` is kept
     std::unordered_multimap<uint64_t, int> index;  // content hash -> element
   };
   void insert(int s, const int16_t* e) {
@@ -122,9 +137,10 @@ class Dictionary {
     sc.index.emplace(h, idx);
     sc.data.insert(sc.data.end(), e, e + n);
     sc.sum.push_back(sum);
-    sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
-                                     [&](int v, int i) { return v < sc.sum[static_cast<size_t>(i)]; }),
-                    idx);
+    if (sc.ordered)
+      sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
+                                       [&](int v, int i) { return v < sc.sum[static_cast<size_t>(i)]; }),
+                      idx);
   }
   static uint64_t next_id() {
     static std::atomic<uint64_t> n{0};
@@ -1036,7 +1052,9 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   const std::vector<uint8_t> src = pad(img, w, h, W, H);
   std::vector<Tile> tiles = make_tiles(W, H, p, ErrorKind::Usage);
   std::unique_ptr<PlaneState> fresh;
-  attach_state(tiles, p, state, fresh);
+  PlaneState::Impl& st = attach_state(tiles, p, state, fresh);
+  if (!p.search && !p.exhaustive)  // the CPU's pruned search
+    for (auto& d : st.dicts) d->keep_sum_order();
   for (Tile& t : tiles) {
     t.src.resize(static_cast<size_t>(t.w) * t.h);
     for (int y = 0; y < t.h; ++y)

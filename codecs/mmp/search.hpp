@@ -87,7 +87,9 @@ class LeafSearch {
   // segment. Safe to call from several threads.
   virtual void search(const LeafQuery& q, double* J, int* index) = 0;
   virtual std::string name() const = 0;
-  // True if search_block() works: the encoder then asks for whole blocks, not units.
+  // True if the backend searches whole blocks: the encoder then calls search_block() for
+  // every block instead of search() for every unit (only then; backends that return true
+  // override it).
   virtual bool searches_blocks() const { return false; }
   virtual void search_block(const BlockQuery& q, BlockChoices* out) { (void)q, (void)out; }
   // Where the search's time went, one line ("" when there is nothing to say).
