@@ -226,17 +226,6 @@ constexpr int kMaxSlots = 85;  // units of a 32x32 block's full quadtree down to
 
 // Units in an area of 2^L's full quadtree (the area's own and its quarters', pre-order).
 __host__ __device__ constexpr int subtree_units(int L) { return L <= kMinLog ? 1 : 1 + 4 * subtree_units(L - 1); }
-// search.hpp's leaf-table layout, on both sides.
-__host__ __device__ inline int scale_offset(int L, int lw, int lh) {
-  const int N = 1 << L;
-  int row = 0;
-  for (int a = 0; a <= L; ++a) row += N >> a;
-  int off = 0;
-  for (int b = 0; b < lh; ++b) off += row * (N >> b);
-  for (int a = 0; a < lw; ++a) off += (N >> a) * (N >> lh);
-  return off;
-}
-__host__ __device__ inline int table_size(int L) { return scale_offset(L, 0, L + 1); }
 // Packed choices (search.hpp's BlockChoices::code) of a 2^BL block: at most a flag per area,
 // a mode and a count per unit, and 2 N^2 - 1 nodes per unit of N^2 samples.
 __host__ __device__ constexpr int code_capacity(int BL) { return 1 + 4 * subtree_units(BL) + 2 * (1 << (2 * BL)); }
@@ -276,8 +265,15 @@ struct BlockWork {
   int32_t* out;  // code (out[0] its length), then the block's reconstruction as bytes
 };
 
-__device__ inline uint8_t& win(uint8_t* plane, const BlockConsts& c, int x, int y) {
-  return plane[(y - c.by + 1) * kWinW + (x - c.bx + 1)];
+// A unit of 2^L at (ux, uy) in the block: its reconstruction into the window, marked
+// decoded (mmp.cpp's put_unit()). All the block's threads take part.
+__device__ void put_unit(BlockConsts* c, int ux, int uy, int L, const uint8_t* recon) {
+  const int N = 1 << L;
+  for (int q = threadIdx.x; q < N * N; q += blockDim.x) {
+    const int at = (uy + (q >> L) + 1) * kWinW + ux + (q & (N - 1)) + 1;  // the window starts at (bx-1, by-1)
+    c->rec[at] = recon[q];
+    c->done[at] = 1;
+  }
 }
 
 // Every index's cost at every scale the block uses, root first down its bit tree (the
@@ -292,15 +288,16 @@ __global__ void index_costs_kernel(BlockWork w) {
   int node = 1;
   for (int b = 11; b >= 0; --b) {
     const int bit = (i >> b) & 1, p = tree[node];
-    acc = __dadd_rn(acc, w.log_table[bit ? 2048 - p : p]);
+    acc = __dadd_rn(acc, w.log_table[bit ? mmp::kProbOne - p : p]);
     node = 2 * node + bit;
   }
   w.bits[static_cast<size_t>(s) * kMaxIndex + i] = acc;
 }
 
 // A unit's 11 predictions, their ranking by J = SSE + lambda * mode bits (stable: ties in
-// mode order), and the residues of the K best. One thread block; the window is read into
-// shared memory first (the references are gathered by one thread).
+// mode order), and the residues of the K best. One thread block; the unit's references
+// (the window's row above it and column left of it) are read into shared memory first and
+// gathered by one thread.
 __global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) {
   const BlockConsts& c = *w.c;
   const int N = 1 << L, NN = N * N, B = 1 << c.BL, x = c.bx + ux, y = c.by + uy;
@@ -366,7 +363,7 @@ __global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) {
 // an area of its own, decided at once.
 __global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L, int put) {
   const BlockConsts& c = *w.c;
-  const int N = 1 << L, NN = N * N, K = c.K, table = table_size(L);
+  const int N = 1 << L, NN = N * N, K = c.K, table = mmp::leaf_table_size(L);
   const int P = max(1, min(K, kMaxTable / table));  // candidates a pass
   const double lambda = c.s.lambda;
   __shared__ double pj[kMaxTable];
@@ -377,7 +374,7 @@ __global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L,
   __shared__ int best_mode, winner;
   if (threadIdx.x < kScales) {
     const int lw = threadIdx.x % 6, lh = threadIdx.x / 6;
-    offset[threadIdx.x] = lw <= L && lh <= L ? scale_offset(L, lw, lh) : 0;
+    offset[threadIdx.x] = lw <= L && lh <= L ? mmp::leaf_scale_offset(L, lw, lh) : 0;
   }
   if (threadIdx.x < K) modes[threadIdx.x] = w.cand_mode[L][threadIdx.x];
   if (threadIdx.x == 0) best_j = CUDART_INF, best_mode = 0;
@@ -471,12 +468,7 @@ __global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L,
     w.slot_mode[slot] = best_mode;
     if (put) w.area_j[slot] = best_j;
   }
-  if (!put) return;
-  for (int q = threadIdx.x; q < NN; q += blockDim.x) {
-    const int px = q & (N - 1), py = q >> L;
-    win(w.c->rec, c, c.bx + ux + px, c.by + uy + py) = recon[q];
-    win(w.c->done, c, c.bx + ux + px, c.by + uy + py) = 1;
-  }
+  if (put) put_unit(w.c, ux, uy, L, recon);
 }
 
 // An area larger than 4x4 after its quarters: split if the split flag and the quarters'
@@ -496,13 +488,7 @@ __global__ void area_decide_kernel(BlockWork w, int slot, int ux, int uy, int L)
     w.area_j[slot] = split ? js : jl;
   }
   __syncthreads();
-  if (split) return;
-  const int N = 1 << L;
-  for (int q = threadIdx.x; q < N * N; q += blockDim.x) {
-    const int px = q & (N - 1), py = q >> L;
-    win(w.c->rec, c, c.bx + ux + px, c.by + uy + py) = w.slot_recon[static_cast<size_t>(slot) * kMaxB * kMaxB + q];
-    win(w.c->done, c, c.bx + ux + px, c.by + uy + py) = 1;
-  }
+  if (!split) put_unit(w.c, ux, uy, L, w.slot_recon + static_cast<size_t>(slot) * kMaxB * kMaxB);
 }
 
 // The block's choices in the order the encoder codes them (search.hpp's BlockChoices), and
@@ -540,8 +526,8 @@ __global__ void pack_kernel(BlockWork w) {
       segs[ns++] = {a.L, a.L, 0, 0};
       while (ns > 0) {
         const Seg g = segs[--ns];
-        const size_t at = static_cast<size_t>(a.slot) * kMaxTable + scale_offset(a.L, g.lw, g.lh) + (g.x0 >> g.lw) +
-                          (g.y0 >> g.lh) * (N >> g.lw);
+        const size_t at = static_cast<size_t>(a.slot) * kMaxTable + mmp::leaf_scale_offset(a.L, g.lw, g.lh) +
+                          (g.x0 >> g.lw) + (g.y0 >> g.lh) * (N >> g.lw);
         const int kind = w.slot_kind[at];
         out[n++] = kind << 16 | (w.slot_index[at] & 0xFFFF);
         ++nodes;

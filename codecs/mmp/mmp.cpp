@@ -194,18 +194,6 @@ struct PlaneState::Impl {
 PlaneState::PlaneState(const Params& p) : impl_(std::make_unique<Impl>(p)) {}
 PlaneState::~PlaneState() = default;
 
-int leaf_scale_offset(int L, int lw, int lh) {
-  // Scales before (lw, lh): whole rows lh' < lh, then lw' < lw in row lh.
-  const int N = 1 << L;
-  int row = 0;  // segments in one row of scales: sum over lw' of N >> lw'
-  for (int a = 0; a <= L; ++a) row += N >> a;
-  int off = 0;
-  for (int b = 0; b < lh; ++b) off += row * (N >> b);
-  for (int a = 0; a < lw; ++a) off += (N >> a) * (N >> lh);
-  return off;
-}
-int leaf_table_size(int L) { return leaf_scale_offset(L, 0, L + 1); }
-
 const char* mode_name(int mode) {
   static const char* names[kModes] = {"none", "DC", "V", "H", "plane", "DDL", "DDR", "VR", "HD", "VL", "HU"};
   return mode >= 0 && mode < kModes ? names[mode] : "?";

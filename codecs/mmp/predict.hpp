@@ -6,11 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define VFP_MMP_HD __host__ __device__
-#else
-#define VFP_MMP_HD
-#endif
+#include "codecs/mmp/device_code.hpp"
 
 namespace vfp::mmp {
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "codecs/mmp/device_code.hpp"
+
 namespace vfp::mmp {
 
 constexpr int kSearchScales = 36;  // (log2 32 + 1)^2 element scales, s = lw + 6 * lh
@@ -41,8 +43,17 @@ struct LeafQuery {
 
 // Where segment (ix, iy) of scale (lw, lh) of residue k lies in a leaf table: scales in
 // order lh = 0..L, lw = 0..L within, segments row by row (ix + iy * (N >> lw)).
-int leaf_scale_offset(int L, int lw, int lh);
-int leaf_table_size(int L);  // entries per residue
+VFP_MMP_HD inline int leaf_scale_offset(int L, int lw, int lh) {
+  // Scales before (lw, lh): whole rows lh' < lh, then lw' < lw in row lh.
+  const int N = 1 << L;
+  int row = 0;  // segments in one row of scales: sum over lw' of N >> lw'
+  for (int a = 0; a <= L; ++a) row += N >> a;
+  int off = 0;
+  for (int b = 0; b < lh; ++b) off += row * (N >> b);
+  for (int a = 0; a < lw; ++a) off += (N >> a) * (N >> lh);
+  return off;
+}
+VFP_MMP_HD inline int leaf_table_size(int L) { return leaf_scale_offset(L, 0, L + 1); }  // entries per residue
 
 // One block's whole search, for a backend that runs it where the dictionaries live (the
 // GPU): the encoder's choices for the block (the prediction tree, each unit's mode and
