@@ -37,10 +37,11 @@ constexpr int kGroup = 8;  // segments of one scale searched together: each elem
 // across the query's residues (g = k * segments_per_residue + position).
 // Large segments make a task long (its elements times their samples times the group): such
 // a task's elements are dealt to `chunks` thread blocks (element i to chunk i % (128 *
-// chunks) / 128), whose (J, index) minima a second kernel combines.
+// chunks) / 128); the last of them to finish combines their (J, index) minima.
 struct Task {
   int lw, lh, g0, count, out;  // out: the scale's offset in a residue's leaf table
   int chunk, chunks;
+  int counter;  // chunked tasks: the counter of the task's finished chunks
 };
 constexpr int kMaxChunks = 32;
 
@@ -75,7 +76,7 @@ __device__ inline double sse_of(int seg_sq, int norm, int dot) {
 // that a segment sample read from shared memory serves both.
 __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, const SearchConsts* consts,
                             const double* bits, double* out_j, int* out_i, double* part_j, int* part_i,
-                            size_t part_stride) {
+                            size_t part_stride, int* counters) {
   const Task t = tasks[blockIdx.x];
   const ScaleArgs& sc = consts->sc;
   const double lambda = consts->lambda;
@@ -140,6 +141,7 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
   __shared__ int wi[kGroup][kThreads / 32];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
+    if (g >= t.count) break;  // the same for the whole block
     for (int o = 16; o > 0; o >>= 1) {
       const double oj = __shfl_down_sync(0xffffffffu, bj[g], o);
       const int oi = __shfl_down_sync(0xffffffffu, bi[g], o);
@@ -163,6 +165,27 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
       part_i[t.chunk * part_stride + o] = i;
     }
   }
+  if (t.chunks == 1) return;
+  // The task's last chunk to finish combines the chunks' minima (a second kernel would add
+  // a launch to the block search's critical path). Its counter is left at 0 for the next
+  // search on this stream.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&counters[t.counter], 1) == t.chunks - 1;
+    if (last) counters[t.counter] = 0;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x >= t.count) return;
+  const int gg = t.g0 + threadIdx.x, k = gg / per_residue, at = gg - k * per_residue;
+  const size_t o = static_cast<size_t>(k) * table + t.out + at;
+  double j = __ldcg(&part_j[o]);
+  int i = __ldcg(&part_i[o]);
+  for (int c = 1; c < t.chunks; ++c)
+    take_min(j, i, __ldcg(&part_j[c * part_stride + o]), __ldcg(&part_i[c * part_stride + o]));
+  out_j[o] = j;
+  out_i[o] = i == INT_MAX ? -1 : i;
 }
 
 // New dictionary elements, gathered on the host into one upload: per scale, elements
@@ -191,22 +214,6 @@ __global__ void upload_kernel(const UploadItem* items, const int16_t* src) {
   it.norms[i] = sq;
 }
 
-// The chunks' minima of the chunked tasks (one thread block per task, listed once).
-__global__ void combine_kernel(const Task* tasks, int N, int table, const double* part_j, const int* part_i,
-                               size_t part_stride, double* out_j, int* out_i) {
-  const Task t = tasks[blockIdx.x];
-  const int g = threadIdx.x;
-  if (g >= t.count) return;
-  const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);
-  const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
-  const size_t o = static_cast<size_t>(k) * table + t.out + at;
-  double j = part_j[o];
-  int i = part_i[o];
-  for (int c = 1; c < t.chunks; ++c) take_min(j, i, part_j[c * part_stride + o], part_i[c * part_stride + o]);
-  out_j[o] = j;
-  out_i[o] = i == INT_MAX ? -1 : i;
-}
-
 // ---- The whole block on the device ----------------------------------------------------
 //
 // The encoder's search of one block (mmp.cpp's BlockSearch::area()) as a fixed sequence of
@@ -222,7 +229,8 @@ constexpr int kMaxB = 32;
 constexpr int kWinW = 2 * kMaxB + 1, kWinH = kMaxB + 1;  // tile (bx-1 .. bx+2B-1) x (by-1 .. by+B-1)
 constexpr int kMaxTable = 63 * 63;                       // leaf-table entries of a 32x32 unit
 constexpr int kMinLog = 2;
-constexpr int kMaxSlots = 85;  // units of a 32x32 block's full quadtree down to 4x4
+constexpr int kMaxSlots = 85;    // units of a 32x32 block's full quadtree down to 4x4
+constexpr int kMaxDiffs = 2048;  // index model nodes sent as such (a block's coding changes 12 per leaf)
 
 // Units in an area of 2^L's full quadtree (the area's own and its quarters', pre-order).
 __host__ __device__ constexpr int subtree_units(int L) { return L <= kMinLog ? 1 : 1 + 4 * subtree_units(L - 1); }
@@ -241,6 +249,12 @@ struct BlockConsts {
   uint8_t src[kMaxB * kMaxB];  // the block's source, B x B
   uint8_t rec[kWinH * kWinW];  // decoded samples around and (as the search goes) in the block
   uint8_t done[kWinH * kWinW];
+  // The index models' changes since the lane's last block: the scales whose costs are
+  // derived again, and the changed tree nodes (scale * 4096 + node) << 12 | probability
+  // (scales with more changes, or none known, were uploaded whole before the graph).
+  uint64_t probs_changed;
+  int n_diffs;
+  uint32_t diffs[kMaxDiffs];
 };
 
 // A lane's device buffers for block searches (fixed addresses: graphs capture them). The
@@ -248,7 +262,7 @@ struct BlockConsts {
 struct BlockWork {
   BlockConsts* c;
   const double* log_table;  // -log2(p / 2048), the CPU's table
-  const uint16_t* probs;    // [scale][4096] index models
+  uint16_t* probs;          // [scale][4096] index models
   double* bits;             // [scale][4096] index costs
   int* residues[6];         // the unit's candidates' residues, K x N x N
   double* leaf_j[6];        // their leaf tables, K x table
@@ -276,14 +290,29 @@ __device__ void put_unit(BlockConsts* c, int ux, int uy, int L, const uint8_t* r
   }
 }
 
-// Every index's cost at every scale the block uses, root first down its bit tree (the
-// CPU's index_costs() sums, in its order). Grid: (4096 / 256, scales of the block).
+// Every index's cost at every scale of the block whose model changed, root first down its
+// bit tree (the CPU's index_costs() sums, in its order); the other scales keep theirs. Each
+// thread block applies its scale's changed nodes to its own copy of the tree, and the first
+// also to the lane's (the others may read the lane's before or after: they apply the same
+// values). Every index gets its cost, used or not, so that a scale's costs stay valid while
+// only its dictionary grows. Grid: (4096 / 256, scales of the block).
 __global__ void index_costs_kernel(BlockWork w) {
   const BlockConsts& c = *w.c;
   const int lw = blockIdx.y % (c.BL + 1), lh = blockIdx.y / (c.BL + 1), s = lw + 6 * lh;
+  if (!((c.probs_changed >> s) & 1)) return;
+  __shared__ uint16_t tree[kMaxIndex];
+  uint16_t* lane_tree = w.probs + static_cast<size_t>(s) * kMaxIndex;
+  for (int n = threadIdx.x; n < kMaxIndex; n += blockDim.x) tree[n] = lane_tree[n];
+  __syncthreads();
+  for (int d = threadIdx.x; d < c.n_diffs; d += blockDim.x) {
+    const uint32_t v = c.diffs[d];
+    if (static_cast<int>(v >> 12) / kMaxIndex != s) continue;
+    const int node = static_cast<int>(v >> 12) % kMaxIndex;
+    tree[node] = static_cast<uint16_t>(v & 0xFFFu);
+    if (blockIdx.x == 0) lane_tree[node] = static_cast<uint16_t>(v & 0xFFFu);
+  }
+  __syncthreads();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= c.s.sc.count[s]) return;
-  const uint16_t* tree = w.probs + static_cast<size_t>(s) * kMaxIndex;
   double acc = 0;
   int node = 1;
   for (int b = 11; b >= 0; --b) {
@@ -295,17 +324,18 @@ __global__ void index_costs_kernel(BlockWork w) {
 }
 
 // A unit's 11 predictions, their ranking by J = SSE + lambda * mode bits (stable: ties in
-// mode order), and the residues of the K best. One thread block; the unit's references
-// (the window's row above it and column left of it) are read into shared memory first and
-// gathered by one thread.
-__global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) {
+// mode order), and the residues of the K best. One thread block (units up to MaxN x MaxN);
+// the unit's references (the window's row above it and column left of it) are read into
+// shared memory first and gathered by one thread.
+template <int MaxN>
+__device__ void prepare_unit(const BlockWork& w, int ux, int uy, int L) {
   const BlockConsts& c = *w.c;
   const int N = 1 << L, NN = N * N, B = 1 << c.BL, x = c.bx + ux, y = c.by + uy;
   // The references: the window's row above the unit (from its corner to 2N right of it) and
   // its column to the left.
-  __shared__ uint8_t top[2 * kMaxB + 1], top_done[2 * kMaxB + 1], left[kMaxB], src[kMaxB * kMaxB];
+  __shared__ uint8_t top[2 * MaxN + 1], top_done[2 * MaxN + 1], left[MaxN], src[MaxN * MaxN];
   __shared__ mmp::PredictionRefs refs;
-  __shared__ uint8_t pred[mmp::kModes * kMaxB * kMaxB];
+  __shared__ uint8_t pred[mmp::kModes * MaxN * MaxN];
   __shared__ long long sse[mmp::kModes];
   __shared__ int cand[mmp::kModes];
   for (int i = threadIdx.x; i <= 2 * N; i += blockDim.x)
@@ -356,19 +386,23 @@ __global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) {
   }
 }
 
+__global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) { prepare_unit<kMaxB>(w, ux, uy, L); }
+
 // A unit's segmentation for each candidate (mmp.cpp's optimise(): bottom-up over the
 // scales, a level of equal lw + lh at a time, in shared memory; as many candidates at once
 // as fit), the best candidate (J with its mode's bits; ties to the lower mode, candidates in
 // rank order) with its plan and reconstruction into the unit's slot. `put`: a 4x4 unit is
-// an area of its own, decided at once.
-__global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L, int put) {
+// an area of its own, decided at once. MaxTable: the leaf-table entries that fit in shared
+// memory.
+template <int MaxTable>
+__device__ void finish_unit(const BlockWork& w, int slot, int ux, int uy, int L, int put) {
   const BlockConsts& c = *w.c;
   const int N = 1 << L, NN = N * N, K = c.K, table = mmp::leaf_table_size(L);
-  const int P = max(1, min(K, kMaxTable / table));  // candidates a pass
+  const int P = max(1, min(K, MaxTable / table));  // candidates a pass
   const double lambda = c.s.lambda;
-  __shared__ double pj[kMaxTable];
-  __shared__ int16_t pi[kMaxTable];
-  __shared__ uint8_t pk[kMaxTable];
+  __shared__ double pj[MaxTable];
+  __shared__ int16_t pi[MaxTable];
+  __shared__ uint8_t pk[MaxTable];
   __shared__ int offset[kScales], modes[mmp::kModes];
   __shared__ double best_j;
   __shared__ int best_mode, winner;
@@ -471,10 +505,14 @@ __global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L,
   if (put) put_unit(w.c, ux, uy, L, recon);
 }
 
+__global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L) {
+  finish_unit<kMaxTable>(w, slot, ux, uy, L, 0);
+}
+
 // An area larger than 4x4 after its quarters: split if the split flag and the quarters'
 // J (summed in Z order while below the unsplit J, as the CPU does) beat the unit's J with
 // its flag; unsplit, the unit's reconstruction replaces what the quarters left.
-__global__ void area_decide_kernel(BlockWork w, int slot, int ux, int uy, int L) {
+__device__ void decide_area(const BlockWork& w, int slot, int ux, int uy, int L) {
   const BlockConsts& c = *w.c;
   __shared__ int split;
   if (threadIdx.x == 0) {
@@ -491,48 +529,105 @@ __global__ void area_decide_kernel(BlockWork w, int slot, int ux, int uy, int L)
   if (!split) put_unit(w.c, ux, uy, L, w.slot_recon + static_cast<size_t>(slot) * kMaxB * kMaxB);
 }
 
+// One link of a block's chain of 4x4 units, the critical path of its search: what writes
+// the window runs here, in the CPU's order, in one launch. A 4x4 unit's choice and its put;
+// the areas this unit completes, innermost first (each after its own unit's finish, on
+// another stream, which the launch waits for); the prediction of the next 4x4 unit, which
+// reads what these wrote.
+struct ChainLink {
+  int slot, ux, uy;
+  int decides;
+  int d_slot[3], d_ux[3], d_uy[3], d_L[3];
+  int next, next_ux, next_uy;
+};
+constexpr int kSmallTable = 7 * 7;  // leaf-table entries of a 4x4 unit
+
+__global__ void chain_kernel(BlockWork w, ChainLink a) {
+  finish_unit<kSmallTable * kMaxResidues>(w, a.slot, a.ux, a.uy, kMinLog, 1);
+  for (int d = 0; d < a.decides; ++d) {
+    __syncthreads();
+    decide_area(w, a.d_slot[d], a.d_ux[d], a.d_uy[d], a.d_L[d]);
+  }
+  if (a.next) {
+    __syncthreads();
+    prepare_unit<1 << kMinLog>(w, a.next_ux, a.next_uy, kMinLog);
+  }
+}
+
 // The block's choices in the order the encoder codes them (search.hpp's BlockChoices), and
-// its reconstruction.
+// its reconstruction. The walk is serial: what it reads (the decisions, the chosen units'
+// plans) is brought into shared memory by all threads first, so that the walk does not wait
+// on global memory at every step.
 __global__ void pack_kernel(BlockWork w) {
   const BlockConsts& c = *w.c;
-  const int BL = c.BL, B = 1 << BL;
+  const int BL = c.BL, B = 1 << BL, slots = subtree_units(BL);
+  constexpr int kMaxUnits = 1 << (2 * (5 - kMinLog));  // 4x4 units of a 32x32 block
+  __shared__ uint8_t split[kMaxSlots];
+  __shared__ int mode[kMaxSlots];
+  __shared__ int item[kMaxSlots];  // coding order: -1 - flag for an area's split flag, else a unit
+  __shared__ int unit_slot[kMaxUnits], unit_L[kMaxUnits], unit_base[kMaxUnits];
+  __shared__ int items, units;
+  __shared__ uint8_t kind[kMaxTable];   // the chosen units' plans, one after another (they fit:
+  __shared__ int16_t index[kMaxTable];  // a plan has at most 3.9 entries a sample)
+  for (int i = threadIdx.x; i < slots; i += blockDim.x) split[i] = w.area_split[i], mode[i] = w.slot_mode[i];
+  __syncthreads();
   if (threadIdx.x == 0) {
-    int32_t* out = w.out + 1;
-    int n = 0;
     struct AreaAt {
       int slot, L;
     } areas[4 * 4 + 1];
-    int na = 0;
+    int na = 0, ni = 0, nu = 0, base = 0;
     areas[na++] = {0, BL};
     while (na > 0) {
       const AreaAt a = areas[--na];
       if (a.L > kMinLog) {
-        const int split = w.area_split[a.slot];
-        out[n++] = split;
-        if (split) {
+        item[ni++] = -1 - split[a.slot];
+        if (split[a.slot]) {
           const int sub = subtree_units(a.L - 1);
           for (int q = 3; q >= 0; --q) areas[na++] = {a.slot + 1 + q * sub, a.L - 1};
           continue;
         }
       }
-      out[n++] = w.slot_mode[a.slot];
+      unit_slot[nu] = a.slot, unit_L[nu] = a.L, unit_base[nu] = base;
+      base += mmp::leaf_table_size(a.L);
+      item[ni++] = nu++;
+    }
+    items = ni, units = nu;
+  }
+  __syncthreads();
+  for (int u = 0; u < units; ++u) {
+    const size_t from = static_cast<size_t>(unit_slot[u]) * kMaxTable;
+    for (int i = threadIdx.x; i < mmp::leaf_table_size(unit_L[u]); i += blockDim.x) {
+      kind[unit_base[u] + i] = w.slot_kind[from + i];
+      index[unit_base[u] + i] = w.slot_index[from + i];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* out = w.out + 1;
+    int n = 0;
+    for (int it = 0; it < items; ++it) {
+      if (item[it] < 0) {
+        out[n++] = -1 - item[it];
+        continue;
+      }
+      const int u = item[it], L = unit_L[u], N = 1 << L;
+      out[n++] = mode[unit_slot[u]];
       const int count_at = n++;
       int nodes = 0;
-      const int N = 1 << a.L;
       struct Seg {
         int lw, lh, x0, y0;
       } segs[2 * 5 + 2];
       int ns = 0;
-      segs[ns++] = {a.L, a.L, 0, 0};
+      segs[ns++] = {L, L, 0, 0};
       while (ns > 0) {
         const Seg g = segs[--ns];
-        const size_t at = static_cast<size_t>(a.slot) * kMaxTable + mmp::leaf_scale_offset(a.L, g.lw, g.lh) +
-                          (g.x0 >> g.lw) + (g.y0 >> g.lh) * (N >> g.lw);
-        const int kind = w.slot_kind[at];
-        out[n++] = kind << 16 | (w.slot_index[at] & 0xFFFF);
+        const int at =
+            unit_base[u] + mmp::leaf_scale_offset(L, g.lw, g.lh) + (g.x0 >> g.lw) + (g.y0 >> g.lh) * (N >> g.lw);
+        const int k = kind[at];
+        out[n++] = k << 16 | (index[at] & 0xFFFF);
         ++nodes;
-        if (kind == 0) continue;
-        if (kind == 1 && g.lw > 0) {  // the left half is coded first
+        if (k == 0) continue;
+        if (k == 1 && g.lw > 0) {  // the left half is coded first
           segs[ns++] = {g.lw - 1, g.lh, g.x0 + (1 << (g.lw - 1)), g.y0};
           segs[ns++] = {g.lw - 1, g.lh, g.x0, g.y0};
         } else if (g.lh > 0) {
@@ -601,6 +696,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       }
       lane.costs_id = q.costs_id;
       lane.costs_L = q.L;
+      std::fill(std::begin(lane.probs_stamp), std::end(lane.probs_stamp), 0);  // block searches' costs overwritten
     }
     const size_t res_bytes = sizeof(int) * static_cast<size_t>(q.K) * N * N;
     const size_t out = static_cast<size_t>(q.K) * table;
@@ -665,21 +761,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         bc->rec[wy * kWinW + wx] = in ? q.rec[o] : 0;
         bc->done[wy * kWinW + wx] = in ? q.done[o] : 0;
       }
-    const int used = BL + 6 * BL + 1;  // scales 0 .. (BL, BL), those of larger lw unused
-    uint16_t* probs = reinterpret_cast<uint16_t*>(lane.stage_probs.get());
-    for (int lh = 0; lh <= BL; ++lh)
-      for (int lw = 0; lw <= BL; ++lw) {
-        const int s = lw + 6 * lh;
-        std::memcpy(probs + static_cast<size_t>(s) * kMaxIndex, q.index_probs[static_cast<size_t>(s)],
-                    sizeof(uint16_t) * kMaxIndex);
-      }
+    send_model_changes(q, BL, lane, bc);
     lane.costs_id = 0;  // the unit search's costs cache no longer holds
     lane.kernel_start.record(st);
     if (how_ == MmpGpuSearch::Blocks) {
       cudaGraphExec_t& g = lane.graphs[BL][K];
       if (!g) {
         VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        enqueue_block(lane, BL, K, used, st);
+        enqueue_block(lane, BL, K, st);
         cudaGraph_t graph = nullptr;
         VFP_CUDA(cudaStreamEndCapture(st, &graph));
         const cudaError_t e = cudaGraphInstantiate(&g, graph, 0);
@@ -688,7 +777,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       }
       VFP_CUDA(cudaGraphLaunch(g, st));
     } else {
-      enqueue_block(lane, BL, K, used, st);
+      enqueue_block(lane, BL, K, st);
     }
     lane.kernel_end.record(st);
     lane.stream.synchronize();
@@ -703,6 +792,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     ++calls_;
     ++blocks_;
   }
+
+  double device_seconds() const override { return static_cast<double>(kernel_ns_.load()) * 1e-9; }
 
   std::string stats() const override {
     const int64_t n = calls_.load();
@@ -760,10 +851,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // units of each size run on a stream of their own.
   struct Level {
     Stream stream;
-    DeviceBuffer residues, out_j, out_i, part_j, part_i;
+    DeviceBuffer residues, out_j, out_i, part_j, part_i, counters;
     DeviceBuffer cand_pred{static_cast<size_t>(kMaxResidues) * kMaxB * kMaxB, "MMP block search"};
     DeviceBuffer cand_mode{sizeof(int) * kMaxResidues, "MMP block search"};
-    RawEvent prepared, end;
+    RawEvent prepared, finished, end;
   };
   struct Lane {
     Stream stream;
@@ -776,7 +867,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     int costs_L = 0;
     Event kernel_start, kernel_end;
     // Whole blocks: inputs and outputs through pinned staging, the work buffers, the graphs.
-    Pinned stage_block{sizeof(BlockConsts)}, stage_probs{sizeof(uint16_t) * kScales * kMaxIndex}, stage_out{kOutBytes};
+    Pinned stage_block{sizeof(BlockConsts)}, stage_out{kOutBytes};
+    // The index models as the lane's device copy holds them, per scale with the stamp they
+    // had (search.hpp's BlockQuery::index_stamp; 0: not known).
+    Pinned stage_probs{sizeof(uint16_t) * kScales * kMaxIndex};
+    uint64_t probs_stamp[kScales] = {};
     DeviceBuffer block_consts{sizeof(BlockConsts), "MMP block search"};
     DeviceBuffer probs{sizeof(uint16_t) * kScales * kMaxIndex, "MMP block search"};
     DeviceBuffer slot_j{sizeof(double) * kMaxSlots, "MMP block search"};
@@ -787,7 +882,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer area_j{sizeof(double) * kMaxSlots, "MMP block search"};
     DeviceBuffer area_split{kMaxSlots, "MMP block search"};
     DeviceBuffer out{kOutBytes, "MMP block search"};
-    RawEvent put, fork;
+    RawEvent put;
     GraphExecs graphs;
     std::unique_ptr<Pinned> stage_upload;  // new dictionary elements
     size_t stage_upload_bytes = 0;
@@ -795,8 +890,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   };
 
   struct TaskList {
-    DeviceBuffer buf, combine;  // the leaf kernel's tasks; the chunked ones, once each
-    int count = 0, combine_count = 0, max_chunks = 1;
+    DeviceBuffer buf;                            // the leaf kernel's tasks
+    int count = 0, chunked = 0, max_chunks = 1;  // chunked: tasks dealt to several blocks
   };
 
   Lane& lane() {  // under mu_
@@ -815,15 +910,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     bool moved = grow(lv.residues, res_bytes, "MMP residues");
     moved |= grow(lv.out_j, out * sizeof(double), "MMP leaf table");
     moved |= grow(lv.out_i, lv.out_j.size() / sizeof(double) * sizeof(int), "MMP leaf table");
-    if (tasks.combine_count) {
+    if (tasks.chunked) {
       const size_t stride = lv.out_j.size() / sizeof(double);
       moved |= grow(lv.part_j, stride * tasks.max_chunks * sizeof(double), "MMP partial leaf tables");
       moved |= grow(lv.part_i, stride * tasks.max_chunks * sizeof(int), "MMP partial leaf tables");
+      if (grow(lv.counters, sizeof(int) * tasks.chunked, "MMP chunk counters")) {
+        VFP_CUDA(cudaMemset(lv.counters.get(), 0, lv.counters.size()));
+        moved = true;
+      }
     }
     if (moved) lane.graphs.clear();
   }
 
-  // The leaf kernel (and the combine kernel of chunked tasks) for the residues of size 2^L.
+  // The leaf kernel for the residues of size 2^L.
   void enqueue_leaf_search(Lane& lane, const TaskList& tasks, int L, const SearchConsts* consts, StreamHandle st) {
     Level& lv = lane.levels[L];
     const int N = 1 << L, table = mmp::leaf_table_size(L);
@@ -832,22 +931,15 @@ class GpuLeafSearch final : public mmp::LeafSearch {
            reinterpret_cast<const Task*>(tasks.buf.get()), reinterpret_cast<const int*>(lv.residues.get()), N, table,
            consts, reinterpret_cast<const double*>(lane.bits.get()), reinterpret_cast<double*>(lv.out_j.get()),
            reinterpret_cast<int*>(lv.out_i.get()), reinterpret_cast<double*>(lv.part_j.get()),
-           reinterpret_cast<int*>(lv.part_i.get()), out);
+           reinterpret_cast<int*>(lv.part_i.get()), out, reinterpret_cast<int*>(lv.counters.get()));
     VFP_CUDA_LAUNCHED("mmp leaf_kernel");
-    if (tasks.combine_count) {
-      launch(combine_kernel, dim3(static_cast<unsigned>(tasks.combine_count)), dim3(32), st,
-             reinterpret_cast<const Task*>(tasks.combine.get()), N, table,
-             reinterpret_cast<const double*>(lv.part_j.get()), reinterpret_cast<const int*>(lv.part_i.get()), out,
-             reinterpret_cast<double*>(lv.out_j.get()), reinterpret_cast<int*>(lv.out_i.get()));
-      VFP_CUDA_LAUNCHED("mmp combine_kernel");
-    }
   }
 
   BlockWork work(Lane& l) const {
     BlockWork w{};
     w.c = reinterpret_cast<BlockConsts*>(l.block_consts.get());
     w.log_table = reinterpret_cast<const double*>(log_table_.get());
-    w.probs = reinterpret_cast<const uint16_t*>(l.probs.get());
+    w.probs = reinterpret_cast<uint16_t*>(l.probs.get());
     w.bits = reinterpret_cast<double*>(l.bits.get());
     for (int L = kMinLog; L <= 5; ++L) {
       Level& lv = l.levels[L];
@@ -868,60 +960,146 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return w;
   }
 
+  // The index models' changes since the lane's last block into the block's constants: the
+  // scales whose stamp moved, and their changed nodes (found against the lane's copy).
+  // Scales of unknown content or too many changes go up whole before the graph, in one copy
+  // from the first to the last of them (the lane's copy of the scales between is what the
+  // device holds).
+  static void send_model_changes(const mmp::BlockQuery& q, int BL, Lane& lane, BlockConsts* bc) {
+    bc->probs_changed = 0;
+    bc->n_diffs = 0;
+    int first_whole = kScales, last_whole = -1;
+    uint16_t* copy = reinterpret_cast<uint16_t*>(lane.stage_probs.get());
+    for (int lh = 0; lh <= BL; ++lh)
+      for (int lw = 0; lw <= BL; ++lw) {
+        const int s = lw + 6 * lh;
+        const uint64_t stamp = q.index_stamp[static_cast<size_t>(s)];
+        if (stamp != 0 && stamp == lane.probs_stamp[s]) continue;
+        bc->probs_changed |= uint64_t{1} << s;
+        const uint16_t* now = q.index_probs[static_cast<size_t>(s)];
+        uint16_t* had = copy + static_cast<size_t>(s) * kMaxIndex;
+        const int before = bc->n_diffs;
+        bool whole = lane.probs_stamp[s] == 0;
+        for (int n = 0; n < kMaxIndex && !whole; n += 4) {
+          uint64_t a, b;  // four nodes at a time: most are unchanged
+          std::memcpy(&a, now + n, sizeof a);
+          std::memcpy(&b, had + n, sizeof b);
+          if (a == b) continue;
+          for (int k = n; k < n + 4; ++k)
+            if (now[k] != had[k]) {
+              if (bc->n_diffs == kMaxDiffs) {
+                whole = true;
+                break;
+              }
+              bc->diffs[bc->n_diffs++] = static_cast<uint32_t>(s * kMaxIndex + k) << 12 | now[k];
+            }
+        }
+        std::memcpy(had, now, sizeof(uint16_t) * kMaxIndex);
+        if (whole) {
+          bc->n_diffs = before;
+          first_whole = std::min(first_whole, s), last_whole = s;
+        }
+        lane.probs_stamp[s] = stamp;
+      }
+    if (last_whole >= 0) {
+      const size_t at = sizeof(uint16_t) * kMaxIndex * static_cast<size_t>(first_whole);
+      memcpy_h2d_async(lane.probs.get() + at, reinterpret_cast<uint8_t*>(copy) + at,
+                       sizeof(uint16_t) * kMaxIndex * static_cast<size_t>(last_whole - first_whole + 1),
+                       lane.stream.get());
+    }
+  }
+
+  // One step of the block's search in BlockSearch::area()'s order over the full quadtree.
+  struct Op {
+    enum Kind { Prepare, Leaf, Finish, Decide } kind;
+    int L, slot, ux, uy;
+    bool linked = false;  // a 4x4 unit's prepare, run by the chain link before it
+  };
+  static void area_ops(std::vector<Op>* ops, int slot, int ux, int uy, int L) {
+    ops->push_back({Op::Prepare, L, slot, ux, uy});
+    ops->push_back({Op::Leaf, L, slot, ux, uy});
+    ops->push_back({Op::Finish, L, slot, ux, uy});
+    if (L == kMinLog) return;
+    const int half = 1 << (L - 1), sub = subtree_units(L - 1);
+    for (int q = 0; q < 4; ++q) area_ops(ops, slot + 1 + q * sub, ux + (q & 1) * half, uy + (q >> 1) * half, L - 1);
+    ops->push_back({Op::Decide, L, slot, ux, uy});
+  }
+
   // One block's work, in BlockSearch::area()'s order over the full quadtree: the inputs up,
   // the index costs, per area its unit (prediction and ranking, leaf search, segmentation
   // and choice), its quarters, its decision; the choices down. Nothing here waits on the
   // host, so it can be captured as a graph.
   //
-  // Units of each size run on their own stream, ordered by what they share: a unit reads the
-  // window as the last write before it in the CPU's order left it (each 4x4 unit's and each
-  // decision's write is the `put` event), and a write waits until every unit before it has
-  // read the window. So the larger units' searches overlap the chain of 4x4 units.
-  void enqueue_block(Lane& lane, int BL, int K, int used_scales, StreamHandle st) {
+  // Every write to the window (a 4x4 unit's put, an area's decision) runs on the 4x4 units'
+  // stream, in chain links (chain_kernel): the 4x4 unit's choice, the decisions it
+  // completes, the next 4x4 unit's prediction. Units of each larger size run on a stream of
+  // their own: a unit's prediction reads the window after the last write before it in the
+  // CPU's order (the `put` event), a write waits until every unit before it has read the
+  // window (their `prepared` events), and a decision waits for its unit's choice (its
+  // `finished` event). So the larger units' searches overlap the chain of 4x4 units.
+  void enqueue_block(Lane& lane, int BL, int K, StreamHandle st) {
     const BlockWork w = work(lane);
     memcpy_h2d_async(lane.block_consts.get(), lane.stage_block.get(), sizeof(BlockConsts), st);
-    memcpy_h2d_async(lane.probs.get(), lane.stage_probs.get(), sizeof(uint16_t) * kMaxIndex * used_scales, st);
     index_costs_kernel<<<dim3(kMaxIndex / 256, static_cast<unsigned>((BL + 1) * (BL + 1))), 256, 0, st>>>(w);
     VFP_CUDA_LAUNCHED("mmp index_costs_kernel");
     VFP_CUDA(cudaEventRecord(lane.put.e, st));
+    for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lane.levels[L].stream.get(), lane.put.e, 0));
     const auto consts = reinterpret_cast<const SearchConsts*>(lane.block_consts.get());  // BlockConsts starts with them
+    std::vector<Op> ops;
+    area_ops(&ops, 0, 0, 0, BL);
+    const StreamHandle chain = lane.levels[kMinLog].stream.get();
     bool prepared[6] = {};
-    const auto before_write = [&](StreamHandle s) {  // every unit enqueued so far has read the window
-      VFP_CUDA(cudaStreamWaitEvent(s, lane.put.e, 0));
-      for (int L = kMinLog; L <= BL; ++L)
-        if (prepared[L]) VFP_CUDA(cudaStreamWaitEvent(s, lane.levels[L].prepared.e, 0));
-    };
-    const auto area = [&](auto&& self, int slot, int ux, int uy, int L) -> void {
-      Level& lv = lane.levels[L];
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      Level& lv = lane.levels[op.L];
       const StreamHandle s = lv.stream.get();
-      VFP_CUDA(cudaStreamWaitEvent(s, lane.put.e, 0));
-      launch(unit_prepare_kernel, dim3(1), dim3(256), s, w, ux, uy, L);
-      VFP_CUDA_LAUNCHED("mmp unit_prepare_kernel");
-      VFP_CUDA(cudaEventRecord(lv.prepared.e, s));
-      prepared[L] = true;
-      enqueue_leaf_search(lane, tasks_[L][K], L, consts, s);
-      if (L == kMinLog) before_write(s);
-      launch(unit_finish_kernel, dim3(1), dim3(256), s, w, slot, ux, uy, L, L == kMinLog ? 1 : 0);
-      VFP_CUDA_LAUNCHED("mmp unit_finish_kernel");
-      if (L == kMinLog) {
-        VFP_CUDA(cudaEventRecord(lane.put.e, s));
-        return;
+      if (op.kind == Op::Prepare) {
+        if (op.linked) continue;
+        VFP_CUDA(cudaStreamWaitEvent(s, lane.put.e, 0));
+        launch(unit_prepare_kernel, dim3(1), dim3(256), s, w, op.ux, op.uy, op.L);
+        VFP_CUDA_LAUNCHED("mmp unit_prepare_kernel");
+        if (op.L > kMinLog) {  // the chain's own units are read in stream order
+          VFP_CUDA(cudaEventRecord(lv.prepared.e, s));
+          prepared[op.L] = true;
+        }
+      } else if (op.kind == Op::Leaf) {
+        enqueue_leaf_search(lane, tasks_[op.L][K], op.L, consts, s);
+      } else if (op.kind == Op::Finish && op.L > kMinLog) {
+        launch(unit_finish_kernel, dim3(1), dim3(256), s, w, op.slot, op.ux, op.uy, op.L);
+        VFP_CUDA_LAUNCHED("mmp unit_finish_kernel");
+        VFP_CUDA(cudaEventRecord(lv.finished.e, s));
+      } else if (op.kind == Op::Finish) {  // a 4x4 unit: a chain link
+        ChainLink link{};
+        link.slot = op.slot, link.ux = op.ux, link.uy = op.uy;
+        size_t j = i + 1;
+        for (; j < ops.size() && ops[j].kind == Op::Decide; ++j) {  // every decision follows a 4x4 unit's
+          const Op& d = ops[j];
+          const int n = link.decides++;
+          link.d_slot[n] = d.slot, link.d_ux[n] = d.ux, link.d_uy[n] = d.uy, link.d_L[n] = d.L;
+          VFP_CUDA(cudaStreamWaitEvent(chain, lane.levels[d.L].finished.e, 0));
+        }
+        for (size_t k = j; k < ops.size(); ++k)  // no write comes between: only larger units' steps
+          if (ops[k].kind == Op::Prepare && ops[k].L == kMinLog) {
+            ops[k].linked = true;
+            link.next = 1, link.next_ux = ops[k].ux, link.next_uy = ops[k].uy;
+            break;
+          }
+        for (int L = kMinLog + 1; L <= BL; ++L)
+          if (prepared[L]) VFP_CUDA(cudaStreamWaitEvent(chain, lane.levels[L].prepared.e, 0));
+        launch(chain_kernel, dim3(1), dim3(256), chain, w, link);
+        VFP_CUDA_LAUNCHED("mmp chain_kernel");
+        VFP_CUDA(cudaEventRecord(lane.put.e, chain));
+        i = j - 1;
+      } else {
+        throw Error(ErrorKind::Gpu, "MMP GPU search: an area decided outside the chain");  // unreachable
       }
-      const int half = 1 << (L - 1), sub = subtree_units(L - 1);
-      for (int q = 0; q < 4; ++q) self(self, slot + 1 + q * sub, ux + (q & 1) * half, uy + (q >> 1) * half, L - 1);
-      before_write(s);
-      launch(area_decide_kernel, dim3(1), dim3(256), s, w, slot, ux, uy, L);
-      VFP_CUDA_LAUNCHED("mmp area_decide_kernel");
-      VFP_CUDA(cudaEventRecord(lane.put.e, s));
-    };
-    VFP_CUDA(cudaEventRecord(lane.fork.e, st));
-    for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lane.levels[L].stream.get(), lane.fork.e, 0));
-    area(area, 0, 0, 0, BL);
-    const StreamHandle last = lane.levels[BL].stream.get();
-    launch(pack_kernel, dim3(1), dim3(256), last, w);
+    }
+    // The last link made the root's decision, after every unit's choice: the chain has
+    // everything the packing reads.
+    launch(pack_kernel, dim3(1), dim3(256), chain, w);
     VFP_CUDA_LAUNCHED("mmp pack_kernel");
     memcpy_d2h_async(lane.stage_out.get(), lane.out.get(), sizeof(int32_t) * code_capacity(BL) + (1u << (2 * BL)),
-                     last);
+                     chain);
     for (int L = kMinLog; L <= BL; ++L) {  // every stream joins the block's stream again
       VFP_CUDA(cudaEventRecord(lane.levels[L].end.e, lane.levels[L].stream.get()));
       VFP_CUDA(cudaStreamWaitEvent(st, lane.levels[L].end.e, 0));
@@ -941,27 +1119,24 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // elements, 2^lw x 2^lh samples, times the group's segments). The largest scales first,
     // so that their many blocks do not start last.
     const int group = std::clamp(K * mmp::leaf_table_size(L) / 256, 1, kGroup);
-    std::vector<Task> combine;
+    // A 4x4 unit's search is on the block's critical path (its units form a chain): its
+    // tasks are dealt finer, a block per 4 samples (docs/perf.md, MMP log).
+    const int per_block = L == kMinLog ? 4 : 32;
     for (int lh = L; lh >= 0; --lh)
       for (int lw = L; lw >= 0; --lw) {
         const int segments = K * (N >> lw) * (N >> lh), out = mmp::leaf_scale_offset(L, lw, lh);
         for (int g0 = 0; g0 < segments; g0 += group) {
           const int count = std::min(group, segments - g0);
-          const int chunks = std::clamp((1 << (lw + lh)) * count / 32, 1, kMaxChunks);
-          for (int c = 0; c < chunks; ++c) tasks.push_back({lw, lh, g0, count, out, c, chunks});
-          if (chunks > 1) combine.push_back(tasks.back());
+          const int chunks = std::clamp((1 << (lw + lh)) * count / per_block, 1, kMaxChunks);
+          for (int c = 0; c < chunks; ++c) tasks.push_back({lw, lh, g0, count, out, c, chunks, tl.chunked});
+          if (chunks > 1) ++tl.chunked;
           tl.max_chunks = std::max(tl.max_chunks, chunks);
         }
       }
     tl.buf = DeviceBuffer(tasks.size() * sizeof(Task), "MMP search tasks");
     memcpy_h2d_async(tl.buf.get(), tasks.data(), tasks.size() * sizeof(Task), st);
-    if (!combine.empty()) {
-      tl.combine = DeviceBuffer(combine.size() * sizeof(Task), "MMP search tasks");
-      memcpy_h2d_async(tl.combine.get(), combine.data(), combine.size() * sizeof(Task), st);
-    }
     VFP_CUDA(cudaStreamSynchronize(st));
     tl.count = static_cast<int>(tasks.size());
-    tl.combine_count = static_cast<int>(combine.size());
     return tl;
   }
 

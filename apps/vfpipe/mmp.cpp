@@ -97,6 +97,9 @@ int mmp_encode_command(const MmpArgs& a) {
     ++n;
   }
   w.close();
+  if (n > 0)
+    std::fprintf(stderr, "encoder time per frame (summed over threads): %s\n",
+                 total.breakdown(static_cast<double>(n)).c_str());
   if (p.search && !p.search->stats().empty())
     std::fprintf(stderr, "search on %s: %s\n", p.search->name().c_str(), p.search->stats().c_str());
   std::fprintf(stderr, "%s: %lld frames %s, lambda %g: %.4f bpp, PSNR %.2f dB, %.2f s per frame (search on %s)\n",

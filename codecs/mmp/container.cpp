@@ -8,6 +8,7 @@
 #include <tbb/task_group.h>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace vfp::mmp {
 
@@ -73,6 +74,11 @@ namespace {}  // namespace
 
 double FrameStats::psnr() const {
   return sse <= 0 ? 99.0 : 10 * std::log10(255.0 * 255.0 * static_cast<double>(samples) / sse);
+}
+
+std::string FrameStats::breakdown(double frames) const {
+  return log::format("search %.3f s, coding %.3f s, dictionary updates %.3f s, post-filter %.3f s", search_s / frames,
+                     coding_s / frames, learning_s / frames, post_filter_s / frames);
 }
 
 Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) : path_(path), spec_(spec), params_(p) {
@@ -165,6 +171,8 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
     st.bits += 8.0 * (4 + r.bytes.size());  // with the container's length field
     st.sse += r.sse;
     st.samples += static_cast<int64_t>(w) * h;
+    st.search_s += r.search_s, st.coding_s += r.coding_s, st.learning_s += r.learning_s;
+    st.post_filter_s += r.post_filter_s;
     if (recon)
       for (int y = 0; y < h; ++y)
         std::memcpy(recon->row(p, y), &r.recon[static_cast<size_t>(y) * w], static_cast<size_t>(w));

@@ -15,6 +15,7 @@
 #include "codecs/mmp/range_coder.hpp"
 #include "codecs/mmp/search.hpp"
 #include "core/error.hpp"
+#include "core/frame.hpp"
 #include "core/log.hpp"
 #include "core/parallel.hpp"
 
@@ -29,7 +30,6 @@ constexpr int kIndexBits = 12, kModeBits = 4;
 constexpr int kMinLog = 2;  // smallest prediction unit: 4x4
 
 int scale_of(int lw, int lh) { return lw + (kMaxLog + 1) * lh; }
-int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // The scale transform of an element into `out` (resize_element()'s arithmetic).
 void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out);
@@ -120,21 +120,48 @@ class Dictionary {
     int size = 1, count = 0;
     std::vector<int16_t> data;
     std::vector<int> sum, order;
-    bool ordered = false;                          // `order` is kept
-    std::unordered_multimap<uint64_t, int> index;  // content hash -> element
+    bool ordered = false;  // `order` is kept
+    // The duplicate check: each element's content hash, and an open-addressed table of
+    // element index + 1 (0: empty) by hash, at most half full.
+    std::vector<uint64_t> hash;
+    std::vector<int> table;
   };
   void insert(int s, const int16_t* e) {
     Scale& sc = scales_[static_cast<size_t>(s)];
     if (sc.count >= max_) return;
     const size_t n = static_cast<size_t>(sc.size);
-    uint64_t h = 1469598103934665603ull;
+    // The content hash only finds candidates (they are compared): any mixing will do, and
+    // four samples a step is fast.
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
     int sum = 0;
-    for (size_t k = 0; k < n; ++k) h = (h ^ static_cast<uint16_t>(e[k])) * 1099511628211ull, sum += e[k];
-    auto range = sc.index.equal_range(h);
-    for (auto it = range.first; it != range.second; ++it)
-      if (std::equal(e, e + n, elem(s, it->second))) return;
+    size_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+      uint64_t word;
+      std::memcpy(&word, e + k, sizeof word);
+      h = (h ^ word) * 0xFF51AFD7ED558CCDull;
+      h ^= h >> 32;
+    }
+    for (; k < n; ++k) h = (h ^ static_cast<uint16_t>(e[k])) * 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 29;
+    for (k = 0; k < n; ++k) sum += e[k];
+    if (2 * (static_cast<size_t>(sc.count) + 1) > sc.table.size()) {  // double the table
+      std::vector<int> bigger(std::max<size_t>(64, 2 * sc.table.size()), 0);
+      for (int i = 0; i < sc.count; ++i) {
+        size_t at = sc.hash[static_cast<size_t>(i)] & (bigger.size() - 1);
+        while (bigger[at]) at = (at + 1) & (bigger.size() - 1);
+        bigger[at] = i + 1;
+      }
+      sc.table.swap(bigger);
+    }
+    const size_t mask = sc.table.size() - 1;
+    size_t at = h & mask;
+    for (; sc.table[at]; at = (at + 1) & mask) {
+      const int i = sc.table[at] - 1;
+      if (sc.hash[static_cast<size_t>(i)] == h && std::equal(e, e + n, elem(s, i))) return;
+    }
     const int idx = sc.count++;
-    sc.index.emplace(h, idx);
+    sc.table[at] = idx + 1;
+    sc.hash.push_back(h);
     sc.data.insert(sc.data.end(), e, e + n);
     sc.sum.push_back(sum);
     if (sc.ordered)
@@ -151,14 +178,28 @@ class Dictionary {
   std::array<Scale, kScales> scales_;
 };
 
+uint64_t next_stamp() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
+
 struct Models {
   // Indexed by unit size: [L - kMinLog] for 4x4 .. 32x32 units; splits exist from 8x8 up.
   std::array<std::array<Prob, 1 << kModeBits>, kMaxLog - kMinLog + 1> mode{};
   std::array<Prob, kMaxLog - kMinLog> psplit{};  // [L - kMinLog - 1]
   std::array<Prob, kScales> split{}, dir{};
   std::array<std::vector<Prob>, kScales> index;
+  // A new value (unique in the process) whenever a scale's index model may have changed:
+  // a search backend that keeps a copy of the models sends only what changed
+  // (search.hpp's BlockQuery::index_stamp).
+  std::array<uint64_t, kScales> index_stamp{};
   Models() {
     for (auto& t : index) t.assign(size_t(1) << kIndexBits, Prob{});
+    touch_all();
+  }
+  void touch(int s) { index_stamp[static_cast<size_t>(s)] = next_stamp(); }
+  void touch_all() {
+    for (int s = 0; s < kScales; ++s) touch(s);
   }
 };
 
@@ -662,9 +703,10 @@ void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& 
       out.bit(m.split[static_cast<size_t>(s)], *kind != 0);
       if (*kind != 0 && lw > 0 && lh > 0) out.bit(m.dir[static_cast<size_t>(s)], *kind == 2);
     }
-    if (*kind == 0)
+    if (*kind == 0) {
       out.tree(m.index[static_cast<size_t>(s)].data(), kIndexBits, static_cast<uint32_t>(*index));
-    else
+      if (!out.ov) m.touch(s);  // shared models change only when the round is replayed
+    } else
       ++res.splits[*kind - 1];
   };
   Learned l{1 << L, std::vector<int>(static_cast<size_t>(1) << (2 * L)), {}};
@@ -741,9 +783,11 @@ void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundSta
       std::vector<NewElement> batch;
       for (int k = 0; k < t.blocks; ++k) {
         code(t, k, false);
+        const int64_t t0 = now_ns();
         batch.clear();
         collect(t.learned, batch);
         t.dict->add(batch);
+        t.stats.learning_s += 1e-9 * static_cast<double>(now_ns() - t0);
       }
     });
     return;
@@ -759,11 +803,15 @@ void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundSta
       if (k < tiles[static_cast<size_t>(i)].blocks) active.push_back(i);
     round_start(k);
     for_tiles(active, [&](int i) { code(tiles[static_cast<size_t>(i)], k, shared_models); });
+    const int64_t t0 = now_ns();
     batch.clear();
     for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
     tiles[0].dict->add(batch);
-    if (shared_models)
+    if (shared_models) {
       for (int i : active) replay(tiles[static_cast<size_t>(i)].overlay);
+      tiles[0].models->touch_all();  // the tiles share one model set
+    }
+    tiles[0].stats.learning_s += 1e-9 * static_cast<double>(now_ns() - t0);
   }
 }
 
@@ -787,6 +835,7 @@ void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params&
       const size_t s = static_cast<size_t>(scale_of(lw, lh));
       q.scales[s] = d.view(static_cast<int>(s));
       q.index_probs[s] = reinterpret_cast<const uint16_t*>(m.index[s].data());
+      q.index_stamp[s] = m.index_stamp[s];
       q.leaf_bits[s] = leaf_flag_bits(m, lw, lh);
       q.split_bits[s] = lw + lh > 0 ? bit_cost(m.split[s], 1) : 0;
       q.dir_bits[s] = {bit_cost(m.dir[s], 0), bit_cost(m.dir[s], 1)};
@@ -841,16 +890,20 @@ void encode_block(Tile& t, int k, bool shared, const IndexCosts* ic, const Param
   const int BL = p.block_log, B = 1 << BL;
   const int bx = (k % t.blocks_x) * B, by = (k / t.blocks_x) * B;
   Area area;
+  const int64_t t0 = now_ns();
   if (!ic) {
     search_block_on(*p.search, t, bx, by, p, area);
   } else {
     BlockSearch search(t.src, t.rec, t.done, t.w, t.h, *t.dict, *t.models, *ic, p);
     search.area(bx, by, BL, area);  // leaves the block's reconstruction in t.rec
   }
+  const int64_t t1 = now_ns();
   t.learned.clear();
   SymbolWriter out{*t.enc, shared ? &t.overlay : nullptr};
   emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
   ++t.stats.blocks;
+  t.stats.search_s += 1e-9 * static_cast<double>(t1 - t0);
+  t.stats.coding_s += 1e-9 * static_cast<double>(now_ns() - t1);
 }
 
 void decode_block(Tile& t, int k, bool shared, int BL) {
@@ -984,33 +1037,39 @@ void check_tiles(const Params& p) {
 }
 
 namespace {
+// Sizes are powers of two: the index arithmetic is shifts, and floor((2 sum + k) / 2k) for
+// k = 2^d is an arithmetic shift of 2 sum + k by d + 1 (it rounds toward minus infinity).
 void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out) {
   const int w1 = 1 << lw1, h1 = 1 << lh1, w2 = 1 << lw2, h2 = 1 << lh2;
   int tmp[kB * kB];  // w2 x h1
-  for (int y = 0; y < h1; ++y)
-    for (int x = 0; x < w2; ++x) {
-      if (w2 >= w1) {
-        tmp[y * w2 + x] = e[y * w1 + x * w1 / w2];
-      } else {
-        const int k = w1 / w2;
+  for (int y = 0; y < h1; ++y) {
+    const int16_t* row = e + y * w1;
+    int* t = tmp + y * w2;
+    if (lw2 >= lw1) {
+      for (int x = 0; x < w2; ++x) t[x] = row[x >> (lw2 - lw1)];
+    } else {
+      const int d = lw1 - lw2, k = 1 << d;
+      for (int x = 0; x < w2; ++x) {
         int sum = 0;
-        for (int i = 0; i < k; ++i) sum += e[y * w1 + x * k + i];
-        tmp[y * w2 + x] = floor_div(2 * sum + k, 2 * k);
+        for (int i = 0; i < k; ++i) sum += row[(x << d) + i];
+        t[x] = (2 * sum + k) >> (d + 1);
       }
     }
-  for (int y = 0; y < h2; ++y)
-    for (int x = 0; x < w2; ++x) {
-      int v;
-      if (h2 >= h1) {
-        v = tmp[(y * h1 / h2) * w2 + x];
-      } else {
-        const int k = h1 / h2;
+  }
+  for (int y = 0; y < h2; ++y) {
+    int16_t* o = out + y * w2;
+    if (lh2 >= lh1) {
+      const int* t = tmp + (y >> (lh2 - lh1)) * w2;
+      for (int x = 0; x < w2; ++x) o[x] = static_cast<int16_t>(t[x]);
+    } else {
+      const int d = lh1 - lh2, k = 1 << d;
+      for (int x = 0; x < w2; ++x) {
         int sum = 0;
-        for (int i = 0; i < k; ++i) sum += tmp[(y * k + i) * w2 + x];
-        v = floor_div(2 * sum + k, 2 * k);
+        for (int i = 0; i < k; ++i) sum += tmp[((y << d) + i) * w2 + x];
+        o[x] = static_cast<int16_t>((2 * sum + k) >> (d + 1));
       }
-      out[y * w2 + x] = static_cast<int16_t>(v);
     }
+  }
 }
 }  // namespace
 
@@ -1080,6 +1139,7 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
     for (int m = 0; m < kModes; ++m) res.modes[m] += t.stats.modes[m];
     for (int u = 0; u < 4; ++u) res.unit_sizes[u] += t.stats.unit_sizes[u];
     for (int d = 0; d < 2; ++d) res.splits[d] += t.stats.splits[d];
+    res.search_s += t.stats.search_s, res.coding_s += t.stats.coding_s, res.learning_s += t.stats.learning_s;
   }
   res.recon.resize(decoded.size());
   // Untiled, the post-filter follows the blocks in the plane's one stream; tiled, it has a
@@ -1087,10 +1147,12 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   RangeEncoder pf_stream;
   RangeEncoder& pf_enc = p.tiled() ? pf_stream : *tiles[0].enc;
   if (p.post_filter) {
+    const int64_t t0 = now_ns();
     const PostFilter f = design_post_filter(decoded.data(), img, w, h, p.lambda);
     write_post_filter(pf_enc, f);
     apply_post_filter(f, decoded.data(), w, h, res.recon.data());
     for (int c = 0; c < kPostClasses; ++c) res.post_filter_classes += f.on[c] ? 1 : 0;
+    res.post_filter_s = 1e-9 * static_cast<double>(now_ns() - t0);
   } else {
     res.recon = decoded;
   }

@@ -138,6 +138,10 @@ struct PlaneResult {
   int64_t splits[2] = {0, 0};   // segment splits into left|right, top/bottom
   int post_filter_classes = 0;  // activity classes the post-filter changes (0..4)
   int tiles = 1;                // tiles of the plane (1 untiled)
+  // Where the encoder's time went, in seconds summed over threads: the blocks' search (on
+  // Params::search's backend), their range coding with the model updates, the dictionary
+  // updates, the post-filter's design and application.
+  double search_s = 0, coding_s = 0, learning_s = 0, post_filter_s = 0;
 };
 
 // `state` null: fresh dictionaries and models (an independent plane). Tiles are coded on

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <vector>
+
+#include "core/parallel.hpp"
 
 namespace vfp::mmp {
 
@@ -11,6 +14,8 @@ namespace {
 
 constexpr int kOffsets[kPostTaps][2] = {{0, 1}, {0, 2}, {1, 0}, {2, 0}, {1, 1}, {1, -1}};  // (dy, dx)
 constexpr int kShift = kPostTapBits;                                                       // taps in 1/1024
+// Rows per task of the pool: every pass is a few operations a sample.
+constexpr int kMinRows = 32;
 
 // The plane with a 2-sample replicated border, so that every tap is a plain index.
 struct Padded {
@@ -18,10 +23,12 @@ struct Padded {
   int pw;
   std::vector<uint8_t> v;
   Padded(const uint8_t* r, int w, int h) : pw(w + 2 * kB), v(static_cast<size_t>(pw) * (h + 2 * kB)) {
-    for (int y = -kB; y < h + kB; ++y)
-      for (int x = -kB; x < w + kB; ++x)
-        v[static_cast<size_t>(y + kB) * pw + (x + kB)] =
-            r[static_cast<size_t>(std::clamp(y, 0, h - 1)) * w + std::clamp(x, 0, w - 1)];
+    parallel_rows(h + 2 * kB, kMinRows, [&](int y0, int y1) {
+      for (int y = y0 - kB; y < y1 - kB; ++y)
+        for (int x = -kB; x < w + kB; ++x)
+          v[static_cast<size_t>(y + kB) * pw + (x + kB)] =
+              r[static_cast<size_t>(std::clamp(y, 0, h - 1)) * w + std::clamp(x, 0, w - 1)];
+    });
   }
   int at(int x, int y) const { return v[static_cast<size_t>(y + kB) * pw + (x + kB)]; }
   // r(+o_k) + r(-o_k) - 2 r0 at (x, y): what tap k multiplies.
@@ -33,28 +40,42 @@ struct Padded {
 
 // Activity class (0..3) of every pixel: the 3x3 sum of |2r - left - right| + |2r - up - down|,
 // split at the plane's quartiles (lower and upper quartile and median of the sums).
+// The quartiles are the values at ranks n/4, n/2, 3n/4 of the sorted sums, read from a
+// histogram (a sum is at most 9 * 2 * 510).
 std::vector<uint8_t> classify(const Padded& p, int w, int h) {
+  constexpr int kMaxSum = 9 * 2 * 510;
   std::vector<int> act(static_cast<size_t>(w) * h), sum(act.size());
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      const int c = 2 * p.at(x, y);
-      act[static_cast<size_t>(y) * w + x] =
-          std::abs(c - p.at(x - 1, y) - p.at(x + 1, y)) + std::abs(c - p.at(x, y - 1) - p.at(x, y + 1));
-    }
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      int s = 0;
-      for (int dy = -1; dy <= 1; ++dy)
-        for (int dx = -1; dx <= 1; ++dx)
-          s += act[static_cast<size_t>(std::clamp(y + dy, 0, h - 1)) * w + std::clamp(x + dx, 0, w - 1)];
-      sum[static_cast<size_t>(y) * w + x] = s;
-    }
-  std::vector<int> sorted(sum);
+  parallel_rows(h, kMinRows, [&](int y0, int y1) {
+    for (int y = y0; y < y1; ++y)
+      for (int x = 0; x < w; ++x) {
+        const int c = 2 * p.at(x, y);
+        act[static_cast<size_t>(y) * w + x] =
+            std::abs(c - p.at(x - 1, y) - p.at(x + 1, y)) + std::abs(c - p.at(x, y - 1) - p.at(x, y + 1));
+      }
+  });
+  std::vector<int64_t> hist(kMaxSum + 1, 0);
+  std::mutex mu;
+  parallel_rows(h, kMinRows, [&](int y0, int y1) {
+    std::vector<int64_t> local(kMaxSum + 1, 0);
+    for (int y = y0; y < y1; ++y)
+      for (int x = 0; x < w; ++x) {
+        int s = 0;
+        for (int dy = -1; dy <= 1; ++dy)
+          for (int dx = -1; dx <= 1; ++dx)
+            s += act[static_cast<size_t>(std::clamp(y + dy, 0, h - 1)) * w + std::clamp(x + dx, 0, w - 1)];
+        sum[static_cast<size_t>(y) * w + x] = s;
+        ++local[static_cast<size_t>(s)];
+      }
+    std::lock_guard<std::mutex> lock(mu);
+    for (int v = 0; v <= kMaxSum; ++v) hist[static_cast<size_t>(v)] += local[static_cast<size_t>(v)];
+  });
   int t[3];
   for (int q = 0; q < 3; ++q) {
-    const size_t k = sorted.size() * static_cast<size_t>(q + 1) / 4;
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
-    t[q] = sorted[k];
+    const int64_t k = static_cast<int64_t>(sum.size()) * (q + 1) / 4;  // the rank, from 0
+    int64_t below = 0;
+    int v = 0;
+    while (below + hist[static_cast<size_t>(v)] <= k) below += hist[static_cast<size_t>(v++)];
+    t[q] = v;
   }
   std::vector<uint8_t> cls(sum.size());
   for (size_t i = 0; i < sum.size(); ++i)
@@ -110,39 +131,59 @@ PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, in
   if (w < 1 || h < 1) return f;
   const Padded p(rec, w, h);
   const std::vector<uint8_t> cls = classify(p, w, h);
-  // Normal equations per class for out - r0 = sum_k t_k * pair_k, against orig - r0.
-  double a[kPostClasses][kPostTaps * kPostTaps] = {}, b[kPostClasses][kPostTaps] = {};
-  int64_t count[kPostClasses] = {};
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      const size_t i = static_cast<size_t>(y) * w + x;
-      const int c = cls[i];
-      int u[kPostTaps];
-      for (int k = 0; k < kPostTaps; ++k) u[k] = p.pair(x, y, k);
-      const double e = static_cast<double>(orig[i]) - rec[i];
-      for (int k = 0; k < kPostTaps; ++k) {
-        for (int j = 0; j < kPostTaps; ++j) a[c][k * kPostTaps + j] += static_cast<double>(u[k]) * u[j];
-        b[c][k] += u[k] * e;
+  // Normal equations per class for out - r0 = sum_k t_k * pair_k, against orig - r0. The
+  // sums are of integers, summed exactly in 64 bits (so in any order, on the pool's threads).
+  struct Sums {
+    int64_t a[kPostClasses][kPostTaps * kPostTaps] = {}, b[kPostClasses][kPostTaps] = {};
+    int64_t count[kPostClasses] = {};
+  } sums;
+  std::mutex mu;
+  parallel_rows(h, kMinRows, [&](int y0, int y1) {
+    Sums local;
+    for (int y = y0; y < y1; ++y)
+      for (int x = 0; x < w; ++x) {
+        const size_t i = static_cast<size_t>(y) * w + x;
+        const int c = cls[i];
+        int u[kPostTaps];
+        for (int k = 0; k < kPostTaps; ++k) u[k] = p.pair(x, y, k);
+        const int e = static_cast<int>(orig[i]) - rec[i];
+        for (int k = 0; k < kPostTaps; ++k) {
+          for (int j = 0; j < kPostTaps; ++j) local.a[c][k * kPostTaps + j] += static_cast<int64_t>(u[k]) * u[j];
+          local.b[c][k] += static_cast<int64_t>(u[k]) * e;
+        }
+        ++local.count[c];
       }
-      ++count[c];
+    std::lock_guard<std::mutex> lock(mu);
+    for (int c = 0; c < kPostClasses; ++c) {
+      for (int k = 0; k < kPostTaps * kPostTaps; ++k) sums.a[c][k] += local.a[c][k];
+      for (int k = 0; k < kPostTaps; ++k) sums.b[c][k] += local.b[c][k];
+      sums.count[c] += local.count[c];
     }
+  });
   for (int c = 0; c < kPostClasses; ++c) {
-    double x[kPostTaps];
-    if (count[c] < 4 * kPostTaps || !solve(a[c], b[c], kPostTaps, x)) continue;
+    double x[kPostTaps], a[kPostTaps * kPostTaps], b[kPostTaps];
+    for (int k = 0; k < kPostTaps * kPostTaps; ++k) a[k] = static_cast<double>(sums.a[c][k]);
+    for (int k = 0; k < kPostTaps; ++k) b[k] = static_cast<double>(sums.b[c][k]);
+    if (sums.count[c] < 4 * kPostTaps || !solve(a, b, kPostTaps, x)) continue;
     for (int k = 0; k < kPostTaps; ++k)
       f.taps[c][k] = static_cast<int>(std::clamp<long>(std::lround(x[k] * (1 << kShift)), -kPostTapMax, kPostTapMax));
   }
   // Keep a class's taps only where they lower SSE by more than their bits cost.
-  double gain[kPostClasses] = {};
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      const size_t i = static_cast<size_t>(y) * w + x;
-      const int c = cls[i];
-      const double before = static_cast<double>(orig[i]) - rec[i];
-      const double after = static_cast<double>(orig[i]) - filtered(p, x, y, f.taps[c]);
-      gain[c] += before * before - after * after;
-    }
-  for (int c = 0; c < kPostClasses; ++c) f.on[c] = gain[c] > lambda * kPostTaps * kPostTapBits;
+  int64_t gain[kPostClasses] = {};
+  parallel_rows(h, kMinRows, [&](int y0, int y1) {
+    int64_t local[kPostClasses] = {};
+    for (int y = y0; y < y1; ++y)
+      for (int x = 0; x < w; ++x) {
+        const size_t i = static_cast<size_t>(y) * w + x;
+        const int c = cls[i];
+        const int before = static_cast<int>(orig[i]) - rec[i];
+        const int after = static_cast<int>(orig[i]) - filtered(p, x, y, f.taps[c]);
+        local[c] += before * before - after * after;
+      }
+    std::lock_guard<std::mutex> lock(mu);
+    for (int c = 0; c < kPostClasses; ++c) gain[c] += local[c];
+  });
+  for (int c = 0; c < kPostClasses; ++c) f.on[c] = static_cast<double>(gain[c]) > lambda * kPostTaps * kPostTapBits;
   for (int c = 0; c < kPostClasses; ++c)
     if (!f.on[c]) std::fill(f.taps[c], f.taps[c] + kPostTaps, 0);
   return f;
@@ -158,12 +199,14 @@ void apply_post_filter(const PostFilter& f, const uint8_t* rec, int w, int h, ui
   }
   const Padded p(rec, w, h);
   const std::vector<uint8_t> cls = classify(p, w, h);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      const size_t i = static_cast<size_t>(y) * w + x;
-      const int c = cls[i];
-      out[i] = f.on[c] ? static_cast<uint8_t>(filtered(p, x, y, f.taps[c])) : rec[i];
-    }
+  parallel_rows(h, kMinRows, [&](int y0, int y1) {
+    for (int y = y0; y < y1; ++y)
+      for (int x = 0; x < w; ++x) {
+        const size_t i = static_cast<size_t>(y) * w + x;
+        const int c = cls[i];
+        out[i] = f.on[c] ? static_cast<uint8_t>(filtered(p, x, y, f.taps[c])) : rec[i];
+      }
+  });
 }
 
 void write_post_filter(RangeEncoder& enc, const PostFilter& f) {

@@ -74,6 +74,9 @@ struct BlockQuery {
   // The index models (12-bit trees of 11-bit probabilities of a 0, entry 0 unused) of every
   // scale the block uses; the backend derives each index's cost from them (root first).
   std::array<const uint16_t*, kSearchScales> index_probs{};
+  // Equal stamps of a scale (from any two queries of the process) mean equal index models;
+  // 0: unknown. A backend that keeps the models uploads only the scales whose stamp moved.
+  std::array<uint64_t, kSearchScales> index_stamp{};
   std::array<double, kSearchScales> leaf_bits{};                // the leaf flag's cost (0 for 1x1)
   std::array<double, kSearchScales> split_bits{};               // the split flag's cost (0 for 1x1)
   std::array<std::array<double, 2>, kSearchScales> dir_bits{};  // left|right, top/bottom
@@ -105,6 +108,8 @@ class LeafSearch {
   virtual void search_block(const BlockQuery& q, BlockChoices* out) { (void)q, (void)out; }
   // Where the search's time went, one line ("" when there is nothing to say).
   virtual std::string stats() const { return ""; }
+  // The device time of every search so far, in seconds (0 for a search on the CPU).
+  virtual double device_seconds() const { return 0; }
 };
 
 }  // namespace vfp::mmp
