@@ -210,5 +210,6 @@ void memcpy_d2d_async(void* dst, const void* src, size_t n, StreamHandle s) {
   VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s));
 }
 void memset_async(void* dst, int v, size_t n, StreamHandle s) { VFP_CUDA(cudaMemsetAsync(dst, v, n, s)); }
+void stream_synchronize(StreamHandle s) { VFP_CUDA(cudaStreamSynchronize(s)); }
 
 }  // namespace vfp::cuda

@@ -102,6 +102,8 @@ void memcpy_h2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memcpy_d2h_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memcpy_d2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memset_async(void* dst, int value, size_t bytes, StreamHandle s);
+// Waits on the host until the work queued on `s` is done (a stream owned by someone else).
+void stream_synchronize(StreamHandle s);
 // Checks for a kernel launch error (cudaGetLastError) and names the kernel.
 void check_launch(const char* kernel, const char* file, int line);
 #define VFP_CUDA_LAUNCHED(name) ::vfp::cuda::check_launch(name, __FILE__, __LINE__)

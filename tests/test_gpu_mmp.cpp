@@ -198,20 +198,37 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
     }
   }
 }
-// The mmp stage with search=cuda (a run on the CPU backend whose stage searches on the GPU)
-// writes the bitstream of search=cpu, and passes on the same frames.
+// The mmp stage between other stages writes one bitstream and passes on the same frames
+// whether the chain runs on the CPU backend (search=cpu, or search=cuda: the CPU backend's
+// stage searching on the GPU) or on the CUDA backend (frames down to the encoder, its
+// search on the GPU, the reconstruction back up; depth 3, so slots are reused).
 TEST(Gpu, MmpStageSearchesOnTheGpu) {
   REQUIRE_GPU();
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage_gpu");
   std::filesystem::create_directories(dir);
-  for (const char* search : {"cpu", "cuda"}) {
-    const test::CmdResult r = test::run_cmd(bin + " run -i 'synthetic=size=96x64:frames=3:noise=gauss:sigma=3' -f " +
-                                            "'mmp=lambda=30:carry=1:tile=32:search=" + search + ":file=" + dir + "/" +
-                                            search + ".mmp' -o " + dir + "/" + search + ".y4m");
+  struct Run {
+    const char *name, *device, *search;
+  };
+  for (const Run& run :
+       {Run{"cpu", "cpu", ":search=cpu"}, Run{"cpu-search-cuda", "cpu", ":search=cuda"}, Run{"cuda", "cuda", ""}}) {
+    const std::string name = run.name;
+    const test::CmdResult r =
+        test::run_cmd(bin +
+                      " run -i 'synthetic=size=96x64:frames=5:noise=gauss:sigma=3' -f "
+                      "'median=radius=1,mmp=lambda=30:carry=1:tile=32" +
+                      run.search + ":file=" + dir + "/" + name + ".mmp,conv=gauss:size=3' --depth 3 --device " +
+                      run.device + " -o " + dir + "/" + name + ".y4m");
     ASSERT_EQ(r.rc, 0) << r.out;
+    if (name != "cpu") {  // the report gives the search's device time, which cannot be 0
+      const size_t at = r.out.find("of which GPU ");
+      ASSERT_NE(at, std::string::npos) << r.out;
+      EXPECT_GT(std::stod(r.out.substr(at + 13)), 0.0) << r.out;
+    }
   }
-  EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.mmp " + dir + "/cuda.mmp").rc, 0);
-  EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.y4m " + dir + "/cuda.y4m").rc, 0);
+  for (const char* other : {"cpu-search-cuda", "cuda"}) {
+    EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.mmp " + dir + "/" + other + ".mmp").rc, 0) << other;
+    EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.y4m " + dir + "/" + other + ".y4m").rc, 0) << other;
+  }
   std::filesystem::remove_all(dir);
 }
 #endif

@@ -158,7 +158,7 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
   if (job.device >= 0) cuda::set_device(job.device);
 #endif
   auto stages = build_stages(a.filters);
-  if (backend == Backend::CUDA && !stages_have_cuda(stages)) backend = Backend::CPU;  // e.g. an item's mmp
+  if (backend == Backend::CUDA && !stages_have_cuda(stages)) backend = Backend::CPU;  // a stage without one
   auto src = open_source(a.input, source_options(a, backend));
   std::unique_ptr<Sink> sink = open_output(a, backend, *src);
   Chain chain = Chain::build(std::move(stages), src->spec(), sink->accepted_formats(), forced_format(a));
