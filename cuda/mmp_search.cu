@@ -188,17 +188,36 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
   out_i[o] = i == INT_MAX ? -1 : i;
 }
 
+// The device's duplicate check: per scale an open-addressed table of element index + 1
+// (0: empty) by content hash, at most half full, beside each element's hash. The hash only
+// finds candidates (contents are compared), and is a sum of per-sample terms, so that a
+// warp can compute it in parallel.
+constexpr int kTableSize = 2 * kMaxIndex;
+__device__ inline uint64_t sample_hash(int q, int v) {
+  uint64_t z = (static_cast<uint64_t>(q) << 16 | static_cast<uint16_t>(v)) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+// Enters element i of hash h (the table has room: at most kMaxIndex of kTableSize slots).
+__device__ inline void table_insert(int* table, uint64_t h, int i) {
+  for (unsigned at = static_cast<unsigned>(h) & (kTableSize - 1);; at = (at + 1) & (kTableSize - 1))
+    if (atomicCAS(&table[at], 0, i + 1) == 0) return;
+}
+
 // New dictionary elements, gathered on the host into one upload: per scale, elements
 // [from, to) of n samples, at `at` (in samples) of the uploaded data.
 struct UploadItem {
   int16_t* data;
   int* norms;  // each element's sum of squared samples
+  int* table;  // the scale's duplicate table and hashes
+  uint64_t* hashes;
   int n, from, to;
   size_t at;
 };
 
-// Scatters the uploaded elements into their scales and computes their norms. Grid: (elements
-// / 128, items).
+// Scatters the uploaded elements into their scales and computes their norms and hashes.
+// Grid: (elements / 128, items).
 __global__ void upload_kernel(const UploadItem* items, const int16_t* src) {
   const UploadItem it = items[blockIdx.y];
   const int i = it.from + blockIdx.x * blockDim.x + threadIdx.x;
@@ -206,12 +225,16 @@ __global__ void upload_kernel(const UploadItem* items, const int16_t* src) {
   const int16_t* e = src + it.at + static_cast<size_t>(i - it.from) * it.n;
   int16_t* d = it.data + static_cast<size_t>(i) * it.n;
   int sq = 0;
+  uint64_t h = 0;
   for (int q = 0; q < it.n; ++q) {
     const int v = e[q];
     d[q] = static_cast<int16_t>(v);
     sq += v * v;
+    h += sample_hash(q, v);
   }
   it.norms[i] = sq;
+  it.hashes[i] = h;
+  table_insert(it.table, h, i);
 }
 
 // ---- The whole block on the device ----------------------------------------------------
@@ -255,7 +278,23 @@ struct BlockConsts {
   uint64_t probs_changed;
   int n_diffs;
   uint32_t diffs[kMaxDiffs];
+  // The dictionary's learning on the device (search.hpp's BlockQuery::learn): where the new
+  // elements go, and the scales' limit.
+  struct {
+    int on, max;
+    int16_t* data[kScales];
+    int* norms[kScales];
+    int* table[kScales];
+    uint64_t* hashes[kScales];
+  } learn;
 };
+
+// A block's new element: internal node (x0, y0, lw, lh) of the segmentation of the unit in
+// `slot`, a 2^L square, whose residue (its leaves' samples) is that slot's rres.
+struct LearnNode {
+  int slot, L, x0, y0, lw, lh;
+};
+constexpr int kMaxNew = kMaxB * kMaxB;  // internal nodes of a block's units: fewer than its samples
 
 // A lane's device buffers for block searches (fixed addresses: graphs capture them). The
 // units of different sizes in flight at once have buffers per size (index L).
@@ -276,8 +315,20 @@ struct BlockWork {
   int16_t* slot_index;
   double* area_j;  // per area: the J BlockSearch::area() returns
   uint8_t* area_split;
-  int32_t* out;  // code (out[0] its length), then the block's reconstruction as bytes
+  int16_t* slot_rres;  // kMaxSlots x 1024: the chosen candidate's residue (its leaves' samples)
+  LearnNode* learn;    // the block's new elements in the dictionaries' order, learn_n of them
+  int* learn_n;
+  int16_t* learn_stage;  // each new element at each scale (stage_at())
+  uint64_t* learn_h;     // [scale][kMaxNew]: each new element's hash at each scale,
+  int* learn_norm;       // its squared norm,
+  uint8_t* learn_dup;    // and whether the scale holds it already
+  // Code (out[0] its length, code_capacity(BL) ints), the block's reconstruction as bytes,
+  // then each scale's element count after the block's learning (kScales ints).
+  int32_t* out;
 };
+
+// Where the element counts start in the output of a 2^BL block (in ints).
+__host__ __device__ constexpr int counts_at(int BL) { return code_capacity(BL) + (1 << (2 * BL)) / 4; }
 
 // A unit of 2^L at (ux, uy) in the block: its reconstruction into the window, marked
 // decoded (mmp.cpp's put_unit()). All the block's threads take part.
@@ -494,6 +545,7 @@ __device__ void finish_unit(const BlockWork& w, int slot, int ux, int uy, int L,
         }
       }
       recon[q] = static_cast<uint8_t>(min(255, max(0, w.cand_pred[L][(k0 + winner) * NN + q] + r)));
+      w.slot_rres[static_cast<size_t>(slot) * kMaxB * kMaxB + q] = static_cast<int16_t>(r);
     }
   }
   __syncthreads();
@@ -638,9 +690,211 @@ __global__ void pack_kernel(BlockWork w) {
       out[count_at] = nodes;
     }
     w.out[0] = n;
+    if (c.learn.on) {  // the new elements: units in coding order, internal nodes in post-order
+      int nl = 0;
+      for (int u = 0; u < units; ++u) {
+        const int L = unit_L[u], N = 1 << L;
+        struct Seg {
+          int lw, lh, x0, y0, visited;
+        } segs[2 * 2 * 5 + 2];
+        int ns = 0;
+        segs[ns++] = {L, L, 0, 0, 0};
+        while (ns > 0) {
+          const Seg g = segs[--ns];
+          const int at =
+              unit_base[u] + mmp::leaf_scale_offset(L, g.lw, g.lh) + (g.x0 >> g.lw) + (g.y0 >> g.lh) * (N >> g.lw);
+          const int k = kind[at];
+          if (k == 0) continue;
+          if (g.visited) {
+            w.learn[nl++] = {unit_slot[u], L, g.x0, g.y0, g.lw, g.lh};
+            continue;
+          }
+          segs[ns++] = {g.lw, g.lh, g.x0, g.y0, 1};
+          if (k == 1 && g.lw > 0) {  // the left half first (pushed last)
+            segs[ns++] = {g.lw - 1, g.lh, g.x0 + (1 << (g.lw - 1)), g.y0, 0};
+            segs[ns++] = {g.lw - 1, g.lh, g.x0, g.y0, 0};
+          } else if (g.lh > 0) {
+            segs[ns++] = {g.lw, g.lh - 1, g.x0, g.y0 + (1 << (g.lh - 1)), 0};
+            segs[ns++] = {g.lw, g.lh - 1, g.x0, g.y0, 0};
+          }
+        }
+      }
+      *w.learn_n = nl;
+    }
   }
   uint8_t* recon = reinterpret_cast<uint8_t*>(w.out + code_capacity(BL));
   for (int q = threadIdx.x; q < B * B; q += blockDim.x) recon[q] = c.rec[((q >> BL) + 1) * kWinW + (q & (B - 1)) + 1];
+}
+
+// ---- The dictionaries' update on the device ----------------------------------------------
+//
+// mmp.cpp's Dictionary::add() of the block's new elements, for a dictionary only this lane
+// changes: each new element, resized to every scale (resize_into()'s arithmetic), enters the
+// scale unless the scale holds it already or an earlier new element equals it, while the
+// scale has room. The host does the same to its copy while the next block is searched.
+
+// Where new element j resized to 2^lw x 2^lh lies in the learning's staging: scales in
+// (lh, lw) order, each kMaxNew elements of its size.
+__host__ __device__ constexpr size_t stage_at(int lw, int lh, int j) {
+  return static_cast<size_t>(kMaxNew) * (((1 << lh) - 1) * 63 + ((1 << lw) - 1) * (1 << lh)) +
+         static_cast<size_t>(j) * (1 << (lw + lh));
+}
+constexpr size_t kStageSamples = static_cast<size_t>(kMaxNew) * 63 * 63;  // every scale of a 32x32 block
+
+// Each new element resized to each scale (resize_into()'s arithmetic: the horizontal pass,
+// repeating or taking the rounded mean of 2^d samples, then the vertical one) into the
+// staging, with its hash and squared norm, and whether the scale holds it already. A warp
+// per element and scale, the element and the horizontal pass in the warp's shared memory.
+// Grid: (kLearnBlocks, scales of the block); 256 threads.
+constexpr int kLearnBlocks = 16;
+__global__ void learn_check_kernel(BlockWork w) {
+  const BlockConsts& c = *w.c;
+  if (!c.learn.on) return;
+  constexpr int kWarps = 8;
+  __shared__ int16_t src[kWarps][kMaxB * kMaxB], mid[kWarps][kMaxB * kMaxB];
+  const int n_new = *w.learn_n, lw2 = blockIdx.y % (c.BL + 1), lh2 = blockIdx.y / (c.BL + 1);
+  const int s = lw2 + 6 * lh2, w2 = 1 << lw2, n2 = 1 << (lw2 + lh2);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int16_t* data = c.learn.data[s];
+  const int* table = c.learn.table[s];
+  const uint64_t* hashes = c.learn.hashes[s];
+  int16_t* sp = src[warp];
+  int16_t* mp = mid[warp];
+  for (int j = blockIdx.x * kWarps + warp; j < n_new; j += gridDim.x * kWarps) {
+    const LearnNode e = w.learn[j];
+    const int w1 = 1 << e.lw, h1 = 1 << e.lh, N = 1 << e.L;
+    const int16_t* rres = w.slot_rres + static_cast<size_t>(e.slot) * kMaxB * kMaxB;
+    for (int q = lane; q < w1 * h1; q += 32) sp[q] = rres[(e.y0 + (q >> e.lw)) * N + e.x0 + (q & (w1 - 1))];
+    __syncwarp();
+    for (int q = lane; q < h1 * w2; q += 32) {  // h1 rows of w2
+      const int y1 = q >> lw2, x2 = q & (w2 - 1);
+      int v;
+      if (lw2 >= e.lw) {
+        v = sp[y1 * w1 + (x2 >> (lw2 - e.lw))];
+      } else {
+        const int d = e.lw - lw2, k = 1 << d;
+        int sum = 0;
+        for (int i = 0; i < k; ++i) sum += sp[y1 * w1 + (x2 << d) + i];
+        v = (2 * sum + k) >> (d + 1);
+      }
+      mp[q] = static_cast<int16_t>(v);
+    }
+    __syncwarp();
+    int16_t* out = w.learn_stage + stage_at(lw2, lh2, j);
+    uint64_t h = 0;
+    int sq = 0;
+    for (int q = lane; q < n2; q += 32) {
+      const int y2 = q >> lw2, x2 = q & (w2 - 1);
+      int v;
+      if (lh2 >= e.lh) {
+        v = mp[(y2 >> (lh2 - e.lh)) * w2 + x2];
+      } else {
+        const int d = e.lh - lh2, k = 1 << d;
+        int sum = 0;
+        for (int i = 0; i < k; ++i) sum += mp[((y2 << d) + i) * w2 + x2];
+        v = (2 * sum + k) >> (d + 1);
+      }
+      out[q] = static_cast<int16_t>(v);
+      h += sample_hash(q, v);
+      sq += v * v;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      h += __shfl_xor_sync(0xffffffffu, h, o);
+      sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    }
+    __syncwarp();  // the warp's staged samples are visible to all its lanes
+    int dup = 0;
+    for (unsigned at = static_cast<unsigned>(h) & (kTableSize - 1);; at = (at + 1) & (kTableSize - 1)) {
+      const int t = table[at];  // the same for the whole warp
+      if (t == 0) break;
+      if (hashes[t - 1] != h) continue;
+      bool same = true;
+      for (int q = lane; q < n2; q += 32) same = same && data[static_cast<size_t>(t - 1) * n2 + q] == out[q];
+      if (__all_sync(0xffffffffu, same)) {
+        dup = 1;
+        break;
+      }
+    }
+    if (lane == 0) {
+      w.learn_h[s * kMaxNew + j] = h;
+      w.learn_norm[s * kMaxNew + j] = sq;
+      w.learn_dup[s * kMaxNew + j] = static_cast<uint8_t>(dup);
+    }
+    __syncwarp();  // src and mid are free for the next element
+  }
+}
+
+// Per scale (one thread block, a thread per new element): an element enters unless the
+// scale held it or an earlier new element equals it (found through a table of the first
+// element of each hash), at the scale's next index while there is room; then all threads
+// copy the entering elements from the staging. The count goes to the block's output.
+// Grid: scales of the block.
+__global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(BlockWork w) {
+  const BlockConsts& c = *w.c;
+  if (!c.learn.on) return;
+  const int n_new = *w.learn_n, lw2 = blockIdx.x % (c.BL + 1), lh2 = blockIdx.x / (c.BL + 1);
+  const int s = lw2 + 6 * lh2, n2 = 1 << (lw2 + lh2), j = threadIdx.x, count = c.s.sc.count[s];
+  constexpr int kSlots = 2 * kMaxNew;
+  __shared__ unsigned long long slot_key[kSlots];  // hash + 1 (0: empty; a hash of ~0 shares 1's slot)
+  __shared__ int slot_first[kSlots];
+  __shared__ int index[kMaxNew];
+  __shared__ int warp_keep[kMaxNew / 32];
+  for (int i = j; i < kSlots; i += blockDim.x) slot_key[i] = 0, slot_first[i] = INT_MAX;
+  __syncthreads();
+  const uint64_t h = j < n_new ? w.learn_h[s * kMaxNew + j] : 0;
+  int at = 0;
+  if (j < n_new) {
+    const unsigned long long key = h + 1 ? h + 1 : 1;
+    for (at = static_cast<int>(h & (kSlots - 1));; at = (at + 1) & (kSlots - 1)) {
+      const unsigned long long was = atomicCAS(&slot_key[at], 0ull, key);
+      if (was == 0 || was == key) break;
+    }
+    atomicMin(&slot_first[at], j);
+  }
+  __syncthreads();
+  int keep = 0;
+  if (j < n_new && !w.learn_dup[s * kMaxNew + j]) {
+    keep = 1;
+    const int16_t* mine = w.learn_stage + stage_at(lw2, lh2, j);
+    const auto same_as = [&](int k) {
+      const int16_t* other = w.learn_stage + stage_at(lw2, lh2, k);
+      for (int q = 0; q < n2; ++q)
+        if (other[q] != mine[q]) return false;
+      return true;
+    };
+    const int first = slot_first[at];
+    if (first < j) {
+      if (same_as(first)) {
+        keep = 0;
+      } else {  // different elements in one slot: every earlier one of the same hash
+        for (int k = first + 1; k < j && keep; ++k)
+          if (w.learn_h[s * kMaxNew + k] == h && same_as(k)) keep = 0;
+      }
+    }
+  }
+  // The rank among the kept elements: a prefix count over the warps.
+  const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+  const int lane = j & 31, warp = j >> 5;
+  if (lane == 0) warp_keep[warp] = __popc(ballot);
+  __syncthreads();
+  int rank = __popc(ballot & ((1u << lane) - 1)), total = 0;
+  for (int v = 0; v < static_cast<int>(blockDim.x >> 5); ++v) {
+    if (v < warp) rank += warp_keep[v];
+    total += warp_keep[v];
+  }
+  index[j] = keep && count + rank < c.learn.max ? count + rank : -1;
+  if (index[j] >= 0) {
+    c.learn.norms[s][index[j]] = w.learn_norm[s * kMaxNew + j];
+    c.learn.hashes[s][index[j]] = h;
+    table_insert(c.learn.table[s], h, index[j]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_new * n2; i += blockDim.x) {
+    const int e = i / n2, q = i - e * n2;
+    if (index[e] >= 0)
+      c.learn.data[s][static_cast<size_t>(index[e]) * n2 + q] = w.learn_stage[stage_at(lw2, lh2, e) + q];
+  }
+  if (j == 0) w.out[counts_at(c.BL) + s] = min(c.learn.max, count + total);
 }
 
 // Launches `kernel` on `st` with `args` converted to its parameters' types.
@@ -720,23 +974,40 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   // The whole block: the inputs to pinned staging, one graph (or the same launches on the
-  // stream), the choices back. The dictionary's new elements go up first, on the same stream.
-  void search_block(const mmp::BlockQuery& q, mmp::BlockChoices* out) override {
+  // stream); finish_block() waits and takes the choices back. The dictionary's new elements
+  // go up first, on the same stream, unless the device learns them itself (BlockQuery::learn).
+  void start_block(const mmp::BlockQuery& q) override {
     const int BL = q.block_log, B = 1 << BL, K = q.candidates;
     if (BL < 3 || BL > 5 || K < 1 || K > kMaxResidues || q.bx % B || q.by % B || q.bx + B > q.W || q.by + B > q.H)
       throw Error(ErrorKind::Usage, "MMP GPU search: blocks of 8..32 samples inside their tile, 1..11 candidates");
     const int64_t t0 = now_ns();
     set_device(device_);
-    std::shared_ptr<Mirror> m;
     Lane* lp = nullptr;
     BlockConsts* bc = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
       lp = &lane();
+      if (lp->in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
       for (int L = kMinLog; L <= BL; ++L) size_leaf_buffers(*lp, task_list(L, K, lp->stream.get()), K, L);
       bc = reinterpret_cast<BlockConsts*>(lp->stage_block.get());
-      m = mirror(q.dict_id);
-      sync_dictionary(*m, q.scales, q.leaf_bits, &bc->s.sc, *lp);
+      if (q.pending) {  // the lane's mirror has learnt what the caller's dictionary has not yet
+        const std::shared_ptr<Mirror>& m = lp->learning;
+        if (!m || m->id != q.dict_id) throw Error(ErrorKind::Internal, "MMP GPU search: no dictionary learnt ahead");
+        for (int lh = 0; lh <= BL; ++lh)
+          for (int lw = 0; lw <= BL; ++lw) {
+            const int s = lw + 6 * lh, host = q.scales[static_cast<size_t>(s)].count;
+            if (host != m->count_before[s])
+              throw Error(ErrorKind::Gpu, log::format("MMP GPU search: the device's dictionary differs from the "
+                                                      "encoder's (scale %dx%d: %d elements, the encoder %d)",
+                                                      1 << lw, 1 << lh, m->count_before[s], host));
+          }
+        scale_args(*m, q.leaf_bits, &bc->s.sc);
+      } else {
+        lp->learning = mirror(q.dict_id);
+        sync_dictionary(*lp->learning, q.scales, q.leaf_bits, &bc->s.sc, *lp);
+      }
+      if (q.learn) learn_args(*lp->learning, q.max_elements, bc);
+      bc->learn.on = q.learn ? 1 : 0;
     }
     Lane& lane = *lp;
     const StreamHandle st = lane.stream.get();
@@ -780,6 +1051,23 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       enqueue_block(lane, BL, K, st);
     }
     lane.kernel_end.record(st);
+    if (q.learn) VFP_CUDA(cudaEventRecord(lane.learning->ready.e, st));  // the graph wrote the mirror
+    lane.in_flight = true;
+    lane.block_log = BL;
+    lane.learned = q.learn;
+    lane.t0 = t0;
+  }
+
+  void finish_block(mmp::BlockChoices* out) override {
+    Lane* lp = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      lp = &lane();
+    }
+    Lane& lane = *lp;
+    if (!lane.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: no block to finish");
+    lane.in_flight = false;
+    const int BL = lane.block_log, B = 1 << BL;
     lane.stream.synchronize();
     const int32_t* res = reinterpret_cast<const int32_t*>(lane.stage_out.get());
     const int n = res[0];
@@ -787,11 +1075,23 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     out->code.assign(res + 1, res + 1 + n);
     const uint8_t* recon = reinterpret_cast<const uint8_t*>(res + code_capacity(BL));
     out->recon.assign(recon, recon + B * B);
+    if (lane.learned) {
+      std::lock_guard<std::mutex> lk(mu_);
+      Mirror& m = *lane.learning;
+      for (int lh = 0; lh <= BL; ++lh)
+        for (int lw = 0; lw <= BL; ++lw) {
+          const int s = lw + 6 * lh;
+          m.count_before[s] = m.count[s];
+          m.count[s] = res[counts_at(BL) + s];
+        }
+    }
     kernel_ns_ += static_cast<int64_t>(Event::elapsed_ms(lane.kernel_start, lane.kernel_end) * 1e6);
-    wall_ns_ += now_ns() - t0;
+    wall_ns_ += now_ns() - lane.t0;
     ++calls_;
     ++blocks_;
   }
+
+  bool learns_blocks() const override { return how_ != MmpGpuSearch::Units; }
 
   double device_seconds() const override { return static_cast<double>(kernel_ns_.load()) * 1e-9; }
 
@@ -819,8 +1119,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   struct Mirror {
     uint64_t id = 0;
     DeviceBuffer data[kScales], norms[kScales];
+    DeviceBuffer table[kScales], hashes[kScales];  // the duplicate check (sample_hash())
     int count[kScales] = {};
-    RawEvent ready;  // the last upload into it
+    int count_before[kScales] = {};  // before the last block learnt on the device
+    RawEvent ready;                  // the last upload into it, or block that learnt
   };
   struct Pinned {
     explicit Pinned(size_t bytes) : p(host_alloc_pinned(bytes)) {}
@@ -833,7 +1135,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // The largest query: 11 residues of 32 x 32, 11 leaf tables of 63 x 63 segments.
   static constexpr size_t kMaxResidueBytes = sizeof(int) * kMaxResidues * 32 * 32;
   static constexpr size_t kMaxLeafTable = static_cast<size_t>(kMaxResidues) * kMaxTable;
-  static constexpr size_t kOutBytes = sizeof(int32_t) * code_capacity(5) + kMaxB * kMaxB;
+  static constexpr size_t kOutBytes = sizeof(int32_t) * (counts_at(5) + kScales);
   struct GraphExecs {
     cudaGraphExec_t g[6][kMaxResidues + 1] = {};
     cudaGraphExec_t* operator[](int BL) { return g[BL]; }
@@ -881,12 +1183,25 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer slot_index{sizeof(int16_t) * kMaxSlots * kMaxTable, "MMP block search"};
     DeviceBuffer area_j{sizeof(double) * kMaxSlots, "MMP block search"};
     DeviceBuffer area_split{kMaxSlots, "MMP block search"};
+    DeviceBuffer slot_rres{sizeof(int16_t) * kMaxSlots * kMaxB * kMaxB, "MMP block search"};
+    DeviceBuffer learn{sizeof(LearnNode) * kMaxNew, "MMP dictionary learning"};
+    DeviceBuffer learn_n{sizeof(int), "MMP dictionary learning"};
+    DeviceBuffer learn_stage{sizeof(int16_t) * kStageSamples, "MMP dictionary learning"};
+    DeviceBuffer learn_h{sizeof(uint64_t) * kScales * kMaxNew, "MMP dictionary learning"};
+    DeviceBuffer learn_norm{sizeof(int) * kScales * kMaxNew, "MMP dictionary learning"};
+    DeviceBuffer learn_dup{static_cast<size_t>(kScales) * kMaxNew, "MMP dictionary learning"};
     DeviceBuffer out{kOutBytes, "MMP block search"};
     RawEvent put;
     GraphExecs graphs;
     std::unique_ptr<Pinned> stage_upload;  // new dictionary elements
     size_t stage_upload_bytes = 0;
     DeviceBuffer upload;
+    // The block between start_block() and finish_block(), and the mirror it searched (and,
+    // when it learnt, changed).
+    bool in_flight = false, learned = false;
+    int block_log = 0;
+    int64_t t0 = 0;
+    std::shared_ptr<Mirror> learning;
   };
 
   struct TaskList {
@@ -956,6 +1271,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     w.slot_index = reinterpret_cast<int16_t*>(l.slot_index.get());
     w.area_j = reinterpret_cast<double*>(l.area_j.get());
     w.area_split = reinterpret_cast<uint8_t*>(l.area_split.get());
+    w.slot_rres = reinterpret_cast<int16_t*>(l.slot_rres.get());
+    w.learn = reinterpret_cast<LearnNode*>(l.learn.get());
+    w.learn_n = reinterpret_cast<int*>(l.learn_n.get());
+    w.learn_stage = reinterpret_cast<int16_t*>(l.learn_stage.get());
+    w.learn_h = reinterpret_cast<uint64_t*>(l.learn_h.get());
+    w.learn_norm = reinterpret_cast<int*>(l.learn_norm.get());
+    w.learn_dup = reinterpret_cast<uint8_t*>(l.learn_dup.get());
     w.out = reinterpret_cast<int32_t*>(l.out.get());
     return w;
   }
@@ -1098,8 +1420,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // everything the packing reads.
     launch(pack_kernel, dim3(1), dim3(256), chain, w);
     VFP_CUDA_LAUNCHED("mmp pack_kernel");
-    memcpy_d2h_async(lane.stage_out.get(), lane.out.get(), sizeof(int32_t) * code_capacity(BL) + (1u << (2 * BL)),
-                     chain);
+    const unsigned scales = static_cast<unsigned>((BL + 1) * (BL + 1));
+    launch(learn_check_kernel, dim3(kLearnBlocks, scales), dim3(256), chain, w);
+    VFP_CUDA_LAUNCHED("mmp learn_check_kernel");
+    launch(learn_insert_kernel, dim3(scales), dim3(kMaxNew), chain, w);
+    VFP_CUDA_LAUNCHED("mmp learn_insert_kernel");
+    memcpy_d2h_async(lane.stage_out.get(), lane.out.get(), sizeof(int32_t) * (counts_at(BL) + kScales), chain);
     for (int L = kMinLog; L <= BL; ++L) {  // every stream joins the block's stream again
       VFP_CUDA(cudaEventRecord(lane.levels[L].end.e, lane.levels[L].stream.get()));
       VFP_CUDA(cudaStreamWaitEvent(st, lane.levels[L].end.e, 0));
@@ -1172,11 +1498,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       if (!m.data[s].get()) {
         m.data[s] = DeviceBuffer(sizeof(int16_t) * kMaxIndex * v.size, "MMP dictionary");
         m.norms[s] = DeviceBuffer(sizeof(int) * kMaxIndex, "MMP dictionary");
+        m.table[s] = DeviceBuffer(sizeof(int) * kTableSize, "MMP dictionary");
+        m.hashes[s] = DeviceBuffer(sizeof(uint64_t) * kMaxIndex, "MMP dictionary");
+        memset_async(m.table[s].get(), 0, m.table[s].size(), st);
       }
-      if (v.count < m.count[s]) m.count[s] = 0;  // not the dictionary mirrored (cannot shrink): all again
+      if (v.count < m.count[s]) {  // not the dictionary mirrored (cannot shrink): all again
+        m.count[s] = 0;
+        memset_async(m.table[s].get(), 0, m.table[s].size(), st);
+      }
       if (v.count > m.count[s]) {
         items[n_items++] = {reinterpret_cast<int16_t*>(m.data[s].get()),
                             reinterpret_cast<int*>(m.norms[s].get()),
+                            reinterpret_cast<int*>(m.table[s].get()),
+                            reinterpret_cast<uint64_t*>(m.hashes[s].get()),
                             v.size,
                             m.count[s],
                             v.count,
@@ -1213,6 +1547,30 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         reinterpret_cast<const int16_t*>(lane.upload.get() + head));
     VFP_CUDA_LAUNCHED("mmp upload_kernel");
     VFP_CUDA(cudaEventRecord(m.ready.e, st));
+  }
+
+  // The kernels' view of a mirror that is ahead of the caller's dictionary (it learnt the
+  // last block on the device).
+  static void scale_args(const Mirror& m, const std::array<double, kScales>& leaf_bits, ScaleArgs* args) {
+    *args = ScaleArgs{};
+    for (int s = 0; s < kScales; ++s) {
+      if (!m.data[s].get()) continue;
+      args->data[s] = reinterpret_cast<const int16_t*>(m.data[s].get());
+      args->norms[s] = reinterpret_cast<const int*>(m.norms[s].get());
+      args->count[s] = m.count[s];
+      args->leaf_bits[s] = leaf_bits[static_cast<size_t>(s)];
+    }
+  }
+  // Where the block's learning writes: the mirror's scales (each allocated, as every scale of
+  // a dictionary holds its flat elements from the start).
+  static void learn_args(const Mirror& m, int max_elements, BlockConsts* bc) {
+    bc->learn.max = std::min(max_elements, kMaxIndex);
+    for (int s = 0; s < kScales; ++s) {
+      bc->learn.data[s] = reinterpret_cast<int16_t*>(m.data[s].get());
+      bc->learn.norms[s] = reinterpret_cast<int*>(m.norms[s].get());
+      bc->learn.table[s] = reinterpret_cast<int*>(m.table[s].get());
+      bc->learn.hashes[s] = reinterpret_cast<uint64_t*>(m.hashes[s].get());
+    }
   }
 
   static bool grow(DeviceBuffer& b, size_t bytes, const char* what) {

@@ -109,6 +109,7 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     int tile;
     mmp::TileMode mode;
     bool post;
+    int max_dict = 4096;  // small: the dictionaries fill up (learning on the device stops as the CPU's)
   };
   const Case cases[] = {
       {1, 1, 0, 4, 4, 30, 0, mmp::TileMode::SyncAll, true},
@@ -126,6 +127,8 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
       {99, 67, 4, 5, 11, 10, 0, mmp::TileMode::SyncAll, false},
       {130, 70, 0, 3, 4, 0, 64, mmp::TileMode::SyncAll, true},
       {48, 40, 2, 3, 11, 500, 16, mmp::TileMode::Independent, true},
+      {120, 90, 0, 3, 4, 30, 0, mmp::TileMode::SyncAll, true, 80},
+      {100, 64, 2, 4, 4, 20, 32, mmp::TileMode::Independent, false, 100},
   };
   for (const Case& c : cases) {
     const auto img = test_plane(c.kind, c.w, c.h, 7);
@@ -136,6 +139,7 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     p.tile_w = p.tile_h = c.tile;
     p.tile_mode = c.mode;
     p.post_filter = c.post;
+    p.max_dict = c.max_dict;
     const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), c.w, c.h, p);
     for (size_t g = 0; g < std::size(gpus); ++g) {
       p.search = gpus[g];

@@ -815,12 +815,11 @@ void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundSta
   }
 }
 
-// The block's search on a backend that searches whole blocks (search.hpp): the query
-// carries the costs as the CPU computes them; the choices come back as an Area, and the
-// block's reconstruction goes into the tile as BlockSearch::area() leaves it.
-void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params& p, Area& area) {
+// The search of a block on a backend that searches whole blocks (search.hpp): the query
+// carries the costs as the CPU computes them.
+BlockQuery block_query(const Tile& t, int bx, int by, const Params& p) {
   static_assert(sizeof(Prob) == sizeof(uint16_t), "index models are passed as arrays of uint16_t");
-  const int BL = p.block_log, B = 1 << BL;
+  const int BL = p.block_log;
   const Dictionary& d = *t.dict;
   const Models& m = *t.models;
   BlockQuery q;
@@ -847,8 +846,14 @@ void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params&
   for (int L = kMinLog + 1; L <= BL; ++L)
     for (int b = 0; b < 2; ++b)
       q.psplit_bits[L - kMinLog - 1][b] = bit_cost(m.psplit[static_cast<size_t>(L - kMinLog - 1)], b);
-  BlockChoices c;
-  backend.search_block(q, &c);
+  q.max_elements = p.max_dict;
+  return q;
+}
+
+// The backend's choices for the block at (bx, by) as an Area, and its reconstruction into
+// the tile, as BlockSearch::area() leaves it.
+void take_choices(const LeafSearch& backend, const BlockChoices& c, Tile& t, int bx, int by, int BL, Area& area) {
+  const int B = 1 << BL;
   size_t at = 0;
   const auto next = [&]() {
     if (at >= c.code.size())
@@ -883,6 +888,71 @@ void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params&
       t.rec[o] = c.recon[static_cast<size_t>(y * B + x)];
       t.done[o] = 1;
     }
+}
+
+void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params& p, Area& area) {
+  BlockChoices c;
+  backend.search_block(block_query(t, bx, by, p), &c);
+  take_choices(backend, c, t, bx, by, p.block_log, area);
+}
+
+// A tile whose dictionary only it changes (untiled, or an independent tile), on a backend
+// that learns blocks itself: the backend's copy of the dictionary learns each block's new
+// elements at the end of its search, so block k + 1 is searched while this thread adds
+// block k's to its own (the backend checks that the two agree). The bytes are those of
+// code_tiles(); only the order of the work differs.
+void encode_tile_learning_on_backend(Tile& t, const Params& p) {
+  LeafSearch& backend = *p.search;
+  const int BL = p.block_log, B = 1 << BL;
+  const auto query = [&](int k, bool pending) {
+    BlockQuery q = block_query(t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, p);
+    q.learn = true, q.pending = pending;
+    return q;
+  };
+  const auto seconds = [](int64_t from, int64_t to) { return 1e-9 * static_cast<double>(to - from); };
+  if (t.blocks == 0) return;
+  bool in_flight = false;
+  try {
+    int64_t t0 = now_ns();
+    backend.start_block(query(0, false));
+    in_flight = true;
+    std::vector<NewElement> batch;
+    for (int k = 0; k < t.blocks; ++k) {
+      BlockChoices c;
+      in_flight = false;
+      backend.finish_block(&c);
+      Area area;
+      take_choices(backend, c, t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, BL, area);
+      const int64_t t1 = now_ns();
+      t.learned.clear();
+      SymbolWriter out{*t.enc, nullptr};
+      emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
+      ++t.stats.blocks;
+      const int64_t t2 = now_ns();
+      if (k + 1 < t.blocks) {
+        backend.start_block(query(k + 1, true));
+        in_flight = true;
+      }
+      const int64_t t3 = now_ns();
+      batch.clear();
+      collect(t.learned, batch);
+      t.dict->add(batch);
+      const int64_t t4 = now_ns();
+      t.stats.search_s += seconds(t0, t1) + seconds(t2, t3);
+      t.stats.coding_s += seconds(t1, t2);
+      t.stats.learning_s += seconds(t3, t4);
+      t0 = t4;
+    }
+  } catch (...) {
+    if (in_flight) {  // the backend's lane must not stay busy
+      BlockChoices ignored;
+      try {
+        backend.finish_block(&ignored);
+      } catch (...) {  // the first error is the one to report
+      }
+    }
+    throw;
+  }
 }
 
 // `ic`: the index costs of the block's models (null when the backend searches whole blocks).
@@ -1113,18 +1183,24 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   const bool shared_models = p.tiled() && p.tile_mode == TileMode::SyncAll;
   const bool whole_blocks = p.search && p.search->searches_blocks();  // the backend derives the costs itself
   IndexCosts shared_ic;
-  code_tiles(
-      tiles, p,
-      [&](Tile& t, int k, bool shared) {
-        if (whole_blocks) return encode_block(t, k, shared, nullptr, p);
-        if (shared_models) return encode_block(t, k, shared, &shared_ic, p);
-        thread_local IndexCosts ic;
-        index_costs(*t.models, *t.dict, BL, ic);
-        encode_block(t, k, shared, &ic, p);
-      },
-      [&](int) {
-        if (shared_models && !whole_blocks) index_costs(*tiles[0].models, *tiles[0].dict, BL, shared_ic);
-      });
+  if (whole_blocks && p.search->learns_blocks() && (!p.tiled() || p.tile_mode == TileMode::Independent)) {
+    std::vector<int> all(tiles.size());
+    for (size_t i = 0; i < tiles.size(); ++i) all[i] = static_cast<int>(i);
+    for_tiles(all, [&](int i) { encode_tile_learning_on_backend(tiles[static_cast<size_t>(i)], p); });
+  } else {
+    code_tiles(
+        tiles, p,
+        [&](Tile& t, int k, bool shared) {
+          if (whole_blocks) return encode_block(t, k, shared, nullptr, p);
+          if (shared_models) return encode_block(t, k, shared, &shared_ic, p);
+          thread_local IndexCosts ic;
+          index_costs(*t.models, *t.dict, BL, ic);
+          encode_block(t, k, shared, &ic, p);
+        },
+        [&](int) {
+          if (shared_models && !whole_blocks) index_costs(*tiles[0].models, *tiles[0].dict, BL, shared_ic);
+        });
+  }
   // The plane as decoded, cropped; then the post-filter, designed against the original and
   // sent after the blocks (it does not touch the prediction loop above).
   std::vector<uint8_t> decoded(static_cast<size_t>(w) * h);

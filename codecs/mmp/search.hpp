@@ -82,6 +82,13 @@ struct BlockQuery {
   std::array<std::array<double, 2>, kSearchScales> dir_bits{};  // left|right, top/bottom
   double mode_bits[4][11] = {};                                 // [L - 2][mode]: a mode's cost in a unit of 2^L
   double psplit_bits[3][2] = {};  // [L - 3][split]: the prediction-tree flag of a 2^L area
+  // Learning on the backend (learns_blocks()), for a dictionary only this caller changes:
+  // `learn` asks the backend to add the block's new elements to its copy of the dictionary
+  // itself (Dictionary::add()'s rule, up to max_elements a scale); `pending` says that the
+  // caller has not yet added the previous block's to its own (`scales` is the dictionary
+  // before them; the backend's copy, which learnt them, is used and checked against it).
+  bool learn = false, pending = false;
+  int max_elements = 4096;
 };
 
 // The block's choices, areas in pre-order (Z order): an area larger than 4x4 starts with
@@ -101,11 +108,19 @@ class LeafSearch {
   // segment. Safe to call from several threads.
   virtual void search(const LeafQuery& q, double* J, int* index) = 0;
   virtual std::string name() const = 0;
-  // True if the backend searches whole blocks: the encoder then calls search_block() for
-  // every block instead of search() for every unit (only then; backends that return true
-  // override it).
+  // True if the backend searches whole blocks: the encoder then searches every block with
+  // start_block() and finish_block() instead of search() for every unit (only then;
+  // backends that return true override them). A thread finishes its block before it starts
+  // another; between the two it may do other work (the backend searches meanwhile).
   virtual bool searches_blocks() const { return false; }
-  virtual void search_block(const BlockQuery& q, BlockChoices* out) { (void)q, (void)out; }
+  virtual void start_block(const BlockQuery& q) { (void)q; }
+  virtual void finish_block(BlockChoices* out) { (void)out; }
+  void search_block(const BlockQuery& q, BlockChoices* out) {
+    start_block(q);
+    finish_block(out);
+  }
+  // True if the backend can learn a block's new elements itself (BlockQuery::learn).
+  virtual bool learns_blocks() const { return false; }
   // Where the search's time went, one line ("" when there is nothing to say).
   virtual std::string stats() const { return ""; }
   // The device time of every search so far, in seconds (0 for a search on the CPU).
