@@ -936,7 +936,10 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
       const int64_t t3 = now_ns();
       batch.clear();
       collect(t.learned, batch);
-      t.dict->add(batch);
+      // Isolated: while it waits for its parallel scales, this thread must not take up another
+      // tile or plane (a task of the same pool), whose search would need the backend's lane
+      // that this block holds.
+      tbb::this_task_arena::isolate([&] { t.dict->add(batch); });
       const int64_t t4 = now_ns();
       t.stats.search_s += seconds(t0, t1) + seconds(t2, t3);
       t.stats.coding_s += seconds(t1, t2);
