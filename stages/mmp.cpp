@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "codecs/mmp/container.hpp"
+#include "codecs/mmp/search.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/registry.hpp"
