@@ -49,7 +49,7 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.choice(
         "search", &S::search, "auto", {"auto", "cpu", "cuda"},
         "where the encoder's search runs: auto (the GPU on the CUDA backend, else the CPU), cpu, or cuda "
-        "(the whole block search on the GPU, also from the CPU backend; the same bytes, 30-130x faster on an H100)");
+        "(the whole block search on the GPU, also from the CPU backend; the same bytes, 30-140x faster on an H100)");
     t.flag("post_filter", &S::post_filter, true,
            "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)");
     return t;
@@ -180,7 +180,7 @@ void register_mmp_stage(Registry& reg) {
       "the CPU's; about 0.5 s for a 512x512 frame on an H100, less with tiles); on the CPU it takes "
       "seconds to minutes per frame, spread over every core with tile=WxH (tiles sharing dictionaries "
       "and models, docs/mmp.md#tiles). search=cuda uses the GPU from the CPU backend too. The live "
-      "display's HUD shows each frame's bits, PSNR and time.";
+      "display's HUD shows each frame's bits, PSNR, time and GPU time.";
   s.options = mmp_options().specs();
   s.formats = {PixelFormat::YUV420P, PixelFormat::GRAY8, PixelFormat::YUV444P};
   s.cuda = true;
