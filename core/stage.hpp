@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/frame.hpp"
@@ -27,6 +28,10 @@ struct StageContext {
   // A short line about this frame that the stage may set (bits and quality of a codec, say):
   // the live display's HUD shows it under the step times. Null when nobody reads it.
   std::string* note = nullptr;
+  // Named numbers about this frame that the stage may add, each name with its unit and the
+  // stage's name, e.g. {"mmp GPU search (ms)", 412.5}: the profile summarizes each over the
+  // frames (vfpipe profile, run --profile). Null when nobody reads them.
+  std::vector<std::pair<std::string, double>>* metrics = nullptr;
 };
 
 struct StageInfo;

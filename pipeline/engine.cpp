@@ -91,6 +91,7 @@ class CpuWorker final : public Worker {
     ctx.backend = Backend::CPU;
     ctx.frame_index = rec.index;
     rec.notes.resize(chain_.size());
+    ctx.metrics = &rec.metrics;
     for (size_t i = 0; i < chain_.size(); ++i) {
       Stage& st = *chain_.step(i).stage;
       ctx.note = &rec.notes[i];
@@ -241,6 +242,7 @@ class CudaWorker final : public Worker {
     ctx.slot = slot;
     ctx.frame_index = rec.index;
     rec.notes.resize(S);
+    ctx.metrics = &rec.metrics;
     for (size_t i = 0; i < S; ++i) {
       Stage& stage = *chain_.step(i).stage;
       ctx.note = &rec.notes[i];

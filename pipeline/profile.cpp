@@ -281,6 +281,16 @@ ProfileSummary summarize_profile(const RunReport& r) {
       if (r.frames[f].display_ns > 0) v.push_back((r.frames[f].display_ns - r.frames[f].capture_ns) / 1e6);
     if (!v.empty()) p.segments.push_back({"capture->display", "", false, summarize(std::move(v))});
   }
+  {  // each stage metric over the counted frames, in the order first seen
+    std::vector<std::pair<std::string, std::vector<double>>> m;
+    for (size_t f = first; f < r.frames.size(); ++f)
+      for (const auto& [name, value] : r.frames[f].metrics) {
+        auto it = std::find_if(m.begin(), m.end(), [&](const auto& e) { return e.first == name; });
+        if (it == m.end()) it = m.insert(m.end(), {name, {}});
+        it->second.push_back(value);
+      }
+    for (auto& [name, values] : m) p.metrics.push_back({name, "stage", false, summarize(std::move(values))});
+  }
   if (p.counted >= 2) {
     const int64_t span = r.frames.back().output_ns - r.frames[first].output_ns;
     if (span > 0) p.fps = static_cast<double>(p.counted - 1) / (span / 1e9);
@@ -316,12 +326,20 @@ std::string profile_text(const RunReport& r, const ProfileSummary& p) {
                    "p50", "p90", "p95", "p99", "max");
   auto row = [&](const ProfileRow& x) {
     std::string n = x.name.size() > 30 ? x.name.substr(0, 27) + "..." : x.name;
-    std::string where = x.track.empty() ? "host" : x.track.rfind("CUDA", 0) == 0 ? "gpu" : "cpu";
+    std::string where = x.track.empty()                 ? "host"
+                        : x.track == "stage"            ? "stage"
+                        : x.track.rfind("CUDA", 0) == 0 ? "gpu"
+                                                        : "cpu";
     t += log::format("  %-30s %-9s %7zu %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f\n", n.c_str(), where.c_str(),
                      x.ms.count, x.ms.min, x.ms.mean, x.ms.p50, x.ms.p90, x.ms.p95, x.ms.p99, x.ms.max);
   };
   for (const auto& s : p.steps) row(s);
   for (const auto& s : p.segments) row(s);
+  if (!p.metrics.empty()) {  // in each metric's own unit
+    t += log::format("  %-30s %-9s %7s %8s %8s %8s %8s %8s %8s %8s\n", "stage metrics per frame", "", "count", "min",
+                     "mean", "p50", "p90", "p95", "p99", "max");
+    for (const auto& s : p.metrics) row(s);
+  }
   if (p.hidden_copy_fraction >= 0)
     t += log::format("  copy/compute overlap: %.1f%% of the %.1f ms of copies ran while a kernel ran\n",
                      100 * p.hidden_copy_fraction, p.copy_ms);
@@ -344,7 +362,14 @@ json profile_json(const RunReport& r, const ProfileSummary& p, bool per_frame) {
     e["name"] = s.name;
     segs.push_back(e);
   }
+  json metrics = json::array();
+  for (const auto& s : p.metrics) {
+    json e = summary_json(s.ms);
+    e["name"] = s.name;
+    metrics.push_back(e);
+  }
   j["profile"] = {{"counted", p.counted},
+                  {"stage_metrics", metrics},
                   {"fps", p.fps},
                   {"steps_ms", steps},
                   {"segments_ms", segs},
@@ -451,6 +476,7 @@ std::string html_report(const RunReport& r, const ProfileSummary& p) {
   };
   for (const auto& s : p.steps) row(s);
   for (const auto& s : p.segments) row(s);
+  for (const auto& s : p.metrics) row(s);  // the stages' own numbers, in their units
   h += "</table>";
   // Latency over time.
   std::vector<Series> steps, e2e(1);

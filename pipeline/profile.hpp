@@ -37,6 +37,7 @@ struct ProfileRow {
 struct ProfileSummary {
   std::vector<ProfileRow> steps;     // as RunReport::steps (GPU or CPU time of each)
   std::vector<ProfileRow> segments;  // host hand-offs: read, input queue, process, output, end-to-end
+  std::vector<ProfileRow> metrics;   // the stages' StageContext::metrics, in their own units (in `ms`)
   size_t counted = 0;                // frames in the statistics (after warm-up)
   double fps = 0;                    // steady state: counted frames over their output span
   double copy_ms = 0;                // total copy time of the counted frames (union)

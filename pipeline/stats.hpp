@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace vfp {
@@ -23,6 +24,7 @@ struct FrameRecord {
   std::vector<float> step_ms;                       // GPU (CUDA events) or CPU time of each step, see RunReport::steps
   std::vector<int64_t> step_start_ns, step_end_ns;  // the same steps on the host clock
   std::vector<std::string> notes;                   // per chain stage: StageContext::note ("" if none)
+  std::vector<std::pair<std::string, double>> metrics;  // StageContext::metrics of every stage, in chain order
 };
 
 struct Summary {

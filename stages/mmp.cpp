@@ -147,6 +147,11 @@ class MmpStage final : public Stage {
       *ctx.note = log::format("MMP %.0f BITS  %.3f BPP  %.2f DB  %.0f MS%s", st.bits,
                               st.bits / (static_cast<double>(spec_.width) * spec_.height), st.psnr(), st.seconds * 1e3,
                               params_.search ? log::format("  GPU %.0f MS", gpu * 1e3).c_str() : "");
+    if (ctx.metrics) {
+      ctx.metrics->emplace_back("mmp kbits", st.bits / 1000);
+      ctx.metrics->emplace_back("mmp encode (ms)", st.seconds * 1e3);
+      if (params_.search) ctx.metrics->emplace_back("mmp GPU search (ms)", gpu * 1e3);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     total_ += st;
     gpu_s_ += gpu;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "codecs/mmp/container.hpp"
 #include "codecs/mmp/mmp.hpp"
@@ -221,12 +222,22 @@ TEST(Gpu, MmpStageSearchesOnTheGpu) {
                       " run -i 'synthetic=size=96x64:frames=5:noise=gauss:sigma=3' -f "
                       "'median=radius=1,mmp=lambda=30:carry=1:tile=32" +
                       run.search + ":file=" + dir + "/" + name + ".mmp,conv=gauss:size=3' --depth 3 --device " +
-                      run.device + " -o " + dir + "/" + name + ".y4m");
+                      run.device + " -o " + dir + "/" + name + ".y4m --profile " + dir + "/" + name);
     ASSERT_EQ(r.rc, 0) << r.out;
-    if (name != "cpu") {  // the report gives the search's device time, which cannot be 0
+    if (name != "cpu") {  // the report and the profile give the search's device time, which cannot be 0
       const size_t at = r.out.find("of which GPU ");
       ASSERT_NE(at, std::string::npos) << r.out;
       EXPECT_GT(std::stod(r.out.substr(at + 13)), 0.0) << r.out;
+      const size_t row = r.out.find("mmp GPU search (ms)");
+      ASSERT_NE(row, std::string::npos) << r.out;
+      std::istringstream fields(r.out.substr(row + 19));
+      std::string where;
+      int count = 0;
+      double min_ms = 0;
+      fields >> where >> count >> min_ms;
+      EXPECT_EQ(where, "stage");
+      EXPECT_GT(count, 0);
+      EXPECT_GT(min_ms, 0.0) << r.out;
     }
   }
   for (const char* other : {"cpu-search-cuda", "cuda"}) {

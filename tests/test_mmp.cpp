@@ -28,6 +28,7 @@
 #include "io/open.hpp"
 #include "mmp_reference.hpp"
 #include "pipeline/engine.hpp"
+#include "pipeline/profile.hpp"
 #include "stages/builtin.hpp"
 #include "test_util.hpp"
 
@@ -671,6 +672,33 @@ TEST(Mmp, StageNotesEachFramesBits) {
     EXPECT_EQ(f.notes[0].rfind("MMP ", 0), 0u) << f.notes[0];
     EXPECT_NE(f.notes[0].find(" DB"), std::string::npos) << f.notes[0];
   }
+}
+
+// The stage's numbers per frame (StageContext::metrics) reach the profile: its bits, as the
+// encoder counts them, and its time; no GPU time on the CPU.
+TEST(Mmp, StageMetricsReachTheProfile) {
+  auto src = open_source("synthetic=size=40x24:frames=3:format=gray:noise=gauss:sigma=5", SourceOptions{});
+  Chain chain = Chain::build(build_stages("mmp=lambda=30:block=8"), src->spec(), {});
+  NullSink sink;
+  sink.open(chain.output());
+  const RunResult r = run_pipeline(*src, chain, sink, EngineConfig{});
+  ASSERT_FALSE(r.error);
+  ASSERT_EQ(r.report.frames.size(), 3u);
+  const ProfileSummary p = summarize_profile(r.report);
+  ASSERT_EQ(p.metrics.size(), 2u);
+  EXPECT_EQ(p.metrics[0].name, "mmp kbits");
+  EXPECT_EQ(p.metrics[1].name, "mmp encode (ms)");
+  EXPECT_EQ(p.metrics[0].ms.count, p.counted);
+  for (const auto& f : r.report.frames) {
+    ASSERT_EQ(f.metrics.size(), 2u);
+    const double kbits = f.metrics[0].second;
+    EXPECT_GT(kbits, 0.0);
+    // The note says the same bits ("MMP <bits> BITS ...").
+    EXPECT_NEAR(std::stod(f.notes[0].substr(4)), kbits * 1000, 0.5) << f.notes[0];
+    EXPECT_GT(f.metrics[1].second, 0.0);
+  }
+  EXPECT_NE(profile_text(r.report, p).find("mmp kbits"), std::string::npos);
+  EXPECT_TRUE(profile_json(r.report, p, false)["profile"]["stage_metrics"].is_array());
 }
 
 // The encoder refuses a lambda that is not a finite number >= 0 (a NaN cost would make the
