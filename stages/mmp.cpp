@@ -129,7 +129,8 @@ class MmpStage final : public Stage {
         "mmp (lambda %g): %lld frames, %.0f bits/frame, %.4f bpp, PSNR %.2f dB, %.3f s/frame encode%s (%s)%s%s",
         params_.lambda, static_cast<long long>(frames_), total_.bits / frames_, total_.bits / frames_ / px,
         total_.psnr(), total_.seconds / frames_,
-        params_.search ? log::format(", of which GPU %.3f s", gpu_s_ / frames_).c_str() : "",
+        // Summed over the search's threads: with tiles it can exceed the frame's time.
+        params_.search ? log::format(", GPU search time %.3f s", gpu_s_ / frames_).c_str() : "",
         total_.breakdown(static_cast<double>(frames_)).c_str(), file_.empty() ? "" : ", bitstream ", file_.c_str());
   }
   std::string label() const override {

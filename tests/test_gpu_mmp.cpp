@@ -225,9 +225,9 @@ TEST(Gpu, MmpStageSearchesOnTheGpu) {
                       run.device + " -o " + dir + "/" + name + ".y4m --profile " + dir + "/" + name);
     ASSERT_EQ(r.rc, 0) << r.out;
     if (name != "cpu") {  // the report and the profile give the search's device time, which cannot be 0
-      const size_t at = r.out.find("of which GPU ");
+      const size_t at = r.out.find("GPU search time ");
       ASSERT_NE(at, std::string::npos) << r.out;
-      EXPECT_GT(std::stod(r.out.substr(at + 13)), 0.0) << r.out;
+      EXPECT_GT(std::stod(r.out.substr(at + 16)), 0.0) << r.out;
       const size_t row = r.out.find("mmp GPU search (ms)");
       ASSERT_NE(row, std::string::npos) << r.out;
       std::istringstream fields(r.out.substr(row + 19));
