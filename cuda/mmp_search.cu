@@ -1006,8 +1006,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         lp->learning = mirror(q.dict_id);
         sync_dictionary(*lp->learning, q.scales, q.leaf_bits, &bc->s.sc, *lp);
       }
-      if (q.learn) learn_args(*lp->learning, q.max_elements, bc);
-      bc->learn.on = q.learn ? 1 : 0;
+      // Learning needs every scale of the block on the device (a dictionary holds elements
+      // in each from the start; one of no room, max_elements 0, has none and learns none).
+      bc->learn.on = q.learn && learn_args(*lp->learning, BL, q.max_elements, bc) ? 1 : 0;
     }
     Lane& lane = *lp;
     const StreamHandle st = lane.stream.get();
@@ -1051,10 +1052,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       enqueue_block(lane, BL, K, st);
     }
     lane.kernel_end.record(st);
-    if (q.learn) VFP_CUDA(cudaEventRecord(lane.learning->ready.e, st));  // the graph wrote the mirror
+    const bool learns = bc->learn.on != 0;
+    if (learns) VFP_CUDA(cudaEventRecord(lane.learning->ready.e, st));  // the graph wrote the mirror
     lane.in_flight = true;
     lane.block_log = BL;
-    lane.learned = q.learn;
+    lane.learned = learns;
     lane.t0 = t0;
   }
 
@@ -1563,7 +1565,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
   // Where the block's learning writes: the mirror's scales (each allocated, as every scale of
   // a dictionary holds its flat elements from the start).
-  static void learn_args(const Mirror& m, int max_elements, BlockConsts* bc) {
+  // False when a scale of the block has no device storage yet.
+  static bool learn_args(const Mirror& m, int BL, int max_elements, BlockConsts* bc) {
     bc->learn.max = std::min(max_elements, kMaxIndex);
     for (int s = 0; s < kScales; ++s) {
       bc->learn.data[s] = reinterpret_cast<int16_t*>(m.data[s].get());
@@ -1571,6 +1574,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       bc->learn.table[s] = reinterpret_cast<int*>(m.table[s].get());
       bc->learn.hashes[s] = reinterpret_cast<uint64_t*>(m.hashes[s].get());
     }
+    for (int lh = 0; lh <= BL; ++lh)
+      for (int lw = 0; lw <= BL; ++lw)
+        if (!m.data[lw + 6 * lh].get()) return false;
+    return true;
   }
 
   static bool grow(DeviceBuffer& b, size_t bytes, const char* what) {
