@@ -284,10 +284,10 @@ ProfileSummary summarize_profile(const RunReport& r) {
   {  // each stage metric over the counted frames, in the order first seen
     std::vector<std::pair<std::string, std::vector<double>>> m;
     for (size_t f = first; f < r.frames.size(); ++f)
-      for (const auto& [name, value] : r.frames[f].metrics) {
-        auto it = std::find_if(m.begin(), m.end(), [&](const auto& e) { return e.first == name; });
-        if (it == m.end()) it = m.insert(m.end(), {name, {}});
-        it->second.push_back(value);
+      for (const auto& metric : r.frames[f].metrics) {
+        auto it = std::find_if(m.begin(), m.end(), [&](const auto& e) { return e.first == metric.first; });
+        if (it == m.end()) it = m.insert(m.end(), {metric.first, {}});
+        it->second.push_back(metric.second);
       }
     for (auto& [name, values] : m) p.metrics.push_back({name, "stage", false, summarize(std::move(values))});
   }
