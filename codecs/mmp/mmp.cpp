@@ -890,6 +890,15 @@ void take_choices(const LeafSearch& backend, const BlockChoices& c, Tile& t, int
     }
 }
 
+// Range-codes a searched block's choices (shared: through the tile's overlay of the shared
+// models) and keeps what its dictionary update learns in t.learned.
+void code_block(Tile& t, const Area& area, int BL, bool shared) {
+  t.learned.clear();
+  SymbolWriter out{*t.enc, shared ? &t.overlay : nullptr};
+  emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
+  ++t.stats.blocks;
+}
+
 void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params& p, Area& area) {
   BlockChoices c;
   backend.search_block(block_query(t, bx, by, p), &c);
@@ -924,10 +933,7 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
       Area area;
       take_choices(backend, c, t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, BL, area);
       const int64_t t1 = now_ns();
-      t.learned.clear();
-      SymbolWriter out{*t.enc, nullptr};
-      emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
-      ++t.stats.blocks;
+      code_block(t, area, BL, false);
       const int64_t t2 = now_ns();
       if (k + 1 < t.blocks) {
         backend.start_block(query(k + 1, true));
@@ -971,10 +977,7 @@ void encode_block(Tile& t, int k, bool shared, const IndexCosts* ic, const Param
     search.area(bx, by, BL, area);  // leaves the block's reconstruction in t.rec
   }
   const int64_t t1 = now_ns();
-  t.learned.clear();
-  SymbolWriter out{*t.enc, shared ? &t.overlay : nullptr};
-  emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
-  ++t.stats.blocks;
+  code_block(t, area, BL, shared);
   t.stats.search_s += 1e-9 * static_cast<double>(t1 - t0);
   t.stats.coding_s += 1e-9 * static_cast<double>(now_ns() - t1);
 }
