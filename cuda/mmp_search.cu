@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -31,17 +32,22 @@ constexpr int kMaxIndex = 4096;  // 12-bit dictionary indices
 constexpr int kThreads = 128;
 constexpr int kMaxResidues = 11;  // candidate modes of a unit
 
-constexpr int kGroup = 8;  // segments of one scale searched together: each element is read once for them
+constexpr int kGroup = 8;     // segments of one scale searched together: each element is read once for them
+constexpr int kMmaRows = 16;  // the same on tensor cores: a matrix product's 16 rows
+constexpr int kMmaMinN = 8;   // segment sizes searched on tensor cores: 8 .. 256 samples
+constexpr int kMmaMaxN = 256;
 
-// Up to kGroup segments of one scale: segments g0 .. g0 + count - 1 of the scale, numbered
-// across the query's residues (g = k * segments_per_residue + position).
+// Up to kGroup (tensor cores: kMmaRows) segments of one scale: segments g0 .. g0 + count - 1
+// of the scale, numbered across the query's residues (g = k * segments_per_residue + position).
 // Large segments make a task long (its elements times their samples times the group): such
 // a task's elements are dealt to `chunks` thread blocks (element i to chunk i % (128 *
-// chunks) / 128); the last of them to finish combines their (J, index) minima.
+// chunks) / 128; on tensor cores, tiles of 8 elements to warps round robin); the last of
+// them to finish combines their (J, index) minima.
 struct Task {
   int lw, lh, g0, count, out;  // out: the scale's offset in a residue's leaf table
   int chunk, chunks;
   int counter;  // chunked tasks: the counter of the task's finished chunks
+  int mma;      // 1: the dot products on tensor cores (leaf_rows_mma)
 };
 constexpr int kMaxChunks = 32;
 
@@ -68,27 +74,31 @@ __device__ inline double sse_of(int seg_sq, int norm, int dot) {
   return static_cast<double>(static_cast<long long>(seg_sq) + norm - 2LL * dot);
 }
 
-// One thread block per task: its segments in shared memory, its threads striding over the
-// scale's elements, each element's samples read once and compared with every segment.
+// What both forms of the leaf search share: the task's segment samples and scale.
+struct LeafTask {
+  Task t;
+  int n, lw, N, nx, per_residue, s;
+  const int* residues;
+  __device__ int sample(int g, int q) const {  // sample q of the task's segment g
+    const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
+    const int x = (at % nx) * (1 << t.lw) + (q & ((1 << t.lw) - 1)), y = (at / nx) * (1 << t.lh) + (q >> t.lw);
+    return residues[static_cast<size_t>(k) * N * N + y * N + x];
+  }
+};
+
+// The scalar form. Its segments in shared memory, its threads striding over the scale's
+// elements, each element's samples read once and compared with every segment.
 // SSE = |x|^2 + |d|^2 - 2 x.d in exact integers (each term at most 1024 * 255^2): the
 // squared norms are computed once (segments here, elements at upload), the inner loop is
 // one multiply-add per sample and segment, and each thread takes two elements at a time so
-// that a segment sample read from shared memory serves both.
-__global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int table, const SearchConsts* consts,
-                            const double* bits, double* out_j, int* out_i, double* part_j, int* part_i,
-                            size_t part_stride, int* counters) {
-  const Task t = tasks[blockIdx.x];
-  const ScaleArgs& sc = consts->sc;
-  const double lambda = consts->lambda;
-  const int w = 1 << t.lw, h = 1 << t.lh, n = w * h, s = t.lw + 6 * t.lh;
-  const int nx = N >> t.lw, per_residue = nx * (N >> t.lh);
-  __shared__ int seg[kGroup * 32 * 32];
+// that a segment sample read from shared memory serves both. Leaves each segment's (J,
+// index) minimum over the chunk's elements in row_j / row_i.
+__device__ void leaf_rows_scalar(const LeafTask& lt, const SearchConsts* consts, const double* bits, int* seg,
+                                 double* row_j, int* row_i) {
+  const Task& t = lt.t;
+  const int n = lt.n;
   __shared__ int seg_sq[kGroup];
-  for (int idx = threadIdx.x; idx < t.count * n; idx += blockDim.x) {
-    const int g = idx / n, q = idx - g * n, gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
-    const int x = (at % nx) * w + (q & (w - 1)), y = (at / nx) * h + (q >> t.lw);
-    seg[g * n + q] = residues[static_cast<size_t>(k) * N * N + y * N + x];
-  }
+  for (int idx = threadIdx.x; idx < t.count * n; idx += blockDim.x) seg[idx] = lt.sample(idx / n, idx % n);
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int g = warp; g < t.count; g += blockDim.x >> 5) {
@@ -98,11 +108,13 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
     if (lane == 0) seg_sq[g] = sq;
   }
   __syncthreads();
-  const int16_t* data = sc.data[s];
-  const int* norms = sc.norms[s];
-  const int count = sc.count[s];
-  const double leaf = sc.leaf_bits[s];
-  const double* b = bits + static_cast<size_t>(s) * kMaxIndex;
+  const ScaleArgs& sc = consts->sc;
+  const double lambda = consts->lambda;
+  const int16_t* data = sc.data[lt.s];
+  const int* norms = sc.norms[lt.s];
+  const int count = sc.count[lt.s];
+  const double leaf = sc.leaf_bits[lt.s];
+  const double* b = bits + static_cast<size_t>(lt.s) * kMaxIndex;
   double bj[kGroup];
   int bi[kGroup];
 #pragma unroll
@@ -155,6 +167,157 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
     double j = wj[g][0];
     int i = wi[g][0];
     for (int q = 1; q < kThreads / 32; ++q) take_min(j, i, wj[g][q], wi[g][q]);
+    row_j[g] = j, row_i[g] = i;
+  }
+}
+
+// The tensor-core form: x.d as an exact integer matrix product (mma.sync, 8-bit inputs,
+// 32-bit sums). Residue samples lie in [-255, 255] and element samples in [-252, 252] (the
+// initial flat elements' range, which resizing and concatenation keep), so each is split
+// into 16 * hi + lo, hi in [-16, 15], lo in [0, 15]:
+//   x.d = 256 hi(x).hi(d) + 16 (hi(x).lo(d) + lo(x).hi(d)) + lo(x).lo(d),
+// four 8-bit products whose 32-bit sums cannot overflow (at most 1024 * 255 * 252 in all).
+// A task's (up to) 16 segments are the product's rows, padded with zeros to 16 rows and to
+// whole 32-sample steps; every warp takes tiles of 8 elements (the columns), loads their
+// samples straight from the dictionary and splits them in registers.
+constexpr int kMmaPad = 16;  // bytes after each split segment row: conflict-free fragment loads
+
+__device__ inline void split4(uint32_t w0, uint32_t w1, uint32_t& hi, uint32_t& lo) {
+  // Two int16 samples a word; v + 256 is in [1, 511], so the halves never borrow.
+  const uint32_t b0 = __vadd2(w0, 0x01000100u), b1 = __vadd2(w1, 0x01000100u);
+  const uint32_t h0 = (b0 >> 4) & 0x001F001Fu, h1 = (b1 >> 4) & 0x001F001Fu;  // hi + 16
+  hi = __vsub4(__byte_perm(h0, h1, 0x6420), 0x10101010u);
+  lo = __byte_perm(b0 & 0x000F000Fu, b1 & 0x000F000Fu, 0x6420);
+}
+
+__device__ inline void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the host uses this form only where the kernel was built for sm_80 or later
+#endif
+}
+
+// STEPS: 32-sample steps of the padded segment (n <= 32 * STEPS).
+template <int STEPS>
+__device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, const double* bits, int8_t* split,
+                              double* row_j, int* row_i) {
+  const Task& t = lt.t;
+  const int n = lt.n, npad = 32 * STEPS, stride = npad + kMmaPad;
+  int8_t* a_hi = split;
+  int8_t* a_lo = split + kMmaRows * stride;
+  int* seg_sq = reinterpret_cast<int*>(split + 2 * kMmaRows * stride);
+  for (int idx = threadIdx.x; idx < kMmaRows * npad; idx += blockDim.x) {
+    const int r = idx / npad, q = idx - r * npad;
+    const int v = r < t.count && q < n ? lt.sample(r, q) : 0;
+    a_hi[r * stride + q] = static_cast<int8_t>(v >> 4);
+    a_lo[r * stride + q] = static_cast<int8_t>(v & 15);
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const int warps = blockDim.x >> 5;
+  for (int r = warp; r < kMmaRows; r += warps) {
+    int sq = 0;
+    if (r < t.count)
+      for (int q = lane; q < n; q += 32) {
+        const int v = lt.sample(r, q);
+        sq += v * v;
+      }
+    for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    if (lane == 0) seg_sq[r] = sq;
+  }
+  __syncthreads();
+  uint32_t ah[STEPS][4], al[STEPS][4];
+#pragma unroll
+  for (int st = 0; st < STEPS; ++st) {
+    const int k = st * 32 + tig * 4;
+    const int offs[4] = {g * stride + k, (g + 8) * stride + k, g * stride + k + 16, (g + 8) * stride + k + 16};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      ah[st][r] = *reinterpret_cast<const uint32_t*>(a_hi + offs[r]);
+      al[st][r] = *reinterpret_cast<const uint32_t*>(a_lo + offs[r]);
+    }
+  }
+  const ScaleArgs& sc = consts->sc;
+  const double lambda = consts->lambda;
+  const int16_t* data = sc.data[lt.s];
+  const int* norms = sc.norms[lt.s];
+  const int count = sc.count[lt.s];
+  const double leaf = sc.leaf_bits[lt.s];
+  const double* b = bits + static_cast<size_t>(lt.s) * kMaxIndex;
+  const bool row0 = g < t.count, row1 = g + 8 < t.count;
+  const int sq0 = seg_sq[g], sq1 = seg_sq[g + 8];
+  double bj0 = CUDART_INF, bj1 = CUDART_INF;
+  int bi0 = INT_MAX, bi1 = INT_MAX;
+  for (int tile = t.chunk * warps + warp; tile * 8 < count; tile += t.chunks * warps) {
+    const int e_load = tile * 8 + g;  // this thread's column for the B fragments
+    const bool have = e_load < count;
+    const int16_t* e = data + static_cast<size_t>(have ? e_load : 0) * n;
+    int c1[4] = {}, c2[4] = {}, c3[4] = {};
+#pragma unroll
+    for (int st = 0; st < STEPS; ++st) {
+      const int k = st * 32 + tig * 4;
+      uint2 lo4 = make_uint2(0, 0), hi4 = make_uint2(0, 0);
+      if (have && k < n) lo4 = __ldg(reinterpret_cast<const uint2*>(e + k));
+      if (have && k + 16 < n) hi4 = __ldg(reinterpret_cast<const uint2*>(e + k + 16));
+      uint32_t bh0, bl0, bh1, bl1;
+      split4(lo4.x, lo4.y, bh0, bl0);
+      split4(hi4.x, hi4.y, bh1, bl1);
+      mma_s8(c1, ah[st], bh0, bh1);
+      mma_s8(c2, ah[st], bl0, bl1);
+      mma_s8(c2, al[st], bh0, bh1);
+      mma_s8(c3, al[st], bl0, bl1);
+    }
+    // c[0], c[1]: row g, columns 2 tig and 2 tig + 1; c[2], c[3]: row g + 8, the same columns.
+#pragma unroll
+    for (int col = 0; col < 2; ++col) {
+      const int i = tile * 8 + tig * 2 + col;
+      if (i >= count) break;
+      const double rate = __dmul_rn(lambda, __dadd_rn(b[i], leaf));
+      const int norm = norms[i];
+      if (row0) take_min(bj0, bi0, __dadd_rn(sse_of(sq0, norm, 256 * c1[col] + 16 * c2[col] + c3[col]), rate), i);
+      if (row1)
+        take_min(bj1, bi1, __dadd_rn(sse_of(sq1, norm, 256 * c1[2 + col] + 16 * c2[2 + col] + c3[2 + col]), rate), i);
+    }
+  }
+  // The 4 threads of a row, then the warps.
+  for (int o = 1; o < 4; o <<= 1) {
+    take_min(bj0, bi0, __shfl_xor_sync(0xffffffffu, bj0, o), __shfl_xor_sync(0xffffffffu, bi0, o));
+    take_min(bj1, bi1, __shfl_xor_sync(0xffffffffu, bj1, o), __shfl_xor_sync(0xffffffffu, bi1, o));
+  }
+  // Through the segments' staging, which no thread reads any more.
+  __syncthreads();
+  double* wj = reinterpret_cast<double*>(split);  // [warp][row]
+  int* wi = reinterpret_cast<int*>(wj + warps * kMmaRows);
+  if (tig == 0) {
+    wj[warp * kMmaRows + g] = bj0, wi[warp * kMmaRows + g] = bi0;
+    wj[warp * kMmaRows + g + 8] = bj1, wi[warp * kMmaRows + g + 8] = bi1;
+  }
+  __syncthreads();
+  if (threadIdx.x < t.count) {
+    const int r = threadIdx.x;
+    double j = wj[r];
+    int i = wi[r];
+    for (int w = 1; w < warps; ++w) take_min(j, i, wj[w * kMmaRows + r], wi[w * kMmaRows + r]);
+    row_j[r] = j, row_i[r] = i;
+  }
+}
+
+// The task's rows (its segments' minima over the chunk's elements) into the leaf table, or
+// for a chunked task into the partial tables, the task's last chunk to finish combining
+// them (a second kernel would add a launch to the block search's critical path). Its
+// counter is left at 0 for the next search on this stream. Call with every thread, after
+// a __syncthreads that makes row_j / row_i visible.
+__device__ void put_rows(const LeafTask& lt, int table, const double* row_j, const int* row_i, double* out_j,
+                         int* out_i, double* part_j, int* part_i, size_t part_stride, int* counters) {
+  const Task& t = lt.t;
+  const int per_residue = lt.per_residue;
+  for (int g = threadIdx.x; g < t.count; g += blockDim.x) {
+    const double j = row_j[g];
+    const int i = row_i[g];
     const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
     const size_t o = static_cast<size_t>(k) * table + t.out + at;
     if (t.chunks == 1) {
@@ -166,9 +329,6 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
     }
   }
   if (t.chunks == 1) return;
-  // The task's last chunk to finish combines the chunks' minima (a second kernel would add
-  // a launch to the block search's critical path). Its counter is left at 0 for the next
-  // search on this stream.
   __shared__ bool last;
   __threadfence();
   __syncthreads();
@@ -177,15 +337,165 @@ __global__ void leaf_kernel(const Task* tasks, const int* residues, int N, int t
     if (last) counters[t.counter] = 0;
   }
   __syncthreads();
-  if (!last || threadIdx.x >= t.count) return;
-  const int gg = t.g0 + threadIdx.x, k = gg / per_residue, at = gg - k * per_residue;
-  const size_t o = static_cast<size_t>(k) * table + t.out + at;
-  double j = __ldcg(&part_j[o]);
-  int i = __ldcg(&part_i[o]);
-  for (int c = 1; c < t.chunks; ++c)
-    take_min(j, i, __ldcg(&part_j[c * part_stride + o]), __ldcg(&part_i[c * part_stride + o]));
-  out_j[o] = j;
-  out_i[o] = i == INT_MAX ? -1 : i;
+  if (!last) return;
+  for (int g = threadIdx.x; g < t.count; g += blockDim.x) {
+    const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
+    const size_t o = static_cast<size_t>(k) * table + t.out + at;
+    double j = __ldcg(&part_j[o]);
+    int i = __ldcg(&part_i[o]);
+    for (int c = 1; c < t.chunks; ++c)
+      take_min(j, i, __ldcg(&part_j[c * part_stride + o]), __ldcg(&part_i[c * part_stride + o]));
+    out_j[o] = j;
+    out_i[o] = i == INT_MAX ? -1 : i;
+  }
+}
+
+__device__ inline LeafTask leaf_task(const Task* tasks, const int* residues, int N) {
+  LeafTask lt;
+  lt.t = tasks[blockIdx.x];
+  lt.n = 1 << (lt.t.lw + lt.t.lh);
+  lt.N = N;
+  lt.nx = N >> lt.t.lw;
+  lt.per_residue = lt.nx * (N >> lt.t.lh);
+  lt.s = lt.t.lw + 6 * lt.t.lh;
+  lt.residues = residues;
+  return lt;
+}
+
+// Small segments (1..16 samples), up to 64 of one scale a task: the form for the 4x4
+// units, whose searches form the block's critical path, and for the small scales of the
+// others. Each thread keeps one segment in registers and takes every P-th element of the
+// tiles the block stages in shared memory (samples, norms and rates, each read and
+// computed once per block), so an element's samples are read from global memory once for
+// all the task's segments. Tiles are dealt to the task's chunks round robin.
+constexpr int kSmallMaxN = 16, kSmallRows = 64, kSmallTile = 256;
+
+struct SmallShared {
+  int tile[kSmallTile * kSmallMaxN];
+  double rate[kSmallTile];
+  int norm[kSmallTile];
+  double red_j[kThreads];
+  int red_i[kThreads];
+};
+
+template <int NS>
+__device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const double* bits, SmallShared& sh,
+                           double* row_j, int* row_i) {
+  const Task& t = lt.t;
+  int* tile = sh.tile;
+  double* rate = sh.rate;
+  int* norm = sh.norm;
+  double* red_j = sh.red_j;
+  int* red_i = sh.red_i;
+  int R = 1;
+  while (R < t.count) R <<= 1;
+  const int P = blockDim.x / R, r = threadIdx.x % R, p = threadIdx.x / R;
+  const bool mine = r < t.count;
+  int seg[NS];
+  int sq = 0;
+#pragma unroll
+  for (int q = 0; q < NS; ++q) {
+    seg[q] = mine ? lt.sample(r, q) : 0;
+    sq += seg[q] * seg[q];
+  }
+  const ScaleArgs& sc = consts->sc;
+  const double lambda = consts->lambda;
+  const int16_t* data = sc.data[lt.s];
+  const int* norms = sc.norms[lt.s];
+  const int count = sc.count[lt.s];
+  const double leaf = sc.leaf_bits[lt.s];
+  const double* b = bits + static_cast<size_t>(lt.s) * kMaxIndex;
+  double bj = CUDART_INF;
+  int bi = INT_MAX;
+  for (int base = t.chunk * kSmallTile; base < count; base += t.chunks * kSmallTile) {
+    const int m = min(kSmallTile, count - base);
+    __syncthreads();  // the last tile is consumed
+    const int16_t* src = data + static_cast<size_t>(base) * NS;
+    for (int q = threadIdx.x; q < m * NS; q += blockDim.x) tile[q] = src[q];
+    for (int e = threadIdx.x; e < m; e += blockDim.x) {
+      rate[e] = __dmul_rn(lambda, __dadd_rn(b[base + e], leaf));
+      norm[e] = norms[base + e];
+    }
+    __syncthreads();
+    if (mine)
+      for (int e = p; e < m; e += P) {
+        const int* x = tile + e * NS;
+        int dot = 0;
+#pragma unroll
+        for (int q = 0; q < NS; ++q) dot += seg[q] * x[q];
+        take_min(bj, bi, __dadd_rn(sse_of(sq, norm[e], dot), rate[e]), base + e);
+      }
+  }
+  red_j[threadIdx.x] = bj, red_i[threadIdx.x] = bi;
+  __syncthreads();
+  if (mine && p == 0) {
+    for (int pp = 1; pp < P; ++pp) take_min(bj, bi, red_j[pp * R + r], red_i[pp * R + r]);
+    row_j[r] = bj, row_i[r] = bi;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    leaf_small_kernel(const Task* tasks, const int* residues, int N, int table, const SearchConsts* consts,
+                      const double* bits, double* out_j, int* out_i, double* part_j, int* part_i, size_t part_stride,
+                      int* counters) {
+  const LeafTask lt = leaf_task(tasks, residues, N);
+  __shared__ double row_j[kSmallRows];
+  __shared__ int row_i[kSmallRows];
+  __shared__ SmallShared sh;
+  switch (lt.n) {
+    case 1:
+      small_rows<1>(lt, consts, bits, sh, row_j, row_i);
+      break;
+    case 2:
+      small_rows<2>(lt, consts, bits, sh, row_j, row_i);
+      break;
+    case 4:
+      small_rows<4>(lt, consts, bits, sh, row_j, row_i);
+      break;
+    case 8:
+      small_rows<8>(lt, consts, bits, sh, row_j, row_i);
+      break;
+    default:
+      small_rows<16>(lt, consts, bits, sh, row_j, row_i);
+      break;
+  }
+  __syncthreads();
+  put_rows(lt, table, row_j, row_i, out_j, out_i, part_j, part_i, part_stride, counters);
+}
+
+// One thread block per task (and chunk): each of its segments' best element by J = SSE +
+// lambda * (index bits + leaf flag bits), ties to the lower index, into the leaf table.
+__global__ void __launch_bounds__(kThreads)
+    leaf_kernel(const Task* tasks, const int* residues, int N, int table, const SearchConsts* consts,
+                const double* bits, double* out_j, int* out_i, double* part_j, int* part_i, size_t part_stride,
+                int* counters) {
+  const LeafTask lt = leaf_task(tasks, residues, N);
+  const Task& t = lt.t;
+  // The scalar form's segments (8 of up to 32 x 32 ints) or the tensor form's split rows.
+  __shared__ __align__(16) int smem[kGroup * 32 * 32];
+  __shared__ double row_j[kMmaRows];
+  __shared__ int row_i[kMmaRows];
+  if (!t.mma) {
+    leaf_rows_scalar(lt, consts, bits, smem, row_j, row_i);
+  } else {
+    int8_t* split = reinterpret_cast<int8_t*>(smem);
+    switch (lt.n <= 32 ? 1 : lt.n / 32) {
+      case 1:
+        leaf_rows_mma<1>(lt, consts, bits, split, row_j, row_i);
+        break;
+      case 2:
+        leaf_rows_mma<2>(lt, consts, bits, split, row_j, row_i);
+        break;
+      case 4:
+        leaf_rows_mma<4>(lt, consts, bits, split, row_j, row_i);
+        break;
+      default:
+        leaf_rows_mma<8>(lt, consts, bits, split, row_j, row_i);
+        break;
+    }
+  }
+  __syncthreads();
+  put_rows(lt, table, row_j, row_i, out_j, out_i, part_j, part_i, part_stride, counters);
 }
 
 // The device's duplicate check: per scale an open-addressed table of element index + 1
@@ -986,7 +1296,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     BlockConsts* bc = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      lp = &lane();
+      lp = &lane(q.lane);
       if (lp->in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
       for (int L = kMinLog; L <= BL; ++L) size_leaf_buffers(*lp, task_list(L, K, lp->stream.get()), K, L);
       bc = reinterpret_cast<BlockConsts*>(lp->stage_block.get());
@@ -1060,11 +1370,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     lane.t0 = t0;
   }
 
-  void finish_block(mmp::BlockChoices* out) override {
+  void finish_block(mmp::BlockChoices* out, int lane_id) override {
     Lane* lp = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      lp = &lane();
+      lp = &lane(lane_id);
     }
     Lane& lane = *lp;
     if (!lane.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: no block to finish");
@@ -1207,16 +1517,50 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   };
 
   struct TaskList {
-    DeviceBuffer buf;                            // the leaf kernel's tasks
+    DeviceBuffer buf;                            // the leaf kernel's tasks, then leaf_small_kernel's
     int count = 0, chunked = 0, max_chunks = 1;  // chunked: tasks dealt to several blocks
+    int small = 0;                               // of `count`, the last `small` are leaf_small_kernel's
   };
 
-  Lane& lane() {  // under mu_
+  // The calling thread's lane (id -1) or a reserved one (under mu_).
+  Lane& lane(int id = -1) {
+    if (id >= 0) {
+      if (static_cast<size_t>(id) >= reserved_.size() || !reserved_[static_cast<size_t>(id)].held)
+        throw Error(ErrorKind::Internal, log::format("MMP GPU search: lane %d is not reserved", id));
+      return *reserved_[static_cast<size_t>(id)].lane;
+    }
     std::unique_ptr<Lane>& l = lanes_[std::this_thread::get_id()];
     if (!l) l = std::make_unique<Lane>();
     return *l;
   }
 
+ public:
+  // Reserved lanes are kept for the next caller (their graphs and buffers with them).
+  int reserve_lanes(int n) override {
+    if (n < 1 || how_ == MmpGpuSearch::Units) return -1;
+    std::lock_guard<std::mutex> lk(mu_);
+    size_t first = 0;
+    for (size_t run = 0; first + run < reserved_.size();) {  // the first n free in a row
+      if (reserved_[first + run].held) {
+        first += run + 1, run = 0;
+      } else if (++run == static_cast<size_t>(n)) {
+        break;
+      }
+    }
+    if (reserved_.size() < first + static_cast<size_t>(n)) reserved_.resize(first + static_cast<size_t>(n));
+    for (size_t i = first; i < first + static_cast<size_t>(n); ++i) {
+      if (!reserved_[i].lane) reserved_[i].lane = std::make_unique<Lane>();
+      reserved_[i].held = true;
+    }
+    return static_cast<int>(first);
+  }
+  void release_lanes(int first, int n) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (int i = first; i >= 0 && i < first + n && static_cast<size_t>(i) < reserved_.size(); ++i)
+      reserved_[static_cast<size_t>(i)].held = false;
+  }
+
+ private:
   // The leaf kernel's buffers for K residues of 2^L (allocated before a graph is captured).
   // The partial tables' stride is the leaf table's capacity. A buffer that moves makes the
   // lane's graphs stale: they are made again.
@@ -1244,12 +1588,23 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     Level& lv = lane.levels[L];
     const int N = 1 << L, table = mmp::leaf_table_size(L);
     const size_t out = lv.out_j.size() / sizeof(double);  // the partial tables' stride
-    launch(leaf_kernel, dim3(static_cast<unsigned>(tasks.count)), dim3(kThreads), st,
-           reinterpret_cast<const Task*>(tasks.buf.get()), reinterpret_cast<const int*>(lv.residues.get()), N, table,
-           consts, reinterpret_cast<const double*>(lane.bits.get()), reinterpret_cast<double*>(lv.out_j.get()),
-           reinterpret_cast<int*>(lv.out_i.get()), reinterpret_cast<double*>(lv.part_j.get()),
-           reinterpret_cast<int*>(lv.part_i.get()), out, reinterpret_cast<int*>(lv.counters.get()));
-    VFP_CUDA_LAUNCHED("mmp leaf_kernel");
+    const auto* list = reinterpret_cast<const Task*>(tasks.buf.get());
+    const int large = tasks.count - tasks.small;
+    const auto run = [&](auto kernel, const Task* first, int n) {
+      launch(kernel, dim3(static_cast<unsigned>(n)), dim3(kThreads), st, first,
+             reinterpret_cast<const int*>(lv.residues.get()), N, table, consts,
+             reinterpret_cast<const double*>(lane.bits.get()), reinterpret_cast<double*>(lv.out_j.get()),
+             reinterpret_cast<int*>(lv.out_i.get()), reinterpret_cast<double*>(lv.part_j.get()),
+             reinterpret_cast<int*>(lv.part_i.get()), out, reinterpret_cast<int*>(lv.counters.get()));
+    };
+    if (tasks.small) {
+      run(leaf_small_kernel, list + large, tasks.small);
+      VFP_CUDA_LAUNCHED("mmp leaf_small_kernel");
+    }
+    if (large) {
+      run(leaf_kernel, list, large);
+      VFP_CUDA_LAUNCHED("mmp leaf_kernel");
+    }
   }
 
   BlockWork work(Lane& l) const {
@@ -1450,17 +1805,40 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // A 4x4 unit's search is on the block's critical path (its units form a chain): its
     // tasks are dealt finer, a block per 4 samples (docs/perf.md, MMP log).
     const int per_block = L == kMinLog ? 4 : 32;
+    std::vector<Task> small;
     for (int lh = L; lh >= 0; --lh)
       for (int lw = L; lw >= 0; --lw) {
         const int segments = K * (N >> lw) * (N >> lh), out = mmp::leaf_scale_offset(L, lw, lh);
-        for (int g0 = 0; g0 < segments; g0 += group) {
-          const int count = std::min(group, segments - g0);
-          const int chunks = std::clamp((1 << (lw + lh)) * count / per_block, 1, kMaxChunks);
-          for (int c = 0; c < chunks; ++c) tasks.push_back({lw, lh, g0, count, out, c, chunks, tl.chunked});
+        const int n = 1 << (lw + lh);
+        if (n <= kSmallMaxN) {
+          // leaf_small_kernel: a full dictionary's tiles dealt to 16 blocks for the 4x4 units
+          // (on the critical path), fewer for the others (beside it; each block's setup counts).
+          const int chunks = L == kMinLog ? 16 : L == kMinLog + 1 ? 8 : 4;
+          for (int g0 = 0; g0 < segments; g0 += kSmallRows) {
+            const int count = std::min(kSmallRows, segments - g0);
+            for (int c = 0; c < chunks; ++c) small.push_back({lw, lh, g0, count, out, c, chunks, tl.chunked, 0});
+            ++tl.chunked;
+          }
+          tl.max_chunks = std::max(tl.max_chunks, chunks);
+          continue;
+        }
+        // Tensor cores: 16 segments a task, a block per 32 (8x8 units, whose choice a chain
+        // link waits for) or 128 segment samples (a warp's tile of 8 elements is a few
+        // instructions, the block's setup is not).
+        const bool mma = L >= mma_min_L_ && n >= kMmaMinN && n <= kMmaMaxN;
+        const int task_group = mma ? kMmaRows : group;
+        for (int g0 = 0; g0 < segments; g0 += task_group) {
+          const int count = std::min(task_group, segments - g0);
+          const int mma_per_block = L == kMinLog + 1 ? 32 : 128;
+          const int chunks = std::clamp(n * count / (mma ? mma_per_block : per_block), 1, kMaxChunks);
+          for (int c = 0; c < chunks; ++c)
+            tasks.push_back({lw, lh, g0, count, out, c, chunks, tl.chunked, mma ? 1 : 0});
           if (chunks > 1) ++tl.chunked;
           tl.max_chunks = std::max(tl.max_chunks, chunks);
         }
       }
+    tl.small = static_cast<int>(small.size());
+    tasks.insert(tasks.end(), small.begin(), small.end());
     tl.buf = DeviceBuffer(tasks.size() * sizeof(Task), "MMP search tasks");
     memcpy_h2d_async(tl.buf.get(), tasks.data(), tasks.size() * sizeof(Task), st);
     VFP_CUDA(cudaStreamSynchronize(st));
@@ -1586,14 +1964,32 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return true;
   }
 
+  // The smallest unit (2^L) whose tasks of 8..256 samples run on tensor cores; 6: none.
+  // VFP_MMP_TENSOR_FROM_L overrides it (measurements).
+  static int tensor_from_L() {
+    int major = 0;
+    VFP_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current_device()));
+    cudaFuncAttributes fa{};
+    VFP_CUDA(cudaFuncGetAttributes(&fa, leaf_kernel));
+    if (major < 8 || fa.binaryVersion < 80) return 6;  // no integer mma.sync (or not built for it)
+    if (const char* e = std::getenv("VFP_MMP_TENSOR_FROM_L")) return std::clamp(std::atoi(e), kMinLog, 6);
+    return 3;
+  }
+
   static constexpr size_t kMaxMirrors = 64;
   MmpGpuSearch how_;
   std::mutex mu_;
   int device_;
+  int mma_min_L_ = tensor_from_L();
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};
   TaskList tasks_[6][kMaxResidues + 1];
   std::list<std::shared_ptr<Mirror>> mirrors_;
   std::unordered_map<std::thread::id, std::unique_ptr<Lane>> lanes_;
+  struct Reserved {
+    std::unique_ptr<Lane> lane;
+    bool held = false;
+  };
+  std::vector<Reserved> reserved_;
   std::atomic<int64_t> calls_{0}, blocks_{0}, wall_ns_{0}, kernel_ns_{0};  // the breakdown stats() reports
 };
 

@@ -130,6 +130,9 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
       {48, 40, 2, 3, 11, 500, 16, mmp::TileMode::Independent, true},
       {120, 90, 0, 3, 4, 30, 0, mmp::TileMode::SyncAll, true, 80},
       {100, 64, 2, 4, 4, 20, 32, mmp::TileMode::Independent, false, 100},
+      // More tiles than blocks in flight at once (153 of 64): a round in three waves.
+      {136, 72, 2, 3, 4, 30, 8, mmp::TileMode::SyncAll, true},
+      {136, 72, 1, 3, 4, 30, 8, mmp::TileMode::SyncDictionaries, false},
   };
   for (const Case& c : cases) {
     const auto img = test_plane(c.kind, c.w, c.h, 7);

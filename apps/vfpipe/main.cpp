@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -88,6 +89,10 @@ void reject_non_finite(const CLI::App& app) {
 
 int main(int argc, char** argv) {
   using namespace vfp;
+  // Before any CUDA call: CUDA maps all streams onto 8 hardware queues by default, so work on
+  // more streams than that (the MMP search keeps about 3 per tile in flight) waits behind
+  // unrelated launches. 32 is the most; a value the user set is kept.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   CLI::App app{
       "vfpipe: real-time video filtering on NVIDIA GPUs, with CPU fallback.\n"
       "Frames flow source -> GPU stages (pinned double-buffered copies, several CUDA "

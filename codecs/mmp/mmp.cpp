@@ -929,7 +929,7 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
     for (int k = 0; k < t.blocks; ++k) {
       BlockChoices c;
       in_flight = false;
-      backend.finish_block(&c);
+      backend.finish_block(&c, -1);
       Area area;
       take_choices(backend, c, t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, BL, area);
       const int64_t t1 = now_ns();
@@ -956,12 +956,96 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
     if (in_flight) {  // the backend's lane must not stay busy
       BlockChoices ignored;
       try {
-        backend.finish_block(&ignored);
+        backend.finish_block(&ignored, -1);
       } catch (...) {  // the first error is the one to report
       }
     }
     throw;
   }
+}
+
+// Synchronized tiles on a backend that searches whole blocks and lends lanes: a round's
+// blocks are all started (kInFlight at a time, from the pool's threads), then finished and
+// coded, so that the device searches many tiles' blocks at once rather than one per
+// thread. The bytes are code_tiles()'s: every block of a round is searched with the
+// dictionaries and models as the round found them, and coded and learnt in the same order.
+// False (nothing done) when the backend has no lanes to lend.
+constexpr int kInFlight = 64;
+
+bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
+  LeafSearch& backend = *p.search;
+  const int BL = p.block_log, B = 1 << BL;
+  const int width = static_cast<int>(std::min<size_t>(tiles.size(), kInFlight));
+  const int first = backend.reserve_lanes(width);
+  if (first < 0) return false;
+  struct Lease {
+    LeafSearch& backend;
+    int first, n;
+    ~Lease() { backend.release_lanes(first, n); }
+  } lease{backend, first, width};
+  const bool shared_models = p.tile_mode == TileMode::SyncAll;
+  const auto seconds = [](int64_t from, int64_t to) { return 1e-9 * static_cast<double>(to - from); };
+  int rounds = 0;
+  for (const Tile& t : tiles) rounds = std::max(rounds, t.blocks);
+  std::vector<int> active, slots;
+  std::vector<NewElement> batch;
+  std::vector<std::atomic<bool>> in_flight(static_cast<size_t>(width));
+  for (int k = 0; k < rounds; ++k) {
+    active.clear();
+    for (size_t i = 0; i < tiles.size(); ++i)
+      if (k < tiles[i].blocks) active.push_back(static_cast<int>(i));
+    for (size_t w0 = 0; w0 < active.size(); w0 += static_cast<size_t>(width)) {
+      slots.resize(std::min(active.size() - w0, static_cast<size_t>(width)));
+      for (size_t j = 0; j < slots.size(); ++j) slots[j] = static_cast<int>(j);
+      const auto tile_of = [&](int j) -> Tile& {
+        return tiles[static_cast<size_t>(active[w0 + static_cast<size_t>(j)])];
+      };
+      try {
+        for_tiles(slots, [&](int j) {
+          Tile& t = tile_of(j);
+          const int64_t t0 = now_ns();
+          BlockQuery q = block_query(t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, p);
+          q.lane = first + j;
+          backend.start_block(q);
+          in_flight[static_cast<size_t>(j)] = true;
+          t.stats.search_s += seconds(t0, now_ns());
+        });
+        for_tiles(slots, [&](int j) {
+          Tile& t = tile_of(j);
+          const int64_t t0 = now_ns();
+          BlockChoices c;
+          in_flight[static_cast<size_t>(j)] = false;
+          backend.finish_block(&c, first + j);
+          Area area;
+          take_choices(backend, c, t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, BL, area);
+          const int64_t t1 = now_ns();
+          code_block(t, area, BL, shared_models);
+          t.stats.search_s += seconds(t0, t1);
+          t.stats.coding_s += seconds(t1, now_ns());
+        });
+      } catch (...) {
+        for (size_t j = 0; j < slots.size(); ++j)
+          if (in_flight[j].exchange(false)) {  // the backend's lanes must not stay busy
+            BlockChoices ignored;
+            try {
+              backend.finish_block(&ignored, first + static_cast<int>(j));
+            } catch (...) {  // the first error is the one to report
+            }
+          }
+        throw;
+      }
+    }
+    const int64_t t0 = now_ns();
+    batch.clear();
+    for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
+    tiles[0].dict->add(batch);
+    if (shared_models) {
+      for (int i : active) replay(tiles[static_cast<size_t>(i)].overlay);
+      tiles[0].models->touch_all();
+    }
+    tiles[0].stats.learning_s += seconds(t0, now_ns());
+  }
+  return true;
 }
 
 // `ic`: the index costs of the block's models (null when the backend searches whole blocks).
@@ -1193,7 +1277,7 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
     std::vector<int> all(tiles.size());
     for (size_t i = 0; i < tiles.size(); ++i) all[i] = static_cast<int>(i);
     for_tiles(all, [&](int i) { encode_tile_learning_on_backend(tiles[static_cast<size_t>(i)], p); });
-  } else {
+  } else if (!(whole_blocks && p.tiled() && p.tile_mode != TileMode::Independent && code_rounds_in_flight(tiles, p))) {
     code_tiles(
         tiles, p,
         [&](Tile& t, int k, bool shared) {

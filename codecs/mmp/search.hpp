@@ -89,6 +89,10 @@ struct BlockQuery {
   // before them; the backend's copy, which learnt them, is used and checked against it).
   bool learn = false, pending = false;
   int max_elements = 4096;
+  // The backend's lane (its stream and buffers) the block runs in: -1, the calling thread's;
+  // otherwise one of the lanes the caller reserved (LeafSearch::reserve_lanes()), so that one
+  // thread can have several blocks in flight and another can finish them.
+  int lane = -1;
 };
 
 // The block's choices, areas in pre-order (Z order): an area larger than 4x4 starts with
@@ -114,11 +118,20 @@ class LeafSearch {
   // another; between the two it may do other work (the backend searches meanwhile).
   virtual bool searches_blocks() const { return false; }
   virtual void start_block(const BlockQuery& q) { (void)q; }
-  virtual void finish_block(BlockChoices* out) { (void)out; }
+  // `lane`: the query's BlockQuery::lane.
+  virtual void finish_block(BlockChoices* out, int lane) { (void)out, (void)lane; }
   void search_block(const BlockQuery& q, BlockChoices* out) {
     start_block(q);
-    finish_block(out);
+    finish_block(out, q.lane);
   }
+  // Lanes for blocks in flight from any thread (BlockQuery::lane): the first of n lanes the
+  // caller holds until release_lanes(first, n), or -1 where the backend has none (blocks
+  // then run in the calling thread's lane, one at a time).
+  virtual int reserve_lanes(int n) {
+    (void)n;
+    return -1;
+  }
+  virtual void release_lanes(int first, int n) { (void)first, (void)n; }
   // True if the backend can learn a block's new elements itself (BlockQuery::learn).
   virtual bool learns_blocks() const { return false; }
   // Where the search's time went, one line ("" when there is nothing to say).
