@@ -464,7 +464,7 @@ std::vector<Item> take_shard(const std::vector<Item>& items, const Shard& shard)
   return out;
 }
 
-std::vector<int> parse_gpus(const std::string& spec, int device_count) {
+std::vector<int> parse_gpus(const std::string& spec, int device_count, const char* visible) {
   std::vector<int> out;
   if (spec == "none" || spec.empty()) return out;
   if (spec == "all") {
@@ -479,9 +479,12 @@ std::vector<int> parse_gpus(const std::string& spec, int device_count) {
       throw ParseError("--gpus: expected all, none or device numbers such as 0,2", spec, pos,
                        std::max<size_t>(tok.size(), 1));
     const int d = std::stoi(tok);
-    if (d >= device_count)
-      throw ParseError(log::format("--gpus: there is no GPU %d (this machine has %d)", d, device_count), spec, pos,
-                       tok.size());
+    if (d >= device_count) {
+      const std::string why = visible
+                                  ? log::format("%d visible to CUDA: CUDA_VISIBLE_DEVICES=%s", device_count, visible)
+                                  : log::format("this machine has %d", device_count);
+      throw ParseError(log::format("--gpus: there is no GPU %d (%s)", d, why.c_str()), spec, pos, tok.size());
+    }
     if (std::find(out.begin(), out.end(), d) != out.end())
       throw ParseError(log::format("--gpus: GPU %d is listed twice", d), spec, pos, tok.size());
     out.push_back(d);

@@ -74,7 +74,9 @@ std::vector<Item> take_shard(const std::vector<Item>& items, const Shard& shard)
 
 // The GPUs to use: "all" (every device), "none", or a list "0,2". Throws Error(Usage) for
 // a device that does not exist (device_count given by the caller: testable without GPUs).
-std::vector<int> parse_gpus(const std::string& spec, int device_count);
+// `visible`: CUDA_VISIBLE_DEVICES where it is set (null otherwise), named in that error,
+// since it is the usual reason for fewer GPUs than the machine has.
+std::vector<int> parse_gpus(const std::string& spec, int device_count, const char* visible = nullptr);
 // The device of each concurrent pipeline: jobs_per_gpu per GPU, interleaved (0,1,0,1,...)
 // so that the first pipelines spread over the GPUs; -1 for CPU pipelines when `gpus` is empty.
 std::vector<int> pipeline_devices(const std::vector<int>& gpus, int jobs_per_gpu, int cpu_jobs);

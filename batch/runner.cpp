@@ -281,6 +281,8 @@ class Batch {
       nlohmann::json r = record(it, res.ok ? "done" : "failed", attempt, lane);
       r["frames"] = res.frames;
       r["seconds"] = res.seconds;
+      // The item's whole time on its lane: opening, the frames, closing (seconds: the frames).
+      r["lane_seconds"] = static_cast<double>(now_ns() - t0) * 1e-9;
       r["fps"] = res.seconds > 0 ? static_cast<double>(res.frames) / res.seconds : 0.0;
       if (!res.details.empty()) r["details"] = res.details;
       if (res.ok && has_output && !present(unit_of(tmp))) {

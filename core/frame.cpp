@@ -178,7 +178,7 @@ HostFrame::HostFrame(const FrameSpec& spec, bool pinned) : spec_(spec), layout_(
   size_t n = layout_.total_bytes;
 #if VFPIPE_HAVE_CUDA
   if (pinned) {
-    data_ = static_cast<uint8_t*>(cuda::host_alloc_pinned(n));
+    data_ = static_cast<uint8_t*>(cuda::host_alloc_pinned_frame(n));
     pinned_ = true;
     return;
   }
@@ -194,7 +194,7 @@ HostFrame::HostFrame(const FrameSpec& spec, bool pinned) : spec_(spec), layout_(
 HostFrame::~HostFrame() {
 #if VFPIPE_HAVE_CUDA
   if (pinned_) {
-    cuda::host_free_pinned(data_);
+    cuda::host_free_pinned_frame(data_, layout_.total_bytes);
     return;
   }
 #endif

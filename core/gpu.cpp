@@ -2,7 +2,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -41,10 +44,13 @@ const DeviceInfo& probe() {
       else
         info.reason = cudaGetErrorString(err);
       cudaGetLastError();
-      return;
     }
-    if (n == 0) {
-      info.reason = "no CUDA device found";
+    if (err == cudaSuccess && n == 0) info.reason = "no CUDA device found";
+    if (!info.reason.empty()) {
+      // A device list that hides every GPU is the usual reason on a machine that has some.
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      if (visible && info.reason == "no CUDA device found")
+        info.reason += log::format(" (CUDA_VISIBLE_DEVICES=%s)", visible);
       return;
     }
     cudaDeviceProp prop{};
@@ -78,6 +84,133 @@ void* host_alloc_pinned(size_t bytes) {
                                                     bytes / 1048576.0, cudaGetErrorString(err)));
   }
   return p;
+}
+
+namespace {
+
+// Freed frame memory by size (and device), kept for the next allocation of that size.
+struct ReuseCache {
+  std::mutex mu;
+  size_t max_bytes = 0, host_bytes = 0;
+  std::map<int, size_t> device_bytes;
+  std::multimap<size_t, void*> host;
+  std::multimap<std::pair<int, size_t>, void*> device;
+  int64_t reused = 0, asked = 0;
+
+  void* take_host(size_t bytes) {
+    std::lock_guard<std::mutex> lk(mu);
+    ++asked;
+    auto it = host.find(bytes);
+    if (it == host.end()) return nullptr;
+    void* p = it->second;
+    host.erase(it);
+    host_bytes -= bytes;
+    ++reused;
+    return p;
+  }
+  // Keeps p, making room by evicting blocks of other sizes (the clips' sizes changed), which
+  // go to `evicted` for the caller to free outside the lock. False: p is the caller's to free.
+  bool give_host(void* p, size_t bytes, std::vector<void*>& evicted) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (bytes > max_bytes) return false;
+    for (auto it = host.begin(); host_bytes + bytes > max_bytes && it != host.end();) {
+      host_bytes -= it->first;
+      evicted.push_back(it->second);
+      it = host.erase(it);
+    }
+    host.emplace(bytes, p);
+    host_bytes += bytes;
+    return true;
+  }
+  void* take_device(int dev, size_t bytes) {
+    std::lock_guard<std::mutex> lk(mu);
+    ++asked;
+    auto it = device.find({dev, bytes});
+    if (it == device.end()) return nullptr;
+    void* p = it->second;
+    device.erase(it);
+    device_bytes[dev] -= bytes;
+    ++reused;
+    return p;
+  }
+  bool give_device(int dev, void* p, size_t bytes, std::vector<void*>& evicted) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (bytes > max_bytes) return false;
+    for (auto it = device.lower_bound({dev, 0});
+         device_bytes[dev] + bytes > max_bytes && it != device.end() && it->first.first == dev;) {
+      device_bytes[dev] -= it->first.second;
+      evicted.push_back(it->second);
+      it = device.erase(it);
+    }
+    device.emplace(std::make_pair(dev, bytes), p);
+    device_bytes[dev] += bytes;
+    return true;
+  }
+  // Frees everything held (of one device's memory, or the pinned memory with dev = -1).
+  void flush(int dev) {
+    std::vector<void*> out;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (dev < 0) {
+        for (auto& [n, p] : host) out.push_back(p);
+        host.clear();
+        host_bytes = 0;
+      } else {
+        for (auto it = device.begin(); it != device.end();)
+          if (it->first.first == dev) {
+            out.push_back(it->second);
+            it = device.erase(it);
+          } else {
+            ++it;
+          }
+        device_bytes[dev] = 0;
+      }
+    }
+    for (void* p : out) dev < 0 ? cudaFreeHost(p) : cudaFree(p);
+  }
+};
+
+ReuseCache& reuse_cache() {
+  static ReuseCache* c = new ReuseCache;  // never destroyed: the driver may be gone at exit
+  return *c;
+}
+
+}  // namespace
+
+void enable_frame_memory_reuse(size_t max_bytes) {
+  ReuseCache& c = reuse_cache();
+  std::vector<int> devices;
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.max_bytes = max_bytes;
+    for (const auto& [dev, n] : c.device_bytes) devices.push_back(dev);
+  }
+  if (max_bytes > 0) return;
+  c.flush(-1);  // off: what it holds is freed
+  for (int dev : devices) c.flush(dev);
+}
+
+ReuseStats frame_memory_reuse_stats() {
+  std::lock_guard<std::mutex> lk(reuse_cache().mu);
+  return {reuse_cache().reused, reuse_cache().asked};
+}
+
+void* host_alloc_pinned_frame(size_t bytes) {
+  ReuseCache& c = reuse_cache();
+  if (void* p = c.take_host(bytes)) return p;
+  try {
+    return host_alloc_pinned(bytes);
+  } catch (const Error&) {
+    c.flush(-1);  // what the cache holds may be what is missing
+    return host_alloc_pinned(bytes);
+  }
+}
+
+void host_free_pinned_frame(void* p, size_t bytes) {
+  if (!p) return;
+  std::vector<void*> evicted;
+  if (!reuse_cache().give_host(p, bytes, evicted)) evicted.push_back(p);
+  for (void* e : evicted) host_free_pinned(e);
 }
 
 size_t device_memory_used() {
@@ -153,22 +286,55 @@ DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) : size_(bytes) {
   }
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);
+DeviceBuffer DeviceBuffer::frame(size_t bytes, const char* what) {
+  DeviceBuffer b;
+  if (bytes == 0) return b;
+  const int dev = current_device();
+  ReuseCache& c = reuse_cache();
+  b.ptr_ = c.take_device(dev, bytes);
+  if (!b.ptr_) {
+    try {
+      b = DeviceBuffer(bytes, what);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::OutOfMemory) throw;
+      c.flush(dev);
+      b = DeviceBuffer(bytes, what);
+    }
+  }
+  b.size_ = bytes;
+  b.reuse_device_ = dev;
+  return b;
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), size_(o.size_) {
+void DeviceBuffer::release() {
+  if (ptr_) {
+    std::vector<void*> evicted;
+    if (!(reuse_device_ >= 0 && reuse_cache().give_device(reuse_device_, ptr_, size_, evicted)))
+      evicted.push_back(ptr_);
+    for (void* e : evicted) cudaFree(e);
+  }
+  ptr_ = nullptr;
+  size_ = 0;
+  reuse_device_ = -1;
+}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), size_(o.size_), reuse_device_(o.reuse_device_) {
   o.ptr_ = nullptr;
   o.size_ = 0;
+  o.reuse_device_ = -1;
 }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
+    release();
     ptr_ = o.ptr_;
     size_ = o.size_;
+    reuse_device_ = o.reuse_device_;
     o.ptr_ = nullptr;
     o.size_ = 0;
+    o.reuse_device_ = -1;
   }
   return *this;
 }

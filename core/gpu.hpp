@@ -44,10 +44,31 @@ std::string device_name(int device);
 void* host_alloc_pinned(size_t bytes);
 void host_free_pinned(void* p);
 
+// Frame memory kept for reuse once its owner frees it, up to `max_bytes` of pinned host
+// memory and as much device memory per GPU (0, the default: off). For vfpipe batch, which
+// runs item after item with the same frame sizes on several lanes: the driver serialises
+// pinned allocations across the whole process, and cudaFree waits for the whole device, so
+// one lane's item ending would stall the others. Only memory whose work has completed may
+// be released into it (the engine's frames and slots, freed after their streams are
+// synchronised). An allocation that fails empties the cache and tries again. Turning it off
+// (0) frees what it holds.
+void enable_frame_memory_reuse(size_t max_bytes);
+// What the reuse saved so far: allocations served from it, and all allocations asked of it.
+struct ReuseStats {
+  int64_t reused = 0, asked = 0;
+};
+ReuseStats frame_memory_reuse_stats();
+// Pinned frame memory through the reuse cache (plain host_alloc_pinned when it is off).
+void* host_alloc_pinned_frame(size_t bytes);
+void host_free_pinned_frame(void* p, size_t bytes);
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes, const char* what = "device buffer");
+  // A frame's device memory through the reuse cache (enable_frame_memory_reuse): the caller
+  // frees it only after the work that uses it has completed.
+  static DeviceBuffer frame(size_t bytes, const char* what);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
@@ -57,8 +78,10 @@ class DeviceBuffer {
   size_t size() const { return size_; }
 
  private:
+  void release();
   void* ptr_ = nullptr;
   size_t size_ = 0;
+  int reuse_device_ = -1;  // >= 0: returned to the reuse cache of this device
 };
 
 class Stream {

@@ -368,7 +368,7 @@ void with_taps(int taps, Fn&& fn) {
 
 }  // namespace
 
-WaveletWorkspace::WaveletWorkspace() : stats_(sizeof(Stats), "wavelet statistics") {}
+WaveletWorkspace::WaveletWorkspace() : stats_(DeviceBuffer::frame(sizeof(Stats), "wavelet statistics")) {}
 
 float* WaveletWorkspace::band_mut(int level, int which) const {
   const DwtLevel& g = geom_.at(static_cast<size_t>(level));
@@ -390,7 +390,11 @@ void WaveletWorkspace::forward_impl(const InT* src, int spitch, int w, int h, co
     offsets_.push_back(total);
     total += 4 * static_cast<size_t>(g.cw) * g.ch;
   }
-  if (coeffs_.size() < total * sizeof(float)) coeffs_ = DeviceBuffer(total * sizeof(float), "wavelet coefficients");
+  if (coeffs_.size() < total * sizeof(float)) {
+    // The old buffer may go back to the frame memory cache: its kernels must be done.
+    if (coeffs_.get()) VFP_CUDA(cudaStreamSynchronize(s));
+    coeffs_ = DeviceBuffer::frame(total * sizeof(float), "wavelet coefficients");
+  }
   filter_ = &f;
   boundary_ = b;
   w_ = w;

@@ -167,12 +167,13 @@ class CudaWorker final : public Worker {
     for (int s = 0; s < depth; ++s) {
       auto sl = std::make_unique<Slot>();
       sl->worker = this;
-      sl->in = cuda::DeviceBuffer(in_bytes_, "an input frame");
+      sl->in = cuda::DeviceBuffer::frame(in_bytes_, "an input frame");
       for (size_t i = 0; i < chain_.size(); ++i) {
         const auto& step = chain_.step(i);
-        sl->bufs.emplace_back(step.stage->passthrough()
-                                  ? cuda::DeviceBuffer()
-                                  : cuda::DeviceBuffer(FrameLayout::of(step.out).total_bytes, "a stage output frame"));
+        sl->bufs.emplace_back(
+            step.stage->passthrough()
+                ? cuda::DeviceBuffer()
+                : cuda::DeviceBuffer::frame(FrameLayout::of(step.out).total_bytes, "a stage output frame"));
       }
       slots_.push_back(std::move(sl));
     }
@@ -659,7 +660,7 @@ class PipelineRun {
       if (gpu_ && in_pool_ && !keep_source && src_.can_fill_device()) {
         const size_t bytes = FrameLayout::of(chain_.input()).total_bytes;
         for (HostFrame* f : in_pool_->frames()) {
-          in_device_.emplace_back(bytes, "an input frame in GPU memory");
+          in_device_.push_back(cuda::DeviceBuffer::frame(bytes, "an input frame in GPU memory"));
           f->device = in_device_.back().get();
         }
         res_.report.input += ", frames stay in GPU memory";

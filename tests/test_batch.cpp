@@ -305,6 +305,14 @@ TEST(BatchGpus, SelectionWithAFakeDeviceCount) {
     EXPECT_EQ(e.pos(), 2u);
     EXPECT_NE(std::string(e.what()).find("no GPU 5 (this machine has 2)"), std::string::npos);
   }
+  try {  // the usual reason for fewer GPUs than the machine has is named
+    parse_gpus("0,1", 1, "0");
+    FAIL();
+  } catch (const ParseError& e) {
+    EXPECT_EQ(e.pos(), 2u);
+    EXPECT_NE(std::string(e.what()).find("no GPU 1 (1 visible to CUDA: CUDA_VISIBLE_DEVICES=0)"), std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW(parse_gpus("0,0", 2), ParseError);
   EXPECT_THROW(parse_gpus("0,,1", 2), ParseError);
   EXPECT_THROW(parse_gpus("gpu1", 2), ParseError);

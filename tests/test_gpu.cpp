@@ -4,7 +4,11 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
@@ -328,7 +332,8 @@ TEST(Gpu, BatchOnTheGpuEqualsTheCpu) {
                           "--jobs-per-gpu 4 --dry-run -o '" + dir + "/fit/{stem}.y4m'");
   EXPECT_EQ(fit.rc, 0) << fit.out;
   EXPECT_NE(fit.out.find("running 2 pipelines per GPU"), std::string::npos) << fit.out;
-  EXPECT_NE(fit.out.find("; 2 pipelines"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("; " + std::to_string(2 * cuda::device_count()) + " pipelines"), std::string::npos)
+      << fit.out;  // 2 on each GPU
   CmdResult over = run_cmd(std::string(VFPIPE_BIN) + " batch " + dir + "/clips -f conv,conv,conv,conv,conv,conv " +
                            "--device cuda --dry-run -o '" + dir + "/over/{stem}.y4m'");
   EXPECT_EQ(over.rc, 2) << over.out;
@@ -336,6 +341,124 @@ TEST(Gpu, BatchOnTheGpuEqualsTheCpu) {
   std::ifstream rep(dir + "/gpu/vfpipe-batch.report.json");
   std::string text((std::istreambuf_iterator<char>(rep)), {});
   EXPECT_NE(text.find("\"backend\": \"cuda\""), std::string::npos) << text.substr(0, 2000);
+  run_cmd("rm -rf " + dir);
+}
+// vfpipe batch's frame memory reuse: a freed frame's pinned and device memory serve the
+// next allocation of its size on its device; other sizes are evicted to stay under the
+// cap; off, everything is freed.
+TEST(Gpu, FrameMemoryIsReusedAcrossItems) {
+  REQUIRE_GPU();
+  const size_t mb = size_t{1} << 20;
+  cuda::enable_frame_memory_reuse(8 * mb);
+  const cuda::ReuseStats before = cuda::frame_memory_reuse_stats();
+  void* h = cuda::host_alloc_pinned_frame(3 * mb);
+  cuda::host_free_pinned_frame(h, 3 * mb);
+  EXPECT_EQ(cuda::host_alloc_pinned_frame(3 * mb), h);
+  cuda::host_free_pinned_frame(h, 3 * mb);
+  void* d = nullptr;
+  {
+    cuda::DeviceBuffer b = cuda::DeviceBuffer::frame(3 * mb, "a test frame");
+    d = b.get();
+    cuda::DeviceBuffer moved = std::move(b);  // the move carries the buffer's origin
+    EXPECT_EQ(b.get(), nullptr);
+  }
+  {
+    cuda::DeviceBuffer b = cuda::DeviceBuffer::frame(3 * mb, "a test frame");
+    EXPECT_EQ(b.get(), d);
+    cuda::DeviceBuffer other = cuda::DeviceBuffer::frame(2 * mb, "another size");
+    EXPECT_NE(other.get(), d);
+  }
+  const cuda::ReuseStats after = cuda::frame_memory_reuse_stats();
+  EXPECT_EQ(after.asked - before.asked, 5);
+  EXPECT_EQ(after.reused - before.reused, 2);
+  // 3 + 2 MB held; 6 MB more evicts them (8 MB cap); larger than the cap is not kept.
+  void* big = cuda::host_alloc_pinned_frame(6 * mb);
+  cuda::host_free_pinned_frame(big, 6 * mb);
+  void* again = cuda::host_alloc_pinned_frame(3 * mb);  // the 3 MB block was evicted: a new one
+  EXPECT_EQ(cuda::frame_memory_reuse_stats().reused, after.reused);
+  cuda::host_free_pinned_frame(again, 3 * mb);
+  { cuda::DeviceBuffer huge = cuda::DeviceBuffer::frame(9 * mb, "over the cap"); }
+  cuda::enable_frame_memory_reuse(0);
+  const cuda::ReuseStats off0 = cuda::frame_memory_reuse_stats();
+  { cuda::DeviceBuffer b = cuda::DeviceBuffer::frame(3 * mb, "a test frame"); }
+  { cuda::DeviceBuffer b = cuda::DeviceBuffer::frame(3 * mb, "a test frame"); }
+  EXPECT_EQ(cuda::frame_memory_reuse_stats().reused, off0.reused);
+}
+
+// Several GPUs (skipped on machines with one: scripts/device-test.sh runs it on a
+// multi-GPU machine when one is lent): every item done exactly once, the items spread over
+// every GPU, the bytes of the CPU; a second run finds everything done.
+TEST(MultiGpu, BatchSpreadsItemsOverEveryGpu) {
+  REQUIRE_GPU();
+  const int gpus = cuda::device_count();
+  if (gpus < 2) GTEST_SKIP() << "this machine has " << gpus << " GPU";
+  const std::string dir = tmp_path("multi_gpu_batch");
+  run_cmd("rm -rf " + dir + " && mkdir -p " + dir + "/clips");
+  const int items = 4 * gpus;
+  for (int i = 0; i < items; ++i) {
+    CmdResult r =
+        run_cmd(std::string(VFPIPE_BIN) + " run -q --device cpu -i 'synthetic=size=" + (i % 3 ? "640x360" : "321x243") +
+                ":frames=" + std::to_string(3 + i % 4) + ":noise=gauss:seed=" + std::to_string(i) + "' -o " + dir +
+                "/clips/c" + std::to_string(i) + ".y4m");
+    ASSERT_EQ(r.rc, 0) << r.out;
+  }
+  const std::string common = std::string(VFPIPE_BIN) + " batch " + dir +
+                             "/clips -f 'median=radius=2,conv=gauss:size=5,wavelet=db4:levels=3' --progress plain ";
+  CmdResult g = run_cmd(common + "--device cuda --gpus all --jobs-per-gpu 2 -o '" + dir + "/gpu/{stem}.y4m'");
+  ASSERT_EQ(g.rc, 0) << g.out;
+  for (int d = 0; d < gpus; ++d) EXPECT_NE(g.out.find("2 on GPU " + std::to_string(d)), std::string::npos) << g.out;
+  CmdResult c = run_cmd(common + "--device cpu --jobs 2 -o '" + dir + "/cpu/{stem}.y4m'");
+  ASSERT_EQ(c.rc, 0) << c.out;
+  std::map<std::string, int> done;
+  std::set<std::string> devices;
+  std::ifstream ledger(dir + "/gpu/vfpipe-batch.jsonl");
+  for (std::string line; std::getline(ledger, line);) {
+    if (line.empty()) continue;
+    const auto rec = nlohmann::json::parse(line);
+    if (rec.value("status", "") != "done") continue;
+    ++done[rec.value("input", "")];
+    devices.insert(rec.value("device", ""));
+  }
+  EXPECT_EQ(done.size(), static_cast<size_t>(items));
+  for (const auto& [input, n] : done) EXPECT_EQ(n, 1) << input;
+  for (int d = 0; d < gpus; ++d) EXPECT_EQ(devices.count("gpu" + std::to_string(d)), 1u) << "no item on GPU " << d;
+  for (int i = 0; i < items; ++i) {
+    const std::string n = "/c" + std::to_string(i) + ".y4m";
+    EXPECT_EQ(run_cmd("cmp " + dir + "/gpu" + n + " " + dir + "/cpu" + n).rc, 0) << n;
+  }
+  CmdResult again = run_cmd(common + "--device cuda --gpus all -o '" + dir + "/gpu/{stem}.y4m'");
+  EXPECT_EQ(again.rc, 0) << again.out;
+  std::ifstream ledger2(dir + "/gpu/vfpipe-batch.jsonl");
+  int records = 0;
+  for (std::string line; std::getline(ledger2, line);) records += !line.empty();
+  EXPECT_EQ(records, items) << "the second run did an item again:\n" << again.out;
+  run_cmd("rm -rf " + dir);
+}
+
+// A GPU hidden by CUDA_VISIBLE_DEVICES: asking for it is a usage error that names the
+// variable; with every GPU hidden, --device cuda says why and auto falls back to the CPU.
+TEST(Gpu, BatchNamesTheGpusCudaVisibleDevicesHides) {
+  REQUIRE_GPU();
+  const std::string dir = tmp_path("hidden_gpu_batch");
+  run_cmd("rm -rf " + dir + " && mkdir -p " + dir + "/clips");
+  ASSERT_EQ(run_cmd(std::string(VFPIPE_BIN) + " run -q --device cpu -i 'synthetic=size=64x48:frames=2' -o " + dir +
+                    "/clips/a.y4m")
+                .rc,
+            0);
+  const std::string batch = std::string(VFPIPE_BIN) + " batch " + dir + "/clips -f median --progress plain ";
+  const int gpus = cuda::device_count();
+  CmdResult r = run_cmd("CUDA_VISIBLE_DEVICES=0 " + batch + "--gpus 0," + std::to_string(gpus) + " -o '" + dir +
+                        "/a/{stem}.y4m'");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("there is no GPU " + std::to_string(gpus) + " (1 visible to CUDA: CUDA_VISIBLE_DEVICES=0)"),
+            std::string::npos)
+      << r.out;
+  CmdResult none = run_cmd("CUDA_VISIBLE_DEVICES= " + batch + "--device cuda -o '" + dir + "/b/{stem}.y4m'");
+  EXPECT_NE(none.rc, 0) << none.out;
+  EXPECT_NE(none.out.find("no CUDA device found (CUDA_VISIBLE_DEVICES=)"), std::string::npos) << none.out;
+  CmdResult cpu = run_cmd("CUDA_VISIBLE_DEVICES= " + batch + "-o '" + dir + "/c/{stem}.y4m'");
+  EXPECT_EQ(cpu.rc, 0) << cpu.out;
+  EXPECT_NE(cpu.out.find("running on the CPU"), std::string::npos) << cpu.out;
   run_cmd("rm -rf " + dir);
 }
 #if VFPIPE_HAVE_LIBAV

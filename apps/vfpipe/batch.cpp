@@ -147,6 +147,7 @@ bool stages_have_cuda(const std::vector<std::unique_ptr<Stage>>& stages) {
 
 // One item: its pipeline, start to end, on the lane's device.
 batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
+  const int64_t t_open = now_ns();
   RunArgs a = base;
   apply_item_options(a, job.item->options, job.item->where);
   a.input = job.item->input;
@@ -170,7 +171,10 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
   job.progress->total.store(total);
   cfg.progress = [&job](int64_t done, int64_t) { job.progress->frames.store(done); };
+  const double open_s = 1e-9 * static_cast<double>(now_ns() - t_open);
+  const int64_t t_run = now_ns();
   RunResult res = run_pipeline(*src, chain, *sink, cfg);
+  const double run_s = 1e-9 * static_cast<double>(now_ns() - t_run);
 
   batch::ItemResult r;
   r.frames = res.report.frames_out;
@@ -181,6 +185,8 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
     if (s.count > 0) stages_ms[res.report.steps[i]] = {{"mean", s.mean}, {"p50", s.p50}, {"p99", s.p99}};
   }
   r.details = {{"backend", res.report.backend},
+               {"open_s", open_s},  // opening the input, output and chain
+               {"run_s", run_s},    // the engine: its buffers, the frames, draining
                {"device", res.report.device},
                {"chain", res.report.chain},
                {"input_spec", res.report.input_spec},
@@ -356,7 +362,8 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   const Backend backend = choose_backend(a.device, stages);
   std::vector<int> gpus;
 #if VFPIPE_HAVE_CUDA
-  if (backend == Backend::CUDA) gpus = batch::parse_gpus(b.gpus, cuda::device_count());
+  if (backend == Backend::CUDA)
+    gpus = batch::parse_gpus(b.gpus, cuda::device_count(), std::getenv("CUDA_VISIBLE_DEVICES"));
 #endif
   if (backend == Backend::CUDA && gpus.empty() && a.device == "cuda")
     throw Error(ErrorKind::Usage, "--device cuda with --gpus none");
@@ -364,6 +371,11 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   // and encoders (their own threads) busy.
   const int cpu_jobs = b.jobs > 0 ? b.jobs : std::max(1, std::min(4, cpu_threads() / 2));
   const int jobs_per_gpu = gpus.empty() ? 0 : fit_constant_banks(stages, a.depth, b.jobs_per_gpu);
+#if VFPIPE_HAVE_CUDA
+  // Items of the same frame size reuse the last ones' frame memory: allocating and freeing
+  // it serialises the lanes of every GPU in the driver (docs/batch.md, concurrency).
+  if (!gpus.empty()) cuda::enable_frame_memory_reuse(size_t{2} << 30);
+#endif
   batch::BatchConfig cfg;
   cfg.devices = batch::pipeline_devices(gpus, jobs_per_gpu, cpu_jobs);
   cfg.retries = b.retries;
