@@ -45,9 +45,10 @@ for i in $(seq 0 $((N - 1))); do
   [ -s "$f" ] || ln -f "$CLIP" "$f" 2>/dev/null || cp "$CLIP" "$f"
 done
 cat "$DIR"/clips/* > /dev/null  # into the page cache
-frames=$("$V" run -q -i "$CLIP" -o null --device cpu --report "$DIR/probe.json" > /dev/null 2>&1 &&
-  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['frames_out'])" "$DIR/probe.json" 2> /dev/null ||
-  echo 120)
+"$V" run -q -i "$CLIP" -o null --device cpu --report "$DIR/probe.json" > /dev/null 2>&1 ||
+  { echo "cannot read $CLIP" >&2; exit 1; }
+frames=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['frames_out'])" "$DIR/probe.json")
+spec=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['input']['spec'])" "$DIR/probe.json")
 configs=("0")
 [ "$GPUS" -ge 2 ] && configs+=("0,1")
 [ "$GPUS" -gt 2 ] && configs+=("all")
@@ -103,12 +104,13 @@ PY
     tail -1 "$DIR/rows.jsonl"
   done
 done
-python3 - "$DIR" "$N" "$frames" "$CHAIN" "$JOBS" "$GPUS" <<'PY'
+python3 - "$DIR" "$N" "$frames" "$CHAIN" "$JOBS" "$GPUS" "$(basename "$CLIP") ($spec)" <<'PY'
 import json, os, statistics, sys
 d, n, frames, chain, jobs, gpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])
+clip = sys.argv[7]
 rows = [json.loads(l) for l in open(d + "/rows.jsonl") if l.strip()]
 count = lambda g: gpus if g == "all" else len(g.split(","))
-print(f"{n} copies of a 1080p H.264 clip x {frames} frames, NVDEC, chain {chain}, -o null, "
+print(f"{n} copies of {clip} x {frames} frames, NVDEC, chain {chain}, -o null, "
       f"--jobs-per-gpu {jobs}, {gpus} GPUs, {os.cpu_count()} cores")
 print(f"{'--gpus':<8}{'frames/s (median; runs)':<34}{'efficiency':>11}{'cores busy':>12}{'sys':>6}"
       f"  item: frames / lane s  per GPU: SM % / NVDEC %")
@@ -131,6 +133,6 @@ for g in dict.fromkeys(r["gpus"] for r in rows):
           f"  {it['frames_s']:.3f} / {it['lane_s']:.3f}  {util}")
     summary.append({"gpus": g, "fps_median": fps, "efficiency": eff, "cores_busy": busy, "sys_cores_busy": sys_busy,
                     "item_mean": it})
-json.dump({"clips": n, "frames": frames, "chain": chain, "jobs_per_gpu": jobs, "machine_gpus": gpus,
+json.dump({"clips": n, "clip": clip, "frames": frames, "chain": chain, "jobs_per_gpu": jobs, "machine_gpus": gpus,
            "rows": rows, "summary": summary}, open(d + "/multi-gpu-bench.json", "w"), indent=1)
 PY
