@@ -129,8 +129,8 @@ std::map<std::string, nlohmann::json> read_ledgers(const std::string& dir, std::
 nlohmann::json make_report(const std::map<std::string, nlohmann::json>& latest, const std::vector<Item>* expected,
                            const nlohmann::json& extra) {
   nlohmann::json items = nlohmann::json::array();
-  int64_t done = 0, failed = 0, missing = 0, frames = 0;
-  double seconds = 0;
+  int64_t done = 0, failed = 0, missing = 0, frames = 0, timed = 0;
+  double seconds = 0, lane_seconds = 0, timed_frame_seconds = 0;
   const auto add = [&](const nlohmann::json& r) {
     const std::string st = r.value("status", "");
     if (st == "done") ++done;
@@ -138,6 +138,11 @@ nlohmann::json make_report(const std::map<std::string, nlohmann::json>& latest, 
     if (st == "missing") ++missing;
     frames += r.value("frames", int64_t{0});
     seconds += r.value("seconds", 0.0);
+    if (st == "done" && r.value("lane_seconds", 0.0) > 0) {  // ledgers of older versions lack it
+      ++timed;
+      lane_seconds += r.value("lane_seconds", 0.0);
+      timed_frame_seconds += r.value("seconds", 0.0);
+    }
     items.push_back(r);
   };
   if (expected) {
@@ -160,6 +165,10 @@ nlohmann::json make_report(const std::map<std::string, nlohmann::json>& latest, 
                    {"missing", missing},
                    {"frames", frames},
                    {"item_seconds", seconds}};
+  if (timed > 0)
+    rep["totals"]["per_item"] = {{"items", timed},
+                                 {"frames_seconds", timed_frame_seconds / static_cast<double>(timed)},
+                                 {"lane_seconds", lane_seconds / static_cast<double>(timed)}};
   rep["items"] = std::move(items);
   return rep;
 }
@@ -182,6 +191,16 @@ std::string report_text(const nlohmann::json& rep) {
       out += log::format(" (%.0f frames/s)", static_cast<double>(t.value("frames_this_run", int64_t{0})) / w);
   }
   out += "\n";
+  // Short items on a GPU spend much of their pipeline's time opening and closing (the
+  // decoder, buffers): say so when that is a third or more, since it bounds the batch.
+  if (t.contains("per_item")) {
+    const double f = t["per_item"].value("frames_seconds", 0.0), l = t["per_item"].value("lane_seconds", 0.0);
+    if (l > 0 && f < l * (2.0 / 3.0))
+      out += log::format(
+          "  an item took %.2f s on its pipeline for %.2f s of frames: opening and closing items is %.0f%% of the "
+          "pipelines' time (longer items amortise it)\n",
+          l, f, 100.0 * (1.0 - f / l));
+  }
   for (const nlohmann::json& r : rep["items"]) {
     const std::string st = r.value("status", "");
     if (st == "failed") {

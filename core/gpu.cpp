@@ -108,8 +108,9 @@ struct ReuseCache {
     ++reused;
     return p;
   }
-  // Keeps p, making room by evicting blocks of other sizes (the clips' sizes changed), which
-  // go to `evicted` for the caller to free outside the lock. False: p is the caller's to free.
+  // Keeps p, making room under the cap by evicting held blocks (smallest first: after the
+  // clips' size changed, the old size's), which go to `evicted` for the caller to free
+  // outside the lock. False (p larger than the cap): p is the caller's to free.
   bool give_host(void* p, size_t bytes, std::vector<void*>& evicted) {
     std::lock_guard<std::mutex> lk(mu);
     if (bytes > max_bytes) return false;

@@ -45,7 +45,8 @@ void* host_alloc_pinned(size_t bytes);
 void host_free_pinned(void* p);
 
 // Frame memory kept for reuse once its owner frees it, up to `max_bytes` of pinned host
-// memory and as much device memory per GPU (0, the default: off). For vfpipe batch, which
+// memory and as much device memory per GPU (0, the default: off; past the cap, held blocks
+// are freed to make room). For vfpipe batch, which
 // runs item after item with the same frame sizes on several lanes: the driver serialises
 // pinned allocations across the whole process, and cudaFree waits for the whole device, so
 // one lane's item ending would stall the others. Only memory whose work has completed may

@@ -327,6 +327,30 @@ TEST(BatchGpus, SelectionWithAFakeDeviceCount) {
 
 // ---------------------------------------------------------------- ledger
 
+// The summary says when opening and closing items takes a third or more of the pipelines'
+// time (short clips on a GPU), from the records' lane and frame seconds.
+TEST(BatchLedger, SummaryNamesTheItemsSetupWhenItDominates) {
+  const auto report = [](double frames_s, double lane_s) {
+    std::map<std::string, nlohmann::json> latest;
+    for (int i = 0; i < 4; ++i)
+      latest["k" + std::to_string(i)] = {{"key", "k" + std::to_string(i)},
+                                         {"input", "c.mp4"},
+                                         {"status", "done"},
+                                         {"frames", 120},
+                                         {"seconds", frames_s},
+                                         {"lane_seconds", lane_s}};
+    latest["old"] = {{"key", "old"}, {"input", "o.mp4"}, {"status", "done"}, {"frames", 10}, {"seconds", 9.0}};
+    return make_report(latest, nullptr, nlohmann::json::object());
+  };
+  const nlohmann::json slow = report(0.19, 0.5);
+  EXPECT_EQ(slow["totals"]["per_item"]["items"], 4);  // the record without lane time is left out
+  const std::string text = report_text(slow);
+  EXPECT_NE(text.find("an item took 0.50 s on its pipeline for 0.19 s of frames: opening and closing items is 62%"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(report_text(report(0.45, 0.5)).find("opening and closing"), std::string::npos);
+}
+
 TEST(BatchLedger, NewestRecordWinsAndASecondWriterIsRefused) {
   Folder d("ledger");
   {

@@ -768,6 +768,22 @@ void for_tiles(const std::vector<int>& ids, Body&& body) {
   tbb::parallel_for(size_t{0}, ids.size(), [&](size_t k) { body(ids[k]); });
 }
 
+// The end of a round of synchronized tiles: the round's new elements enter the shared
+// dictionaries in tile order, and with shared models (SyncAll) the tiles' private model
+// changes are replayed in the same order. `batch` is scratch.
+void end_round(std::vector<Tile>& tiles, const std::vector<int>& active, bool shared_models,
+               std::vector<NewElement>& batch) {
+  const int64_t t0 = now_ns();
+  batch.clear();
+  for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
+  tiles[0].dict->add(batch);
+  if (shared_models) {
+    for (int i : active) replay(tiles[static_cast<size_t>(i)].overlay);
+    tiles[0].models->touch_all();  // the tiles share one model set
+  }
+  tiles[0].stats.learning_s += 1e-9 * static_cast<double>(now_ns() - t0);
+}
+
 // Codes the tiles' blocks: each tile start to finish where it owns what it learns (untiled,
 // Independent), else in rounds, the round's blocks in parallel and its learning merged in
 // tile order. `code(tile, k, shared)` codes block k of a tile and leaves its units in
@@ -803,15 +819,7 @@ void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundSta
       if (k < tiles[static_cast<size_t>(i)].blocks) active.push_back(i);
     round_start(k);
     for_tiles(active, [&](int i) { code(tiles[static_cast<size_t>(i)], k, shared_models); });
-    const int64_t t0 = now_ns();
-    batch.clear();
-    for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
-    tiles[0].dict->add(batch);
-    if (shared_models) {
-      for (int i : active) replay(tiles[static_cast<size_t>(i)].overlay);
-      tiles[0].models->touch_all();  // the tiles share one model set
-    }
-    tiles[0].stats.learning_s += 1e-9 * static_cast<double>(now_ns() - t0);
+    end_round(tiles, active, shared_models, batch);
   }
 }
 
@@ -1035,15 +1043,7 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
         throw;
       }
     }
-    const int64_t t0 = now_ns();
-    batch.clear();
-    for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
-    tiles[0].dict->add(batch);
-    if (shared_models) {
-      for (int i : active) replay(tiles[static_cast<size_t>(i)].overlay);
-      tiles[0].models->touch_all();
-    }
-    tiles[0].stats.learning_s += seconds(t0, now_ns());
+    end_round(tiles, active, shared_models, batch);
   }
   return true;
 }
