@@ -92,12 +92,15 @@ for gpu, rows in util.items():
         return round(sum(vals) / len(vals), 1) if vals else None
     per_gpu[gpu] = {"sm_pct": mean("sm"), "dec_pct": mean("dec"), "samples": len(rows)}
 # Each item's time on its lane (the ledger): opening, the engine (its setup, the frames,
-# draining) and closing, against the frames alone.
+# draining) and closing (the chain and output, then the input and its decoder), against
+# the frames alone.
 items = [json.loads(l) for l in open(d + "/ledger/vfpipe-batch.jsonl") if l.strip()]
 mean = lambda v: round(sum(v) / len(v), 4) if v else None
 det = [r.get("details", {}) for r in items]
 item = {"frames_s": mean([r["seconds"] for r in items]), "lane_s": mean([r.get("lane_seconds", 0) for r in items]),
-        "open_s": mean([x.get("open_s", 0) for x in det]), "run_s": mean([x.get("run_s", 0) for x in det])}
+        "open_s": mean([x.get("open_s", 0) for x in det]), "run_s": mean([x.get("run_s", 0) for x in det]),
+        "close_output_s": mean([x.get("close_output_s", 0) for x in det]),
+        "close_input_s": mean([x.get("close_input_s", 0) for x in det])}
 print(json.dumps({"gpus": g, "repeat": int(rep), "seconds": wall, "cpu_seconds": user + sys_s, "sys_seconds": sys_s,
                   "fps": int(n) * int(frames) / wall, "per_gpu": per_gpu, "item_mean": item}))
 PY

@@ -194,6 +194,15 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
                {"fps", res.report.fps()},
                {"codec_threads", a.codec_threads},
                {"steps_ms", stages_ms}};
+  // Closing, in the order the scope would (the chain's stages, the output, then the input
+  // with its decoder), timed: with short items it is much of a pipeline's time.
+  const int64_t t_close = now_ns();
+  { const Chain closing = std::move(chain); }
+  sink.reset();
+  const int64_t t_output_closed = now_ns();
+  src.reset();
+  r.details["close_output_s"] = 1e-9 * static_cast<double>(t_output_closed - t_close);
+  r.details["close_input_s"] = 1e-9 * static_cast<double>(now_ns() - t_output_closed);
   if (res.error) {
     try {
       std::rethrow_exception(res.error);
