@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -972,18 +973,23 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
   }
 }
 
-// Synchronized tiles on a backend that searches whole blocks and lends lanes: a round's
-// blocks are all started (kInFlight at a time, from the pool's threads), then finished and
-// coded, so that the device searches many tiles' blocks at once rather than one per
-// thread. The bytes are code_tiles()'s: every block of a round is searched with the
-// dictionaries and models as the round found them, and coded and learnt in the same order.
-// False (nothing done) when the backend has no lanes to lend.
-constexpr int kInFlight = 64;
+// Blocks in flight at once: 64, or VFP_MMP_IN_FLIGHT (1..1024; for measurements).
+int blocks_in_flight() {
+  if (const char* e = std::getenv("VFP_MMP_IN_FLIGHT")) return std::clamp(std::atoi(e), 1, 1024);
+  return 64;
+}
 
+// Synchronized tiles on a backend that searches whole blocks and lends lanes: a round's
+// blocks are all started (blocks_in_flight() at a time, from the pool's threads), then
+// finished and coded, so that the device searches many tiles' blocks at once rather than
+// one per thread. The bytes are code_tiles()'s: every block of a round is searched with
+// the dictionaries and models as the round found them, each tile codes into its own stream
+// and models, and the round's learning is merged in tile order.
+// False (nothing done) when the backend has no lanes to lend.
 bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
   LeafSearch& backend = *p.search;
   const int BL = p.block_log, B = 1 << BL;
-  const int width = static_cast<int>(std::min<size_t>(tiles.size(), kInFlight));
+  const int width = static_cast<int>(std::min<size_t>(tiles.size(), static_cast<size_t>(blocks_in_flight())));
   const int first = backend.reserve_lanes(width);
   if (first < 0) return false;
   struct Lease {
@@ -1002,8 +1008,13 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
     active.clear();
     for (size_t i = 0; i < tiles.size(); ++i)
       if (k < tiles[i].blocks) active.push_back(static_cast<int>(i));
-    for (size_t w0 = 0; w0 < active.size(); w0 += static_cast<size_t>(width)) {
-      slots.resize(std::min(active.size() - w0, static_cast<size_t>(width)));
+    // Waves of equal size (135 tiles: 45, 45, 45, not 64, 64, 7): a wave lasts about as
+    // long as its slowest block, however few blocks it has.
+    if (active.empty()) continue;
+    const size_t waves = (active.size() + static_cast<size_t>(width) - 1) / static_cast<size_t>(width);
+    const size_t step = (active.size() + waves - 1) / waves;
+    for (size_t w0 = 0; w0 < active.size(); w0 += step) {
+      slots.resize(std::min(active.size() - w0, step));
       for (size_t j = 0; j < slots.size(); ++j) slots[j] = static_cast<int>(j);
       const auto tile_of = [&](int j) -> Tile& {
         return tiles[static_cast<size_t>(active[w0 + static_cast<size_t>(j)])];
