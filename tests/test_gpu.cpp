@@ -349,6 +349,9 @@ TEST(Gpu, BatchOnTheGpuEqualsTheCpu) {
 TEST(Gpu, FrameMemoryIsReusedAcrossItems) {
   REQUIRE_GPU();
   const size_t mb = size_t{1} << 20;
+  struct Off {  // a failed assertion must not leave it on for the other tests
+    ~Off() { cuda::enable_frame_memory_reuse(0); }
+  } off;
   cuda::enable_frame_memory_reuse(8 * mb);
   const cuda::ReuseStats before = cuda::frame_memory_reuse_stats();
   void* h = cuda::host_alloc_pinned_frame(3 * mb);
