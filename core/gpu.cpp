@@ -88,86 +88,66 @@ void* host_alloc_pinned(size_t bytes) {
 
 namespace {
 
-// Freed frame memory by size (and device), kept for the next allocation of that size.
+// Freed frame memory by (device, size), kept for the next allocation of that size on that
+// device; pinned host memory is "device" kHost.
+constexpr int kHost = -1;
+
 struct ReuseCache {
   std::mutex mu;
-  size_t max_bytes = 0, host_bytes = 0;
-  std::map<int, size_t> device_bytes;
-  std::multimap<size_t, void*> host;
-  std::multimap<std::pair<int, size_t>, void*> device;
+  size_t max_bytes = 0;
+  std::map<int, size_t> held;  // bytes held per device
+  std::multimap<std::pair<int, size_t>, void*> blocks;
   int64_t reused = 0, asked = 0;
 
-  void* take_host(size_t bytes) {
+  void* take(int dev, size_t bytes) {
     std::lock_guard<std::mutex> lk(mu);
     ++asked;
-    auto it = host.find(bytes);
-    if (it == host.end()) return nullptr;
+    auto it = blocks.find({dev, bytes});
+    if (it == blocks.end()) return nullptr;
     void* p = it->second;
-    host.erase(it);
-    host_bytes -= bytes;
+    blocks.erase(it);
+    held[dev] -= bytes;
     ++reused;
     return p;
   }
-  // Keeps p, making room under the cap by evicting held blocks (smallest first: after the
-  // clips' size changed, the old size's), which go to `evicted` for the caller to free
-  // outside the lock. False (p larger than the cap): p is the caller's to free.
-  bool give_host(void* p, size_t bytes, std::vector<void*>& evicted) {
+  // Keeps p, making room under the cap by evicting the device's held blocks (smallest
+  // first: after the clips' size changed, the old size's), which go to `evicted` for the
+  // caller to free outside the lock. False (p larger than the cap): p is the caller's to free.
+  bool give(int dev, void* p, size_t bytes, std::vector<void*>& evicted) {
     std::lock_guard<std::mutex> lk(mu);
     if (bytes > max_bytes) return false;
-    for (auto it = host.begin(); host_bytes + bytes > max_bytes && it != host.end();) {
-      host_bytes -= it->first;
+    for (auto it = blocks.lower_bound({dev, 0});
+         held[dev] + bytes > max_bytes && it != blocks.end() && it->first.first == dev;) {
+      held[dev] -= it->first.second;
       evicted.push_back(it->second);
-      it = host.erase(it);
+      it = blocks.erase(it);
     }
-    host.emplace(bytes, p);
-    host_bytes += bytes;
+    blocks.emplace(std::make_pair(dev, bytes), p);
+    held[dev] += bytes;
     return true;
   }
-  void* take_device(int dev, size_t bytes) {
-    std::lock_guard<std::mutex> lk(mu);
-    ++asked;
-    auto it = device.find({dev, bytes});
-    if (it == device.end()) return nullptr;
-    void* p = it->second;
-    device.erase(it);
-    device_bytes[dev] -= bytes;
-    ++reused;
-    return p;
-  }
-  bool give_device(int dev, void* p, size_t bytes, std::vector<void*>& evicted) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (bytes > max_bytes) return false;
-    for (auto it = device.lower_bound({dev, 0});
-         device_bytes[dev] + bytes > max_bytes && it != device.end() && it->first.first == dev;) {
-      device_bytes[dev] -= it->first.second;
-      evicted.push_back(it->second);
-      it = device.erase(it);
-    }
-    device.emplace(std::make_pair(dev, bytes), p);
-    device_bytes[dev] += bytes;
-    return true;
-  }
-  // Frees everything held (of one device's memory, or the pinned memory with dev = -1).
+  // Frees what is held of one device (kHost: the pinned memory), or of every device.
   void flush(int dev) {
-    std::vector<void*> out;
+    free_if([dev](int d) { return d == dev; });
+  }
+  void flush_all() {
+    free_if([](int) { return true; });
+  }
+  template <typename Pred>
+  void free_if(Pred of_device) {
+    std::vector<std::pair<int, void*>> out;
     {
       std::lock_guard<std::mutex> lk(mu);
-      if (dev < 0) {
-        for (auto& [n, p] : host) out.push_back(p);
-        host.clear();
-        host_bytes = 0;
-      } else {
-        for (auto it = device.begin(); it != device.end();)
-          if (it->first.first == dev) {
-            out.push_back(it->second);
-            it = device.erase(it);
-          } else {
-            ++it;
-          }
-        device_bytes[dev] = 0;
-      }
+      for (auto it = blocks.begin(); it != blocks.end();)
+        if (of_device(it->first.first)) {
+          out.emplace_back(it->first.first, it->second);
+          held[it->first.first] -= it->first.second;
+          it = blocks.erase(it);
+        } else {
+          ++it;
+        }
     }
-    for (void* p : out) dev < 0 ? cudaFreeHost(p) : cudaFree(p);
+    for (const auto& [d, p] : out) d == kHost ? cudaFreeHost(p) : cudaFree(p);
   }
 };
 
@@ -180,15 +160,11 @@ ReuseCache& reuse_cache() {
 
 void enable_frame_memory_reuse(size_t max_bytes) {
   ReuseCache& c = reuse_cache();
-  std::vector<int> devices;
   {
     std::lock_guard<std::mutex> lk(c.mu);
     c.max_bytes = max_bytes;
-    for (const auto& [dev, n] : c.device_bytes) devices.push_back(dev);
   }
-  if (max_bytes > 0) return;
-  c.flush(-1);  // off: what it holds is freed
-  for (int dev : devices) c.flush(dev);
+  if (max_bytes == 0) c.flush_all();  // off: what it holds is freed
 }
 
 ReuseStats frame_memory_reuse_stats() {
@@ -198,11 +174,11 @@ ReuseStats frame_memory_reuse_stats() {
 
 void* host_alloc_pinned_frame(size_t bytes) {
   ReuseCache& c = reuse_cache();
-  if (void* p = c.take_host(bytes)) return p;
+  if (void* p = c.take(kHost, bytes)) return p;
   try {
     return host_alloc_pinned(bytes);
   } catch (const Error&) {
-    c.flush(-1);  // what the cache holds may be what is missing
+    c.flush(kHost);  // what the cache holds may be what is missing
     return host_alloc_pinned(bytes);
   }
 }
@@ -210,7 +186,7 @@ void* host_alloc_pinned_frame(size_t bytes) {
 void host_free_pinned_frame(void* p, size_t bytes) {
   if (!p) return;
   std::vector<void*> evicted;
-  if (!reuse_cache().give_host(p, bytes, evicted)) evicted.push_back(p);
+  if (!reuse_cache().give(kHost, p, bytes, evicted)) evicted.push_back(p);
   for (void* e : evicted) host_free_pinned(e);
 }
 
@@ -292,7 +268,7 @@ DeviceBuffer DeviceBuffer::frame(size_t bytes, const char* what) {
   if (bytes == 0) return b;
   const int dev = current_device();
   ReuseCache& c = reuse_cache();
-  b.ptr_ = c.take_device(dev, bytes);
+  b.ptr_ = c.take(dev, bytes);
   if (!b.ptr_) {
     try {
       b = DeviceBuffer(bytes, what);
@@ -310,8 +286,7 @@ DeviceBuffer DeviceBuffer::frame(size_t bytes, const char* what) {
 void DeviceBuffer::release() {
   if (ptr_) {
     std::vector<void*> evicted;
-    if (!(reuse_device_ >= 0 && reuse_cache().give_device(reuse_device_, ptr_, size_, evicted)))
-      evicted.push_back(ptr_);
+    if (!(reuse_device_ >= 0 && reuse_cache().give(reuse_device_, ptr_, size_, evicted))) evicted.push_back(ptr_);
     for (void* e : evicted) cudaFree(e);
   }
   ptr_ = nullptr;
