@@ -283,6 +283,7 @@ class Batch {
       r["seconds"] = res.seconds;
       // The item's whole time on its lane: opening, the frames, closing (seconds: the frames).
       r["lane_seconds"] = static_cast<double>(now_ns() - t0) * 1e-9;
+      r["start_s"] = static_cast<double>(t0 - start_ns_) * 1e-9;  // into the batch: its timeline
       r["fps"] = res.seconds > 0 ? static_cast<double>(res.frames) / res.seconds : 0.0;
       if (!res.details.empty()) r["details"] = res.details;
       if (res.ok && has_output && !present(unit_of(tmp))) {

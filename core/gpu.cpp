@@ -158,13 +158,20 @@ ReuseCache& reuse_cache() {
 
 }  // namespace
 
+namespace {
+void flush_handles();  // the streams and events kept (below)
+}  // namespace
+
 void enable_frame_memory_reuse(size_t max_bytes) {
   ReuseCache& c = reuse_cache();
   {
     std::lock_guard<std::mutex> lk(c.mu);
     c.max_bytes = max_bytes;
   }
-  if (max_bytes == 0) c.flush_all();  // off: what it holds is freed
+  if (max_bytes == 0) {  // off: what it holds is freed
+    c.flush_all();
+    flush_handles();
+  }
 }
 
 ReuseStats frame_memory_reuse_stats() {
@@ -236,12 +243,18 @@ void* primary_context(int device) {
 }
 
 std::string device_name(int device) {
+  // Asked once per device: cudaGetDeviceProperties reads every property from the driver,
+  // milliseconds that a batch would pay for every file.
+  static std::mutex mu;
+  static std::map<int, std::string> names;
+  std::lock_guard<std::mutex> lk(mu);
+  if (auto f = names.find(device); f != names.end()) return f->second;
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
     cudaGetLastError();
     return "";
   }
-  return prop.name;
+  return names[device] = prop.name;
 }
 
 void host_free_pinned(void* p) {
@@ -315,15 +328,78 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-Stream::Stream() { VFP_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+namespace {
+// Streams and events kept for reuse while frame memory reuse is on (same switch: vfpipe
+// batch). A stream may be handed on with work still queued: its next owner's work then runs
+// after it, as on any stream. An event keeps its last record until it is recorded again.
+struct HandlePool {
+  static constexpr size_t kMaxPerDevice = 1024;
+  std::mutex mu;
+  std::map<int, std::vector<cudaStream_t>> streams;
+  std::map<int, std::vector<cudaEvent_t>> events;
+};
+HandlePool& handle_pool() {
+  static HandlePool* p = new HandlePool;  // never destroyed, as the reuse cache
+  return *p;
+}
+bool reuse_on() {
+  std::lock_guard<std::mutex> lk(reuse_cache().mu);
+  return reuse_cache().max_bytes > 0;
+}
+template <typename H>
+bool take_handle(std::map<int, std::vector<H>>& held, int dev, H* out) {
+  std::lock_guard<std::mutex> lk(handle_pool().mu);
+  auto f = held.find(dev);
+  if (f == held.end() || f->second.empty()) return false;
+  *out = f->second.back();
+  f->second.pop_back();
+  return true;
+}
+template <typename H>
+bool give_handle(std::map<int, std::vector<H>>& held, int dev, H h) {
+  if (!reuse_on()) return false;
+  std::lock_guard<std::mutex> lk(handle_pool().mu);
+  std::vector<H>& v = held[dev];
+  if (v.size() >= HandlePool::kMaxPerDevice) return false;
+  v.push_back(h);
+  return true;
+}
+void flush_handles() {
+  std::map<int, std::vector<cudaStream_t>> streams;
+  std::map<int, std::vector<cudaEvent_t>> events;
+  {
+    std::lock_guard<std::mutex> lk(handle_pool().mu);
+    streams.swap(handle_pool().streams);
+    events.swap(handle_pool().events);
+  }
+  for (auto& [d, v] : streams)
+    for (cudaStream_t h : v) cudaStreamDestroy(h);
+  for (auto& [d, v] : events)
+    for (cudaEvent_t h : v) cudaEventDestroy(h);
+}
+}  // namespace
+
+Stream::Stream() {
+  if (reuse_on()) {
+    device_ = current_device();
+    if (take_handle(handle_pool().streams, device_, &s_)) return;
+  }
+  VFP_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+}
 Stream::~Stream() {
-  if (s_) cudaStreamDestroy(s_);
+  if (s_ && !(device_ >= 0 && give_handle(handle_pool().streams, device_, s_))) cudaStreamDestroy(s_);
 }
 void Stream::synchronize() const { VFP_CUDA(cudaStreamSynchronize(s_)); }
 
-Event::Event() { VFP_CUDA(cudaEventCreate(&e_)); }
+Event::Event() {
+  if (reuse_on()) {
+    device_ = current_device();
+    if (take_handle(handle_pool().events, device_, &e_)) return;
+  }
+  VFP_CUDA(cudaEventCreate(&e_));
+}
 Event::~Event() {
-  if (e_) cudaEventDestroy(e_);
+  if (e_ && !(device_ >= 0 && give_handle(handle_pool().events, device_, e_))) cudaEventDestroy(e_);
 }
 void Event::record(StreamHandle s) { VFP_CUDA(cudaEventRecord(e_, s)); }
 void Event::synchronize() const { VFP_CUDA(cudaEventSynchronize(e_)); }

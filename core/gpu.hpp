@@ -87,9 +87,12 @@ class DeviceBuffer {
 
 class Stream {
  public:
-  Stream();  // non-blocking w.r.t. the legacy default stream
+  // Non-blocking w.r.t. the legacy default stream. With frame memory reuse on, streams (and
+  // events) are kept for the next owner on the device: creating them costs driver calls that
+  // grow with the number of GPUs, every file of a batch.
+  Stream();
   ~Stream();
-  Stream(Stream&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  Stream(Stream&& o) noexcept : s_(o.s_), device_(o.device_) { o.s_ = nullptr; }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   StreamHandle get() const { return s_; }
@@ -97,13 +100,14 @@ class Stream {
 
  private:
   StreamHandle s_ = nullptr;
+  int device_ = -1;  // taken from the reuse pool of this device (-1: its own)
 };
 
 class Event {
  public:
   Event();  // with timing
   ~Event();
-  Event(Event&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+  Event(Event&& o) noexcept : e_(o.e_), device_(o.device_) { o.e_ = nullptr; }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   void record(StreamHandle s);
@@ -115,6 +119,7 @@ class Event {
 
  private:
   CUevent_st* e_ = nullptr;
+  int device_ = -1;
 };
 
 // Makes `s` wait (on the device, not the host) until `e` has completed.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdarg>
 #include <cstring>
 #include <deque>
@@ -10,6 +11,9 @@
 #include <mutex>
 
 #include "core/error.hpp"
+#if VFPIPE_HAVE_NVDEC_DIRECT
+#include "io/nvdec.hpp"
+#endif
 #include "core/log.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/convert_ops.hpp"
@@ -171,6 +175,9 @@ struct LibavInput {
   double origin = 0;    // seconds: the input's start plus -ss; output timestamps count from here
   bool seeked = false;  // -ss given
   double end = std::numeric_limits<double>::infinity();  // seconds: origin + -t
+  // What decoded the video, known at the first frame: "cpu", "nvdec (libavcodec)", "nvdec"
+  // (its own API), "nvdec (reused)" (a decoder an earlier file left).
+  std::string decoder = "cpu";
 
   // What the output carries over, copied from the demuxer when it opened: the container's
   // and the video stream's metadata, the rotation, and the other streams' parameters.
@@ -337,6 +344,15 @@ AVBufferRef* nvdec_device(int gpu, bool on_runtime, std::string* why) {
   return ref;
 }
 
+}  // namespace
+
+bool prepare_nvdec(int gpu, std::string* why) {
+  std::string unused;
+  return nvdec_device(gpu, true, why ? why : &unused) != nullptr;
+}
+
+namespace {
+
 // The decoder's choice of output format: CUDA frames when offered (NVDEC takes this
 // stream), else the software format libavcodec would pick.
 AVPixelFormat pick_cuda_format(AVCodecContext* c, const AVPixelFormat* fmts) {
@@ -384,7 +400,7 @@ class LibavSource final : public Source {
     dec_.c = avcodec_alloc_context3(dec);
     avcodec_parameters_to_context(dec_.c, st_->codecpar);
     dec_.c->thread_count = opt.threads;  // 0: libavcodec picks (frame and slice threads)
-    const bool nvdec = setup_nvdec(dec, opt, url);
+    const bool nvdec = setup_direct_nvdec(opt, url) || setup_nvdec(dec, opt, url);
     if (int e = avcodec_open2(dec_.c, dec, nullptr); e < 0)
       throw Error(ErrorKind::Input, "'" + url + "': cannot open the " + dec->name + " decoder: " + averr(e));
     if (dec_.c->pix_fmt == AV_PIX_FMT_NONE || dec_.c->width <= 0 || dec_.c->height <= 0)
@@ -444,7 +460,11 @@ class LibavSource final : public Source {
         av_get_pix_fmt_name(dec_.c->sw_pix_fmt != AV_PIX_FMT_NONE && nvdec ? dec_.c->sw_pix_fmt : dec_.c->pix_fmt) +
         ")";
   }
-  ~LibavSource() override { sws_freeContext(sws_); }
+  ~LibavSource() override {
+    av_frame_unref(frame_.f);  // a mapped picture goes back to its decoder first
+    sws_freeContext(sws_);
+    av_buffer_unref(&direct_frames_);
+  }
 
   FrameSpec spec() const override { return spec_; }
   std::string describe() const override { return describe_; }
@@ -454,7 +474,7 @@ class LibavSource final : public Source {
 
   bool read(HostFrame& dst) override {
     while (true) {
-      const int r = avcodec_receive_frame(dec_.c, frame_.f);
+      const int r = receive_frame();
       if (r == AVERROR_EOF) return end_of_input();
       if (r == 0) {
         ++decoded_;
@@ -573,13 +593,13 @@ class LibavSource final : public Source {
     while (true) {
       const int e = av_read_frame(in_.f, packet_.p);
       if (e == AVERROR_EOF) {
-        avcodec_send_packet(dec_.c, nullptr);
+        send_packet(nullptr);
         return true;
       }
       if (e < 0) return input_error("cannot read: " + averr(e));
       const bool video = packet_.p->stream_index == st_->index;
       if (!video) info_->offer(packet_.p);
-      int s = video ? avcodec_send_packet(dec_.c, packet_.p) : 0;
+      int s = video ? send_packet(packet_.p) : 0;
       if (video && s == 0) ++packets_;
       av_packet_unref(packet_.p);
       if (s < 0 && s != AVERROR_INVALIDDATA) return input_error("cannot decode: " + averr(s));
@@ -599,6 +619,12 @@ class LibavSource final : public Source {
                                         " (" + std::to_string(f->width) + "x" + std::to_string(f->height) +
                                         "); vfpipe streams keep one size");
     dst.on_device = false;
+    if (next_ == 0) {
+      info_->decoder = f->format != AV_PIX_FMT_CUDA ? "cpu" : "nvdec (libavcodec)";
+#if VFPIPE_HAVE_NVDEC_DIRECT
+      if (direct_) info_->decoder = direct_->reused_decoder() ? "nvdec (reused)" : "nvdec";
+#endif
+    }
     if (f->format == AV_PIX_FMT_CUDA && !(dst.device && frames_on_gpu_ && to_device(dst))) {
       // NVDEC's picture in GPU memory (NV12, P010, YUV444), wanted on the host.
       av_frame_unref(hw_host_.f);
@@ -628,9 +654,7 @@ class LibavSource final : public Source {
     if (!semi_planar && !(sw == AV_PIX_FMT_YUV444P && spec_.format == PixelFormat::YUV444P)) return false;
     if (!gpu_copy_) gpu_copy_ = std::make_unique<GpuCopy>();
     // The decoder's mapping of the picture runs on its device's stream: the copy waits for it.
-    const auto* hw = static_cast<const AVCUDADeviceContext*>(
-        reinterpret_cast<const AVHWDeviceContext*>(dec_.c->hw_device_ctx->data)->hwctx);
-    gpu_copy_->mapped.record(reinterpret_cast<cuda::StreamHandle>(hw->stream));
+    gpu_copy_->mapped.record(reinterpret_cast<cuda::StreamHandle>(map_stream_));
     cuda::stream_wait(gpu_copy_->stream.get(), gpu_copy_->mapped);
     if (semi_planar) {
       cuda::split_semi_planar_async(sp, view, gpu_copy_->stream.get());
@@ -675,6 +699,84 @@ class LibavSource final : public Source {
     }
   }
 
+  int send_packet(const AVPacket* p) {
+#if VFPIPE_HAVE_NVDEC_DIRECT
+    if (direct_) return direct_->send(p);
+#endif
+    return avcodec_send_packet(dec_.c, p);
+  }
+  // The next decoded frame into frame_: 0, AVERROR(EAGAIN) or AVERROR_EOF, as libavcodec's.
+  int receive_frame() {
+#if VFPIPE_HAVE_NVDEC_DIRECT
+    if (direct_) {
+      nvdec::Picture pic;
+      const int r = direct_->receive(&pic);
+      if (r < 0) return r;
+      AVFrame* f = frame_.f;
+      av_frame_unref(f);
+      // The picture as libavcodec's NVDEC frames look: CUDA memory, NV12, its frames context
+      // (for copies to the host); the buffer's release unmaps it.
+      auto* held = new std::shared_ptr<void>(std::move(pic.mapping));
+      f->buf[0] = av_buffer_create(nullptr, 0, [](void* opaque, uint8_t*) { delete static_cast<std::shared_ptr<void>*>(opaque); },
+                                   held, 0);
+      if (!f->buf[0]) {
+        delete held;
+        return AVERROR(ENOMEM);
+      }
+      f->hw_frames_ctx = av_buffer_ref(direct_frames_);
+      f->format = AV_PIX_FMT_CUDA;
+      f->width = pic.width;
+      f->height = pic.height;
+      f->data[0] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(pic.luma));
+      f->data[1] = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(pic.chroma));
+      f->linesize[0] = f->linesize[1] = static_cast<int>(pic.pitch);
+      f->pts = f->best_effort_timestamp = pic.has_pts ? pic.pts : AV_NOPTS_VALUE;
+      return 0;
+    }
+#endif
+    return avcodec_receive_frame(dec_.c, frame_.f);
+  }
+
+  // NVDEC through its own API (io/nvdec.hpp) for what it takes: the CUDA backend's frames
+  // on the runtime's context, H.264 or HEVC in 8-bit 4:2:0. Its decoders can outlive the
+  // file (vfpipe batch). False: libavcodec decodes (setup_nvdec).
+  bool setup_direct_nvdec(const LibavInputOptions& opt, const std::string& url) {
+#if VFPIPE_HAVE_NVDEC_DIRECT && VFPIPE_HAVE_CUDA
+    if (opt.hwaccel == "none" || opt.hwaccel.empty() || !opt.runtime_context || !opt.gpu_frames) return false;
+    std::string why;
+    if (!nvdec::supports(st_->codecpar, &why)) {
+      log::debug("%s: NVDEC through libavcodec (%s)", url.c_str(), why.c_str());
+      return false;
+    }
+    AVBufferRef* dev = nvdec_device(cuda::current_device(), true, &why);
+    if (!dev) return false;
+    const auto* hw = static_cast<const AVCUDADeviceContext*>(reinterpret_cast<AVHWDeviceContext*>(dev->data)->hwctx);
+    try {
+      direct_ = std::make_unique<nvdec::StreamDecoder>(st_->codecpar, hw->cuda_ctx, hw->stream);
+    } catch (const Error& e) {
+      log::debug("%s: NVDEC through libavcodec (%s)", url.c_str(), e.what());
+      return false;
+    }
+    direct_frames_ = av_hwframe_ctx_alloc(dev);
+    if (!direct_frames_) throw Error(ErrorKind::OutOfMemory, "an NVDEC frames context");
+    auto* fc = reinterpret_cast<AVHWFramesContext*>(direct_frames_->data);
+    fc->format = AV_PIX_FMT_CUDA;
+    fc->sw_format = AV_PIX_FMT_NV12;
+    fc->width = st_->codecpar->width;
+    fc->height = st_->codecpar->height;
+    if (int e = av_hwframe_ctx_init(direct_frames_); e < 0)
+      throw Error(ErrorKind::Input, "'" + url + "': an NVDEC frames context: " + averr(e));
+    map_stream_ = hw->stream;
+    frames_on_gpu_ = true;
+    dec_.c->thread_count = 1;  // libavcodec's decoder only describes the stream: no threads
+    return true;
+#else
+    (void)opt;
+    (void)url;
+    return false;
+#endif
+  }
+
   // NVDEC (hwaccel "auto" or "cuda") when the codec has a CUDA configuration and a CUDA
   // device opens; true when the decoder was set up for it. A profile NVDEC lacks still falls
   // back to the CPU decoder at the first frame (pick_cuda_format is not offered CUDA).
@@ -712,6 +814,7 @@ class LibavSource final : public Source {
     }
     dec_.c->hw_device_ctx = av_buffer_ref(dev);
     dec_.c->get_format = pick_cuda_format;
+    map_stream_ = static_cast<AVCUDADeviceContext*>(reinterpret_cast<AVHWDeviceContext*>(dev->data)->hwctx)->stream;
     // NVDEC does the decoding: frame threads would only add contexts and frames in flight
     // for the CPU's share (parsing), and contend across a batch's pipelines.
     dec_.c->thread_count = 1;
@@ -721,6 +824,11 @@ class LibavSource final : public Source {
   FormatInput in_;
   AVStream* st_ = nullptr;
   CodecContext dec_;
+#if VFPIPE_HAVE_NVDEC_DIRECT
+  std::unique_ptr<nvdec::StreamDecoder> direct_;  // NVDEC's own API, instead of dec_'s decoding
+#endif
+  AVBufferRef* direct_frames_ = nullptr;  // the frames context its pictures name
+  void* map_stream_ = nullptr;            // where NVDEC maps pictures: copies wait for it (a CUstream)
   Frame frame_, converted_, hw_host_;
   Packet packet_;
 #if VFPIPE_HAVE_CUDA
@@ -1211,6 +1319,19 @@ double frame_seconds(LibavInput* in, int64_t index, Rational fps) {
   int64_t pts = 0;
   if (in && in->take(index, &pts) && pts != AV_NOPTS_VALUE) return seconds(pts, in->time_base) - in->origin;
   return fps.num > 0 ? static_cast<double>(index) * fps.den / fps.num : 0;
+}
+
+void keep_nvdec_decoders(int max_idle) {
+#if VFPIPE_HAVE_NVDEC_DIRECT
+  nvdec::enable_reuse(max_idle);
+#else
+  (void)max_idle;
+#endif
+}
+
+std::string libav_decoder_of(const Source& src) {
+  const auto in = libav_input_of(src);
+  return in ? in->decoder : std::string();
 }
 
 std::shared_ptr<LibavInput> libav_input_of(const Source& src) {

@@ -42,8 +42,20 @@ struct LibavInputOptions {
 };
 // Throws vfp::Error (Input) for a missing, unreadable or unsupported input.
 std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInputOptions& opt);
+// Starts libav's NVDEC device for `gpu` ahead of the first file (the one a CUDA-backend
+// source uses: on the runtime's context), so that a batch's lanes do not queue behind its
+// creation inside their first item. False, with `why`, when NVDEC cannot be had there.
+bool prepare_nvdec(int gpu, std::string* why);
 // The input a source reads, or null when it is not a libav source.
 std::shared_ptr<LibavInput> libav_input_of(const Source& src);
+// Keep up to `max_idle` NVDEC decoders per GPU and stream format when a file ends, for the
+// next file of the same format (0: off, the default; what is kept is freed). Making a
+// decoder is serialised by the driver across all GPUs (about 85 ms on an H200): for vfpipe
+// batch, whose files are mostly of one format. Only NVDEC's own path (io/nvdec.hpp) keeps them.
+void keep_nvdec_decoders(int max_idle);
+// What decodes a libav source's video ("cpu", "nvdec (libavcodec)", "nvdec", "nvdec (reused)":
+// a decoder an earlier file left, vfpipe batch); "" for other sources. Known after the first frame.
+std::string libav_decoder_of(const Source& src);
 // Frame `index`'s time in seconds from the start of the run: its timestamp in the input
 // (variable rate too; read once: the output that writes the frame asks), else index / fps.
 double frame_seconds(LibavInput* in, int64_t index, Rational fps);

@@ -590,8 +590,10 @@ class PipelineRun {
         outq_(static_cast<size_t>(qcap_)) {}
 
   RunResult run() {
+    const auto t0 = std::chrono::steady_clock::now();
     describe_run();
     if (!start_worker()) return std::move(res_);
+    res_.report.start_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     SignalMaskGuard mask;
     // The CUDA device is per thread: the helpers work on the caller's (batch pipelines are
     // bound to one GPU each by the thread that runs them).
@@ -610,7 +612,9 @@ class PipelineRun {
     source_thread.join();
     outq_.close();
     sink_thread.join();
+    const auto t_finish = std::chrono::steady_clock::now();
     finish();
+    res_.report.finish_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_finish).count();
     return std::move(res_);
   }
 

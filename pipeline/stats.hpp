@@ -54,6 +54,7 @@ struct RunReport {
   int64_t frames_out = 0;           // written to the sink
   int64_t dropped = 0;              // live policy: frames replaced by newer ones before processing
   double wall_s = 0;                // first capture to last output
+  double start_s = 0, finish_s = 0;  // the engine's setup (buffers, streams) and its teardown
   int warmup = 0;                   // records skipped in the statistics
   int depth = 0;                    // frames in flight
   bool interrupted = false;

@@ -100,9 +100,25 @@ det = [r.get("details", {}) for r in items]
 item = {"frames_s": mean([r["seconds"] for r in items]), "lane_s": mean([r.get("lane_seconds", 0) for r in items]),
         "open_s": mean([x.get("open_s", 0) for x in det]), "run_s": mean([x.get("run_s", 0) for x in det]),
         "close_output_s": mean([x.get("close_output_s", 0) for x in det]),
-        "close_input_s": mean([x.get("close_input_s", 0) for x in det])}
+        "close_input_s": mean([x.get("close_input_s", 0) for x in det]),
+        "engine_start_s": mean([x.get("engine_start_s", 0) for x in det]),
+        "engine_finish_s": mean([x.get("engine_finish_s", 0) for x in det]),
+        "decoders": {k: sum(1 for x in det if x.get("decoder") == k) for k in sorted({x.get("decoder", "") for x in det})}}
+# The process's timeline: its setup before the lanes (of which the GPUs' preparation), the
+# items from the first start to the last end, and what is left (loading, the last items'
+# wait for the batch's end, exit).
+rep_json = json.load(open(d + "/ledger/vfpipe-batch.report.json"))
+starts = [r["start_s"] for r in items if "start_s" in r]
+ends = [r["start_s"] + r.get("lane_seconds", 0) for r in items if "start_s" in r]
+timeline = {"setup_s": rep_json.get("setup_s"), "gpu_prepare_s": rep_json.get("gpu_prepare_s"),
+            "batch_s": rep_json.get("wall_seconds"),
+            "first_item_s": round(min(starts), 3) if starts else None,
+            "items_end_s": round(max(ends), 3) if ends else None}
+if timeline["setup_s"] is not None and timeline["batch_s"] is not None:
+    timeline["outside_s"] = round(wall - timeline["setup_s"] - timeline["batch_s"], 3)
 print(json.dumps({"gpus": g, "repeat": int(rep), "seconds": wall, "cpu_seconds": user + sys_s, "sys_seconds": sys_s,
-                  "fps": int(n) * int(frames) / wall, "per_gpu": per_gpu, "item_mean": item}))
+                  "fps": int(n) * int(frames) / wall, "per_gpu": per_gpu, "item_mean": item,
+                  "timeline": timeline}))
 PY
     tail -1 "$DIR/rows.jsonl"
   done

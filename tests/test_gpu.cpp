@@ -15,6 +15,9 @@
 #include "cpu/convert.hpp"
 #include "gpu_test_util.hpp"
 #include "io/open.hpp"
+#if VFPIPE_HAVE_LIBAV
+#include "io/libav.hpp"
+#endif
 #include "io/synthetic.hpp"
 #include "pipeline/engine.hpp"
 #include "test_util.hpp"
@@ -465,11 +468,15 @@ TEST(Gpu, BatchNamesTheGpusCudaVisibleDevicesHides) {
   run_cmd("rm -rf " + dir);
 }
 #if VFPIPE_HAVE_LIBAV
-// NVDEC (libavcodec's CUDA hwaccel) gives exactly the CPU decoder's samples: 8-bit H.264
-// with B-frames at an odd size, and 10-bit HEVC (P010 split into our 16-bit planes).
+// NVDEC gives exactly the CPU decoder's samples: 8-bit H.264 and HEVC with B-frames at sizes
+// that are no multiple of 16 (the display area cropped from the coded one), in MP4 and
+// Matroska, through NVDEC's own API (io/nvdec.cpp); and 10-bit HEVC (P010 split into our
+// 16-bit planes) through libavcodec's CUDA hwaccel.
 TEST(Gpu, NvdecDecodesWhatTheCpuDecoderDoes) {
   REQUIRE_GPU();
   for (const auto& [name, frames] : {std::pair<const char*, int>{"h264_322x242_yuv420p.mp4", 30},
+                                     std::pair<const char*, int>{"h264_178x146_yuv420p.mkv", 12},
+                                     std::pair<const char*, int>{"hevc_226x146_yuv420p.mp4", 20},
                                      std::pair<const char*, int>{"hevc_256x144_yuv420p10.mkv", 20}}) {
     const std::string path = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/" + name;
     SourceOptions hw, sw;
@@ -505,6 +512,113 @@ TEST(Gpu, NvdecDecodesWhatTheCpuDecoderDoes) {
     EXPECT_EQ(n, frames) << name;
   }
 }
+
+#if VFPIPE_HAVE_NVDEC_DIRECT
+namespace {
+// Decodes `name` on NVDEC into GPU memory, comparing every frame with the CPU decoder's, and
+// stops after `stop_after` frames (-1: all). Returns what decoded it (libav_decoder_of).
+std::string decode_against_cpu(const std::string& name, int stop_after, int* frames) {
+  const std::string path = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/" + name;
+  SourceOptions hw, sw;
+  hw.pinned = true;
+  hw.hwaccel = "cuda";
+  sw.hwaccel = "none";
+  auto g = open_source(path, hw);
+  auto c = open_source(path, sw);
+  EXPECT_TRUE(g->can_fill_device()) << name;
+  HostFrame fg(g->spec(), false), fc(c->spec(), false), fg_host(g->spec(), false);
+  cuda::DeviceBuffer dev(fg.layout().total_bytes);
+  fg.device = dev.get();
+  int n = 0;
+  std::string decoder;
+  for (; stop_after < 0 || n < stop_after; ++n) {
+    const bool rg = g->read(fg), rc = c->read(fc);
+    EXPECT_EQ(rg, rc) << name << " frame " << n;
+    if (!rg || !rc) break;
+    if (n == 0) decoder = libav_decoder_of(*g);
+    EXPECT_EQ(fg.on_device, decoder != "cpu") << name;  // NVDEC's pictures stay in GPU memory
+    if (fg.on_device) {
+      cuda::Stream st;
+      cuda::memcpy_d2h_async(fg_host.data(), dev.get(), dev.size(), st.get());
+      st.synchronize();
+    }
+    const HostFrame& got = fg.on_device ? fg_host : fg;
+    EXPECT_TRUE(got.same_pixels(fc)) << name << " frame " << n;
+    if (!got.same_pixels(fc)) break;
+  }
+  *frames = n;
+  return decoder;
+}
+}  // namespace
+
+// With decoders kept (vfpipe batch), a file takes the NVDEC decoder a finished file of the
+// same format left, on files decoded to the end or abandoned after a few frames, and still
+// gives the CPU decoder's samples; another size or codec gets a decoder of its own.
+TEST(Gpu, NvdecDecoderServesTheNextFileOfItsFormat) {
+  REQUIRE_GPU();
+  keep_nvdec_decoders(2);
+  struct Off {
+    ~Off() { keep_nvdec_decoders(0); }
+  } off;
+  int n = 0;
+  EXPECT_EQ(decode_against_cpu("h264_322x242_yuv420p.mp4", -1, &n), "nvdec");
+  EXPECT_EQ(n, 30);
+  EXPECT_EQ(decode_against_cpu("h264_322x242_yuv420p.mp4", 3, &n), "nvdec (reused)");  // abandoned mid-stream
+  EXPECT_EQ(n, 3);
+  EXPECT_EQ(decode_against_cpu("h264_322x242_yuv420p.mp4", -1, &n), "nvdec (reused)");
+  EXPECT_EQ(n, 30);
+  EXPECT_EQ(decode_against_cpu("h264_178x146_yuv420p.mkv", -1, &n), "nvdec");
+  EXPECT_EQ(n, 12);
+  EXPECT_EQ(decode_against_cpu("hevc_226x146_yuv420p.mp4", -1, &n), "nvdec");
+  EXPECT_EQ(n, 20);
+  EXPECT_EQ(decode_against_cpu("hevc_226x146_yuv420p.mp4", -1, &n), "nvdec (reused)");
+  EXPECT_EQ(n, 20);
+  EXPECT_EQ(decode_against_cpu("h264_178x146_yuv420p.mkv", -1, &n), "nvdec (reused)");
+  EXPECT_EQ(n, 12);
+  // A small picture: NVDEC's own path where the GPU's decoder takes the size (its caps), else
+  // libavcodec's, which falls back to the CPU below NVDEC's smallest size; the same samples.
+  const std::string tiny = decode_against_cpu("h264_96x64_yuv420p.mp4", -1, &n);
+  EXPECT_NE(tiny, "") << "no frame decoded";
+  std::printf("96x64 H.264 decoded by: %s\n", tiny.c_str());
+  EXPECT_EQ(n, 5);
+  keep_nvdec_decoders(0);
+  EXPECT_EQ(decode_against_cpu("h264_178x146_yuv420p.mkv", -1, &n), "nvdec");  // none kept any more
+}
+
+// A truncated file on NVDEC's own path: the frames before the damage are delivered, the same
+// as the CPU decoder's, then the same clear error.
+TEST(Gpu, NvdecReportsATruncatedFileAsTheCpuDecoderDoes) {
+  REQUIRE_GPU();
+  const std::string whole = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/h264_178x146_yuv420p.mkv";
+  const std::string cut = tmp_path("nvdec_truncated.mkv");
+  std::ifstream in(whole, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() * 6 / 10));
+  auto decode = [&](const std::string& hwaccel, std::string* error) {
+    SourceOptions o;
+    o.pinned = true;
+    o.hwaccel = hwaccel;
+    auto src = open_source(cut, o);
+    HostFrame f(src->spec(), false);
+    cuda::DeviceBuffer dev(f.layout().total_bytes);
+    if (hwaccel == "cuda") f.device = dev.get();
+    int n = 0;
+    try {
+      while (src->read(f)) ++n;
+    } catch (const Error& e) {
+      *error = e.what();
+    }
+    return n;
+  };
+  std::string eg, ec;
+  const int ng = decode("cuda", &eg), nc = decode("none", &ec);
+  EXPECT_GT(nc, 0);
+  EXPECT_EQ(ng, nc);
+  EXPECT_NE(ec.find("is damaged"), std::string::npos) << ec;
+  EXPECT_NE(eg.find("is damaged"), std::string::npos) << eg;
+  std::remove(cut.c_str());
+}
+#endif
 
 // -hwaccel auto on the CUDA backend decodes on NVDEC; the output equals the CPU backend's.
 TEST(Gpu, CliDecodesOnNvdecByDefault) {

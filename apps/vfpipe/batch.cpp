@@ -9,11 +9,17 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <chrono>
+#include <future>
+#include <thread>
 #include <memory>
 
 #include "apps/vfpipe/cli.hpp"
 #include "apps/vfpipe/run.hpp"
 #include "batch/items.hpp"
+#if VFPIPE_HAVE_LIBAV
+#include "io/libav.hpp"
+#endif
 #include "batch/ledger.hpp"
 #include "batch/runner.hpp"
 #include "batch/slurm.hpp"
@@ -145,9 +151,59 @@ bool stages_have_cuda(const std::vector<std::unique_ptr<Stage>>& stages) {
   return true;
 }
 
+void keep_decoders(int max_idle) {
+#if VFPIPE_HAVE_LIBAV
+  keep_nvdec_decoders(max_idle);
+#else
+  (void)max_idle;
+#endif
+}
+
+std::string decoder_of(const Source& src) {
+#if VFPIPE_HAVE_LIBAV
+  return libav_decoder_of(src);
+#else
+  (void)src;
+  return "";
+#endif
+}
+
+// Every GPU's context (and NVDEC device, when files may be decoded there) started as soon as
+// the GPUs are known, all at once, each lane waiting only for its own GPU: started inside the
+// items, every lane would wait for each GPU's in turn (the NVDEC devices are made under one
+// lock), and GPU 0's lanes would wait for GPU 1's half second. Errors are left for the items,
+// which report them.
+class GpuPreparation {
+ public:
+  void start(const std::vector<int>& gpus, bool nvdec) {
+    for (int g : gpus)
+      ready_[g] = std::async(std::launch::async, [g, nvdec] {
+#if VFPIPE_HAVE_CUDA
+                    try {
+                      cuda::primary_context(g);  // outside libav's lock: the slow part
+#if VFPIPE_HAVE_LIBAV
+                      if (nvdec) prepare_nvdec(g, nullptr);
+#endif
+                    } catch (const std::exception& e) {
+                      log::debug("GPU %d not prepared: %s", g, e.what());
+                    }
+#endif
+                    (void)g;
+                    (void)nvdec;
+                  }).share();
+  }
+  void wait(int gpu) const {
+    if (auto f = ready_.find(gpu); f != ready_.end()) f->second.wait();
+  }
+
+ private:
+  std::map<int, std::shared_future<void>> ready_;
+};
+
 // One item: its pipeline, start to end, on the lane's device.
-batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
+batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job, const GpuPreparation& gpus) {
   const int64_t t_open = now_ns();
+  gpus.wait(job.device);
   RunArgs a = base;
   apply_item_options(a, job.item->options, job.item->where);
   a.input = job.item->input;
@@ -185,8 +241,11 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job) {
     if (s.count > 0) stages_ms[res.report.steps[i]] = {{"mean", s.mean}, {"p50", s.p50}, {"p99", s.p99}};
   }
   r.details = {{"backend", res.report.backend},
+               {"decoder", decoder_of(*src)},
                {"open_s", open_s},  // opening the input, output and chain
                {"run_s", run_s},    // the engine: its buffers, the frames, draining
+               {"engine_start_s", res.report.start_s},    // of which its setup
+               {"engine_finish_s", res.report.finish_s},  // and its teardown
                {"device", res.report.device},
                {"chain", res.report.chain},
                {"input_spec", res.report.input_spec},
@@ -313,6 +372,7 @@ int slurm_command(const BatchArgs& b, const RunArgs& a, const std::vector<batch:
 }
 
 int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
+  const auto t_command = std::chrono::steady_clock::now();
   apply_log_options(a);
   if (!b.merge.empty()) return merge_command(b.merge, a.quiet);
   if (b.inputs.empty() && b.lists.empty())
@@ -376,6 +436,8 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
 #endif
   if (backend == Backend::CUDA && gpus.empty() && a.device == "cuda")
     throw Error(ErrorKind::Usage, "--device cuda with --gpus none");
+  GpuPreparation preparation;
+  if (!b.dry_run) preparation.start(gpus, a.hwaccel != "none");
   // CPU pipelines share the process's pool for the stages; a few at once keep the decoders
   // and encoders (their own threads) busy.
   const int cpu_jobs = b.jobs > 0 ? b.jobs : std::max(1, std::min(4, cpu_threads() / 2));
@@ -422,11 +484,25 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   // (libavcodec's default): cores / pipelines threads each, unless --codec-threads says.
   if (!cli.get_option("--codec-threads")->count())
     base.codec_threads = std::max(1, cpu_threads() / static_cast<int>(cfg.devices.size()));
+  // A lane's next file takes the NVDEC decoder its last one left (when the format matches).
+  if (!gpus.empty()) keep_decoders(static_cast<int>(cfg.devices.size()));
+  const auto t_lanes = std::chrono::steady_clock::now();
+  // Where a short batch's time goes before its lanes start (docs/perf.md, multi-GPU).
+  cfg.report_extra["setup_s"] = std::chrono::duration<double>(t_lanes - t_command).count();
   batch::BatchSummary s =
-      batch::run_batch(mine, cfg, [&base](const batch::ItemJob& job) { return run_item(base, job); });
+      batch::run_batch(mine, cfg, [&base, &preparation](const batch::ItemJob& job) { return run_item(base, job, preparation); });
   if (!a.quiet)
     std::fprintf(stderr, "%s  report: %s\n", batch::report_text(s.report).c_str(),
                  s.report["report_path"].get<std::string>().c_str());
+  if (!gpus.empty()) {
+    // Every output, the ledger and the report are closed. Ending the process here lets the
+    // driver drop the GPUs' contexts, decoders and memory at once, where the CUDA runtime's
+    // exit handlers and the kept decoders' release take each in turn: 0.2 s of a short
+    // two-GPU batch (docs/perf.md, multi-GPU batch).
+    std::fflush(nullptr);
+    std::_Exit(s.exit_status());
+  }
+  keep_decoders(0);
   return s.exit_status();
 }
 

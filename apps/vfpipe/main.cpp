@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -91,8 +92,12 @@ int main(int argc, char** argv) {
   using namespace vfp;
   // Before any CUDA call: CUDA maps all streams onto 8 hardware queues by default, so work on
   // more streams than that (the MMP search keeps about 3 per tile in flight) waits behind
-  // unrelated launches. 32 is the most; a value the user set is kept.
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  // unrelated launches. 32 is the most; a value the user set is kept. Only for runs that
+  // name MMP (`vfpipe mmp`, an mmp filter): the queues are made with every context, and 32
+  // of them make each GPU's start 0.3-0.5 s slower (docs/perf.md, multi-GPU batch).
+  bool names_mmp = false;
+  for (int i = 1; i < argc; ++i) names_mmp = names_mmp || std::strstr(argv[i], "mmp") != nullptr;
+  if (names_mmp) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   CLI::App app{
       "vfpipe: real-time video filtering on NVIDIA GPUs, with CPU fallback.\n"
       "Frames flow source -> GPU stages (pinned double-buffered copies, several CUDA "
