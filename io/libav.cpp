@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdarg>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -717,8 +717,8 @@ class LibavSource final : public Source {
       // The picture as libavcodec's NVDEC frames look: CUDA memory, NV12, its frames context
       // (for copies to the host); the buffer's release unmaps it.
       auto* held = new std::shared_ptr<void>(std::move(pic.mapping));
-      f->buf[0] = av_buffer_create(nullptr, 0, [](void* opaque, uint8_t*) { delete static_cast<std::shared_ptr<void>*>(opaque); },
-                                   held, 0);
+      f->buf[0] = av_buffer_create(
+          nullptr, 0, [](void* opaque, uint8_t*) { delete static_cast<std::shared_ptr<void>*>(opaque); }, held, 0);
       if (!f->buf[0]) {
         delete held;
         return AVERROR(ENOMEM);

@@ -78,7 +78,8 @@ struct Key {
   unsigned coded_w = 0, coded_h = 0;
   unsigned surfaces = 0;
   bool operator<(const Key& o) const {
-    return std::tie(ctx, codec, coded_w, coded_h, surfaces) < std::tie(o.ctx, o.codec, o.coded_w, o.coded_h, o.surfaces);
+    return std::tie(ctx, codec, coded_w, coded_h, surfaces) <
+           std::tie(o.ctx, o.codec, o.coded_w, o.coded_h, o.surfaces);
   }
 };
 
@@ -302,7 +303,8 @@ StreamDecoder::StreamDecoder(const AVCodecParameters* par, void* cuda_ctx, void*
   s.codec = par->codec_id == AV_CODEC_ID_H264 ? cudaVideoCodec_H264 : cudaVideoCodec_HEVC;
   // The parser reads Annex B (start codes, parameter sets in band); MP4 and Matroska store
   // length-prefixed NAL units with the parameter sets in the extradata.
-  const AVBitStreamFilter* f = av_bsf_get_by_name(s.codec == cudaVideoCodec_H264 ? "h264_mp4toannexb" : "hevc_mp4toannexb");
+  const AVBitStreamFilter* f =
+      av_bsf_get_by_name(s.codec == cudaVideoCodec_H264 ? "h264_mp4toannexb" : "hevc_mp4toannexb");
   s.in = av_packet_alloc();
   s.out = av_packet_alloc();
   if (!f || !s.in || !s.out || av_bsf_alloc(f, &s.bsf) < 0 || avcodec_parameters_copy(s.bsf->par_in, par) < 0)
@@ -393,12 +395,11 @@ int StreamDecoder::receive(Picture* out) {
   out->has_pts = s.without_pts == 0;
   // The mapping holds the stream's state: its decoder goes back to the pool only when no
   // picture of it is mapped any more.
-  out->mapping = std::shared_ptr<void>(reinterpret_cast<void*>(static_cast<uintptr_t>(ptr)),
-                                       [st = s_, dec = s.dec](void* p) {
-                                         ContextScope unmap_scope(st->ctx);
-                                         api().cv->cuvidUnmapVideoFrame(
-                                             dec, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p)));
-                                       });
+  out->mapping =
+      std::shared_ptr<void>(reinterpret_cast<void*>(static_cast<uintptr_t>(ptr)), [st = s_, dec = s.dec](void* p) {
+        ContextScope unmap_scope(st->ctx);
+        api().cv->cuvidUnmapVideoFrame(dec, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p)));
+      });
   return 0;
 }
 

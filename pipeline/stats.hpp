@@ -47,16 +47,16 @@ struct RunReport {
   // stream", "worker thread") and whether it is a host<->device copy.
   std::vector<std::string> step_tracks;
   std::vector<bool> step_copy;
-  std::vector<FrameRecord> frames;  // in output order; at most max_records, the newest
-  size_t max_records = 0;           // 0 = unbounded
-  int64_t records_evicted = 0;      // older records dropped to stay within max_records
-  int64_t frames_in = 0;            // read from the source
-  int64_t frames_out = 0;           // written to the sink
-  int64_t dropped = 0;              // live policy: frames replaced by newer ones before processing
-  double wall_s = 0;                // first capture to last output
+  std::vector<FrameRecord> frames;   // in output order; at most max_records, the newest
+  size_t max_records = 0;            // 0 = unbounded
+  int64_t records_evicted = 0;       // older records dropped to stay within max_records
+  int64_t frames_in = 0;             // read from the source
+  int64_t frames_out = 0;            // written to the sink
+  int64_t dropped = 0;               // live policy: frames replaced by newer ones before processing
+  double wall_s = 0;                 // first capture to last output
   double start_s = 0, finish_s = 0;  // the engine's setup (buffers, streams) and its teardown
-  int warmup = 0;                   // records skipped in the statistics
-  int depth = 0;                    // frames in flight
+  int warmup = 0;                    // records skipped in the statistics
+  int depth = 0;                     // frames in flight
   bool interrupted = false;
   size_t input_queue_high_water = 0;
   size_t bytes_up = 0, bytes_down = 0;  // per frame

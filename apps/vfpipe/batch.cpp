@@ -3,16 +3,16 @@
 // clusters. The bookkeeping lives in batch/; this file turns options into pipelines.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <map>
-#include <chrono>
-#include <future>
-#include <thread>
 #include <memory>
+#include <thread>
 
 #include "apps/vfpipe/cli.hpp"
 #include "apps/vfpipe/run.hpp"
@@ -242,8 +242,8 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job, const
   }
   r.details = {{"backend", res.report.backend},
                {"decoder", decoder_of(*src)},
-               {"open_s", open_s},  // opening the input, output and chain
-               {"run_s", run_s},    // the engine: its buffers, the frames, draining
+               {"open_s", open_s},                        // opening the input, output and chain
+               {"run_s", run_s},                          // the engine: its buffers, the frames, draining
                {"engine_start_s", res.report.start_s},    // of which its setup
                {"engine_finish_s", res.report.finish_s},  // and its teardown
                {"device", res.report.device},
@@ -489,8 +489,8 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   const auto t_lanes = std::chrono::steady_clock::now();
   // Where a short batch's time goes before its lanes start (docs/perf.md, multi-GPU).
   cfg.report_extra["setup_s"] = std::chrono::duration<double>(t_lanes - t_command).count();
-  batch::BatchSummary s =
-      batch::run_batch(mine, cfg, [&base, &preparation](const batch::ItemJob& job) { return run_item(base, job, preparation); });
+  batch::BatchSummary s = batch::run_batch(
+      mine, cfg, [&base, &preparation](const batch::ItemJob& job) { return run_item(base, job, preparation); });
   if (!a.quiet)
     std::fprintf(stderr, "%s  report: %s\n", batch::report_text(s.report).c_str(),
                  s.report["report_path"].get<std::string>().c_str());
