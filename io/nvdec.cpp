@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -190,8 +191,9 @@ struct StreamDecoder::State {
   int left = 0, top = 0, width = 0, height = 0;  // the display area in the coded picture
   bool reused = false;
   AVBSFContext* bsf = nullptr;
-  AVPacket* in = nullptr;   // a reference to the caller's packet, for the filter to take
-  AVPacket* out = nullptr;  // the filter's Annex B packets
+  AVPacket* in = nullptr;    // a reference to the caller's packet, for the filter to take
+  AVPacket* out = nullptr;   // the filter's Annex B packets
+  CUVIDEOFORMATEX seqhdr{};  // the parameter sets from the extradata, in Annex B
   std::deque<CUVIDPARSERDISPINFO> ready;
   bool ended = false;
   int64_t without_pts = 0;  // packets that had no timestamp
@@ -313,6 +315,14 @@ StreamDecoder::StreamDecoder(const AVCodecParameters* par, void* cuda_ctx, void*
   if (int e = av_bsf_init(s.bsf); e < 0)
     throw Error(ErrorKind::Input, "NVDEC's own path: cannot start the Annex B filter for this stream");
   CUVIDPARSERPARAMS pp{};
+  // The parameter sets before the first packet: the filter repeats them in band only before
+  // IDR pictures, and a run that starts with -ss may start at another keyframe.
+  const AVCodecParameters* annexb = s.bsf->par_out;
+  if (annexb->extradata_size > 0 && static_cast<size_t>(annexb->extradata_size) <= sizeof(s.seqhdr.raw_seqhdr_data)) {
+    std::memcpy(s.seqhdr.raw_seqhdr_data, annexb->extradata, static_cast<size_t>(annexb->extradata_size));
+    s.seqhdr.format.seqhdr_data_length = static_cast<unsigned>(annexb->extradata_size);
+    pp.pExtVideoInfo = &s.seqhdr;
+  }
   pp.CodecType = s.codec;
   pp.ulMaxNumDecodeSurfaces = kSurfaces;
   pp.ulErrorThreshold = 100;  // damaged pictures are decoded as well as they can be, as libavcodec does

@@ -585,6 +585,38 @@ TEST(Gpu, NvdecDecoderServesTheNextFileOfItsFormat) {
   EXPECT_EQ(decode_against_cpu("h264_178x146_yuv420p.mkv", -1, &n), "nvdec");  // none kept any more
 }
 
+// -ss on NVDEC's own path: the run starts at the keyframe before the time, the frames before
+// it are left out, and the frames are the CPU decoder's (timestamps and samples).
+TEST(Gpu, NvdecStartsAtSeekTimesAsTheCpuDecoderDoes) {
+  REQUIRE_GPU();
+  const std::string path = std::string(VFPIPE_SOURCE_DIR) + "/tests/data/h264_322x242_yuv420p.mp4";
+  for (const double start : {0.5, 0.84}) {
+    SourceOptions hw, sw;
+    hw.pinned = true;
+    hw.hwaccel = "cuda";
+    sw.hwaccel = "none";
+    hw.start = sw.start = start;
+    auto g = open_source(path, hw);
+    auto c = open_source(path, sw);
+    HostFrame fg(g->spec(), false), fc(c->spec(), false), fg_host(g->spec(), false);
+    cuda::DeviceBuffer dev(fg.layout().total_bytes);
+    fg.device = dev.get();
+    int n = 0;
+    for (;; ++n) {
+      const bool rg = g->read(fg), rc = c->read(fc);
+      ASSERT_EQ(rg, rc) << "-ss " << start << " frame " << n;
+      if (!rg) break;
+      if (n == 0) EXPECT_EQ(libav_decoder_of(*g), "nvdec");
+      ASSERT_TRUE(fg.on_device);
+      cuda::Stream st;
+      cuda::memcpy_d2h_async(fg_host.data(), dev.get(), dev.size(), st.get());
+      st.synchronize();
+      ASSERT_TRUE(fg_host.same_pixels(fc)) << "-ss " << start << " frame " << n;
+    }
+    EXPECT_EQ(n, 30 - static_cast<int>(start * 25 + 0.5)) << "-ss " << start;
+  }
+}
+
 // A truncated file on NVDEC's own path: the frames before the damage are delivered, the same
 // as the CPU decoder's, then the same clear error.
 TEST(Gpu, NvdecReportsATruncatedFileAsTheCpuDecoderDoes) {
