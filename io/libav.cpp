@@ -814,7 +814,9 @@ class LibavSource final : public Source {
     }
     dec_.c->hw_device_ctx = av_buffer_ref(dev);
     dec_.c->get_format = pick_cuda_format;
+#if VFPIPE_HAVE_CUDA  // the copies into the engine's device frames wait for the mapping
     map_stream_ = static_cast<AVCUDADeviceContext*>(reinterpret_cast<AVHWDeviceContext*>(dev->data)->hwctx)->stream;
+#endif
     // NVDEC does the decoding: frame threads would only add contexts and frames in flight
     // for the CPU's share (parsing), and contend across a batch's pipelines.
     dec_.c->thread_count = 1;
@@ -827,8 +829,8 @@ class LibavSource final : public Source {
 #if VFPIPE_HAVE_NVDEC_DIRECT
   std::unique_ptr<nvdec::StreamDecoder> direct_;  // NVDEC's own API, instead of dec_'s decoding
 #endif
-  AVBufferRef* direct_frames_ = nullptr;  // the frames context its pictures name
-  void* map_stream_ = nullptr;            // where NVDEC maps pictures: copies wait for it (a CUstream)
+  AVBufferRef* direct_frames_ = nullptr;         // the frames context its pictures name
+  [[maybe_unused]] void* map_stream_ = nullptr;  // where NVDEC maps pictures: copies wait for it (a CUstream)
   Frame frame_, converted_, hw_host_;
   Packet packet_;
 #if VFPIPE_HAVE_CUDA
