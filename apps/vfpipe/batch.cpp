@@ -502,7 +502,6 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
     std::fflush(nullptr);
     std::_Exit(s.exit_status());
   }
-  keep_decoders(0);
   return s.exit_status();
 }
 
