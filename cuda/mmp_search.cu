@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -64,15 +66,36 @@ struct SearchConsts {
   double lambda;
 };
 
+// One search's leaf-table buffers for units of one size, and what it reads: a lane's (one
+// per block of a round, the grid's z dimension).
+struct LeafLane {
+  const int* residues;  // K residues of N x N
+  const SearchConsts* consts;
+  const double* bits;  // [scale][4096] index costs
+  double* out_j;       // the leaf table, K x table
+  int* out_i;
+  double* part_j;  // chunked tasks' partial tables, part_stride apart
+  int* part_i;
+  size_t part_stride;
+  int* counters;  // chunked tasks' finished chunks
+};
+
 // (J, index) lexicographic minimum; index INT_MAX: none yet.
 __device__ inline void take_min(double& bj, int& bi, double oj, int oi) {
   if (oj < bj || (oj == bj && oi < bi)) bj = oj, bi = oi;
 }
 
 // |x|^2 + |d|^2 - 2 x.d, in 64 bits (each term fits 32), as the double J adds to.
-__device__ inline double sse_of(int seg_sq, int norm, int dot) {
-  return static_cast<double>(static_cast<long long>(seg_sq) + norm - 2LL * dot);
+__device__ inline long long sse_int(int seg_sq, int norm, int dot) {
+  return static_cast<long long>(seg_sq) + norm - 2LL * dot;
 }
+__device__ inline double sse_of(int seg_sq, int norm, int dot) { return static_cast<double>(sse_int(seg_sq, norm, dot)); }
+
+// The filter before an element's J is computed: the rate is never negative, so J =
+// fl(SSE + rate) >= SSE (SSE is exact in a double, rounding is monotonic), and an element
+// whose SSE exceeds the best J so far cannot win or tie. In integers: SSE > bj exactly when
+// SSE > floor(bj). `limit` is floor(bj), or the largest value while there is no best.
+__device__ inline long long j_limit(double bj) { return bj < 9.0e18 ? __double2ll_rd(bj) : LLONG_MAX; }
 
 // What both forms of the leaf search share: the task's segment samples and scale.
 struct LeafTask {
@@ -252,6 +275,7 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
   const int sq0 = seg_sq[g], sq1 = seg_sq[g + 8];
   double bj0 = CUDART_INF, bj1 = CUDART_INF;
   int bi0 = INT_MAX, bi1 = INT_MAX;
+  long long lim0 = LLONG_MAX, lim1 = LLONG_MAX;
   for (int tile = t.chunk * warps + warp; tile * 8 < count; tile += t.chunks * warps) {
     const int e_load = tile * 8 + g;  // this thread's column for the B fragments
     const bool have = e_load < count;
@@ -276,11 +300,14 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
     for (int col = 0; col < 2; ++col) {
       const int i = tile * 8 + tig * 2 + col;
       if (i >= count) break;
-      const double rate = __dmul_rn(lambda, __dadd_rn(b[i], leaf));
       const int norm = norms[i];
-      if (row0) take_min(bj0, bi0, __dadd_rn(sse_of(sq0, norm, 256 * c1[col] + 16 * c2[col] + c3[col]), rate), i);
-      if (row1)
-        take_min(bj1, bi1, __dadd_rn(sse_of(sq1, norm, 256 * c1[2 + col] + 16 * c2[2 + col] + c3[2 + col]), rate), i);
+      const long long e0 = sse_int(sq0, norm, 256 * c1[col] + 16 * c2[col] + c3[col]);
+      const long long e1 = sse_int(sq1, norm, 256 * c1[2 + col] + 16 * c2[2 + col] + c3[2 + col]);
+      const bool try0 = row0 && e0 <= lim0, try1 = row1 && e1 <= lim1;
+      if (!try0 && !try1) continue;  // most elements: neither J can win (j_limit())
+      const double rate = __dmul_rn(lambda, __dadd_rn(b[i], leaf));
+      if (try0) take_min(bj0, bi0, __dadd_rn(static_cast<double>(e0), rate), i), lim0 = j_limit(bj0);
+      if (try1) take_min(bj1, bi1, __dadd_rn(static_cast<double>(e1), rate), i), lim1 = j_limit(bj1);
     }
   }
   // The 4 threads of a row, then the warps.
@@ -407,6 +434,7 @@ __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const
   const double* b = bits + static_cast<size_t>(lt.s) * kMaxIndex;
   double bj = CUDART_INF;
   int bi = INT_MAX;
+  long long limit = LLONG_MAX;
   for (int base = t.chunk * kSmallTile; base < count; base += t.chunks * kSmallTile) {
     const int m = min(kSmallTile, count - base);
     __syncthreads();  // the last tile is consumed
@@ -423,7 +451,10 @@ __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const
         int dot = 0;
 #pragma unroll
         for (int q = 0; q < NS; ++q) dot += seg[q] * x[q];
-        take_min(bj, bi, __dadd_rn(sse_of(sq, norm[e], dot), rate[e]), base + e);
+        const long long sse = sse_int(sq, norm[e], dot);
+        if (sse > limit) continue;
+        take_min(bj, bi, __dadd_rn(static_cast<double>(sse), rate[e]), base + e);
+        limit = j_limit(bj);
       }
   }
   red_j[threadIdx.x] = bj, red_i[threadIdx.x] = bi;
@@ -435,10 +466,11 @@ __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const
 }
 
 __global__ void __launch_bounds__(kThreads)
-    leaf_small_kernel(const Task* tasks, const int* residues, int N, int table, const SearchConsts* consts,
-                      const double* bits, double* out_j, int* out_i, double* part_j, int* part_i, size_t part_stride,
-                      int* counters) {
-  const LeafTask lt = leaf_task(tasks, residues, N);
+    leaf_small_kernel(const Task* tasks, const LeafLane* lanes, int N, int table) {
+  const LeafLane& ll = lanes[blockIdx.z];
+  const SearchConsts* consts = ll.consts;
+  const double* bits = ll.bits;
+  const LeafTask lt = leaf_task(tasks, ll.residues, N);
   __shared__ double row_j[kSmallRows];
   __shared__ int row_i[kSmallRows];
   __shared__ SmallShared sh;
@@ -460,16 +492,17 @@ __global__ void __launch_bounds__(kThreads)
       break;
   }
   __syncthreads();
-  put_rows(lt, table, row_j, row_i, out_j, out_i, part_j, part_i, part_stride, counters);
+  put_rows(lt, table, row_j, row_i, ll.out_j, ll.out_i, ll.part_j, ll.part_i, ll.part_stride, ll.counters);
 }
 
 // One thread block per task (and chunk): each of its segments' best element by J = SSE +
 // lambda * (index bits + leaf flag bits), ties to the lower index, into the leaf table.
 __global__ void __launch_bounds__(kThreads)
-    leaf_kernel(const Task* tasks, const int* residues, int N, int table, const SearchConsts* consts,
-                const double* bits, double* out_j, int* out_i, double* part_j, int* part_i, size_t part_stride,
-                int* counters) {
-  const LeafTask lt = leaf_task(tasks, residues, N);
+    leaf_kernel(const Task* tasks, const LeafLane* lanes, int N, int table) {
+  const LeafLane& ll = lanes[blockIdx.z];
+  const SearchConsts* consts = ll.consts;
+  const double* bits = ll.bits;
+  const LeafTask lt = leaf_task(tasks, ll.residues, N);
   const Task& t = lt.t;
   // The scalar form's segments (8 of up to 32 x 32 ints) or the tensor form's split rows.
   __shared__ __align__(16) int smem[kGroup * 32 * 32];
@@ -495,7 +528,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  put_rows(lt, table, row_j, row_i, out_j, out_i, part_j, part_i, part_stride, counters);
+  put_rows(lt, table, row_j, row_i, ll.out_j, ll.out_i, ll.part_j, ll.part_i, ll.part_stride, ll.counters);
 }
 
 // The device's duplicate check: per scale an open-addressed table of element index + 1
@@ -571,25 +604,24 @@ __host__ __device__ constexpr int subtree_units(int L) { return L <= kMinLog ? 1
 // a mode and a count per unit, and 2 N^2 - 1 nodes per unit of N^2 samples.
 __host__ __device__ constexpr int code_capacity(int BL) { return 1 + 4 * subtree_units(BL) + 2 * (1 << (2 * BL)); }
 
-// One block's inputs, uploaded before its graph runs.
+// What the blocks of a round share (a block searched alone is a round of one): the
+// search's constants and costs, the index models' changes, where the learning writes.
+// Uploaded before the round's graph runs.
 struct BlockConsts {
   SearchConsts s;
-  int BL, K, bx, by, W;
+  int BL, K;
   double mode_bits[4][mmp::kModes];
   double psplit_bits[3][2];
   double split_bits[kScales];
   double dir_bits[kScales][2];
-  uint8_t src[kMaxB * kMaxB];  // the block's source, B x B
-  uint8_t rec[kWinH * kWinW];  // decoded samples around and (as the search goes) in the block
-  uint8_t done[kWinH * kWinW];
-  // The index models' changes since the lane's last block: the scales whose costs are
-  // derived again, and the changed tree nodes (scale * 4096 + node) << 12 | probability
+  // The index models' changes since the leading lane's last round: the scales whose costs
+  // are derived again, and the changed tree nodes (scale * 4096 + node) << 12 | probability
   // (scales with more changes, or none known, were uploaded whole before the graph).
   uint64_t probs_changed;
   int n_diffs;
   uint32_t diffs[kMaxDiffs];
-  // The dictionary's learning on the device (search.hpp's BlockQuery::learn): where the new
-  // elements go, and the scales' limit.
+  // The dictionary's learning on the device (search.hpp's BlockQuery::learn; rounds of one
+  // block only): where the new elements go, and the scales' limit.
   struct {
     int on, max;
     int16_t* data[kScales];
@@ -597,6 +629,15 @@ struct BlockConsts {
     int* table[kScales];
     uint64_t* hashes[kScales];
   } learn;
+};
+
+// One block's own inputs: its corner in its tile, the tile's width, its source, and the
+// decoded samples around it (the window, which the search fills in as it goes).
+struct BlockInput {
+  int bx, by, W;
+  uint8_t src[kMaxB * kMaxB];  // the block's source, B x B
+  uint8_t rec[kWinH * kWinW];  // decoded samples around and (as the search goes) in the block
+  uint8_t done[kWinH * kWinW];
 };
 
 // A block's new element: internal node (x0, y0, lw, lh) of the segmentation of the unit in
@@ -609,7 +650,8 @@ constexpr int kMaxNew = kMaxB * kMaxB;  // internal nodes of a block's units: fe
 // A lane's device buffers for block searches (fixed addresses: graphs capture them). The
 // units of different sizes in flight at once have buffers per size (index L).
 struct BlockWork {
-  BlockConsts* c;
+  BlockConsts* c;           // the round's (shared)
+  BlockInput* in;           // the block's
   const double* log_table;  // -log2(p / 2048), the CPU's table
   uint16_t* probs;          // [scale][4096] index models
   double* bits;             // [scale][4096] index costs
@@ -632,22 +674,30 @@ struct BlockWork {
   uint64_t* learn_h;     // [scale][kMaxNew]: each new element's hash at each scale,
   int* learn_norm;       // its squared norm,
   uint8_t* learn_dup;    // and whether the scale holds it already
-  // Code (out[0] its length, code_capacity(BL) ints), the block's reconstruction as bytes,
-  // then each scale's element count after the block's learning (kScales ints).
+  // The round's outputs, out_ints(BL) a block (block_out()): code (its length first,
+  // code_capacity(BL) ints), the block's reconstruction as bytes, then each scale's element
+  // count after the block's learning (kScales ints).
   int32_t* out;
 };
 
-// Where the element counts start in the output of a 2^BL block (in ints).
+// Where the element counts start in the output of a 2^BL block, and its whole size (in ints).
 __host__ __device__ constexpr int counts_at(int BL) { return code_capacity(BL) + (1 << (2 * BL)) / 4; }
+__host__ __device__ constexpr int out_ints(int BL) { return counts_at(BL) + kScales; }
+
+// The blocks of a round are the grid's z dimension.
+__device__ inline const BlockWork& block_work(const BlockWork* ws) { return ws[blockIdx.z]; }
+__device__ inline int32_t* block_out(const BlockWork& w) {
+  return w.out + static_cast<size_t>(blockIdx.z) * out_ints(w.c->BL);
+}
 
 // A unit of 2^L at (ux, uy) in the block: its reconstruction into the window, marked
 // decoded (mmp.cpp's put_unit()). All the block's threads take part.
-__device__ void put_unit(BlockConsts* c, int ux, int uy, int L, const uint8_t* recon) {
+__device__ void put_unit(BlockInput* in, int ux, int uy, int L, const uint8_t* recon) {
   const int N = 1 << L;
   for (int q = threadIdx.x; q < N * N; q += blockDim.x) {
     const int at = (uy + (q >> L) + 1) * kWinW + ux + (q & (N - 1)) + 1;  // the window starts at (bx-1, by-1)
-    c->rec[at] = recon[q];
-    c->done[at] = 1;
+    in->rec[at] = recon[q];
+    in->done[at] = 1;
   }
 }
 
@@ -657,7 +707,8 @@ __device__ void put_unit(BlockConsts* c, int ux, int uy, int L, const uint8_t* r
 // also to the lane's (the others may read the lane's before or after: they apply the same
 // values). Every index gets its cost, used or not, so that a scale's costs stay valid while
 // only its dictionary grows. Grid: (4096 / 256, scales of the block).
-__global__ void index_costs_kernel(BlockWork w) {
+__global__ void index_costs_kernel(const BlockWork* ws) {
+  const BlockWork& w = ws[0];  // one table for the round: its blocks share the models
   const BlockConsts& c = *w.c;
   const int lw = blockIdx.y % (c.BL + 1), lh = blockIdx.y / (c.BL + 1), s = lw + 6 * lh;
   if (!((c.probs_changed >> s) & 1)) return;
@@ -691,7 +742,8 @@ __global__ void index_costs_kernel(BlockWork w) {
 template <int MaxN>
 __device__ void prepare_unit(const BlockWork& w, int ux, int uy, int L) {
   const BlockConsts& c = *w.c;
-  const int N = 1 << L, NN = N * N, B = 1 << c.BL, x = c.bx + ux, y = c.by + uy;
+  const BlockInput& in = *w.in;
+  const int N = 1 << L, NN = N * N, B = 1 << c.BL, x = in.bx + ux, y = in.by + uy;
   // The references: the window's row above the unit (from its corner to 2N right of it) and
   // its column to the left.
   __shared__ uint8_t top[2 * MaxN + 1], top_done[2 * MaxN + 1], left[MaxN], src[MaxN * MaxN];
@@ -700,13 +752,13 @@ __device__ void prepare_unit(const BlockWork& w, int ux, int uy, int L) {
   __shared__ long long sse[mmp::kModes];
   __shared__ int cand[mmp::kModes];
   for (int i = threadIdx.x; i <= 2 * N; i += blockDim.x)
-    top[i] = c.rec[uy * kWinW + ux + i], top_done[i] = c.done[uy * kWinW + ux + i];
-  for (int i = threadIdx.x; i < N; i += blockDim.x) left[i] = c.rec[(uy + 1 + i) * kWinW + ux];
-  for (int q = threadIdx.x; q < NN; q += blockDim.x) src[q] = c.src[(uy + (q >> L)) * B + ux + (q & (N - 1))];
+    top[i] = in.rec[uy * kWinW + ux + i], top_done[i] = in.done[uy * kWinW + ux + i];
+  for (int i = threadIdx.x; i < N; i += blockDim.x) left[i] = in.rec[(uy + 1 + i) * kWinW + ux];
+  for (int q = threadIdx.x; q < NN; q += blockDim.x) src[q] = in.src[(uy + (q >> L)) * B + ux + (q & (N - 1))];
   __syncthreads();
   if (threadIdx.x == 0) {
     mmp::prediction_refs([&](int xx, int yy) { return static_cast<int>(yy == y - 1 ? top[xx - x + 1] : left[yy - y]); },
-                         [&](int xx, int) { return top_done[xx - x + 1] != 0; }, c.W, x, y, N, &refs);
+                         [&](int xx, int) { return top_done[xx - x + 1] != 0; }, in.W, x, y, N, &refs);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < mmp::kModes * NN; i += blockDim.x) {
@@ -747,7 +799,9 @@ __device__ void prepare_unit(const BlockWork& w, int ux, int uy, int L) {
   }
 }
 
-__global__ void unit_prepare_kernel(BlockWork w, int ux, int uy, int L) { prepare_unit<kMaxB>(w, ux, uy, L); }
+__global__ void unit_prepare_kernel(const BlockWork* ws, int ux, int uy, int L) {
+  prepare_unit<kMaxB>(block_work(ws), ux, uy, L);
+}
 
 // A unit's segmentation for each candidate (mmp.cpp's optimise(): bottom-up over the
 // scales, a level of equal lw + lh at a time, in shared memory; as many candidates at once
@@ -864,11 +918,11 @@ __device__ void finish_unit(const BlockWork& w, int slot, int ux, int uy, int L,
     w.slot_mode[slot] = best_mode;
     if (put) w.area_j[slot] = best_j;
   }
-  if (put) put_unit(w.c, ux, uy, L, recon);
+  if (put) put_unit(w.in, ux, uy, L, recon);
 }
 
-__global__ void unit_finish_kernel(BlockWork w, int slot, int ux, int uy, int L) {
-  finish_unit<kMaxTable>(w, slot, ux, uy, L, 0);
+__global__ void unit_finish_kernel(const BlockWork* ws, int slot, int ux, int uy, int L) {
+  finish_unit<kMaxTable>(block_work(ws), slot, ux, uy, L, 0);
 }
 
 // An area larger than 4x4 after its quarters: split if the split flag and the quarters'
@@ -888,7 +942,7 @@ __device__ void decide_area(const BlockWork& w, int slot, int ux, int uy, int L)
     w.area_j[slot] = split ? js : jl;
   }
   __syncthreads();
-  if (!split) put_unit(w.c, ux, uy, L, w.slot_recon + static_cast<size_t>(slot) * kMaxB * kMaxB);
+  if (!split) put_unit(w.in, ux, uy, L, w.slot_recon + static_cast<size_t>(slot) * kMaxB * kMaxB);
 }
 
 // One link of a block's chain of 4x4 units, the critical path of its search: what writes
@@ -904,7 +958,8 @@ struct ChainLink {
 };
 constexpr int kSmallTable = 7 * 7;  // leaf-table entries of a 4x4 unit
 
-__global__ void chain_kernel(BlockWork w, ChainLink a) {
+__global__ void chain_kernel(const BlockWork* ws, ChainLink a) {
+  const BlockWork& w = block_work(ws);
   finish_unit<kSmallTable * kMaxResidues>(w, a.slot, a.ux, a.uy, kMinLog, 1);
   for (int d = 0; d < a.decides; ++d) {
     __syncthreads();
@@ -920,8 +975,10 @@ __global__ void chain_kernel(BlockWork w, ChainLink a) {
 // its reconstruction. The walk is serial: what it reads (the decisions, the chosen units'
 // plans) is brought into shared memory by all threads first, so that the walk does not wait
 // on global memory at every step.
-__global__ void pack_kernel(BlockWork w) {
+__global__ void pack_kernel(const BlockWork* ws) {
+  const BlockWork& w = block_work(ws);
   const BlockConsts& c = *w.c;
+  int32_t* const block = block_out(w);
   const int BL = c.BL, B = 1 << BL, slots = subtree_units(BL);
   constexpr int kMaxUnits = 1 << (2 * (5 - kMinLog));  // 4x4 units of a 32x32 block
   __shared__ uint8_t split[kMaxSlots];
@@ -965,7 +1022,7 @@ __global__ void pack_kernel(BlockWork w) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    int32_t* out = w.out + 1;
+    int32_t* out = block + 1;
     int n = 0;
     for (int it = 0; it < items; ++it) {
       if (item[it] < 0) {
@@ -999,7 +1056,7 @@ __global__ void pack_kernel(BlockWork w) {
       }
       out[count_at] = nodes;
     }
-    w.out[0] = n;
+    block[0] = n;
     if (c.learn.on) {  // the new elements: units in coding order, internal nodes in post-order
       int nl = 0;
       for (int u = 0; u < units; ++u) {
@@ -1032,8 +1089,8 @@ __global__ void pack_kernel(BlockWork w) {
       *w.learn_n = nl;
     }
   }
-  uint8_t* recon = reinterpret_cast<uint8_t*>(w.out + code_capacity(BL));
-  for (int q = threadIdx.x; q < B * B; q += blockDim.x) recon[q] = c.rec[((q >> BL) + 1) * kWinW + (q & (B - 1)) + 1];
+  uint8_t* recon = reinterpret_cast<uint8_t*>(block + code_capacity(BL));
+  for (int q = threadIdx.x; q < B * B; q += blockDim.x) recon[q] = w.in->rec[((q >> BL) + 1) * kWinW + (q & (B - 1)) + 1];
 }
 
 // ---- The dictionaries' update on the device ----------------------------------------------
@@ -1057,7 +1114,8 @@ constexpr size_t kStageSamples = static_cast<size_t>(kMaxNew) * 63 * 63;  // eve
 // per element and scale, the element and the horizontal pass in the warp's shared memory.
 // Grid: (kLearnBlocks, scales of the block); 256 threads.
 constexpr int kLearnBlocks = 16;
-__global__ void learn_check_kernel(BlockWork w) {
+__global__ void learn_check_kernel(const BlockWork* ws) {
+  const BlockWork& w = block_work(ws);
   const BlockConsts& c = *w.c;
   if (!c.learn.on) return;
   constexpr int kWarps = 8;
@@ -1139,7 +1197,8 @@ __global__ void learn_check_kernel(BlockWork w) {
 // element of each hash), at the scale's next index while there is room; then all threads
 // copy the entering elements from the staging. The count goes to the block's output.
 // Grid: scales of the block.
-__global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(BlockWork w) {
+__global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(const BlockWork* ws) {
+  const BlockWork& w = block_work(ws);
   const BlockConsts& c = *w.c;
   if (!c.learn.on) return;
   const int n_new = *w.learn_n, lw2 = blockIdx.x % (c.BL + 1), lh2 = blockIdx.x / (c.BL + 1);
@@ -1204,7 +1263,7 @@ __global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(BlockWork w) {
     if (index[e] >= 0)
       c.learn.data[s][static_cast<size_t>(index[e]) * n2 + q] = w.learn_stage[stage_at(lw2, lh2, e) + q];
   }
-  if (j == 0) w.out[counts_at(c.BL) + s] = min(c.learn.max, count + total);
+  if (j == 0) block_out(w)[counts_at(c.BL) + s] = min(c.learn.max, count + total);
 }
 
 // Launches `kernel` on `st` with `args` converted to its parameters' types.
@@ -1240,9 +1299,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     SearchConsts* consts = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      lp = &lane();
-      tasks = &task_list(q.L, q.K, lp->stream.get());
-      consts = reinterpret_cast<SearchConsts*>(lp->stage_consts.get());
+      lp = thread_group().lanes[0].get();
+      units_buffers(*lp);
+      tasks = &task_list(q.L, q.K, 1, lp->stream.get());
+      consts = reinterpret_cast<SearchConsts*>(lp->stage_consts->get());
       m = mirror(q.dict_id);
       sync_dictionary(*m, q.scales, q.leaf_bits, &consts->sc, *lp);
     }
@@ -1265,142 +1325,83 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     const size_t res_bytes = sizeof(int) * static_cast<size_t>(q.K) * N * N;
     const size_t out = static_cast<size_t>(q.K) * table;
     size_leaf_buffers(lane, *tasks, q.K, q.L);
+    if (lane.units_gen != lane.gen) {  // the lane's own leaf arguments (units search: its own constants)
+      std::vector<LeafLane> ll(6);
+      for (int L = kMinLog; L <= 5; ++L) ll[static_cast<size_t>(L)] = leaf_lane(lane, lane.consts.get(), lane.bits.get(), L);
+      VFP_CUDA(cudaMemcpy(lane.units_leaf.get(), ll.data(), sizeof(LeafLane) * ll.size(), cudaMemcpyHostToDevice));
+      lane.units_gen = lane.gen;
+    }
     // Through pinned staging: the copies are then truly asynchronous, one wait at the end.
-    std::memcpy(lane.stage_in.get(), q.residues, res_bytes);
+    std::memcpy(lane.stage_in->get(), q.residues, res_bytes);
     Level& lv = lane.levels[q.L];
-    memcpy_h2d_async(lv.residues.get(), lane.stage_in.get(), res_bytes, st);
+    memcpy_h2d_async(lv.residues.get(), lane.stage_in->get(), res_bytes, st);
     memcpy_h2d_async(lane.consts.get(), consts, sizeof(SearchConsts), st);
     lane.kernel_start.record(st);
-    enqueue_leaf_search(lane, *tasks, q.L, reinterpret_cast<const SearchConsts*>(lane.consts.get()), st);
+    enqueue_leaf_search(*tasks, q.L, reinterpret_cast<const LeafLane*>(lane.units_leaf.get()) + q.L, 1, st);
     lane.kernel_end.record(st);
-    memcpy_d2h_async(lane.stage_j.get(), lv.out_j.get(), out * sizeof(double), st);
-    memcpy_d2h_async(lane.stage_i.get(), lv.out_i.get(), out * sizeof(int), st);
+    memcpy_d2h_async(lane.stage_j->get(), lv.out_j.get(), out * sizeof(double), st);
+    memcpy_d2h_async(lane.stage_i->get(), lv.out_i.get(), out * sizeof(int), st);
     lane.stream.synchronize();
-    std::memcpy(J, lane.stage_j.get(), out * sizeof(double));
-    std::memcpy(index, lane.stage_i.get(), out * sizeof(int));
+    std::memcpy(J, lane.stage_j->get(), out * sizeof(double));
+    std::memcpy(index, lane.stage_i->get(), out * sizeof(int));
     kernel_ns_ += static_cast<int64_t>(Event::elapsed_ms(lane.kernel_start, lane.kernel_end) * 1e6);
     wall_ns_ += now_ns() - t0;
     ++calls_;
   }
 
-  // The whole block: the inputs to pinned staging, one graph (or the same launches on the
-  // stream); finish_block() waits and takes the choices back. The dictionary's new elements
-  // go up first, on the same stream, unless the device learns them itself (BlockQuery::learn).
+  // The whole block: a round of one in its lane (the calling thread's, or a reserved one).
   void start_block(const mmp::BlockQuery& q) override {
-    const int BL = q.block_log, B = 1 << BL, K = q.candidates;
-    if (BL < 3 || BL > 5 || K < 1 || K > kMaxResidues || q.bx % B || q.by % B || q.bx + B > q.W || q.by + B > q.H)
-      throw Error(ErrorKind::Usage, "MMP GPU search: blocks of 8..32 samples inside their tile, 1..11 candidates");
-    const int64_t t0 = now_ns();
-    set_device(device_);
-    Lane* lp = nullptr;
-    BlockConsts* bc = nullptr;
+    mmp::RoundBlock b;
+    b.bx = q.bx, b.by = q.by, b.W = q.W, b.H = q.H, b.src = q.src, b.rec = q.rec, b.done = q.done;
+    Group* g = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      lp = &lane(q.lane);
-      if (lp->in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
-      for (int L = kMinLog; L <= BL; ++L) size_leaf_buffers(*lp, task_list(L, K, lp->stream.get()), K, L);
-      bc = reinterpret_cast<BlockConsts*>(lp->stage_block.get());
-      if (q.pending) {  // the lane's mirror has learnt what the caller's dictionary has not yet
-        const std::shared_ptr<Mirror>& m = lp->learning;
-        if (!m || m->id != q.dict_id) throw Error(ErrorKind::Internal, "MMP GPU search: no dictionary learnt ahead");
-        for (int lh = 0; lh <= BL; ++lh)
-          for (int lw = 0; lw <= BL; ++lw) {
-            const int s = lw + 6 * lh, host = q.scales[static_cast<size_t>(s)].count;
-            if (host != m->count_before[s])
-              throw Error(ErrorKind::Gpu, log::format("MMP GPU search: the device's dictionary differs from the "
-                                                      "encoder's (scale %dx%d: %d elements, the encoder %d)",
-                                                      1 << lw, 1 << lh, m->count_before[s], host));
-          }
-        scale_args(*m, q.leaf_bits, &bc->s.sc);
-      } else {
-        lp->learning = mirror(q.dict_id);
-        sync_dictionary(*lp->learning, q.scales, q.leaf_bits, &bc->s.sc, *lp);
-      }
-      // Learning needs every scale of the block on the device (a dictionary holds elements
-      // in each from the start; one of no room, max_elements 0, has none and learns none).
-      bc->learn.on = q.learn && learn_args(*lp->learning, BL, q.max_elements, bc) ? 1 : 0;
+      g = q.lane >= 0 ? &reserved_group(q.lane) : &thread_group();
     }
-    Lane& lane = *lp;
-    const StreamHandle st = lane.stream.get();
-    bc->s.lambda = q.lambda;
-    bc->BL = BL, bc->K = K, bc->bx = q.bx, bc->by = q.by, bc->W = q.W;
-    std::memcpy(bc->mode_bits, q.mode_bits, sizeof(bc->mode_bits));
-    std::memcpy(bc->psplit_bits, q.psplit_bits, sizeof(bc->psplit_bits));
-    for (int s = 0; s < kScales; ++s) {
-      bc->split_bits[s] = q.split_bits[static_cast<size_t>(s)];
-      bc->dir_bits[s][0] = q.dir_bits[static_cast<size_t>(s)][0];
-      bc->dir_bits[s][1] = q.dir_bits[static_cast<size_t>(s)][1];
-    }
-    for (int y = 0; y < B; ++y)
-      std::memcpy(bc->src + y * B, q.src + static_cast<size_t>(q.by + y) * q.W + q.bx, static_cast<size_t>(B));
-    // The window: the row above the block (to 2B right of it, for the above-right samples),
-    // the column to its left, and the block itself (not decoded yet).
-    for (int wy = 0; wy <= B; ++wy)
-      for (int wx = 0; wx <= 2 * B; ++wx) {
-        const int x = q.bx - 1 + wx, y = q.by - 1 + wy;
-        const bool in = x >= 0 && y >= 0 && x < q.W && y < q.H;
-        const size_t o = in ? static_cast<size_t>(y) * q.W + x : 0;
-        bc->rec[wy * kWinW + wx] = in ? q.rec[o] : 0;
-        bc->done[wy * kWinW + wx] = in ? q.done[o] : 0;
-      }
-    send_model_changes(q, BL, lane, bc);
-    lane.costs_id = 0;  // the unit search's costs cache no longer holds
-    lane.kernel_start.record(st);
-    if (how_ == MmpGpuSearch::Blocks) {
-      cudaGraphExec_t& g = lane.graphs[BL][K];
-      if (!g) {
-        VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        enqueue_block(lane, BL, K, st);
-        cudaGraph_t graph = nullptr;
-        VFP_CUDA(cudaStreamEndCapture(st, &graph));
-        const cudaError_t e = cudaGraphInstantiate(&g, graph, 0);
-        cudaGraphDestroy(graph);
-        VFP_CUDA(e);
-      }
-      VFP_CUDA(cudaGraphLaunch(g, st));
-    } else {
-      enqueue_block(lane, BL, K, st);
-    }
-    lane.kernel_end.record(st);
-    const bool learns = bc->learn.on != 0;
-    if (learns) VFP_CUDA(cudaEventRecord(lane.learning->ready.e, st));  // the graph wrote the mirror
-    lane.in_flight = true;
-    lane.block_log = BL;
-    lane.learned = learns;
-    lane.t0 = t0;
+    start_round(*g, q, &b, 1);
   }
 
   void finish_block(mmp::BlockChoices* out, int lane_id) override {
-    Lane* lp = nullptr;
+    Group* g = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      lp = &lane(lane_id);
+      g = lane_id >= 0 ? &reserved_group(lane_id) : &thread_group();
     }
-    Lane& lane = *lp;
-    if (!lane.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: no block to finish");
-    lane.in_flight = false;
-    const int BL = lane.block_log, B = 1 << BL;
-    lane.stream.synchronize();
-    const int32_t* res = reinterpret_cast<const int32_t*>(lane.stage_out.get());
-    const int n = res[0];
-    if (n < 1 || n > code_capacity(BL) - 1) throw Error(ErrorKind::Gpu, "MMP GPU search: malformed block choices");
-    out->code.assign(res + 1, res + 1 + n);
-    const uint8_t* recon = reinterpret_cast<const uint8_t*>(res + code_capacity(BL));
-    out->recon.assign(recon, recon + B * B);
-    if (lane.learned) {
+    finish_round(*g, out);
+  }
+
+  int round_capacity() const override { return how_ == MmpGpuSearch::Units ? 0 : round_blocks_; }
+
+  // A round's blocks in one group of lanes: each kernel launched once for all of them.
+  void search_round(const mmp::BlockQuery& shared, const mmp::RoundBlock* blocks, int n,
+                    mmp::BlockChoices* out) override {
+    if (n < 1 || n > round_capacity())
+      throw Error(ErrorKind::Usage, log::format("MMP GPU search: rounds of 1..%d blocks", round_capacity()));
+    if (shared.learn) throw Error(ErrorKind::Internal, "MMP GPU search: a round cannot learn on the device");
+    Group* g = nullptr;
+    {
       std::lock_guard<std::mutex> lk(mu_);
-      Mirror& m = *lane.learning;
-      for (int lh = 0; lh <= BL; ++lh)
-        for (int lw = 0; lw <= BL; ++lw) {
-          const int s = lw + 6 * lh;
-          m.count_before[s] = m.count[s];
-          m.count[s] = res[counts_at(BL) + s];
+      for (RoundGroup& r : rounds_)
+        if (!r.busy) {
+          g = r.group.get(), r.busy = true;
+          break;
         }
+      if (!g) {
+        rounds_.push_back({std::make_unique<Group>(), true});
+        g = rounds_.back().group.get();
+      }
     }
-    kernel_ns_ += static_cast<int64_t>(Event::elapsed_ms(lane.kernel_start, lane.kernel_end) * 1e6);
-    wall_ns_ += now_ns() - lane.t0;
-    ++calls_;
-    ++blocks_;
+    struct Release {
+      GpuLeafSearch& s;
+      Group* g;
+      ~Release() {
+        std::lock_guard<std::mutex> lk(s.mu_);
+        for (RoundGroup& r : s.rounds_)
+          if (r.group.get() == g) r.busy = false;
+      }
+    } release{*this, g};
+    start_round(*g, shared, blocks, n);
+    finish_round(*g, out);
   }
 
   bool learns_blocks() const override { return how_ != MmpGpuSearch::Units; }
@@ -1411,12 +1412,50 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     const int64_t n = calls_.load();
     if (n == 0) return "";
     const double wall = wall_ns_.load() * 1e-9, kernel = kernel_ns_.load() * 1e-9;
-    const char* what = blocks_.load() ? "blocks" : "searches";
-    const char* gpu = blocks_.load() ? (how_ == MmpGpuSearch::Blocks ? "the graph" : "the kernels") : "the kernel";
+    const int64_t blocks = blocks_.load();
+    if (blocks == 0)
+      return log::format(
+          "%lld searches, %.0f us each: the kernel %.0f us, the host's part and the wait %.0f us (%.2f s, summed "
+          "over threads)",
+          static_cast<long long>(n), wall / n * 1e6, kernel / n * 1e6, (wall - kernel) / n * 1e6, wall);
+    const char* gpu = how_ == MmpGpuSearch::Blocks && !profile_ ? "the graph" : "the kernels";
+    std::string per_kernel;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (const auto& [what, ms] : profile_ms_)
+        per_kernel += log::format("%s%s %.3f s", per_kernel.empty() ? "; per kernel, summed over launches: " : ", ",
+                                  what.c_str(), ms * 1e-3);
+    }
     return log::format(
-        "%lld %s, %.0f us each: %s %.0f us, the host's part and the wait %.0f us (%.2f s, summed over "
-        "threads)",
-        static_cast<long long>(n), what, wall / n * 1e6, gpu, kernel / n * 1e6, (wall - kernel) / n * 1e6, wall);
+        "%lld blocks in %lld launches (%.1f blocks each), %.0f us a launch: %s %.0f us, the host's part and the "
+        "wait %.0f us (%.2f s, summed over threads)%s",
+        static_cast<long long>(blocks), static_cast<long long>(n), static_cast<double>(blocks) / n, wall / n * 1e6, gpu,
+        kernel / n * 1e6, (wall - kernel) / n * 1e6, wall, per_kernel.c_str());
+  }
+
+  // Reserved lanes are kept for the next caller (their graphs and buffers with them).
+  int reserve_lanes(int n) override {
+    if (n < 1 || how_ == MmpGpuSearch::Units) return -1;
+    std::lock_guard<std::mutex> lk(mu_);
+    size_t first = 0;
+    for (size_t run = 0; first + run < reserved_.size();) {  // the first n free in a row
+      if (reserved_[first + run].held) {
+        first += run + 1, run = 0;
+      } else if (++run == static_cast<size_t>(n)) {
+        break;
+      }
+    }
+    if (reserved_.size() < first + static_cast<size_t>(n)) reserved_.resize(first + static_cast<size_t>(n));
+    for (size_t i = first; i < first + static_cast<size_t>(n); ++i) {
+      if (!reserved_[i].group) reserved_[i].group = std::make_unique<Group>();
+      reserved_[i].held = true;
+    }
+    return static_cast<int>(first);
+  }
+  void release_lanes(int first, int n) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (int i = first; i >= 0 && i < first + n && static_cast<size_t>(i) < reserved_.size(); ++i)
+      reserved_[static_cast<size_t>(i)].held = false;
   }
 
  private:
@@ -1437,8 +1476,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     RawEvent ready;                  // the last upload into it, or block that learnt
   };
   struct Pinned {
+    Pinned() : p(nullptr) {}
     explicit Pinned(size_t bytes) : p(host_alloc_pinned(bytes)) {}
-    ~Pinned() { host_free_pinned(p); }
+    ~Pinned() {
+      if (p) host_free_pinned(p);
+    }
     Pinned(const Pinned&) = delete;
     Pinned& operator=(const Pinned&) = delete;
     void* get() const { return p; }
@@ -1447,22 +1489,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // The largest query: 11 residues of 32 x 32, 11 leaf tables of 63 x 63 segments.
   static constexpr size_t kMaxResidueBytes = sizeof(int) * kMaxResidues * 32 * 32;
   static constexpr size_t kMaxLeafTable = static_cast<size_t>(kMaxResidues) * kMaxTable;
-  static constexpr size_t kOutBytes = sizeof(int32_t) * (counts_at(5) + kScales);
-  struct GraphExecs {
-    cudaGraphExec_t g[6][kMaxResidues + 1] = {};
-    cudaGraphExec_t* operator[](int BL) { return g[BL]; }
-    void clear() {
-      for (auto& row : g)
-        for (cudaGraphExec_t& e : row)
-          if (e) cudaGraphExecDestroy(e), e = nullptr;
-    }
-    GraphExecs() = default;
-    GraphExecs(const GraphExecs&) = delete;
-    GraphExecs& operator=(const GraphExecs&) = delete;
-    ~GraphExecs() { clear(); }
-  };
+  static constexpr size_t kOutBytes = sizeof(int32_t) * out_ints(5);
+  // The most blocks a round searches at once (its lanes' buffers: about 1.4 MB a block).
+  static constexpr int kMaxRound = 1024;
   // A unit size's buffers: its residues, leaf tables and candidates. In a block search the
-  // units of each size run on a stream of their own.
+  // units of each size run on a stream of their own (the leading lane's).
   struct Level {
     Stream stream;
     DeviceBuffer residues, out_j, out_i, part_j, part_i, counters;
@@ -1470,24 +1501,23 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer cand_mode{sizeof(int) * kMaxResidues, "MMP block search"};
     RawEvent prepared, finished, end;
   };
+  // One block's device buffers (and, for the lane that leads a group, the streams, the index
+  // models and costs, the dictionary's upload staging that the group's search uses).
   struct Lane {
     Stream stream;
-    Pinned stage_in{kMaxResidueBytes}, stage_j{kMaxLeafTable * sizeof(double)}, stage_i{kMaxLeafTable * sizeof(int)};
-    Pinned stage_consts{sizeof(SearchConsts)};
-    DeviceBuffer bits{sizeof(double) * kScales * kMaxIndex, "MMP index costs"};
-    DeviceBuffer consts{sizeof(SearchConsts), "MMP search constants"};
+    // The units search's staging, constants and arguments (allocated at its first use).
+    std::unique_ptr<Pinned> stage_in, stage_j, stage_i, stage_consts;
+    DeviceBuffer consts, units_leaf;
+    DeviceBuffer bits;  // index costs: a units search's, or a leading lane's
     Level levels[6];        // by unit size 2^L, L = 2..5
     uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
     int costs_L = 0;
     Event kernel_start, kernel_end;
-    // Whole blocks: inputs and outputs through pinned staging, the work buffers, the graphs.
-    Pinned stage_block{sizeof(BlockConsts)}, stage_out{kOutBytes};
     // The index models as the lane's device copy holds them, per scale with the stamp they
     // had (search.hpp's BlockQuery::index_stamp; 0: not known).
-    Pinned stage_probs{sizeof(uint16_t) * kScales * kMaxIndex};
+    std::unique_ptr<Pinned> stage_probs;  // a leading lane's (allocated by lead_buffers())
     uint64_t probs_stamp[kScales] = {};
-    DeviceBuffer block_consts{sizeof(BlockConsts), "MMP block search"};
-    DeviceBuffer probs{sizeof(uint16_t) * kScales * kMaxIndex, "MMP block search"};
+    DeviceBuffer probs;
     DeviceBuffer slot_j{sizeof(double) * kMaxSlots, "MMP block search"};
     DeviceBuffer slot_mode{sizeof(int) * kMaxSlots, "MMP block search"};
     DeviceBuffer slot_recon{static_cast<size_t>(kMaxSlots) * kMaxB * kMaxB, "MMP block search"};
@@ -1496,24 +1526,51 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer area_j{sizeof(double) * kMaxSlots, "MMP block search"};
     DeviceBuffer area_split{kMaxSlots, "MMP block search"};
     DeviceBuffer slot_rres{sizeof(int16_t) * kMaxSlots * kMaxB * kMaxB, "MMP block search"};
-    DeviceBuffer learn{sizeof(LearnNode) * kMaxNew, "MMP dictionary learning"};
-    DeviceBuffer learn_n{sizeof(int), "MMP dictionary learning"};
-    DeviceBuffer learn_stage{sizeof(int16_t) * kStageSamples, "MMP dictionary learning"};
-    DeviceBuffer learn_h{sizeof(uint64_t) * kScales * kMaxNew, "MMP dictionary learning"};
-    DeviceBuffer learn_norm{sizeof(int) * kScales * kMaxNew, "MMP dictionary learning"};
-    DeviceBuffer learn_dup{static_cast<size_t>(kScales) * kMaxNew, "MMP dictionary learning"};
-    DeviceBuffer out{kOutBytes, "MMP block search"};
+    // The dictionary's learning (blocks searched alone), allocated at first use.
+    DeviceBuffer learn, learn_n, learn_stage, learn_h, learn_norm, learn_dup;
     RawEvent put;
-    GraphExecs graphs;
     std::unique_ptr<Pinned> stage_upload;  // new dictionary elements
     size_t stage_upload_bytes = 0;
     DeviceBuffer upload;
-    // The block between start_block() and finish_block(), and the mirror it searched (and,
+    // Bumped whenever a buffer that the kernels' argument arrays point to moves.
+    uint64_t gen = 1, units_gen = 0;
+  };
+
+  // A group of lanes searches a round's blocks (one per lane) with one launch per kernel,
+  // on the first lane's streams; a block searched alone is a group of one. The blocks share
+  // one copy of the constants; each has its input and output slots in the group's arrays.
+  struct Group {
+    std::vector<std::unique_ptr<Lane>> lanes;
+    Pinned stage_consts{sizeof(BlockConsts)};
+    DeviceBuffer consts{sizeof(BlockConsts), "MMP block search"};
+    // Per block, for `capacity` blocks: inputs, outputs, the kernels' arguments.
+    int capacity = 0;
+    std::unique_ptr<Pinned> stage_inputs, stage_out;
+    DeviceBuffer inputs, out, works, leaf;  // leaf: [L][capacity] LeafLane
+    std::vector<uint64_t> built_gen;        // the lanes' gen when the arguments were built
+    // Graphs by (block size, candidates, blocks).
+    std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
+    // The round between start_round() and finish_round(), and the mirror it searched (and,
     // when it learnt, changed).
     bool in_flight = false, learned = false;
-    int block_log = 0;
+    int block_log = 0, n = 0;
     int64_t t0 = 0;
     std::shared_ptr<Mirror> learning;
+    // VFP_MMP_PROFILE: each launch of the round between two events.
+    struct Mark {
+      std::string what;
+      Event start, end;
+    };
+    std::vector<std::unique_ptr<Mark>> marks;
+    size_t n_marks = 0;
+    void clear_graphs() {
+      for (auto& [key, g] : graphs) cudaGraphExecDestroy(g);
+      graphs.clear();
+    }
+    Group() { lanes.push_back(std::make_unique<Lane>()); }
+    Group(const Group&) = delete;
+    Group& operator=(const Group&) = delete;
+    ~Group() { clear_graphs(); }
   };
 
   struct TaskList {
@@ -1522,48 +1579,258 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     int small = 0;                               // of `count`, the last `small` are leaf_small_kernel's
   };
 
-  // The calling thread's lane (id -1) or a reserved one (under mu_).
-  Lane& lane(int id = -1) {
-    if (id >= 0) {
-      if (static_cast<size_t>(id) >= reserved_.size() || !reserved_[static_cast<size_t>(id)].held)
-        throw Error(ErrorKind::Internal, log::format("MMP GPU search: lane %d is not reserved", id));
-      return *reserved_[static_cast<size_t>(id)].lane;
-    }
-    std::unique_ptr<Lane>& l = lanes_[std::this_thread::get_id()];
-    if (!l) l = std::make_unique<Lane>();
-    return *l;
+  // The calling thread's group of one, or a reserved one (under mu_).
+  Group& thread_group() {
+    std::unique_ptr<Group>& g = threads_[std::this_thread::get_id()];
+    if (!g) g = std::make_unique<Group>();
+    return *g;
+  }
+  Group& reserved_group(int id) {
+    if (id < 0 || static_cast<size_t>(id) >= reserved_.size() || !reserved_[static_cast<size_t>(id)].held)
+      throw Error(ErrorKind::Internal, log::format("MMP GPU search: lane %d is not reserved", id));
+    return *reserved_[static_cast<size_t>(id)].group;
   }
 
- public:
-  // Reserved lanes are kept for the next caller (their graphs and buffers with them).
-  int reserve_lanes(int n) override {
-    if (n < 1 || how_ == MmpGpuSearch::Units) return -1;
-    std::lock_guard<std::mutex> lk(mu_);
-    size_t first = 0;
-    for (size_t run = 0; first + run < reserved_.size();) {  // the first n free in a row
-      if (reserved_[first + run].held) {
-        first += run + 1, run = 0;
-      } else if (++run == static_cast<size_t>(n)) {
-        break;
+  // The round's inputs to pinned staging, one graph (or the same launches on the stream);
+  // finish_round() waits and takes the choices back. The dictionary's new elements go up
+  // first, on the same stream, unless the device learnt them itself (BlockQuery::learn,
+  // rounds of one).
+  void start_round(Group& g, const mmp::BlockQuery& q, const mmp::RoundBlock* blocks, int n) {
+    const int BL = q.block_log, B = 1 << BL, K = q.candidates;
+    if (BL < 3 || BL > 5 || K < 1 || K > kMaxResidues)
+      throw Error(ErrorKind::Usage, "MMP GPU search: blocks of 8..32 samples, 1..11 candidates");
+    for (int i = 0; i < n; ++i) {
+      const mmp::RoundBlock& b = blocks[i];
+      if (b.bx % B || b.by % B || b.bx < 0 || b.by < 0 || b.bx + B > b.W || b.by + B > b.H)
+        throw Error(ErrorKind::Usage, "MMP GPU search: a block outside its tile");
+    }
+    const bool learn = q.learn && n == 1;
+    const int64_t t0 = now_ns();
+    set_device(device_);
+    BlockConsts* bc = reinterpret_cast<BlockConsts*>(g.stage_consts.get());
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
+      while (g.lanes.size() < static_cast<size_t>(n)) g.lanes.push_back(std::make_unique<Lane>());
+      Lane& lead = *g.lanes[0];
+      lead_buffers(lead);
+      for (int i = 0; i < n; ++i)
+        for (int L = kMinLog; L <= BL; ++L)
+          size_leaf_buffers(*g.lanes[static_cast<size_t>(i)], task_list(L, K, n, lead.stream.get()), K, L);
+      if (q.pending) {  // the group's mirror has learnt what the caller's dictionary has not yet
+        const std::shared_ptr<Mirror>& m = g.learning;
+        if (!m || m->id != q.dict_id) throw Error(ErrorKind::Internal, "MMP GPU search: no dictionary learnt ahead");
+        for (int lh = 0; lh <= BL; ++lh)
+          for (int lw = 0; lw <= BL; ++lw) {
+            const int s = lw + 6 * lh, host = q.scales[static_cast<size_t>(s)].count;
+            if (host != m->count_before[s])
+              throw Error(ErrorKind::Gpu, log::format("MMP GPU search: the device's dictionary differs from the "
+                                                      "encoder's (scale %dx%d: %d elements, the encoder %d)",
+                                                      1 << lw, 1 << lh, m->count_before[s], host));
+          }
+        scale_args(*m, q.leaf_bits, &bc->s.sc);
+      } else {
+        g.learning = mirror(q.dict_id);
+        sync_dictionary(*g.learning, q.scales, q.leaf_bits, &bc->s.sc, lead);
       }
+      // Learning needs every scale of the block on the device (a dictionary holds elements
+      // in each from the start; one of no room, max_elements 0, has none and learns none).
+      bc->learn.on = learn && learn_args(*g.learning, BL, q.max_elements, bc) ? 1 : 0;
+      if (bc->learn.on) ensure_learning(lead);
     }
-    if (reserved_.size() < first + static_cast<size_t>(n)) reserved_.resize(first + static_cast<size_t>(n));
-    for (size_t i = first; i < first + static_cast<size_t>(n); ++i) {
-      if (!reserved_[i].lane) reserved_[i].lane = std::make_unique<Lane>();
-      reserved_[i].held = true;
+    Lane& lead = *g.lanes[0];
+    const StreamHandle st = lead.stream.get();
+    ensure_arguments(g, n);
+    bc->s.lambda = q.lambda;
+    bc->BL = BL, bc->K = K;
+    std::memcpy(bc->mode_bits, q.mode_bits, sizeof(bc->mode_bits));
+    std::memcpy(bc->psplit_bits, q.psplit_bits, sizeof(bc->psplit_bits));
+    for (int s = 0; s < kScales; ++s) {
+      bc->split_bits[s] = q.split_bits[static_cast<size_t>(s)];
+      bc->dir_bits[s][0] = q.dir_bits[static_cast<size_t>(s)][0];
+      bc->dir_bits[s][1] = q.dir_bits[static_cast<size_t>(s)][1];
     }
-    return static_cast<int>(first);
-  }
-  void release_lanes(int first, int n) override {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (int i = first; i >= 0 && i < first + n && static_cast<size_t>(i) < reserved_.size(); ++i)
-      reserved_[static_cast<size_t>(i)].held = false;
+    BlockInput* inputs = reinterpret_cast<BlockInput*>(g.stage_inputs->get());
+    for (int i = 0; i < n; ++i) fill_input(blocks[i], B, &inputs[i]);
+    send_model_changes(q, BL, lead, bc);
+    lead.costs_id = 0;  // the unit search's costs cache no longer holds
+    lead.kernel_start.record(st);
+    if (how_ == MmpGpuSearch::Blocks && !profile_) {
+      cudaGraphExec_t& ge = g.graphs[{BL, K, n}];
+      if (!ge) {
+        VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        enqueue_round(g, BL, K, n, st);
+        cudaGraph_t graph = nullptr;
+        VFP_CUDA(cudaStreamEndCapture(st, &graph));
+        const cudaError_t e = cudaGraphInstantiate(&ge, graph, 0);
+        cudaGraphDestroy(graph);
+        if (e != cudaSuccess) g.graphs.erase({BL, K, n});
+        VFP_CUDA(e);
+      }
+      VFP_CUDA(cudaGraphLaunch(ge, st));
+    } else {
+      enqueue_round(g, BL, K, n, st);
+    }
+    lead.kernel_end.record(st);
+    const bool learns = bc->learn.on != 0;
+    if (learns) VFP_CUDA(cudaEventRecord(g.learning->ready.e, st));  // the graph wrote the mirror
+    g.in_flight = true;
+    g.block_log = BL;
+    g.n = n;
+    g.learned = learns;
+    g.t0 = t0;
   }
 
- private:
+  void finish_round(Group& g, mmp::BlockChoices* out) {
+    if (!g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: no block to finish");
+    g.in_flight = false;
+    Lane& lead = *g.lanes[0];
+    const int BL = g.block_log, B = 1 << BL;
+    lead.stream.synchronize();
+    const int32_t* all = reinterpret_cast<const int32_t*>(g.stage_out->get());
+    for (int i = 0; i < g.n; ++i) {
+      const int32_t* res = all + static_cast<size_t>(i) * out_ints(BL);
+      const int n = res[0];
+      if (n < 1 || n > code_capacity(BL) - 1) throw Error(ErrorKind::Gpu, "MMP GPU search: malformed block choices");
+      out[i].code.assign(res + 1, res + 1 + n);
+      const uint8_t* recon = reinterpret_cast<const uint8_t*>(res + code_capacity(BL));
+      out[i].recon.assign(recon, recon + B * B);
+    }
+    if (g.learned) {
+      std::lock_guard<std::mutex> lk(mu_);
+      Mirror& m = *g.learning;
+      for (int lh = 0; lh <= BL; ++lh)
+        for (int lw = 0; lw <= BL; ++lw) {
+          const int s = lw + 6 * lh;
+          m.count_before[s] = m.count[s];
+          m.count[s] = all[counts_at(BL) + s];
+        }
+    }
+    kernel_ns_ += static_cast<int64_t>(Event::elapsed_ms(lead.kernel_start, lead.kernel_end) * 1e6);
+    wall_ns_ += now_ns() - g.t0;
+    ++calls_;
+    blocks_ += g.n;
+    if (g.n_marks) {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (size_t i = 0; i < g.n_marks; ++i)
+        profile_ms_[g.marks[i]->what] += Event::elapsed_ms(g.marks[i]->start, g.marks[i]->end);
+      g.n_marks = 0;
+    }
+  }
+
+  // A block's input: its source, and the window of decoded samples around it (the row above
+  // it to 2B right of it, for the above-right samples; the column to its left; the block
+  // itself, not decoded yet), outside the tile not decoded.
+  static void fill_input(const mmp::RoundBlock& b, int B, BlockInput* in) {
+    in->bx = b.bx, in->by = b.by, in->W = b.W;
+    for (int y = 0; y < B; ++y)
+      std::memcpy(in->src + y * B, b.src + static_cast<size_t>(b.by + y) * b.W + b.bx, static_cast<size_t>(B));
+    const int x0 = b.bx - 1, x_from = std::max(0, x0), x_to = std::min(b.W, x0 + 2 * B + 1);
+    for (int wy = 0; wy <= B; ++wy) {
+      uint8_t* rec = in->rec + wy * kWinW;
+      uint8_t* done = in->done + wy * kWinW;
+      const int y = b.by - 1 + wy;
+      std::memset(rec, 0, 2 * B + 1);
+      std::memset(done, 0, 2 * B + 1);
+      if (y < 0 || y >= b.H || x_to <= x_from) continue;
+      const size_t o = static_cast<size_t>(y) * b.W + x_from;
+      std::memcpy(rec + (x_from - x0), b.rec + o, static_cast<size_t>(x_to - x_from));
+      std::memcpy(done + (x_from - x0), b.done + o, static_cast<size_t>(x_to - x_from));
+    }
+  }
+
+  // The index models and costs of a lane that leads a group or searches units.
+  static void lead_buffers(Lane& l) {
+    if (l.bits.get()) return;
+    l.bits = DeviceBuffer(sizeof(double) * kScales * kMaxIndex, "MMP index costs");
+    l.probs = DeviceBuffer(sizeof(uint16_t) * kScales * kMaxIndex, "MMP block search");
+    l.stage_probs = std::make_unique<Pinned>(sizeof(uint16_t) * kScales * kMaxIndex);
+    ++l.gen;
+  }
+  static void units_buffers(Lane& l) {
+    lead_buffers(l);
+    if (l.stage_in) return;
+    l.stage_in = std::make_unique<Pinned>(kMaxResidueBytes);
+    l.stage_j = std::make_unique<Pinned>(kMaxLeafTable * sizeof(double));
+    l.stage_i = std::make_unique<Pinned>(kMaxLeafTable * sizeof(int));
+    l.stage_consts = std::make_unique<Pinned>(sizeof(SearchConsts));
+    l.consts = DeviceBuffer(sizeof(SearchConsts), "MMP search constants");
+    l.units_leaf = DeviceBuffer(sizeof(LeafLane) * 6, "MMP search arguments");
+    ++l.gen;
+  }
+
+  // The learning's buffers of a lane (allocated before a graph that uses them is captured).
+  static void ensure_learning(Lane& l) {
+    if (l.learn.get()) return;
+    l.learn = DeviceBuffer(sizeof(LearnNode) * kMaxNew, "MMP dictionary learning");
+    l.learn_n = DeviceBuffer(sizeof(int), "MMP dictionary learning");
+    l.learn_stage = DeviceBuffer(sizeof(int16_t) * kStageSamples, "MMP dictionary learning");
+    l.learn_h = DeviceBuffer(sizeof(uint64_t) * kScales * kMaxNew, "MMP dictionary learning");
+    l.learn_norm = DeviceBuffer(sizeof(int) * kScales * kMaxNew, "MMP dictionary learning");
+    l.learn_dup = DeviceBuffer(static_cast<size_t>(kScales) * kMaxNew, "MMP dictionary learning");
+    ++l.gen;
+  }
+
+  // The group's per-block arrays for n blocks, and the kernels' arguments pointing into them
+  // and into the lanes' buffers: built again (and the graphs with them) when they are too
+  // small or a lane's buffers moved.
+  void ensure_arguments(Group& g, int n) {
+    bool stale = n > g.capacity;
+    for (int i = 0; i < n && !stale; ++i)
+      stale = g.built_gen.size() <= static_cast<size_t>(i) || g.built_gen[static_cast<size_t>(i)] != g.lanes[static_cast<size_t>(i)]->gen;
+    if (!stale) return;
+    g.clear_graphs();
+    if (n > g.capacity) {
+      g.capacity = n;
+      g.stage_inputs = std::make_unique<Pinned>(sizeof(BlockInput) * n);
+      g.stage_out = std::make_unique<Pinned>(kOutBytes * n);
+      g.inputs = DeviceBuffer(sizeof(BlockInput) * n, "MMP block search");
+      g.out = DeviceBuffer(kOutBytes * n, "MMP block search");
+      g.works = DeviceBuffer(sizeof(BlockWork) * n, "MMP block search");
+      g.leaf = DeviceBuffer(sizeof(LeafLane) * 6 * n, "MMP block search");
+    }
+    const int cap = g.capacity;
+    const Lane& lead = *g.lanes[0];
+    std::vector<BlockWork> works(static_cast<size_t>(n));
+    std::vector<LeafLane> leaf(static_cast<size_t>(6 * cap));
+    g.built_gen.assign(static_cast<size_t>(n), 0);
+    for (int i = 0; i < n; ++i) {
+      Lane& l = *g.lanes[static_cast<size_t>(i)];
+      BlockWork& w = works[static_cast<size_t>(i)];
+      w = work(l);
+      w.c = reinterpret_cast<BlockConsts*>(g.consts.get());
+      w.log_table = reinterpret_cast<const double*>(log_table_.get());
+      w.in = reinterpret_cast<BlockInput*>(g.inputs.get()) + i;
+      w.out = reinterpret_cast<int32_t*>(g.out.get());
+      w.probs = reinterpret_cast<uint16_t*>(lead.probs.get());  // the round's models: the leading lane's
+      w.bits = reinterpret_cast<double*>(lead.bits.get());
+      for (int L = kMinLog; L <= 5; ++L)
+        leaf[static_cast<size_t>(L * cap + i)] = leaf_lane(l, g.consts.get(), lead.bits.get(), L);
+      g.built_gen[static_cast<size_t>(i)] = l.gen;
+    }
+    VFP_CUDA(cudaMemcpy(g.works.get(), works.data(), sizeof(BlockWork) * n, cudaMemcpyHostToDevice));
+    VFP_CUDA(cudaMemcpy(g.leaf.get(), leaf.data(), sizeof(LeafLane) * leaf.size(), cudaMemcpyHostToDevice));
+  }
+
+  // A lane's leaf-search arguments at unit size 2^L (`consts` starts with SearchConsts).
+  static LeafLane leaf_lane(Lane& l, const void* consts, const void* bits, int L) {
+    Level& lv = l.levels[L];
+    LeafLane a{};
+    a.residues = reinterpret_cast<const int*>(lv.residues.get());
+    a.consts = reinterpret_cast<const SearchConsts*>(consts);
+    a.bits = reinterpret_cast<const double*>(bits);
+    a.out_j = reinterpret_cast<double*>(lv.out_j.get());
+    a.out_i = reinterpret_cast<int*>(lv.out_i.get());
+    a.part_j = reinterpret_cast<double*>(lv.part_j.get());
+    a.part_i = reinterpret_cast<int*>(lv.part_i.get());
+    a.part_stride = lv.out_j.size() / sizeof(double);
+    a.counters = reinterpret_cast<int*>(lv.counters.get());
+    return a;
+  }
+
   // The leaf kernel's buffers for K residues of 2^L (allocated before a graph is captured).
-  // The partial tables' stride is the leaf table's capacity. A buffer that moves makes the
-  // lane's graphs stale: they are made again.
+  // The partial tables' stride is the leaf table's capacity. A buffer that moves bumps the
+  // lane's gen: the arguments that point to it are made again, and the graphs with them.
   static void size_leaf_buffers(Lane& lane, const TaskList& tasks, int K, int L) {
     Level& lv = lane.levels[L];
     const size_t res_bytes = (sizeof(int) * static_cast<size_t>(K)) << (2 * L);
@@ -1580,22 +1847,17 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         moved = true;
       }
     }
-    if (moved) lane.graphs.clear();
+    if (moved) ++lane.gen;
   }
 
-  // The leaf kernel for the residues of size 2^L.
-  void enqueue_leaf_search(Lane& lane, const TaskList& tasks, int L, const SearchConsts* consts, StreamHandle st) {
-    Level& lv = lane.levels[L];
+  // The leaf kernels for residues of size 2^L, for n blocks (lanes: their arguments).
+  void enqueue_leaf_search(const TaskList& tasks, int L, const LeafLane* lanes, int n, StreamHandle st) {
     const int N = 1 << L, table = mmp::leaf_table_size(L);
-    const size_t out = lv.out_j.size() / sizeof(double);  // the partial tables' stride
     const auto* list = reinterpret_cast<const Task*>(tasks.buf.get());
     const int large = tasks.count - tasks.small;
-    const auto run = [&](auto kernel, const Task* first, int n) {
-      launch(kernel, dim3(static_cast<unsigned>(n)), dim3(kThreads), st, first,
-             reinterpret_cast<const int*>(lv.residues.get()), N, table, consts,
-             reinterpret_cast<const double*>(lane.bits.get()), reinterpret_cast<double*>(lv.out_j.get()),
-             reinterpret_cast<int*>(lv.out_i.get()), reinterpret_cast<double*>(lv.part_j.get()),
-             reinterpret_cast<int*>(lv.part_i.get()), out, reinterpret_cast<int*>(lv.counters.get()));
+    const auto run = [&](auto kernel, const Task* first, int count) {
+      launch(kernel, dim3(static_cast<unsigned>(count), 1, static_cast<unsigned>(n)), dim3(kThreads), st, first, lanes,
+             N, table);
     };
     if (tasks.small) {
       run(leaf_small_kernel, list + large, tasks.small);
@@ -1607,12 +1869,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     }
   }
 
-  BlockWork work(Lane& l) const {
+  // A lane's buffers as the kernels see them (the group fills in the shared parts).
+  static BlockWork work(Lane& l) {
     BlockWork w{};
-    w.c = reinterpret_cast<BlockConsts*>(l.block_consts.get());
-    w.log_table = reinterpret_cast<const double*>(log_table_.get());
-    w.probs = reinterpret_cast<uint16_t*>(l.probs.get());
-    w.bits = reinterpret_cast<double*>(l.bits.get());
     for (int L = kMinLog; L <= 5; ++L) {
       Level& lv = l.levels[L];
       w.residues[L] = reinterpret_cast<int*>(lv.residues.get());
@@ -1635,7 +1894,6 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     w.learn_h = reinterpret_cast<uint64_t*>(l.learn_h.get());
     w.learn_norm = reinterpret_cast<int*>(l.learn_norm.get());
     w.learn_dup = reinterpret_cast<uint8_t*>(l.learn_dup.get());
-    w.out = reinterpret_cast<int32_t*>(l.out.get());
     return w;
   }
 
@@ -1648,7 +1906,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     bc->probs_changed = 0;
     bc->n_diffs = 0;
     int first_whole = kScales, last_whole = -1;
-    uint16_t* copy = reinterpret_cast<uint16_t*>(lane.stage_probs.get());
+    uint16_t* copy = reinterpret_cast<uint16_t*>(lane.stage_probs->get());
     for (int lh = 0; lh <= BL; ++lh)
       for (int lw = 0; lw <= BL; ++lw) {
         const int s = lw + 6 * lh;
@@ -1704,48 +1962,72 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     ops->push_back({Op::Decide, L, slot, ux, uy});
   }
 
-  // One block's work, in BlockSearch::area()'s order over the full quadtree: the inputs up,
-  // the index costs, per area its unit (prediction and ranking, leaf search, segmentation
-  // and choice), its quarters, its decision; the choices down. Nothing here waits on the
-  // host, so it can be captured as a graph.
+  // `body` (launches on `st`), timed when profiling (VFP_MMP_PROFILE=1: rounds then run
+  // without graphs, each launch between two events; for measurements).
+  template <typename Body>
+  void timed(Group& g, const char* what, int L, StreamHandle st, Body&& body) {
+    if (!profile_) return body();
+    if (g.n_marks == g.marks.size()) g.marks.push_back(std::make_unique<Group::Mark>());
+    Group::Mark& m = *g.marks[g.n_marks++];
+    m.what = L ? log::format("%s %dx%d", what, 1 << L, 1 << L) : what;
+    m.start.record(st);
+    body();
+    m.end.record(st);
+  }
+
+  // One round's work, in BlockSearch::area()'s order over the full quadtree, each kernel
+  // launched once for the round's n blocks (the grid's z dimension): the inputs up, the
+  // index costs (once: the blocks share the models), per area its unit (prediction and
+  // ranking, leaf search, segmentation and choice), its quarters, its decision; the choices
+  // down. Nothing here waits on the host, so it can be captured as a graph.
   //
-  // Every write to the window (a 4x4 unit's put, an area's decision) runs on the 4x4 units'
-  // stream, in chain links (chain_kernel): the 4x4 unit's choice, the decisions it
+  // Every write to a block's window (a 4x4 unit's put, an area's decision) runs on the 4x4
+  // units' stream, in chain links (chain_kernel): the 4x4 unit's choice, the decisions it
   // completes, the next 4x4 unit's prediction. Units of each larger size run on a stream of
   // their own: a unit's prediction reads the window after the last write before it in the
   // CPU's order (the `put` event), a write waits until every unit before it has read the
   // window (their `prepared` events), and a decision waits for its unit's choice (its
   // `finished` event). So the larger units' searches overlap the chain of 4x4 units.
-  void enqueue_block(Lane& lane, int BL, int K, StreamHandle st) {
-    const BlockWork w = work(lane);
-    memcpy_h2d_async(lane.block_consts.get(), lane.stage_block.get(), sizeof(BlockConsts), st);
-    index_costs_kernel<<<dim3(kMaxIndex / 256, static_cast<unsigned>((BL + 1) * (BL + 1))), 256, 0, st>>>(w);
-    VFP_CUDA_LAUNCHED("mmp index_costs_kernel");
-    VFP_CUDA(cudaEventRecord(lane.put.e, st));
-    for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lane.levels[L].stream.get(), lane.put.e, 0));
-    const auto consts = reinterpret_cast<const SearchConsts*>(lane.block_consts.get());  // BlockConsts starts with them
+  void enqueue_round(Group& g, int BL, int K, int n, StreamHandle st) {
+    Lane& lead = *g.lanes[0];
+    const auto* ws = reinterpret_cast<const BlockWork*>(g.works.get());
+    const auto* leaf = reinterpret_cast<const LeafLane*>(g.leaf.get());
+    const dim3 blocks(1, 1, static_cast<unsigned>(n));
+    memcpy_h2d_async(g.consts.get(), g.stage_consts.get(), sizeof(BlockConsts), st);
+    memcpy_h2d_async(g.inputs.get(), g.stage_inputs->get(), sizeof(BlockInput) * n, st);
+    timed(g, "index costs", 0, st, [&] {
+      index_costs_kernel<<<dim3(kMaxIndex / 256, static_cast<unsigned>((BL + 1) * (BL + 1))), 256, 0, st>>>(ws);
+      VFP_CUDA_LAUNCHED("mmp index_costs_kernel");
+    });
+    VFP_CUDA(cudaEventRecord(lead.put.e, st));
+    for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.put.e, 0));
     std::vector<Op> ops;
     area_ops(&ops, 0, 0, 0, BL);
-    const StreamHandle chain = lane.levels[kMinLog].stream.get();
+    const StreamHandle chain = lead.levels[kMinLog].stream.get();
     bool prepared[6] = {};
     for (size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      Level& lv = lane.levels[op.L];
+      Level& lv = lead.levels[op.L];
       const StreamHandle s = lv.stream.get();
       if (op.kind == Op::Prepare) {
         if (op.linked) continue;
-        VFP_CUDA(cudaStreamWaitEvent(s, lane.put.e, 0));
-        launch(unit_prepare_kernel, dim3(1), dim3(256), s, w, op.ux, op.uy, op.L);
-        VFP_CUDA_LAUNCHED("mmp unit_prepare_kernel");
+        VFP_CUDA(cudaStreamWaitEvent(s, lead.put.e, 0));
+        timed(g, "prediction", op.L, s, [&] {
+          launch(unit_prepare_kernel, blocks, dim3(256), s, ws, op.ux, op.uy, op.L);
+          VFP_CUDA_LAUNCHED("mmp unit_prepare_kernel");
+        });
         if (op.L > kMinLog) {  // the chain's own units are read in stream order
           VFP_CUDA(cudaEventRecord(lv.prepared.e, s));
           prepared[op.L] = true;
         }
       } else if (op.kind == Op::Leaf) {
-        enqueue_leaf_search(lane, tasks_[op.L][K], op.L, consts, s);
+        timed(g, "leaf search", op.L, s,
+              [&] { enqueue_leaf_search(tasks_[op.L][K][spread(n)], op.L, leaf + static_cast<size_t>(op.L) * g.capacity, n, s); });
       } else if (op.kind == Op::Finish && op.L > kMinLog) {
-        launch(unit_finish_kernel, dim3(1), dim3(256), s, w, op.slot, op.ux, op.uy, op.L);
-        VFP_CUDA_LAUNCHED("mmp unit_finish_kernel");
+        timed(g, "segmentation", op.L, s, [&] {
+          launch(unit_finish_kernel, blocks, dim3(256), s, ws, op.slot, op.ux, op.uy, op.L);
+          VFP_CUDA_LAUNCHED("mmp unit_finish_kernel");
+        });
         VFP_CUDA(cudaEventRecord(lv.finished.e, s));
       } else if (op.kind == Op::Finish) {  // a 4x4 unit: a chain link
         ChainLink link{};
@@ -1753,9 +2035,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         size_t j = i + 1;
         for (; j < ops.size() && ops[j].kind == Op::Decide; ++j) {  // every decision follows a 4x4 unit's
           const Op& d = ops[j];
-          const int n = link.decides++;
-          link.d_slot[n] = d.slot, link.d_ux[n] = d.ux, link.d_uy[n] = d.uy, link.d_L[n] = d.L;
-          VFP_CUDA(cudaStreamWaitEvent(chain, lane.levels[d.L].finished.e, 0));
+          const int k = link.decides++;
+          link.d_slot[k] = d.slot, link.d_ux[k] = d.ux, link.d_uy[k] = d.uy, link.d_L[k] = d.L;
+          VFP_CUDA(cudaStreamWaitEvent(chain, lead.levels[d.L].finished.e, 0));
         }
         for (size_t k = j; k < ops.size(); ++k)  // no write comes between: only larger units' steps
           if (ops[k].kind == Op::Prepare && ops[k].L == kMinLog) {
@@ -1764,10 +2046,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
             break;
           }
         for (int L = kMinLog + 1; L <= BL; ++L)
-          if (prepared[L]) VFP_CUDA(cudaStreamWaitEvent(chain, lane.levels[L].prepared.e, 0));
-        launch(chain_kernel, dim3(1), dim3(256), chain, w, link);
-        VFP_CUDA_LAUNCHED("mmp chain_kernel");
-        VFP_CUDA(cudaEventRecord(lane.put.e, chain));
+          if (prepared[L]) VFP_CUDA(cudaStreamWaitEvent(chain, lead.levels[L].prepared.e, 0));
+        timed(g, "chain link", 0, chain, [&] {
+          launch(chain_kernel, blocks, dim3(256), chain, ws, link);
+          VFP_CUDA_LAUNCHED("mmp chain_kernel");
+        });
+        VFP_CUDA(cudaEventRecord(lead.put.e, chain));
         i = j - 1;
       } else {
         throw Error(ErrorKind::Gpu, "MMP GPU search: an area decided outside the chain");  // unreachable
@@ -1775,23 +2059,37 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     }
     // The last link made the root's decision, after every unit's choice: the chain has
     // everything the packing reads.
-    launch(pack_kernel, dim3(1), dim3(256), chain, w);
-    VFP_CUDA_LAUNCHED("mmp pack_kernel");
-    const unsigned scales = static_cast<unsigned>((BL + 1) * (BL + 1));
-    launch(learn_check_kernel, dim3(kLearnBlocks, scales), dim3(256), chain, w);
-    VFP_CUDA_LAUNCHED("mmp learn_check_kernel");
-    launch(learn_insert_kernel, dim3(scales), dim3(kMaxNew), chain, w);
-    VFP_CUDA_LAUNCHED("mmp learn_insert_kernel");
-    memcpy_d2h_async(lane.stage_out.get(), lane.out.get(), sizeof(int32_t) * (counts_at(BL) + kScales), chain);
-    for (int L = kMinLog; L <= BL; ++L) {  // every stream joins the block's stream again
-      VFP_CUDA(cudaEventRecord(lane.levels[L].end.e, lane.levels[L].stream.get()));
-      VFP_CUDA(cudaStreamWaitEvent(st, lane.levels[L].end.e, 0));
+    timed(g, "packing", 0, chain, [&] {
+      launch(pack_kernel, blocks, dim3(256), chain, ws);
+      VFP_CUDA_LAUNCHED("mmp pack_kernel");
+    });
+    if (n == 1) {  // learning on the device: blocks searched alone (the kernels check it is asked for)
+      const unsigned scales = static_cast<unsigned>((BL + 1) * (BL + 1));
+      timed(g, "learning", 0, chain, [&] {
+        launch(learn_check_kernel, dim3(kLearnBlocks, scales), dim3(256), chain, ws);
+        VFP_CUDA_LAUNCHED("mmp learn_check_kernel");
+        launch(learn_insert_kernel, dim3(scales), dim3(kMaxNew), chain, ws);
+        VFP_CUDA_LAUNCHED("mmp learn_insert_kernel");
+      });
+    }
+    memcpy_d2h_async(g.stage_out->get(), g.out.get(), sizeof(int32_t) * out_ints(BL) * n, chain);
+    for (int L = kMinLog; L <= BL; ++L) {  // every stream joins the round's stream again
+      VFP_CUDA(cudaEventRecord(lead.levels[L].end.e, lead.levels[L].stream.get()));
+      VFP_CUDA(cudaStreamWaitEvent(st, lead.levels[L].end.e, 0));
     }
   }
 
   // The tasks of a query of K residues of 2^L x 2^L, made at first use (under mu_).
-  const TaskList& task_list(int L, int K, StreamHandle st) {
-    TaskList& tl = tasks_[L][K];
+  // How finely a search of n blocks deals its tasks to thread blocks: a block alone (or a
+  // few) has its tasks' elements dealt to many, for latency; a round of many blocks has
+  // parallelism enough, and each thread block's setup (its segments, its tiles' rates) is
+  // then better paid once for all of a task's elements.
+  static int spread(int n) { return n < 8 ? 0 : n < 64 ? 1 : 2; }
+  static int spread_chunks(int chunks, int regime) { return regime == 0 ? chunks : regime == 1 ? std::max(1, chunks / 4) : 1; }
+
+  const TaskList& task_list(int L, int K, int blocks, StreamHandle st) {
+    const int regime = spread(blocks);
+    TaskList& tl = tasks_[L][K][regime];
     if (tl.count) return tl;
     std::vector<Task> tasks;
     const int N = 1 << L;
@@ -1813,7 +2111,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         if (n <= kSmallMaxN) {
           // leaf_small_kernel: a full dictionary's tiles dealt to 16 blocks for the 4x4 units
           // (on the critical path), fewer for the others (beside it; each block's setup counts).
-          const int chunks = L == kMinLog ? 16 : L == kMinLog + 1 ? 8 : 4;
+          const int chunks = spread_chunks(L == kMinLog ? 16 : L == kMinLog + 1 ? 8 : 4, regime);
           for (int g0 = 0; g0 < segments; g0 += kSmallRows) {
             const int count = std::min(kSmallRows, segments - g0);
             for (int c = 0; c < chunks; ++c) small.push_back({lw, lh, g0, count, out, c, chunks, tl.chunked, 0});
@@ -1830,7 +2128,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         for (int g0 = 0; g0 < segments; g0 += task_group) {
           const int count = std::min(task_group, segments - g0);
           const int mma_per_block = L == kMinLog + 1 ? 32 : 128;
-          const int chunks = std::clamp(n * count / (mma ? mma_per_block : per_block), 1, kMaxChunks);
+          const int chunks = spread_chunks(std::clamp(n * count / (mma ? mma_per_block : per_block), 1, kMaxChunks), regime);
           for (int c = 0; c < chunks; ++c)
             tasks.push_back({lw, lh, g0, count, out, c, chunks, tl.chunked, mma ? 1 : 0});
           if (chunks > 1) ++tl.chunked;
@@ -1964,6 +2262,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return true;
   }
 
+  // The most blocks a round searches at once: kMaxRound, or VFP_MMP_ROUND_BLOCKS (1..kMaxRound;
+  // for measurements and tests).
+  static int round_blocks() {
+    if (const char* e = std::getenv("VFP_MMP_ROUND_BLOCKS")) return std::clamp(std::atoi(e), 1, kMaxRound);
+    return kMaxRound;
+  }
+
   // The smallest unit (2^L) whose tasks of 8..256 samples run on tensor cores; 6: none.
   // VFP_MMP_TENSOR_FROM_L overrides it (measurements).
   static int tensor_from_L() {
@@ -1978,18 +2283,26 @@ class GpuLeafSearch final : public mmp::LeafSearch {
 
   static constexpr size_t kMaxMirrors = 64;
   MmpGpuSearch how_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   int device_;
   int mma_min_L_ = tensor_from_L();
+  int round_blocks_ = round_blocks();
+  bool profile_ = std::getenv("VFP_MMP_PROFILE") && std::string(std::getenv("VFP_MMP_PROFILE")) == "1";
+  std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};
-  TaskList tasks_[6][kMaxResidues + 1];
+  TaskList tasks_[6][kMaxResidues + 1][3];  // by unit size, residues, spread()
   std::list<std::shared_ptr<Mirror>> mirrors_;
-  std::unordered_map<std::thread::id, std::unique_ptr<Lane>> lanes_;
+  std::unordered_map<std::thread::id, std::unique_ptr<Group>> threads_;
   struct Reserved {
-    std::unique_ptr<Lane> lane;
+    std::unique_ptr<Group> group;
     bool held = false;
   };
   std::vector<Reserved> reserved_;
+  struct RoundGroup {
+    std::unique_ptr<Group> group;
+    bool busy = false;
+  };
+  std::vector<RoundGroup> rounds_;
   std::atomic<int64_t> calls_{0}, blocks_{0}, wall_ns_{0}, kernel_ns_{0};  // the breakdown stats() reports
 };
 

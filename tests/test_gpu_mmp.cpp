@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -104,6 +105,12 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   const std::shared_ptr<mmp::LeafSearch> gpus[] = {cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks),
                                                    cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::BlocksUngraphed),
                                                    cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Units)};
+  setenv("VFP_MMP_ROUND_BLOCKS", "7", 1);
+  const std::shared_ptr<mmp::LeafSearch> small_rounds = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
+  unsetenv("VFP_MMP_ROUND_BLOCKS");
+  EXPECT_EQ(small_rounds->round_capacity(), 7);
+  EXPECT_GT(gpus[0]->round_capacity(), 100);
+  EXPECT_EQ(gpus[2]->round_capacity(), 0);
   struct Case {
     int w, h, kind, block_log, modes;
     double lambda;
@@ -153,8 +160,22 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
                                       << " tile " << c.tile;
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
     }
+    // Synchronized tiles: also a round's blocks one graph each (blocks in flight on lanes),
+    // and rounds searched in parts (at most 7 blocks a launch).
+    if (c.tile && c.mode == mmp::TileMode::SyncAll) {
+      p.search = gpus[0];
+      setenv("VFP_MMP_ROUNDS", "0", 1);
+      const mmp::PlaneResult flight = mmp::encode_plane(img.data(), c.w, c.h, p);
+      unsetenv("VFP_MMP_ROUNDS");
+      EXPECT_EQ(cpu.bytes, flight.bytes) << "blocks in flight: " << c.w << "x" << c.h << " tile " << c.tile;
+      p.search = small_rounds;
+      const mmp::PlaneResult parts = mmp::encode_plane(img.data(), c.w, c.h, p);
+      EXPECT_EQ(cpu.bytes, parts.bytes) << "rounds of 7 blocks: " << c.w << "x" << c.h << " tile " << c.tile;
+      EXPECT_EQ(cpu.recon, parts.recon);
+    }
   }
   for (const auto& g : gpus) std::printf("[ info ] %s\n", g->stats().c_str());
+  std::printf("[ info ] rounds of 7: %s\n", small_rounds->stats().c_str());
 }
 
 // The block search's kernels on a few small planes (every block size; few launches: also

@@ -9,7 +9,9 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/predict.hpp"
@@ -1059,6 +1061,61 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
   return true;
 }
 
+// Synchronized tiles that share the models too (SyncAll) on a backend that searches rounds:
+// each round's blocks in one search (each kernel launched once for all of them), then
+// coded in parallel, each into its tile's stream through its overlay, then the round's
+// learning merged in tile order. The bytes are code_tiles()'s. False (nothing done) where
+// the backend has no round search, or VFP_MMP_ROUNDS=0 (for measurements).
+bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
+  LeafSearch& backend = *p.search;
+  const int cap = backend.round_capacity();
+  if (cap <= 0 || p.tile_mode != TileMode::SyncAll) return false;
+  if (const char* e = std::getenv("VFP_MMP_ROUNDS"); e && std::string(e) == "0") return false;
+  const int BL = p.block_log, B = 1 << BL;
+  const auto seconds = [](int64_t from, int64_t to) { return 1e-9 * static_cast<double>(to - from); };
+  int rounds = 0;
+  for (const Tile& t : tiles) rounds = std::max(rounds, t.blocks);
+  std::vector<int> active, slots;
+  std::vector<NewElement> batch;
+  std::vector<RoundBlock> blocks;
+  std::vector<BlockChoices> choices;
+  for (int k = 0; k < rounds; ++k) {
+    active.clear();
+    for (size_t i = 0; i < tiles.size(); ++i)
+      if (k < tiles[i].blocks) active.push_back(static_cast<int>(i));
+    if (active.empty()) continue;
+    const int64_t t0 = now_ns();
+    const auto corner = [&](const Tile& t) { return std::pair<int, int>((k % t.blocks_x) * B, (k / t.blocks_x) * B); };
+    Tile& first = tiles[static_cast<size_t>(active[0])];
+    const BlockQuery q = block_query(first, corner(first).first, corner(first).second, p);  // the plane's models
+    const int n = static_cast<int>(active.size());
+    blocks.resize(static_cast<size_t>(n));
+    choices.resize(static_cast<size_t>(n));
+    for (int j = 0; j < n; ++j) {
+      const Tile& t = tiles[static_cast<size_t>(active[static_cast<size_t>(j)])];
+      RoundBlock& b = blocks[static_cast<size_t>(j)];
+      std::tie(b.bx, b.by) = corner(t);
+      b.W = t.w, b.H = t.h, b.src = t.src.data(), b.rec = t.rec.data(), b.done = t.done.data();
+    }
+    for (int j0 = 0; j0 < n; j0 += cap)
+      backend.search_round(q, blocks.data() + j0, std::min(cap, n - j0), choices.data() + j0);
+    first.stats.search_s += seconds(t0, now_ns());
+    slots.resize(static_cast<size_t>(n));
+    for (int j = 0; j < n; ++j) slots[static_cast<size_t>(j)] = j;
+    for_tiles(slots, [&](int j) {
+      Tile& t = tiles[static_cast<size_t>(active[static_cast<size_t>(j)])];
+      const int64_t t1 = now_ns();
+      Area area;
+      const RoundBlock& b = blocks[static_cast<size_t>(j)];
+      take_choices(backend, choices[static_cast<size_t>(j)], t, b.bx, b.by, BL, area);
+      code_block(t, area, BL, true);
+      t.stats.coding_s += seconds(t1, now_ns());
+    });
+    end_round(tiles, active, true, batch);
+  }
+  return true;
+}
+
 // `ic`: the index costs of the block's models (null when the backend searches whole blocks).
 void encode_block(Tile& t, int k, bool shared, const IndexCosts* ic, const Params& p) {
   const int BL = p.block_log, B = 1 << BL;
@@ -1288,7 +1345,8 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
     std::vector<int> all(tiles.size());
     for (size_t i = 0; i < tiles.size(); ++i) all[i] = static_cast<int>(i);
     for_tiles(all, [&](int i) { encode_tile_learning_on_backend(tiles[static_cast<size_t>(i)], p); });
-  } else if (!(whole_blocks && p.tiled() && p.tile_mode != TileMode::Independent && code_rounds_in_flight(tiles, p))) {
+  } else if (!(whole_blocks && p.tiled() && p.tile_mode != TileMode::Independent &&
+                 (code_rounds_batched(tiles, p) || code_rounds_in_flight(tiles, p)))) {
     code_tiles(
         tiles, p,
         [&](Tile& t, int k, bool shared) {

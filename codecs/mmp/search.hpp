@@ -95,6 +95,15 @@ struct BlockQuery {
   int lane = -1;
 };
 
+// A block of a round searched at once (LeafSearch::search_round()): what differs from the
+// round's other blocks, its place and its tile (BlockQuery's fields of the same names).
+struct RoundBlock {
+  int bx = 0, by = 0, W = 0, H = 0;
+  const uint8_t* src = nullptr;
+  const uint8_t* rec = nullptr;
+  const uint8_t* done = nullptr;
+};
+
 // The block's choices, areas in pre-order (Z order): an area larger than 4x4 starts with
 // its split flag (0 or 1); a split area is followed by its four quarters; an unsplit one by
 // its unit: the mode, the number of nodes, then the segmentation tree's nodes in pre-order
@@ -132,6 +141,15 @@ class LeafSearch {
     return -1;
   }
   virtual void release_lanes(int first, int n) { (void)first, (void)n; }
+  // A round of synchronized tiles searched at once, each kernel launched once for all its
+  // blocks: n blocks (1..round_capacity()) that share the dictionary, the models and the
+  // parameters, given once in `shared` (its position, tile and lane are not used; learning
+  // is not asked for), each in its own tile. out[i] gets block i's choices, as
+  // search_block() would give them. Safe to call from several threads.
+  virtual int round_capacity() const { return 0; }  // 0: no round search
+  virtual void search_round(const BlockQuery& shared, const RoundBlock* blocks, int n, BlockChoices* out) {
+    (void)shared, (void)blocks, (void)n, (void)out;
+  }
   // True if the backend can learn a block's new elements itself (BlockQuery::learn).
   virtual bool learns_blocks() const { return false; }
   // Where the search's time went, one line ("" when there is nothing to say).
