@@ -466,8 +466,8 @@ __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const
 }
 
 __global__ void __launch_bounds__(kThreads)
-    leaf_small_kernel(const Task* tasks, const LeafLane* lanes, int N, int table) {
-  const LeafLane& ll = lanes[blockIdx.z];
+    leaf_small_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
+  const LeafLane ll = gridDim.z == 1 ? first : lanes[blockIdx.z];  // a block alone: no load on its critical path
   const SearchConsts* consts = ll.consts;
   const double* bits = ll.bits;
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
@@ -498,8 +498,8 @@ __global__ void __launch_bounds__(kThreads)
 // One thread block per task (and chunk): each of its segments' best element by J = SSE +
 // lambda * (index bits + leaf flag bits), ties to the lower index, into the leaf table.
 __global__ void __launch_bounds__(kThreads)
-    leaf_kernel(const Task* tasks, const LeafLane* lanes, int N, int table) {
-  const LeafLane& ll = lanes[blockIdx.z];
+    leaf_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
+  const LeafLane ll = gridDim.z == 1 ? first : lanes[blockIdx.z];
   const SearchConsts* consts = ll.consts;
   const double* bits = ll.bits;
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
@@ -684,8 +684,18 @@ struct BlockWork {
 __host__ __device__ constexpr int counts_at(int BL) { return code_capacity(BL) + (1 << (2 * BL)) / 4; }
 __host__ __device__ constexpr int out_ints(int BL) { return counts_at(BL) + kScales; }
 
-// The blocks of a round are the grid's z dimension.
-__device__ inline const BlockWork& block_work(const BlockWork* ws) { return ws[blockIdx.z]; }
+// The blocks of a round are the grid's z dimension. A kernel copies its block's work to
+// shared memory first (call with every thread): the single-block kernels are bound by
+// latency, and read its fields at every step.
+static_assert(sizeof(BlockWork) % sizeof(uint64_t) == 0, "BlockWork is copied as 64-bit words");
+__device__ const BlockWork& block_work(const BlockWork* ws) {
+  __shared__ BlockWork w;
+  const uint64_t* from = reinterpret_cast<const uint64_t*>(ws + blockIdx.z);
+  uint64_t* to = reinterpret_cast<uint64_t*>(&w);
+  for (int i = threadIdx.x; i < static_cast<int>(sizeof(BlockWork) / sizeof(uint64_t)); i += blockDim.x) to[i] = from[i];
+  __syncthreads();
+  return w;
+}
 __device__ inline int32_t* block_out(const BlockWork& w) {
   return w.out + static_cast<size_t>(blockIdx.z) * out_ints(w.c->BL);
 }
@@ -1337,7 +1347,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     memcpy_h2d_async(lv.residues.get(), lane.stage_in->get(), res_bytes, st);
     memcpy_h2d_async(lane.consts.get(), consts, sizeof(SearchConsts), st);
     lane.kernel_start.record(st);
-    enqueue_leaf_search(*tasks, q.L, reinterpret_cast<const LeafLane*>(lane.units_leaf.get()) + q.L, 1, st);
+    enqueue_leaf_search(*tasks, q.L, reinterpret_cast<const LeafLane*>(lane.units_leaf.get()) + q.L,
+                        leaf_lane(lane, lane.consts.get(), lane.bits.get(), q.L), 1, st);
     lane.kernel_end.record(st);
     memcpy_d2h_async(lane.stage_j->get(), lv.out_j.get(), out * sizeof(double), st);
     memcpy_d2h_async(lane.stage_i->get(), lv.out_i.get(), out * sizeof(int), st);
@@ -1547,6 +1558,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     int capacity = 0;
     std::unique_ptr<Pinned> stage_inputs, stage_out;
     DeviceBuffer inputs, out, works, leaf;  // leaf: [L][capacity] LeafLane
+    std::vector<LeafLane> leaf_host;        // the same, as the host built it
     std::vector<uint64_t> built_gen;        // the lanes' gen when the arguments were built
     // Graphs by (block size, candidates, blocks).
     std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
@@ -1810,6 +1822,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     }
     VFP_CUDA(cudaMemcpy(g.works.get(), works.data(), sizeof(BlockWork) * n, cudaMemcpyHostToDevice));
     VFP_CUDA(cudaMemcpy(g.leaf.get(), leaf.data(), sizeof(LeafLane) * leaf.size(), cudaMemcpyHostToDevice));
+    g.leaf_host = std::move(leaf);
   }
 
   // A lane's leaf-search arguments at unit size 2^L (`consts` starts with SearchConsts).
@@ -1851,13 +1864,15 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   // The leaf kernels for residues of size 2^L, for n blocks (lanes: their arguments).
-  void enqueue_leaf_search(const TaskList& tasks, int L, const LeafLane* lanes, int n, StreamHandle st) {
+  // `first`: block 0's arguments (a kernel of one block takes them as a parameter).
+  void enqueue_leaf_search(const TaskList& tasks, int L, const LeafLane* lanes, const LeafLane& first, int n,
+                           StreamHandle st) {
     const int N = 1 << L, table = mmp::leaf_table_size(L);
     const auto* list = reinterpret_cast<const Task*>(tasks.buf.get());
     const int large = tasks.count - tasks.small;
-    const auto run = [&](auto kernel, const Task* first, int count) {
-      launch(kernel, dim3(static_cast<unsigned>(count), 1, static_cast<unsigned>(n)), dim3(kThreads), st, first, lanes,
-             N, table);
+    const auto run = [&](auto kernel, const Task* from, int count) {
+      launch(kernel, dim3(static_cast<unsigned>(count), 1, static_cast<unsigned>(n)), dim3(kThreads), st, from, first,
+             lanes, N, table);
     };
     if (tasks.small) {
       run(leaf_small_kernel, list + large, tasks.small);
@@ -2022,7 +2037,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         }
       } else if (op.kind == Op::Leaf) {
         timed(g, "leaf search", op.L, s,
-              [&] { enqueue_leaf_search(tasks_[op.L][K][spread(n)], op.L, leaf + static_cast<size_t>(op.L) * g.capacity, n, s); });
+              [&] {
+                enqueue_leaf_search(tasks_[op.L][K][spread(n)], op.L, leaf + static_cast<size_t>(op.L) * g.capacity,
+                                    g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, s);
+              });
       } else if (op.kind == Op::Finish && op.L > kMinLog) {
         timed(g, "segmentation", op.L, s, [&] {
           launch(unit_finish_kernel, blocks, dim3(256), s, ws, op.slot, op.ux, op.uy, op.L);

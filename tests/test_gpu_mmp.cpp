@@ -178,8 +178,8 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   std::printf("[ info ] rounds of 7: %s\n", small_rounds->stats().c_str());
 }
 
-// The block search's kernels on a few small planes (every block size; few launches: also
-// run under memcheck and racecheck).
+// The block search's kernels on a few small planes (every block size, rounds of one block
+// and of many; few launches: also run under memcheck and racecheck).
 TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
   REQUIRE_GPU();
   auto gpu = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
@@ -194,6 +194,21 @@ TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
     const mmp::PlaneResult dev = mmp::encode_plane(img.data(), w, h, p);
     EXPECT_EQ(cpu.bytes, dev.bytes) << "block " << (1 << block_log);
     EXPECT_EQ(cpu.recon, dev.recon) << "block " << (1 << block_log);
+  }
+  // Rounds of several blocks in one launch (synchronized tiles): 6 tiles of four 8x8 blocks,
+  // and 70 tiles of one block (the task lists for many blocks a launch).
+  for (const int tile : {16, 8}) {
+    const int w = tile == 16 ? 48 : 56, h = tile == 16 ? 32 : 80;
+    const auto img = test_plane(2, w, h, 13);
+    mmp::Params p;
+    p.lambda = 25;
+    p.block_log = 3;
+    p.tile_w = p.tile_h = tile;
+    const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), w, h, p);
+    p.search = gpu;
+    const mmp::PlaneResult dev = mmp::encode_plane(img.data(), w, h, p);
+    EXPECT_EQ(cpu.bytes, dev.bytes) << "tiles of " << tile;
+    EXPECT_EQ(cpu.recon, dev.recon) << "tiles of " << tile;
   }
 }
 
