@@ -89,7 +89,9 @@ __device__ inline void take_min(double& bj, int& bi, double oj, int oi) {
 __device__ inline long long sse_int(int seg_sq, int norm, int dot) {
   return static_cast<long long>(seg_sq) + norm - 2LL * dot;
 }
-__device__ inline double sse_of(int seg_sq, int norm, int dot) { return static_cast<double>(sse_int(seg_sq, norm, dot)); }
+__device__ inline double sse_of(int seg_sq, int norm, int dot) {
+  return static_cast<double>(sse_int(seg_sq, norm, dot));
+}
 
 // The filter before an element's J is computed: the rate is never negative, so J =
 // fl(SSE + rate) >= SSE (SSE is exact in a double, rounding is monotonic), and an element
@@ -692,7 +694,8 @@ __device__ const BlockWork& block_work(const BlockWork* ws) {
   __shared__ BlockWork w;
   const uint64_t* from = reinterpret_cast<const uint64_t*>(ws + blockIdx.z);
   uint64_t* to = reinterpret_cast<uint64_t*>(&w);
-  for (int i = threadIdx.x; i < static_cast<int>(sizeof(BlockWork) / sizeof(uint64_t)); i += blockDim.x) to[i] = from[i];
+  for (int i = threadIdx.x; i < static_cast<int>(sizeof(BlockWork) / sizeof(uint64_t)); i += blockDim.x)
+    to[i] = from[i];
   __syncthreads();
   return w;
 }
@@ -1100,7 +1103,8 @@ __global__ void pack_kernel(const BlockWork* ws) {
     }
   }
   uint8_t* recon = reinterpret_cast<uint8_t*>(block + code_capacity(BL));
-  for (int q = threadIdx.x; q < B * B; q += blockDim.x) recon[q] = w.in->rec[((q >> BL) + 1) * kWinW + (q & (B - 1)) + 1];
+  for (int q = threadIdx.x; q < B * B; q += blockDim.x)
+    recon[q] = w.in->rec[((q >> BL) + 1) * kWinW + (q & (B - 1)) + 1];
 }
 
 // ---- The dictionaries' update on the device ----------------------------------------------
@@ -1337,7 +1341,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     size_leaf_buffers(lane, *tasks, q.K, q.L);
     if (lane.units_gen != lane.gen) {  // the lane's own leaf arguments (units search: its own constants)
       std::vector<LeafLane> ll(6);
-      for (int L = kMinLog; L <= 5; ++L) ll[static_cast<size_t>(L)] = leaf_lane(lane, lane.consts.get(), lane.bits.get(), L);
+      for (int L = kMinLog; L <= 5; ++L)
+        ll[static_cast<size_t>(L)] = leaf_lane(lane, lane.consts.get(), lane.bits.get(), L);
       VFP_CUDA(cudaMemcpy(lane.units_leaf.get(), ll.data(), sizeof(LeafLane) * ll.size(), cudaMemcpyHostToDevice));
       lane.units_gen = lane.gen;
     }
@@ -1519,7 +1524,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // The units search's staging, constants and arguments (allocated at its first use).
     std::unique_ptr<Pinned> stage_in, stage_j, stage_i, stage_consts;
     DeviceBuffer consts, units_leaf;
-    DeviceBuffer bits;  // index costs: a units search's, or a leading lane's
+    DeviceBuffer bits;      // index costs: a units search's, or a leading lane's
     Level levels[6];        // by unit size 2^L, L = 2..5
     uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
     int costs_L = 0;
@@ -1789,7 +1794,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   void ensure_arguments(Group& g, int n) {
     bool stale = n > g.capacity;
     for (int i = 0; i < n && !stale; ++i)
-      stale = g.built_gen.size() <= static_cast<size_t>(i) || g.built_gen[static_cast<size_t>(i)] != g.lanes[static_cast<size_t>(i)]->gen;
+      stale = g.built_gen.size() <= static_cast<size_t>(i) ||
+              g.built_gen[static_cast<size_t>(i)] != g.lanes[static_cast<size_t>(i)]->gen;
     if (!stale) return;
     g.clear_graphs();
     if (n > g.capacity) {
@@ -2036,11 +2042,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           prepared[op.L] = true;
         }
       } else if (op.kind == Op::Leaf) {
-        timed(g, "leaf search", op.L, s,
-              [&] {
-                enqueue_leaf_search(tasks_[op.L][K][spread(n)], op.L, leaf + static_cast<size_t>(op.L) * g.capacity,
-                                    g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, s);
-              });
+        timed(g, "leaf search", op.L, s, [&] {
+          enqueue_leaf_search(tasks_[op.L][K][spread(n)], op.L, leaf + static_cast<size_t>(op.L) * g.capacity,
+                              g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, s);
+        });
       } else if (op.kind == Op::Finish && op.L > kMinLog) {
         timed(g, "segmentation", op.L, s, [&] {
           launch(unit_finish_kernel, blocks, dim3(256), s, ws, op.slot, op.ux, op.uy, op.L);
@@ -2103,7 +2108,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // parallelism enough, and each thread block's setup (its segments, its tiles' rates) is
   // then better paid once for all of a task's elements.
   static int spread(int n) { return n < 8 ? 0 : n < 64 ? 1 : 2; }
-  static int spread_chunks(int chunks, int regime) { return regime == 0 ? chunks : regime == 1 ? std::max(1, chunks / 4) : 1; }
+  static int spread_chunks(int chunks, int regime) {
+    return regime == 0 ? chunks : regime == 1 ? std::max(1, chunks / 4) : 1;
+  }
 
   const TaskList& task_list(int L, int K, int blocks, StreamHandle st) {
     const int regime = spread(blocks);
@@ -2146,7 +2153,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         for (int g0 = 0; g0 < segments; g0 += task_group) {
           const int count = std::min(task_group, segments - g0);
           const int mma_per_block = L == kMinLog + 1 ? 32 : 128;
-          const int chunks = spread_chunks(std::clamp(n * count / (mma ? mma_per_block : per_block), 1, kMaxChunks), regime);
+          const int chunks =
+              spread_chunks(std::clamp(n * count / (mma ? mma_per_block : per_block), 1, kMaxChunks), regime);
           for (int c = 0; c < chunks; ++c)
             tasks.push_back({lw, lh, g0, count, out, c, chunks, tl.chunked, mma ? 1 : 0});
           if (chunks > 1) ++tl.chunked;

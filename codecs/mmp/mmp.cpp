@@ -1346,7 +1346,7 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
     for (size_t i = 0; i < tiles.size(); ++i) all[i] = static_cast<int>(i);
     for_tiles(all, [&](int i) { encode_tile_learning_on_backend(tiles[static_cast<size_t>(i)], p); });
   } else if (!(whole_blocks && p.tiled() && p.tile_mode != TileMode::Independent &&
-                 (code_rounds_batched(tiles, p) || code_rounds_in_flight(tiles, p)))) {
+               (code_rounds_batched(tiles, p) || code_rounds_in_flight(tiles, p)))) {
     code_tiles(
         tiles, p,
         [&](Tile& t, int k, bool shared) {
