@@ -397,36 +397,50 @@ __device__ inline LeafTask leaf_task(const Task* tasks, const int* residues, int
 // tiles the block stages in shared memory (samples, norms and rates, each read and
 // computed once per block), so an element's samples are read from global memory once for
 // all the task's segments. Tiles are dealt to the task's chunks round robin.
+//
+// The arithmetic is in single precision, and exact: samples, products, the dot product and
+// SSE = |x|^2 + |d|^2 - 2 x.d of at most 16 samples are integers below 2^24 (|x|^2, |d|^2
+// and |x.d| are each at most 16 * 255^2), so every float operation here is exact, and the
+// float pipe issues twice the integer multiply-adds. Rows of 8 and 16 samples are padded
+// by 4 floats, so that the few elements a warp reads at once lie in different banks.
 constexpr int kSmallMaxN = 16, kSmallRows = 64, kSmallTile = 256;
+__host__ __device__ constexpr int small_stride(int n) { return n >= 8 ? n + 4 : n; }
 
-struct SmallShared {
-  int tile[kSmallTile * kSmallMaxN];
+struct __align__(16) SmallShared {
+  float tile[kSmallTile * small_stride(kSmallMaxN)];
   double rate[kSmallTile];
-  int norm[kSmallTile];
+  float norm[kSmallTile];
   double red_j[kThreads];
   int red_i[kThreads];
 };
 
+// The filter of j_limit() in floats: floor(bj), or 2^24 (above every SSE here) while bj is
+// not below it.
+__device__ inline float j_limit_f(double bj) { return bj < 16777216.0 ? static_cast<float>(floor(bj)) : 16777216.0f; }
+
 template <int NS>
 __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const double* bits, SmallShared& sh,
                            double* row_j, int* row_i) {
+  constexpr int kStride = small_stride(NS);
   const Task& t = lt.t;
-  int* tile = sh.tile;
+  float* tile = sh.tile;
   double* rate = sh.rate;
-  int* norm = sh.norm;
+  float* norm = sh.norm;
   double* red_j = sh.red_j;
   int* red_i = sh.red_i;
   int R = 1;
   while (R < t.count) R <<= 1;
   const int P = blockDim.x / R, r = threadIdx.x % R, p = threadIdx.x / R;
   const bool mine = r < t.count;
-  int seg[NS];
-  int sq = 0;
+  float seg[NS];
+  int sq_i = 0;
 #pragma unroll
   for (int q = 0; q < NS; ++q) {
-    seg[q] = mine ? lt.sample(r, q) : 0;
-    sq += seg[q] * seg[q];
+    const int v = mine ? lt.sample(r, q) : 0;
+    seg[q] = static_cast<float>(v);
+    sq_i += v * v;
   }
+  const float sq = static_cast<float>(sq_i);
   const ScaleArgs& sc = consts->sc;
   const double lambda = consts->lambda;
   const int16_t* data = sc.data[lt.s];
@@ -436,27 +450,39 @@ __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const
   const double* b = bits + static_cast<size_t>(lt.s) * kMaxIndex;
   double bj = CUDART_INF;
   int bi = INT_MAX;
-  long long limit = LLONG_MAX;
+  float limit = 16777216.0f;
   for (int base = t.chunk * kSmallTile; base < count; base += t.chunks * kSmallTile) {
     const int m = min(kSmallTile, count - base);
     __syncthreads();  // the last tile is consumed
     const int16_t* src = data + static_cast<size_t>(base) * NS;
-    for (int q = threadIdx.x; q < m * NS; q += blockDim.x) tile[q] = src[q];
+    for (int q = threadIdx.x; q < m * NS; q += blockDim.x)
+      tile[(q / NS) * kStride + q % NS] = static_cast<float>(src[q]);
     for (int e = threadIdx.x; e < m; e += blockDim.x) {
       rate[e] = __dmul_rn(lambda, __dadd_rn(b[base + e], leaf));
-      norm[e] = norms[base + e];
+      norm[e] = static_cast<float>(norms[base + e]);
     }
     __syncthreads();
     if (mine)
       for (int e = p; e < m; e += P) {
-        const int* x = tile + e * NS;
-        int dot = 0;
+        const float* x = tile + e * kStride;
+        float dot = 0.0f;
+        if constexpr (NS % 4 == 0) {
 #pragma unroll
-        for (int q = 0; q < NS; ++q) dot += seg[q] * x[q];
-        const long long sse = sse_int(sq, norm[e], dot);
-        if (sse > limit) continue;
+          for (int q = 0; q < NS; q += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(x + q);
+            dot = __fmaf_rn(seg[q], v.x, dot);
+            dot = __fmaf_rn(seg[q + 1], v.y, dot);
+            dot = __fmaf_rn(seg[q + 2], v.z, dot);
+            dot = __fmaf_rn(seg[q + 3], v.w, dot);
+          }
+        } else {
+#pragma unroll
+          for (int q = 0; q < NS; ++q) dot = __fmaf_rn(seg[q], x[q], dot);
+        }
+        const float sse = __fmaf_rn(-2.0f, dot, __fadd_rn(sq, norm[e]));
+        if (sse > limit) continue;  // j_limit()'s filter
         take_min(bj, bi, __dadd_rn(static_cast<double>(sse), rate[e]), base + e);
-        limit = j_limit(bj);
+        limit = j_limit_f(bj);
       }
   }
   red_j[threadIdx.x] = bj, red_i[threadIdx.x] = bi;
@@ -686,9 +712,9 @@ struct BlockWork {
 __host__ __device__ constexpr int counts_at(int BL) { return code_capacity(BL) + (1 << (2 * BL)) / 4; }
 __host__ __device__ constexpr int out_ints(int BL) { return counts_at(BL) + kScales; }
 
-// The blocks of a round are the grid's z dimension. A kernel copies its block's work to
-// shared memory first (call with every thread): the single-block kernels are bound by
-// latency, and read its fields at every step.
+// The blocks of a round are the grid's z dimension. A kernel of several blocks copies its
+// block's work to shared memory first (call with every thread): its fields are read at
+// every step.
 static_assert(sizeof(BlockWork) % sizeof(uint64_t) == 0, "BlockWork is copied as 64-bit words");
 __device__ const BlockWork& block_work(const BlockWork* ws) {
   __shared__ BlockWork w;
@@ -699,6 +725,13 @@ __device__ const BlockWork& block_work(const BlockWork* ws) {
   __syncthreads();
   return w;
 }
+// A round's blocks as the kernels get them: block 0's work by value (a block searched alone,
+// whose kernels are bound by latency, reads it from the kernel's parameters with no load
+// first) and the array of all of them.
+struct Works {
+  BlockWork first;
+  const BlockWork* all;
+};
 __device__ inline int32_t* block_out(const BlockWork& w) {
   return w.out + static_cast<size_t>(blockIdx.z) * out_ints(w.c->BL);
 }
@@ -720,8 +753,8 @@ __device__ void put_unit(BlockInput* in, int ux, int uy, int L, const uint8_t* r
 // also to the lane's (the others may read the lane's before or after: they apply the same
 // values). Every index gets its cost, used or not, so that a scale's costs stay valid while
 // only its dictionary grows. Grid: (4096 / 256, scales of the block).
-__global__ void index_costs_kernel(const BlockWork* ws) {
-  const BlockWork& w = ws[0];  // one table for the round: its blocks share the models
+__global__ void index_costs_kernel(const __grid_constant__ Works ws) {
+  const BlockWork& w = ws.first;  // one table for the round: its blocks share the models
   const BlockConsts& c = *w.c;
   const int lw = blockIdx.y % (c.BL + 1), lh = blockIdx.y / (c.BL + 1), s = lw + 6 * lh;
   if (!((c.probs_changed >> s) & 1)) return;
@@ -812,8 +845,11 @@ __device__ void prepare_unit(const BlockWork& w, int ux, int uy, int L) {
   }
 }
 
-__global__ void unit_prepare_kernel(const BlockWork* ws, int ux, int uy, int L) {
-  prepare_unit<kMaxB>(block_work(ws), ux, uy, L);
+__global__ void unit_prepare_kernel(const __grid_constant__ Works ws, int ux, int uy, int L) {
+  if (gridDim.z == 1)
+    prepare_unit<kMaxB>(ws.first, ux, uy, L);
+  else
+    prepare_unit<kMaxB>(block_work(ws.all), ux, uy, L);
 }
 
 // A unit's segmentation for each candidate (mmp.cpp's optimise(): bottom-up over the
@@ -934,8 +970,11 @@ __device__ void finish_unit(const BlockWork& w, int slot, int ux, int uy, int L,
   if (put) put_unit(w.in, ux, uy, L, recon);
 }
 
-__global__ void unit_finish_kernel(const BlockWork* ws, int slot, int ux, int uy, int L) {
-  finish_unit<kMaxTable>(block_work(ws), slot, ux, uy, L, 0);
+__global__ void unit_finish_kernel(const __grid_constant__ Works ws, int slot, int ux, int uy, int L) {
+  if (gridDim.z == 1)
+    finish_unit<kMaxTable>(ws.first, slot, ux, uy, L, 0);
+  else
+    finish_unit<kMaxTable>(block_work(ws.all), slot, ux, uy, L, 0);
 }
 
 // An area larger than 4x4 after its quarters: split if the split flag and the quarters'
@@ -971,8 +1010,7 @@ struct ChainLink {
 };
 constexpr int kSmallTable = 7 * 7;  // leaf-table entries of a 4x4 unit
 
-__global__ void chain_kernel(const BlockWork* ws, ChainLink a) {
-  const BlockWork& w = block_work(ws);
+__device__ void chain_block(const BlockWork& w, ChainLink a) {
   finish_unit<kSmallTable * kMaxResidues>(w, a.slot, a.ux, a.uy, kMinLog, 1);
   for (int d = 0; d < a.decides; ++d) {
     __syncthreads();
@@ -984,12 +1022,18 @@ __global__ void chain_kernel(const BlockWork* ws, ChainLink a) {
   }
 }
 
+__global__ void chain_kernel(const __grid_constant__ Works ws, ChainLink a) {
+  if (gridDim.z == 1)
+    chain_block(ws.first, a);
+  else
+    chain_block(block_work(ws.all), a);
+}
+
 // The block's choices in the order the encoder codes them (search.hpp's BlockChoices), and
 // its reconstruction. The walk is serial: what it reads (the decisions, the chosen units'
 // plans) is brought into shared memory by all threads first, so that the walk does not wait
 // on global memory at every step.
-__global__ void pack_kernel(const BlockWork* ws) {
-  const BlockWork& w = block_work(ws);
+__device__ void pack_block(const BlockWork& w) {
   const BlockConsts& c = *w.c;
   int32_t* const block = block_out(w);
   const int BL = c.BL, B = 1 << BL, slots = subtree_units(BL);
@@ -1107,6 +1151,13 @@ __global__ void pack_kernel(const BlockWork* ws) {
     recon[q] = w.in->rec[((q >> BL) + 1) * kWinW + (q & (B - 1)) + 1];
 }
 
+__global__ void pack_kernel(const __grid_constant__ Works ws) {
+  if (gridDim.z == 1)
+    pack_block(ws.first);
+  else
+    pack_block(block_work(ws.all));
+}
+
 // ---- The dictionaries' update on the device ----------------------------------------------
 //
 // mmp.cpp's Dictionary::add() of the block's new elements, for a dictionary only this lane
@@ -1128,8 +1179,7 @@ constexpr size_t kStageSamples = static_cast<size_t>(kMaxNew) * 63 * 63;  // eve
 // per element and scale, the element and the horizontal pass in the warp's shared memory.
 // Grid: (kLearnBlocks, scales of the block); 256 threads.
 constexpr int kLearnBlocks = 16;
-__global__ void learn_check_kernel(const BlockWork* ws) {
-  const BlockWork& w = block_work(ws);
+__device__ void learn_check_block(const BlockWork& w) {
   const BlockConsts& c = *w.c;
   if (!c.learn.on) return;
   constexpr int kWarps = 8;
@@ -1206,13 +1256,19 @@ __global__ void learn_check_kernel(const BlockWork* ws) {
   }
 }
 
+__global__ void learn_check_kernel(const __grid_constant__ Works ws) {
+  if (gridDim.z == 1)
+    learn_check_block(ws.first);
+  else
+    learn_check_block(block_work(ws.all));
+}
+
 // Per scale (one thread block, a thread per new element): an element enters unless the
 // scale held it or an earlier new element equals it (found through a table of the first
 // element of each hash), at the scale's next index while there is room; then all threads
 // copy the entering elements from the staging. The count goes to the block's output.
 // Grid: scales of the block.
-__global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(const BlockWork* ws) {
-  const BlockWork& w = block_work(ws);
+__device__ void learn_insert_block(const BlockWork& w) {
   const BlockConsts& c = *w.c;
   if (!c.learn.on) return;
   const int n_new = *w.learn_n, lw2 = blockIdx.x % (c.BL + 1), lh2 = blockIdx.x / (c.BL + 1);
@@ -1278,6 +1334,13 @@ __global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(const BlockWork* 
       c.learn.data[s][static_cast<size_t>(index[e]) * n2 + q] = w.learn_stage[stage_at(lw2, lh2, e) + q];
   }
   if (j == 0) block_out(w)[counts_at(c.BL) + s] = min(c.learn.max, count + total);
+}
+
+__global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(const __grid_constant__ Works ws) {
+  if (gridDim.z == 1)
+    learn_insert_block(ws.first);
+  else
+    learn_insert_block(block_work(ws.all));
 }
 
 // Launches `kernel` on `st` with `args` converted to its parameters' types.
@@ -1564,7 +1627,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::unique_ptr<Pinned> stage_inputs, stage_out;
     DeviceBuffer inputs, out, works, leaf;  // leaf: [L][capacity] LeafLane
     std::vector<LeafLane> leaf_host;        // the same, as the host built it
-    std::vector<uint64_t> built_gen;        // the lanes' gen when the arguments were built
+    std::vector<BlockWork> works_host;
+    std::vector<uint64_t> built_gen;  // the lanes' gen when the arguments were built
     // Graphs by (block size, candidates, blocks).
     std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
     // The round between start_round() and finish_round(), and the mirror it searched (and,
@@ -1827,6 +1891,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       g.built_gen[static_cast<size_t>(i)] = l.gen;
     }
     VFP_CUDA(cudaMemcpy(g.works.get(), works.data(), sizeof(BlockWork) * n, cudaMemcpyHostToDevice));
+    g.works_host = std::move(works);
     VFP_CUDA(cudaMemcpy(g.leaf.get(), leaf.data(), sizeof(LeafLane) * leaf.size(), cudaMemcpyHostToDevice));
     g.leaf_host = std::move(leaf);
   }
@@ -2011,7 +2076,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // `finished` event). So the larger units' searches overlap the chain of 4x4 units.
   void enqueue_round(Group& g, int BL, int K, int n, StreamHandle st) {
     Lane& lead = *g.lanes[0];
-    const auto* ws = reinterpret_cast<const BlockWork*>(g.works.get());
+    const Works ws{g.works_host[0], reinterpret_cast<const BlockWork*>(g.works.get())};
     const auto* leaf = reinterpret_cast<const LeafLane*>(g.leaf.get());
     const dim3 blocks(1, 1, static_cast<unsigned>(n));
     memcpy_h2d_async(g.consts.get(), g.stage_consts.get(), sizeof(BlockConsts), st);
