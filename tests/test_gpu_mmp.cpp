@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -242,6 +244,31 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
     }
   }
 }
+// Frames encoded at once on the GPU (rounds of several frames' planes searched together)
+// write the file that one frame at a time writes.
+TEST(Gpu, MmpFramesInFlightOnTheGpu) {
+  REQUIRE_GPU();
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_in_flight_gpu");
+  std::filesystem::create_directories(dir);
+  const std::string y4m = dir + "/in.y4m";
+  ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=160x96:frames=4:noise=gauss:sigma=5' -o " + y4m).rc, 0);
+  const auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  for (const char* tile : {"32", "0"}) {
+    std::string first;
+    for (const char* n : {"1", "4"}) {
+      const std::string out = dir + "/t" + tile + "_" + n + ".mmp";
+      const auto r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + out + " --lambda 30 --device cuda --tile " +
+                                   tile + " --frames-in-flight " + n);
+      ASSERT_EQ(r.rc, 0) << r.out;
+      if (first.empty()) first = bytes(out);
+      EXPECT_EQ(bytes(out), first) << "tile " << tile << ", --frames-in-flight " << n;
+    }
+  }
+}
+
 // The mmp stage between other stages writes one bitstream and passes on the same frames
 // whether the chain runs on the CPU backend (search=cpu, or search=cuda: the CPU backend's
 // stage searching on the GPU) or on the CUDA backend (frames down to the encoder, its

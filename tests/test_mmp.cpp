@@ -534,6 +534,40 @@ TEST(Mmp, CorruptOrTruncatedDataIsRejectedWithoutCrashing) {
   EXPECT_GE(rejected, 50);  // every truncation at least
 }
 
+// Frames without carry are encoded several at once (--frames-in-flight) and written in
+// order: the file is the one frame-by-frame encoding writes, whole batches or not.
+TEST(Mmp, FramesInFlightWriteTheSameFile) {
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_in_flight");
+  std::filesystem::create_directories(dir);
+  const std::string y4m = dir + "/in.y4m";
+  ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=40x24:frames=5:noise=gauss:sigma=6' -o " + y4m).rc, 0);
+  const auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  std::string one;
+  for (const char* n : {"1", "2", "3", "8"}) {
+    const std::string out = dir + "/f" + n + ".mmp";
+    const auto r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + out + " --lambda 30 --tile 16 --device cpu " +
+                                 "--frames-in-flight " + n);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("frame 4:"), std::string::npos) << r.out;
+    if (one.empty()) one = bytes(out);
+    EXPECT_EQ(bytes(out), one) << "--frames-in-flight " << n;
+  }
+  // -n stops inside a batch; --carry codes one frame after another whatever is asked.
+  auto r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/n4.mmp --lambda 30 --device cpu -n 4");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("4 frames"), std::string::npos) << r.out;
+  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/c1.mmp --lambda 30 --device cpu --carry");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/c3.mmp --lambda 30 --device cpu --carry " +
+                    "--frames-in-flight 3");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(bytes(dir + "/c1.mmp"), bytes(dir + "/c3.mmp"));
+  EXPECT_NE(test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/x.mmp --frames-in-flight 0").rc, 0);
+}
+
 TEST(Mmp, ContainerAndCliRoundTrip) {
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_cli");
   std::filesystem::create_directories(dir);

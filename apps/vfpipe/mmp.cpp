@@ -1,7 +1,12 @@
 // `vfpipe mmp encode|decode|info`: the MMP intra codec on files (docs/mmp.md).
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "apps/vfpipe/cli.hpp"
 #include "codecs/deflate/png.hpp"
@@ -30,6 +35,7 @@ struct MmpArgs {
   bool carry = false;
   bool independent_chroma = false;
   bool no_post_filter = false;
+  int frames_in_flight = 2;
 };
 
 // A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
@@ -85,27 +91,59 @@ int mmp_encode_command(const MmpArgs& a) {
   p.search = leaf_search(a.device, a.gpu_search);
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   mmp::Writer w(out, coded, p);
-  HostFrame f(in, false), c(coded, false);
+  // Frames without carry are independent: up to --frames-in-flight of them are read, encoded
+  // at once (the GPU search takes several rounds from several frames; the CPU's tiles share
+  // the cores) and written in order. With carry each frame needs the one before.
+  const int in_flight = p.carry ? 1 : std::max(1, a.frames_in_flight);
+  HostFrame f(in, false);
+  std::vector<std::unique_ptr<HostFrame>> batch;
+  std::vector<std::vector<std::vector<uint8_t>>> payloads(static_cast<size_t>(in_flight));
+  std::vector<mmp::FrameStats> stats(static_cast<size_t>(in_flight));
+  for (int i = 0; i < in_flight; ++i) batch.push_back(std::make_unique<HostFrame>(coded, false));
   mmp::FrameStats total;
   int64_t n = 0;
-  while ((a.frames < 0 || n < a.frames) && !stop_flag().load() && src->read(f)) {
-    convert_frame(f, c);
-    const mmp::FrameStats st = w.write(c.view());
-    std::fprintf(stderr, "frame %lld: %.0f bits, %.4f bpp, PSNR %.2f dB, %.2f s\n", static_cast<long long>(n), st.bits,
-                 st.bits / (static_cast<double>(coded.width) * coded.height), st.psnr(), st.seconds);
-    total += st;
-    ++n;
+  bool more = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (more) {
+    int got = 0;
+    while (got < in_flight && (a.frames < 0 || n + got < a.frames) && !stop_flag().load() && src->read(f)) {
+      convert_frame(f, *batch[static_cast<size_t>(got)]);
+      ++got;
+    }
+    more = got == in_flight;
+    if (got == 0) break;
+    if (got == 1 || in_flight == 1) {
+      for (int i = 0; i < got; ++i) stats[static_cast<size_t>(i)] = w.write(batch[static_cast<size_t>(i)]->view());
+    } else {
+      tbb::parallel_for(0, got, [&](int i) {
+        stats[static_cast<size_t>(i)] = mmp::encode_frame(batch[static_cast<size_t>(i)]->view(), w.params(), nullptr,
+                                                          &payloads[static_cast<size_t>(i)], nullptr);
+      });
+      for (int i = 0; i < got; ++i) w.append(payloads[static_cast<size_t>(i)]);
+    }
+    for (int i = 0; i < got; ++i) {
+      const mmp::FrameStats& st = stats[static_cast<size_t>(i)];
+      std::fprintf(stderr, "frame %lld: %.0f bits, %.4f bpp, PSNR %.2f dB, %.2f s\n", static_cast<long long>(n),
+                   st.bits, st.bits / (static_cast<double>(coded.width) * coded.height), st.psnr(), st.seconds);
+      total += st;
+      ++n;
+    }
   }
   w.close();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (n > 0)
     std::fprintf(stderr, "encoder time per frame (summed over threads): %s\n",
                  total.breakdown(static_cast<double>(n)).c_str());
   if (p.search && !p.search->stats().empty())
     std::fprintf(stderr, "search on %s: %s\n", p.search->name().c_str(), p.search->stats().c_str());
-  std::fprintf(stderr, "%s: %lld frames %s, lambda %g: %.4f bpp, PSNR %.2f dB, %.2f s per frame (search on %s)\n",
+  // Per frame: the wall time (with frames in flight, each frame's own encode takes longer).
+  const std::string overlap = in_flight > 1 && n > 1
+                                  ? log::format(" with %d frames in flight (each %.2f s)", in_flight, total.seconds / n)
+                                  : "";
+  std::fprintf(stderr, "%s: %lld frames %s, lambda %g: %.4f bpp, PSNR %.2f dB, %.2f s per frame%s (search on %s)\n",
                out.c_str(), static_cast<long long>(n), coded.describe().c_str(), a.lambda,
                n ? total.bits / (static_cast<double>(coded.width) * coded.height * n) : 0.0, total.psnr(),
-               n ? total.seconds / n : 0.0, p.search ? p.search->name().c_str() : "cpu");
+               n ? wall / n : 0.0, overlap.c_str(), p.search ? p.search->name().c_str() : "cpu");
   return 0;
 }
 
@@ -203,7 +241,8 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc
       ->add_option("--gpu-search", mmp_args.gpu_search,
                    "how the GPU encoder works (for measurements; the bytes are the same): blocks (a block's whole "
-                   "search on the GPU, one CUDA graph a block), blocks-ungraphed (the same kernels launched one by "
+                   "search on the GPU, one CUDA graph a block; with sync tiles one for a round's blocks), "
+                   "blocks-ungraphed (the same kernels launched one by "
                    "one), units (only the dictionary search on the GPU, one call per prediction unit)")
       ->check(CLI::IsMember({"blocks", "blocks-ungraphed", "units"}))
       ->capture_default_str();
@@ -232,6 +271,12 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
       ->add_option("--tile", mmp_args.tile,
                    "tiles of WxH luma samples (or N for NxN; multiples of the block size), coded in parallel "
                    "on every core; 0 = untiled")
+      ->capture_default_str();
+  mmp_enc
+      ->add_option("--frames-in-flight", mmp_args.frames_in_flight,
+                   "frames encoded at once (without --carry; written in order, the same bytes): more keeps the "
+                   "GPU busier when a frame's rounds are small")
+      ->check(CLI::Range(1, 16))
       ->capture_default_str();
   mmp_enc
       ->add_option("--tile-mode", mmp_args.tile_mode,

@@ -185,6 +185,11 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
 FrameStats Writer::write(const ImageView& f, const ImageView* recon) {
   std::vector<std::vector<uint8_t>> planes;
   const FrameStats st = encode_frame(f, params_, recon, &planes, params_.carry ? &states_ : nullptr);
+  append(planes);
+  return st;
+}
+
+void Writer::append(const std::vector<std::vector<uint8_t>>& planes) {
   for (const auto& b : planes) {
     std::vector<uint8_t> len;
     put_u32(len, static_cast<uint32_t>(b.size()));
@@ -193,7 +198,6 @@ FrameStats Writer::write(const ImageView& f, const ImageView* recon) {
   }
   if (std::fflush(file_.f) != 0)
     throw Error(ErrorKind::Output, "cannot write to " + path_ + ": " + std::strerror(errno));
-  return st;
 }
 
 void Writer::close() {

@@ -70,6 +70,10 @@ class Writer {
   ~Writer();
   // Encodes `f`; its reconstruction goes to `recon` when given (same spec).
   FrameStats write(const ImageView& f, const ImageView* recon = nullptr);
+  // Appends a frame encoded elsewhere (encode_frame() with params(), no plane states: frames
+  // without carry, which can be encoded several at once): its planes' payloads, in order.
+  void append(const std::vector<std::vector<uint8_t>>& planes);
+  const Params& params() const { return params_; }
   // Where the encoder's search runs from the next frame on (Params::search; not in the
   // stream: the bytes stay the same).
   void set_search(std::shared_ptr<LeafSearch> search) { params_.search = std::move(search); }
