@@ -22,10 +22,11 @@
 
 namespace vfp::cuda {
 
-// How the encoder uses the GPU: whole blocks, each one CUDA graph (the default); whole
-// blocks, the same kernels launched one by one; or one leaf search per prediction unit,
-// the rest of the block's work on the CPU. The bytes are the same; the first is fastest
-// (docs/perf.md).
+// How the encoder uses the GPU: whole blocks, one CUDA graph a round of synchronized tiles
+// (each kernel launched once for the round's blocks; a block alone is a round of one: the
+// default); whole blocks, the same kernels launched one by one; or one leaf search per
+// prediction unit, the rest of the block's work on the CPU. The bytes are the same; the
+// first is fastest (docs/perf.md).
 enum class MmpGpuSearch { Blocks, BlocksUngraphed, Units };
 
 // A search on the calling thread's current device. Throws vfp::Error (Gpu) without one.
