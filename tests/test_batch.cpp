@@ -46,10 +46,6 @@ void write(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << text;
 }
-std::string read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 // The ledger's records. Read while a batch writes it, the last line may be half written:
 // `torn_ok` skips such a line, as vfpipe's own reader does.
 std::vector<nlohmann::json> ledger_lines(const std::string& path, bool torn_ok = false) {
@@ -472,7 +468,7 @@ TEST(BatchRunner, EveryItemOnceOutputsRenamedFailuresRecorded) {
   for (const auto& [in, n] : work.calls) EXPECT_EQ(n, 1) << in;
   for (int i = 0; i < 40; ++i) {
     const std::string out = d / ("out/clip" + std::to_string(i) + ".mkv");
-    EXPECT_EQ(read(out), "OUT:" + d / ("in/clip" + std::to_string(i) + ".mp4"));
+    EXPECT_EQ(test::read_file(out), "OUT:" + d / ("in/clip" + std::to_string(i) + ".mp4"));
   }
   EXPECT_FALSE(fs::exists(d / "out/fail.mkv"));
   EXPECT_FALSE(fs::exists(d / "out/damaged.mkv"));
@@ -481,7 +477,7 @@ TEST(BatchRunner, EveryItemOnceOutputsRenamedFailuresRecorded) {
   // The ledger and the report.
   auto lines = ledger_lines(d / "out/vfpipe-batch.jsonl");
   EXPECT_EQ(lines.size(), 42u);
-  auto rep = nlohmann::json::parse(read(d / "out/vfpipe-batch.report.json"));
+  auto rep = nlohmann::json::parse(test::read_file(d / "out/vfpipe-batch.report.json"));
   EXPECT_EQ(rep["totals"]["done"], 40);
   EXPECT_EQ(rep["totals"]["failed"], 2);
   const std::string text = report_text(rep);
@@ -499,7 +495,7 @@ TEST(BatchRunner, EveryItemOnceOutputsRenamedFailuresRecorded) {
   FakeWork renamer;
   EXPECT_EQ(run_batch(items, cfg, std::ref(renamer)).skipped, 40);
   EXPECT_EQ(renamer.calls.count(d / "in/clip5.mp4"), 0u);
-  EXPECT_EQ(read(d / "out/clip5.mkv"), "OUT:" + d / "in/clip5.mp4");
+  EXPECT_EQ(test::read_file(d / "out/clip5.mkv"), "OUT:" + d / "in/clip5.mp4");
   // A done item whose output was deleted is done again.
   fs::remove(d / "out/clip3.mkv");
   FakeWork third;
@@ -531,16 +527,16 @@ TEST(BatchRunner, ExistingOutputsAreRefusedSkippedOrOverwritten) {
   BatchConfig cfg = quiet_config(d, 1);
   auto s = run_batch(items, cfg, std::ref(w1));
   EXPECT_EQ(s.failed, 1);
-  EXPECT_EQ(read(d / "out/a.mkv"), "precious");
+  EXPECT_EQ(test::read_file(d / "out/a.mkv"), "precious");
   EXPECT_NE(s.report["items"][0]["error"].get<std::string>().find("-y: overwrite"), std::string::npos);
   cfg.existing = Existing::Skip;
   FakeWork w2;
   EXPECT_EQ(run_batch(items, cfg, std::ref(w2)).skipped, 1);
-  EXPECT_EQ(read(d / "out/a.mkv"), "precious");
+  EXPECT_EQ(test::read_file(d / "out/a.mkv"), "precious");
   cfg.existing = Existing::Overwrite;
   FakeWork w3;
   EXPECT_EQ(run_batch(items, cfg, std::ref(w3)).done, 1);
-  EXPECT_EQ(read(d / "out/a.mkv"), "OUT:" + d / "in/a.mp4");
+  EXPECT_EQ(test::read_file(d / "out/a.mkv"), "OUT:" + d / "in/a.mp4");
   // --redo processes a done item again.
   cfg.existing = Existing::Refuse;
   cfg.redo = true;
@@ -709,7 +705,7 @@ TEST(BatchCli, TwoHundredClipsKilledMidwayThenResumedDoEachOnce) {
     const CmdResult one =
         run_cmd(kBin + " run -q --device cpu -i " + d / ("clips/" + rel) + " -f median=radius=2 -o " + d / "ref.y4m");
     ASSERT_EQ(one.rc, 0) << one.out;
-    EXPECT_TRUE(read(d / "ref.y4m") == read(d / ("out/" + rel))) << rel;
+    EXPECT_TRUE(test::read_file(d / "ref.y4m") == test::read_file(d / ("out/" + rel))) << rel;
   }
   // A third run has nothing left but the corrupt clip.
   const CmdResult again = run_cmd(cmd);
@@ -729,8 +725,9 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   ASSERT_EQ(ref.rc, 0) << ref.out;
   ref = run_cmd(kBin + " run -q --device cpu -i " + d / "b.y4m" + " -f null -o " + d / "rb.y4m");
   ASSERT_EQ(ref.rc, 0) << ref.out;
-  EXPECT_TRUE(read(d / "out/a.y4m") == read(d / "ra.y4m"));  // the item's own filters and frame count
-  EXPECT_TRUE(read(d / "out/b.y4m") == read(d / "rb.y4m"));  // the command line's (null)
+  EXPECT_TRUE(test::read_file(d / "out/a.y4m") ==
+              test::read_file(d / "ra.y4m"));  // the item's own filters and frame count
+  EXPECT_TRUE(test::read_file(d / "out/b.y4m") == test::read_file(d / "rb.y4m"));  // the command line's (null)
 
   // Shards of one list cover it once.
   for (const char* s : {"0/2", "1/2"}) {
@@ -751,13 +748,13 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   // An input that breaks after some frames: the item fails, its frames are kept as
   // NAME.partial.EXT, never under the final name; --ignore-input-errors accepts it.
   write_y4m(d / "full.y4m", 32, 16, 6, 3);
-  const std::string full = read(d / "full.y4m");
+  const std::string full = test::read_file(d / "full.y4m");
   write(d / "cut/broken.y4m", full.substr(0, full.size() - 700));
   r = run_cmd(kBin + " batch " + d / "cut" + " -o '" + d / "cut-out/{stem}.y4m' --device cpu --progress none");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_FALSE(fs::exists(d / "cut-out/broken.y4m"));
   ASSERT_TRUE(fs::exists(d / "cut-out/broken.partial.y4m")) << r.out;
-  EXPECT_NE(read(d / "cut-out/broken.partial.y4m").find("FRAME"), std::string::npos);
+  EXPECT_NE(test::read_file(d / "cut-out/broken.partial.y4m").find("FRAME"), std::string::npos);
   r = run_cmd(kBin + " batch " + d / "cut" + " -o '" + d / "cut-out/{stem}.y4m' --device cpu --progress none " +
               "--ignore-input-errors");
   EXPECT_EQ(r.rc, 0) << r.out;
@@ -801,21 +798,21 @@ TEST(BatchCli, SigintFinishesTheRunningItemsAndExits130) {
   }
   // The signal goes once the batch has started (its first line; the handlers are installed
   // before it), not after a fixed time: a loaded machine starts the program slower.
-  for (int i = 0; i < 200 && read(d / "log.txt").find("pipelines") == std::string::npos; ++i)
+  for (int i = 0; i < 200 && test::read_file(d / "log.txt").find("pipelines") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   kill(pid, SIGINT);
   int st = 0;
   waitpid(pid, &st, 0);
-  ASSERT_TRUE(WIFEXITED(st)) << read(d / "log.txt");
-  EXPECT_EQ(WEXITSTATUS(st), 130) << read(d / "log.txt");
-  const std::string log = read(d / "log.txt");
+  ASSERT_TRUE(WIFEXITED(st)) << test::read_file(d / "log.txt");
+  EXPECT_EQ(WEXITSTATUS(st), 130) << test::read_file(d / "log.txt");
+  const std::string log = test::read_file(d / "log.txt");
   EXPECT_NE(log.find("finishing 2 running item(s)"), std::string::npos) << log;
   // The two that were running are complete (25 frames each); nothing else started.
   EXPECT_TRUE(fs::exists(d / "out/0.y4m") && fs::exists(d / "out/1.y4m")) << log;
   EXPECT_FALSE(fs::exists(d / "out/2.y4m"));
   EXPECT_TRUE(find(d / "out", ".vfpipe-part").empty());
-  const std::string y = read(d / "out/0.y4m");
+  const std::string y = test::read_file(d / "out/0.y4m");
   size_t frames = 0;
   for (size_t p = y.find("FRAME"); p != std::string::npos; p = y.find("FRAME", p + 5)) ++frames;
   EXPECT_EQ(frames, 25u);

@@ -9,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -252,10 +250,6 @@ TEST(Gpu, MmpFramesInFlightOnTheGpu) {
   std::filesystem::create_directories(dir);
   const std::string y4m = dir + "/in.y4m";
   ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=160x96:frames=4:noise=gauss:sigma=5' -o " + y4m).rc, 0);
-  const auto bytes = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
   for (const char* tile : {"32", "0"}) {
     std::string first;
     for (const char* n : {"1", "4"}) {
@@ -263,8 +257,8 @@ TEST(Gpu, MmpFramesInFlightOnTheGpu) {
       const auto r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + out + " --lambda 30 --device cuda --tile " +
                                    tile + " --frames-in-flight " + n);
       ASSERT_EQ(r.rc, 0) << r.out;
-      if (first.empty()) first = bytes(out);
-      EXPECT_EQ(bytes(out), first) << "tile " << tile << ", --frames-in-flight " << n;
+      if (first.empty()) first = test::read_file(out);
+      EXPECT_EQ(test::read_file(out), first) << "tile " << tile << ", --frames-in-flight " << n;
     }
   }
 }

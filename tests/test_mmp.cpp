@@ -541,10 +541,6 @@ TEST(Mmp, FramesInFlightWriteTheSameFile) {
   std::filesystem::create_directories(dir);
   const std::string y4m = dir + "/in.y4m";
   ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=40x24:frames=5:noise=gauss:sigma=6' -o " + y4m).rc, 0);
-  const auto bytes = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
   std::string one;
   for (const char* n : {"1", "2", "3", "8"}) {
     const std::string out = dir + "/f" + n + ".mmp";
@@ -552,8 +548,8 @@ TEST(Mmp, FramesInFlightWriteTheSameFile) {
                                  "--frames-in-flight " + n);
     ASSERT_EQ(r.rc, 0) << r.out;
     EXPECT_NE(r.out.find("frame 4:"), std::string::npos) << r.out;
-    if (one.empty()) one = bytes(out);
-    EXPECT_EQ(bytes(out), one) << "--frames-in-flight " << n;
+    if (one.empty()) one = test::read_file(out);
+    EXPECT_EQ(test::read_file(out), one) << "--frames-in-flight " << n;
   }
   // -n stops inside a batch; --carry codes one frame after another whatever is asked.
   auto r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/n4.mmp --lambda 30 --device cpu -n 4");
@@ -564,7 +560,7 @@ TEST(Mmp, FramesInFlightWriteTheSameFile) {
   r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/c3.mmp --lambda 30 --device cpu --carry " +
                     "--frames-in-flight 3");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_EQ(bytes(dir + "/c1.mmp"), bytes(dir + "/c3.mmp"));
+  EXPECT_EQ(test::read_file(dir + "/c1.mmp"), test::read_file(dir + "/c3.mmp"));
   EXPECT_NE(test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/x.mmp --frames-in-flight 0").rc, 0);
 }
 

@@ -13,10 +13,6 @@ using namespace vfp;
 using namespace vfp::test;
 
 namespace {
-std::string read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 void write_file(const std::string& p, const std::string& data) {
   std::ofstream f(p, std::ios::binary);
   f << data;
