@@ -379,6 +379,13 @@ __device__ void put_rows(const LeafTask& lt, int table, const double* row_j, con
   }
 }
 
+// The leaf arguments of the grid's block: a search of one block takes them as a kernel
+// parameter (no load on its critical path; `lanes` may then be null), a round from the array.
+__device__ inline LeafLane leaf_lane_of(const LeafLane& first, const LeafLane* lanes) {
+  if (gridDim.z == 1) return first;
+  return lanes[blockIdx.z];
+}
+
 __device__ inline LeafTask leaf_task(const Task* tasks, const int* residues, int N) {
   LeafTask lt;
   lt.t = tasks[blockIdx.x];
@@ -495,7 +502,7 @@ __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const
 
 __global__ void __launch_bounds__(kThreads)
     leaf_small_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
-  const LeafLane ll = gridDim.z == 1 ? first : lanes[blockIdx.z];  // a block alone: no load on its critical path
+  const LeafLane ll = leaf_lane_of(first, lanes);
   const SearchConsts* consts = ll.consts;
   const double* bits = ll.bits;
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
@@ -527,7 +534,7 @@ __global__ void __launch_bounds__(kThreads)
 // lambda * (index bits + leaf flag bits), ties to the lower index, into the leaf table.
 __global__ void __launch_bounds__(kThreads)
     leaf_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
-  const LeafLane ll = gridDim.z == 1 ? first : lanes[blockIdx.z];
+  const LeafLane ll = leaf_lane_of(first, lanes);
   const SearchConsts* consts = ll.consts;
   const double* bits = ll.bits;
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
@@ -1402,21 +1409,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     const size_t res_bytes = sizeof(int) * static_cast<size_t>(q.K) * N * N;
     const size_t out = static_cast<size_t>(q.K) * table;
     size_leaf_buffers(lane, *tasks, q.K, q.L);
-    if (lane.units_gen != lane.gen) {  // the lane's own leaf arguments (units search: its own constants)
-      std::vector<LeafLane> ll(6);
-      for (int L = kMinLog; L <= 5; ++L)
-        ll[static_cast<size_t>(L)] = leaf_lane(lane, lane.consts.get(), lane.bits.get(), L);
-      VFP_CUDA(cudaMemcpy(lane.units_leaf.get(), ll.data(), sizeof(LeafLane) * ll.size(), cudaMemcpyHostToDevice));
-      lane.units_gen = lane.gen;
-    }
     // Through pinned staging: the copies are then truly asynchronous, one wait at the end.
     std::memcpy(lane.stage_in->get(), q.residues, res_bytes);
     Level& lv = lane.levels[q.L];
     memcpy_h2d_async(lv.residues.get(), lane.stage_in->get(), res_bytes, st);
     memcpy_h2d_async(lane.consts.get(), consts, sizeof(SearchConsts), st);
     lane.kernel_start.record(st);
-    enqueue_leaf_search(*tasks, q.L, reinterpret_cast<const LeafLane*>(lane.units_leaf.get()) + q.L,
-                        leaf_lane(lane, lane.consts.get(), lane.bits.get(), q.L), 1, st);
+    // One search: the kernels take its arguments as a parameter (no array of them).
+    enqueue_leaf_search(*tasks, q.L, nullptr, leaf_lane(lane, lane.consts.get(), lane.bits.get(), q.L), 1, st);
     lane.kernel_end.record(st);
     memcpy_d2h_async(lane.stage_j->get(), lv.out_j.get(), out * sizeof(double), st);
     memcpy_d2h_async(lane.stage_i->get(), lv.out_i.get(), out * sizeof(int), st);
@@ -1584,9 +1584,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // models and costs, the dictionary's upload staging that the group's search uses).
   struct Lane {
     Stream stream;
-    // The units search's staging, constants and arguments (allocated at its first use).
+    // The units search's staging and constants (allocated at its first use).
     std::unique_ptr<Pinned> stage_in, stage_j, stage_i, stage_consts;
-    DeviceBuffer consts, units_leaf;
+    DeviceBuffer consts;
     DeviceBuffer bits;      // index costs: a units search's, or a leading lane's
     Level levels[6];        // by unit size 2^L, L = 2..5
     uint64_t costs_id = 0;  // the index costs in `bits`, for the scales of units up to 2^costs_L
@@ -1612,7 +1612,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     size_t stage_upload_bytes = 0;
     DeviceBuffer upload;
     // Bumped whenever a buffer that the kernels' argument arrays point to moves.
-    uint64_t gen = 1, units_gen = 0;
+    uint64_t gen = 1;
   };
 
   // A group of lanes searches a round's blocks (one per lane) with one launch per kernel,
@@ -1836,8 +1836,6 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     l.stage_i = std::make_unique<Pinned>(kMaxLeafTable * sizeof(int));
     l.stage_consts = std::make_unique<Pinned>(sizeof(SearchConsts));
     l.consts = DeviceBuffer(sizeof(SearchConsts), "MMP search constants");
-    l.units_leaf = DeviceBuffer(sizeof(LeafLane) * 6, "MMP search arguments");
-    ++l.gen;
   }
 
   // The learning's buffers of a lane (allocated before a graph that uses them is captured).
