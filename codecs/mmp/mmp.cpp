@@ -787,6 +787,22 @@ void end_round(std::vector<Tile>& tiles, const std::vector<int>& active, bool sh
   tiles[0].stats.learning_s += 1e-9 * static_cast<double>(now_ns() - t0);
 }
 
+// Synchronized tiles are coded in rounds, as many as the largest tile has blocks; round k
+// takes block k of every tile that has one, in tile order.
+int round_count(const std::vector<Tile>& tiles) {
+  int rounds = 0;
+  for (const Tile& t : tiles) rounds = std::max(rounds, t.blocks);
+  return rounds;
+}
+void round_tiles(const std::vector<Tile>& tiles, int k, std::vector<int>* active) {
+  active->clear();
+  for (size_t i = 0; i < tiles.size(); ++i)
+    if (k < tiles[i].blocks) active->push_back(static_cast<int>(i));
+}
+
+// Seconds between two now_ns() readings.
+double seconds_between(int64_t from, int64_t to) { return 1e-9 * static_cast<double>(to - from); }
+
 // Codes the tiles' blocks: each tile start to finish where it owns what it learns (untiled,
 // Independent), else in rounds, the round's blocks in parallel and its learning merged in
 // tile order. `code(tile, k, shared)` codes block k of a tile and leaves its units in
@@ -812,14 +828,11 @@ void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundSta
     return;
   }
   const bool shared_models = p.tile_mode == TileMode::SyncAll;
-  int rounds = 0;
-  for (const Tile& t : tiles) rounds = std::max(rounds, t.blocks);
+  const int rounds = round_count(tiles);
   std::vector<NewElement> batch;
   std::vector<int> active;
   for (int k = 0; k < rounds; ++k) {
-    active.clear();
-    for (int i : all)
-      if (k < tiles[static_cast<size_t>(i)].blocks) active.push_back(i);
+    round_tiles(tiles, k, &active);
     round_start(k);
     for_tiles(active, [&](int i) { code(tiles[static_cast<size_t>(i)], k, shared_models); });
     end_round(tiles, active, shared_models, batch);
@@ -929,7 +942,6 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
     q.learn = true, q.pending = pending;
     return q;
   };
-  const auto seconds = [](int64_t from, int64_t to) { return 1e-9 * static_cast<double>(to - from); };
   if (t.blocks == 0) return;
   bool in_flight = false;
   try {
@@ -958,9 +970,9 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
       // that this block holds.
       tbb::this_task_arena::isolate([&] { t.dict->add(batch); });
       const int64_t t4 = now_ns();
-      t.stats.search_s += seconds(t0, t1) + seconds(t2, t3);
-      t.stats.coding_s += seconds(t1, t2);
-      t.stats.learning_s += seconds(t3, t4);
+      t.stats.search_s += seconds_between(t0, t1) + seconds_between(t2, t3);
+      t.stats.coding_s += seconds_between(t1, t2);
+      t.stats.learning_s += seconds_between(t3, t4);
       t0 = t4;
     }
   } catch (...) {
@@ -1000,16 +1012,12 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
     ~Lease() { backend.release_lanes(first, n); }
   } lease{backend, first, width};
   const bool shared_models = p.tile_mode == TileMode::SyncAll;
-  const auto seconds = [](int64_t from, int64_t to) { return 1e-9 * static_cast<double>(to - from); };
-  int rounds = 0;
-  for (const Tile& t : tiles) rounds = std::max(rounds, t.blocks);
+  const int rounds = round_count(tiles);
   std::vector<int> active, slots;
   std::vector<NewElement> batch;
   std::vector<std::atomic<bool>> in_flight(static_cast<size_t>(width));
   for (int k = 0; k < rounds; ++k) {
-    active.clear();
-    for (size_t i = 0; i < tiles.size(); ++i)
-      if (k < tiles[i].blocks) active.push_back(static_cast<int>(i));
+    round_tiles(tiles, k, &active);
     // Waves of equal size (135 tiles: 45, 45, 45, not 64, 64, 7): a wave lasts about as
     // long as its slowest block, however few blocks it has.
     if (active.empty()) continue;
@@ -1029,7 +1037,7 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
           q.lane = first + j;
           backend.start_block(q);
           in_flight[static_cast<size_t>(j)] = true;
-          t.stats.search_s += seconds(t0, now_ns());
+          t.stats.search_s += seconds_between(t0, now_ns());
         });
         for_tiles(slots, [&](int j) {
           Tile& t = tile_of(j);
@@ -1041,8 +1049,8 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
           take_choices(backend, c, t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, BL, area);
           const int64_t t1 = now_ns();
           code_block(t, area, BL, shared_models);
-          t.stats.search_s += seconds(t0, t1);
-          t.stats.coding_s += seconds(t1, now_ns());
+          t.stats.search_s += seconds_between(t0, t1);
+          t.stats.coding_s += seconds_between(t1, now_ns());
         });
       } catch (...) {
         for (size_t j = 0; j < slots.size(); ++j)
@@ -1072,17 +1080,13 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
   if (cap <= 0 || p.tile_mode != TileMode::SyncAll) return false;
   if (const char* e = std::getenv("VFP_MMP_ROUNDS"); e && std::string(e) == "0") return false;
   const int BL = p.block_log, B = 1 << BL;
-  const auto seconds = [](int64_t from, int64_t to) { return 1e-9 * static_cast<double>(to - from); };
-  int rounds = 0;
-  for (const Tile& t : tiles) rounds = std::max(rounds, t.blocks);
+  const int rounds = round_count(tiles);
   std::vector<int> active, slots;
   std::vector<NewElement> batch;
   std::vector<RoundBlock> blocks;
   std::vector<BlockChoices> choices;
   for (int k = 0; k < rounds; ++k) {
-    active.clear();
-    for (size_t i = 0; i < tiles.size(); ++i)
-      if (k < tiles[i].blocks) active.push_back(static_cast<int>(i));
+    round_tiles(tiles, k, &active);
     if (active.empty()) continue;
     const int64_t t0 = now_ns();
     const auto corner = [&](const Tile& t) { return std::pair<int, int>((k % t.blocks_x) * B, (k / t.blocks_x) * B); };
@@ -1099,7 +1103,7 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
     }
     for (int j0 = 0; j0 < n; j0 += cap)
       backend.search_round(q, blocks.data() + j0, std::min(cap, n - j0), choices.data() + j0);
-    first.stats.search_s += seconds(t0, now_ns());
+    first.stats.search_s += seconds_between(t0, now_ns());
     slots.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) slots[static_cast<size_t>(j)] = j;
     for_tiles(slots, [&](int j) {
@@ -1109,7 +1113,7 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
       const RoundBlock& b = blocks[static_cast<size_t>(j)];
       take_choices(backend, choices[static_cast<size_t>(j)], t, b.bx, b.by, BL, area);
       code_block(t, area, BL, true);
-      t.stats.coding_s += seconds(t1, now_ns());
+      t.stats.coding_s += seconds_between(t1, now_ns());
     });
     end_round(tiles, active, true, batch);
   }
