@@ -642,13 +642,17 @@ __host__ __device__ constexpr int code_capacity(int BL) { return 1 + 4 * subtree
 // What the blocks of a round share (a block searched alone is a round of one): the
 // search's constants and costs, the index models' changes, where the learning writes.
 // Uploaded before the round's graph runs.
-struct BlockConsts {
+// The head, read at every step of a unit's kernels, is staged in shared memory at their
+// start (stage_head()), in the same round trip as their first loads.
+struct BlockHead {
   SearchConsts s;
   int BL, K;
   double mode_bits[4][mmp::kModes];
   double psplit_bits[3][2];
   double split_bits[kScales];
   double dir_bits[kScales][2];
+};
+struct BlockConsts : BlockHead {
   // The index models' changes since the leading lane's last round: the scales whose costs
   // are derived again, and the changed tree nodes (scale * 4096 + node) << 12 | probability
   // (scales with more changes, or none known, were uploaded whole before the graph).
@@ -739,6 +743,18 @@ struct Works {
   BlockWork first;
   const BlockWork* all;
 };
+// The round's BlockHead into shared memory (call with every thread). The copy is only
+// issued: it is visible after the caller's next __syncthreads, so its loads are in flight
+// together with the caller's own first loads.
+static_assert(sizeof(BlockHead) % sizeof(uint64_t) == 0, "BlockHead is copied as 64-bit words");
+__device__ const BlockHead& stage_head(const BlockWork& w) {
+  __shared__ BlockHead h;
+  const uint64_t* from = reinterpret_cast<const uint64_t*>(static_cast<const BlockHead*>(w.c));
+  uint64_t* to = reinterpret_cast<uint64_t*>(&h);
+  for (int i = threadIdx.x; i < static_cast<int>(sizeof(BlockHead) / sizeof(uint64_t)); i += blockDim.x)
+    to[i] = from[i];
+  return h;
+}
 __device__ inline int32_t* block_out(const BlockWork& w) {
   return w.out + static_cast<size_t>(blockIdx.z) * out_ints(w.c->BL);
 }
@@ -792,11 +808,11 @@ __global__ void index_costs_kernel(const __grid_constant__ Works ws) {
 // mode order), and the residues of the K best. One thread block (units up to MaxN x MaxN);
 // the unit's references (the window's row above it and column left of it) are read into
 // shared memory first and gathered by one thread.
+// `c`: stage_head()'s copy, read only after the first __syncthreads here.
 template <int MaxN>
-__device__ void prepare_unit(const BlockWork& w, int ux, int uy, int L) {
-  const BlockConsts& c = *w.c;
+__device__ void prepare_unit(const BlockWork& w, const BlockHead& c, int BL, int ux, int uy, int L) {
   const BlockInput& in = *w.in;
-  const int N = 1 << L, NN = N * N, B = 1 << c.BL, x = in.bx + ux, y = in.by + uy;
+  const int N = 1 << L, NN = N * N, B = 1 << BL, x = in.bx + ux, y = in.by + uy;
   // The references: the window's row above the unit (from its corner to 2N right of it) and
   // its column to the left.
   __shared__ uint8_t top[2 * MaxN + 1], top_done[2 * MaxN + 1], left[MaxN], src[MaxN * MaxN];
@@ -852,11 +868,15 @@ __device__ void prepare_unit(const BlockWork& w, int ux, int uy, int L) {
   }
 }
 
-__global__ void unit_prepare_kernel(const __grid_constant__ Works ws, int ux, int uy, int L) {
+__device__ void prepare_block(const BlockWork& w, int BL, int ux, int uy, int L) {
+  prepare_unit<kMaxB>(w, stage_head(w), BL, ux, uy, L);
+}
+
+__global__ void unit_prepare_kernel(const __grid_constant__ Works ws, int BL, int ux, int uy, int L) {
   if (gridDim.z == 1)
-    prepare_unit<kMaxB>(ws.first, ux, uy, L);
+    prepare_block(ws.first, BL, ux, uy, L);
   else
-    prepare_unit<kMaxB>(block_work(ws.all), ux, uy, L);
+    prepare_block(block_work(ws.all), BL, ux, uy, L);
 }
 
 // A unit's segmentation for each candidate (mmp.cpp's optimise(): bottom-up over the
@@ -864,13 +884,12 @@ __global__ void unit_prepare_kernel(const __grid_constant__ Works ws, int ux, in
 // as fit), the best candidate (J with its mode's bits; ties to the lower mode, candidates in
 // rank order) with its plan and reconstruction into the unit's slot. `put`: a 4x4 unit is
 // an area of its own, decided at once. MaxTable: the leaf-table entries that fit in shared
-// memory.
+// memory. `c`: stage_head()'s copy, read only after the first __syncthreads here (the
+// first pass's leaf tables are loaded in the same round trip); K: c.K.
 template <int MaxTable>
-__device__ void finish_unit(const BlockWork& w, int slot, int ux, int uy, int L, int put) {
-  const BlockConsts& c = *w.c;
-  const int N = 1 << L, NN = N * N, K = c.K, table = mmp::leaf_table_size(L);
+__device__ void finish_unit(const BlockWork& w, const BlockHead& c, int K, int slot, int ux, int uy, int L, int put) {
+  const int N = 1 << L, NN = N * N, table = mmp::leaf_table_size(L);
   const int P = max(1, min(K, MaxTable / table));  // candidates a pass
-  const double lambda = c.s.lambda;
   __shared__ double pj[MaxTable];
   __shared__ int16_t pi[MaxTable];
   __shared__ uint8_t pk[MaxTable];
@@ -888,13 +907,14 @@ __device__ void finish_unit(const BlockWork& w, int slot, int ux, int uy, int L,
   uint8_t* recon = w.slot_recon + static_cast<size_t>(slot) * kMaxB * kMaxB;
   for (int k0 = 0; k0 < K; k0 += P) {
     const int np = min(P, K - k0);
-    __syncthreads();  // the previous pass's plans are no longer read
+    if (k0 > 0) __syncthreads();  // the previous pass's plans are no longer read
     for (int i = threadIdx.x; i < np * table; i += blockDim.x) {
       pj[i] = w.leaf_j[L][k0 * table + i];
       pi[i] = static_cast<int16_t>(max(w.leaf_i[L][k0 * table + i], 0));
       pk[i] = 0;
     }
     __syncthreads();
+    const double lambda = c.s.lambda;
     for (int sum = 1; sum <= 2 * L; ++sum) {  // level 0 (1x1 segments) holds leaves only
       const int lw0 = max(0, sum - L), lw1 = min(L, sum);
       int per = 0;  // entries of the level, per candidate
@@ -933,7 +953,7 @@ __device__ void finish_unit(const BlockWork& w, int slot, int ux, int uy, int L,
       winner = -1;
       for (int cand = 0; cand < np; ++cand) {
         const int m = modes[k0 + cand];
-        const double j = __dadd_rn(pj[cand * table + table - 1], __dmul_rn(lambda, c.mode_bits[L - kMinLog][m]));
+        const double j = __dadd_rn(pj[cand * table + table - 1], __dmul_rn(c.s.lambda, c.mode_bits[L - kMinLog][m]));
         if (j < best_j || (j == best_j && m < best_mode)) best_j = j, best_mode = m, winner = cand;
       }
     }
@@ -977,18 +997,21 @@ __device__ void finish_unit(const BlockWork& w, int slot, int ux, int uy, int L,
   if (put) put_unit(w.in, ux, uy, L, recon);
 }
 
-__global__ void unit_finish_kernel(const __grid_constant__ Works ws, int slot, int ux, int uy, int L) {
+__device__ void finish_block(const BlockWork& w, int K, int slot, int ux, int uy, int L) {
+  finish_unit<kMaxTable>(w, stage_head(w), K, slot, ux, uy, L, 0);
+}
+
+__global__ void unit_finish_kernel(const __grid_constant__ Works ws, int K, int slot, int ux, int uy, int L) {
   if (gridDim.z == 1)
-    finish_unit<kMaxTable>(ws.first, slot, ux, uy, L, 0);
+    finish_block(ws.first, K, slot, ux, uy, L);
   else
-    finish_unit<kMaxTable>(block_work(ws.all), slot, ux, uy, L, 0);
+    finish_block(block_work(ws.all), K, slot, ux, uy, L);
 }
 
 // An area larger than 4x4 after its quarters: split if the split flag and the quarters'
 // J (summed in Z order while below the unsplit J, as the CPU does) beat the unit's J with
 // its flag; unsplit, the unit's reconstruction replaces what the quarters left.
-__device__ void decide_area(const BlockWork& w, int slot, int ux, int uy, int L) {
-  const BlockConsts& c = *w.c;
+__device__ void decide_area(const BlockWork& w, const BlockHead& c, int slot, int ux, int uy, int L) {
   __shared__ int split;
   if (threadIdx.x == 0) {
     const double lambda = c.s.lambda;
@@ -1010,6 +1033,7 @@ __device__ void decide_area(const BlockWork& w, int slot, int ux, int uy, int L)
 // another stream, which the launch waits for); the prediction of the next 4x4 unit, which
 // reads what these wrote.
 struct ChainLink {
+  int BL, K;
   int slot, ux, uy;
   int decides;
   int d_slot[3], d_ux[3], d_uy[3], d_L[3];
@@ -1017,15 +1041,16 @@ struct ChainLink {
 };
 constexpr int kSmallTable = 7 * 7;  // leaf-table entries of a 4x4 unit
 
-__device__ void chain_block(const BlockWork& w, ChainLink a) {
-  finish_unit<kSmallTable * kMaxResidues>(w, a.slot, a.ux, a.uy, kMinLog, 1);
+__device__ void chain_block(const BlockWork& w, const ChainLink& a) {
+  const BlockHead& c = stage_head(w);
+  finish_unit<kSmallTable * kMaxResidues>(w, c, a.K, a.slot, a.ux, a.uy, kMinLog, 1);
   for (int d = 0; d < a.decides; ++d) {
     __syncthreads();
-    decide_area(w, a.d_slot[d], a.d_ux[d], a.d_uy[d], a.d_L[d]);
+    decide_area(w, c, a.d_slot[d], a.d_ux[d], a.d_uy[d], a.d_L[d]);
   }
   if (a.next) {
     __syncthreads();
-    prepare_unit<1 << kMinLog>(w, a.next_ux, a.next_uy, kMinLog);
+    prepare_unit<1 << kMinLog>(w, c, a.BL, a.next_ux, a.next_uy, kMinLog);
   }
 }
 
@@ -2097,7 +2122,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         if (op.linked) continue;
         VFP_CUDA(cudaStreamWaitEvent(s, lead.put.e, 0));
         timed(g, "prediction", op.L, s, [&] {
-          launch(unit_prepare_kernel, blocks, dim3(256), s, ws, op.ux, op.uy, op.L);
+          launch(unit_prepare_kernel, blocks, dim3(256), s, ws, BL, op.ux, op.uy, op.L);
           VFP_CUDA_LAUNCHED("mmp unit_prepare_kernel");
         });
         if (op.L > kMinLog) {  // the chain's own units are read in stream order
@@ -2111,12 +2136,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         });
       } else if (op.kind == Op::Finish && op.L > kMinLog) {
         timed(g, "segmentation", op.L, s, [&] {
-          launch(unit_finish_kernel, blocks, dim3(256), s, ws, op.slot, op.ux, op.uy, op.L);
+          launch(unit_finish_kernel, blocks, dim3(256), s, ws, K, op.slot, op.ux, op.uy, op.L);
           VFP_CUDA_LAUNCHED("mmp unit_finish_kernel");
         });
         VFP_CUDA(cudaEventRecord(lv.finished.e, s));
       } else if (op.kind == Op::Finish) {  // a 4x4 unit: a chain link
         ChainLink link{};
+        link.BL = BL, link.K = K;
         link.slot = op.slot, link.ux = op.ux, link.uy = op.uy;
         size_t j = i + 1;
         for (; j < ops.size() && ops[j].kind == Op::Decide; ++j) {  // every decision follows a 4x4 unit's
