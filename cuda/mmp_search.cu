@@ -78,6 +78,10 @@ struct LeafLane {
   int* part_i;
   size_t part_stride;
   int* counters;  // chunked tasks' finished chunks
+  // 1: chunked tasks leave their partial tables for the consumer to combine (the chain link
+  // of a 4x4 unit reads them in its first round trip anyway): no fence, atomic and second
+  // read on the critical path.
+  int defer;
 };
 
 // (J, index) lexicographic minimum; index INT_MAX: none yet.
@@ -341,7 +345,7 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
 // counter is left at 0 for the next search on this stream. Call with every thread, after
 // a __syncthreads that makes row_j / row_i visible.
 __device__ void put_rows(const LeafTask& lt, int table, const double* row_j, const int* row_i, double* out_j,
-                         int* out_i, double* part_j, int* part_i, size_t part_stride, int* counters) {
+                         int* out_i, double* part_j, int* part_i, size_t part_stride, int* counters, int defer) {
   const Task& t = lt.t;
   const int per_residue = lt.per_residue;
   for (int g = threadIdx.x; g < t.count; g += blockDim.x) {
@@ -357,7 +361,7 @@ __device__ void put_rows(const LeafTask& lt, int table, const double* row_j, con
       part_i[t.chunk * part_stride + o] = i;
     }
   }
-  if (t.chunks == 1) return;
+  if (t.chunks == 1 || defer) return;
   __shared__ bool last;
   __threadfence();
   __syncthreads();
@@ -425,9 +429,17 @@ struct __align__(16) SmallShared {
 // not below it.
 __device__ inline float j_limit_f(double bj) { return bj < 16777216.0 ? static_cast<float>(floor(bj)) : 16777216.0f; }
 
+// A scale's arguments as leaf_small_kernel stages them (all scales, with its task's load).
+struct SmallScale {
+  const int16_t* data;
+  const int* norms;
+  int count;
+  double leaf_bits;
+};
+
 template <int NS>
-__device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const double* bits, SmallShared& sh,
-                           double* row_j, int* row_i) {
+__device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lambda, const double* bits,
+                           SmallShared& sh, double* row_j, int* row_i) {
   constexpr int kStride = small_stride(NS);
   const Task& t = lt.t;
   float* tile = sh.tile;
@@ -448,12 +460,10 @@ __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const
     sq_i += v * v;
   }
   const float sq = static_cast<float>(sq_i);
-  const ScaleArgs& sc = consts->sc;
-  const double lambda = consts->lambda;
-  const int16_t* data = sc.data[lt.s];
-  const int* norms = sc.norms[lt.s];
-  const int count = sc.count[lt.s];
-  const double leaf = sc.leaf_bits[lt.s];
+  const int16_t* data = sc.data;
+  const int* norms = sc.norms;
+  const int count = sc.count;
+  const double leaf = sc.leaf_bits;
   const double* b = bits + static_cast<size_t>(lt.s) * kMaxIndex;
   double bj = CUDART_INF;
   int bi = INT_MAX;
@@ -503,31 +513,40 @@ __device__ void small_rows(const LeafTask& lt, const SearchConsts* consts, const
 __global__ void __launch_bounds__(kThreads)
     leaf_small_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
   const LeafLane ll = leaf_lane_of(first, lanes);
-  const SearchConsts* consts = ll.consts;
   const double* bits = ll.bits;
+  // Every scale's arguments in the same round trip as the task (which says the scale).
+  __shared__ SmallScale scales[kScales];
+  __shared__ double lambda;
+  const ScaleArgs& sa = ll.consts->sc;
+  if (threadIdx.x < kScales)
+    scales[threadIdx.x] = {sa.data[threadIdx.x], sa.norms[threadIdx.x], sa.count[threadIdx.x],
+                           sa.leaf_bits[threadIdx.x]};
+  if (threadIdx.x == kScales) lambda = ll.consts->lambda;
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
   __shared__ double row_j[kSmallRows];
   __shared__ int row_i[kSmallRows];
   __shared__ SmallShared sh;
+  __syncthreads();
+  const SmallScale& sc = scales[lt.s];
   switch (lt.n) {
     case 1:
-      small_rows<1>(lt, consts, bits, sh, row_j, row_i);
+      small_rows<1>(lt, sc, lambda, bits, sh, row_j, row_i);
       break;
     case 2:
-      small_rows<2>(lt, consts, bits, sh, row_j, row_i);
+      small_rows<2>(lt, sc, lambda, bits, sh, row_j, row_i);
       break;
     case 4:
-      small_rows<4>(lt, consts, bits, sh, row_j, row_i);
+      small_rows<4>(lt, sc, lambda, bits, sh, row_j, row_i);
       break;
     case 8:
-      small_rows<8>(lt, consts, bits, sh, row_j, row_i);
+      small_rows<8>(lt, sc, lambda, bits, sh, row_j, row_i);
       break;
     default:
-      small_rows<16>(lt, consts, bits, sh, row_j, row_i);
+      small_rows<16>(lt, sc, lambda, bits, sh, row_j, row_i);
       break;
   }
   __syncthreads();
-  put_rows(lt, table, row_j, row_i, ll.out_j, ll.out_i, ll.part_j, ll.part_i, ll.part_stride, ll.counters);
+  put_rows(lt, table, row_j, row_i, ll.out_j, ll.out_i, ll.part_j, ll.part_i, ll.part_stride, ll.counters, ll.defer);
 }
 
 // One thread block per task (and chunk): each of its segments' best element by J = SSE +
@@ -563,7 +582,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  put_rows(lt, table, row_j, row_i, ll.out_j, ll.out_i, ll.part_j, ll.part_i, ll.part_stride, ll.counters);
+  put_rows(lt, table, row_j, row_i, ll.out_j, ll.out_i, ll.part_j, ll.part_i, ll.part_stride, ll.counters, ll.defer);
 }
 
 // The device's duplicate check: per scale an open-addressed table of element index + 1
@@ -697,6 +716,9 @@ struct BlockWork {
   int* residues[6];         // the unit's candidates' residues, K x N x N
   double* leaf_j[6];        // their leaf tables, K x table
   int* leaf_i[6];
+  const double* part_j;  // the 4x4 units' partial leaf tables (LeafLane::defer), part_stride apart
+  const int* part_i;
+  size_t part_stride;
   uint8_t* cand_pred[6];  // K x N x N
   int* cand_mode[6];      // K
   double* slot_j;         // per unit of the quadtree: J with its mode's bits
@@ -886,8 +908,10 @@ __global__ void unit_prepare_kernel(const __grid_constant__ Works ws, int BL, in
 // an area of its own, decided at once. MaxTable: the leaf-table entries that fit in shared
 // memory. `c`: stage_head()'s copy, read only after the first __syncthreads here (the
 // first pass's leaf tables are loaded in the same round trip); K: c.K.
+// chunks > 1: the leaf table is in that many partial tables, combined here (LeafLane::defer).
 template <int MaxTable>
-__device__ void finish_unit(const BlockWork& w, const BlockHead& c, int K, int slot, int ux, int uy, int L, int put) {
+__device__ void finish_unit(const BlockWork& w, const BlockHead& c, int K, int chunks, int slot, int ux, int uy, int L,
+                            int put) {
   const int N = 1 << L, NN = N * N, table = mmp::leaf_table_size(L);
   const int P = max(1, min(K, MaxTable / table));  // candidates a pass
   __shared__ double pj[MaxTable];
@@ -909,8 +933,17 @@ __device__ void finish_unit(const BlockWork& w, const BlockHead& c, int K, int s
     const int np = min(P, K - k0);
     if (k0 > 0) __syncthreads();  // the previous pass's plans are no longer read
     for (int i = threadIdx.x; i < np * table; i += blockDim.x) {
-      pj[i] = w.leaf_j[L][k0 * table + i];
-      pi[i] = static_cast<int16_t>(max(w.leaf_i[L][k0 * table + i], 0));
+      const int e = k0 * table + i;
+      if (chunks == 1) {
+        pj[i] = w.leaf_j[L][e];
+        pi[i] = static_cast<int16_t>(max(w.leaf_i[L][e], 0));
+      } else {  // put_rows()'s combination: (J, index) minimum, INT_MAX for none
+        double j = w.part_j[e];
+        int ix = w.part_i[e];
+        for (int q = 1; q < chunks; ++q) take_min(j, ix, w.part_j[q * w.part_stride + e], w.part_i[q * w.part_stride + e]);
+        pj[i] = j;
+        pi[i] = static_cast<int16_t>(ix == INT_MAX ? 0 : ix);
+      }
       pk[i] = 0;
     }
     __syncthreads();
@@ -998,7 +1031,7 @@ __device__ void finish_unit(const BlockWork& w, const BlockHead& c, int K, int s
 }
 
 __device__ void finish_block(const BlockWork& w, int K, int slot, int ux, int uy, int L) {
-  finish_unit<kMaxTable>(w, stage_head(w), K, slot, ux, uy, L, 0);
+  finish_unit<kMaxTable>(w, stage_head(w), K, 1, slot, ux, uy, L, 0);
 }
 
 __global__ void unit_finish_kernel(const __grid_constant__ Works ws, int K, int slot, int ux, int uy, int L) {
@@ -1033,7 +1066,7 @@ __device__ void decide_area(const BlockWork& w, const BlockHead& c, int slot, in
 // another stream, which the launch waits for); the prediction of the next 4x4 unit, which
 // reads what these wrote.
 struct ChainLink {
-  int BL, K;
+  int BL, K, chunks;  // chunks: of the 4x4 units' leaf tables (finish_unit())
   int slot, ux, uy;
   int decides;
   int d_slot[3], d_ux[3], d_uy[3], d_L[3];
@@ -1043,7 +1076,7 @@ constexpr int kSmallTable = 7 * 7;  // leaf-table entries of a 4x4 unit
 
 __device__ void chain_block(const BlockWork& w, const ChainLink& a) {
   const BlockHead& c = stage_head(w);
-  finish_unit<kSmallTable * kMaxResidues>(w, c, a.K, a.slot, a.ux, a.uy, kMinLog, 1);
+  finish_unit<kSmallTable * kMaxResidues>(w, c, a.K, a.chunks, a.slot, a.ux, a.uy, kMinLog, 1);
   for (int d = 0; d < a.decides; ++d) {
     __syncthreads();
     decide_area(w, c, a.d_slot[d], a.d_ux[d], a.d_uy[d], a.d_L[d]);
@@ -1911,6 +1944,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       w.bits = reinterpret_cast<double*>(lead.bits.get());
       for (int L = kMinLog; L <= 5; ++L)
         leaf[static_cast<size_t>(L * cap + i)] = leaf_lane(l, g.consts.get(), lead.bits.get(), L);
+      leaf[static_cast<size_t>(kMinLog * cap + i)].defer = 1;  // the chain links combine them
       g.built_gen[static_cast<size_t>(i)] = l.gen;
     }
     VFP_CUDA(cudaMemcpy(g.works.get(), works.data(), sizeof(BlockWork) * n, cudaMemcpyHostToDevice));
@@ -1989,6 +2023,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       w.cand_pred[L] = reinterpret_cast<uint8_t*>(lv.cand_pred.get());
       w.cand_mode[L] = reinterpret_cast<int*>(lv.cand_mode.get());
     }
+    const Level& small = l.levels[kMinLog];
+    w.part_j = reinterpret_cast<const double*>(small.part_j.get());
+    w.part_i = reinterpret_cast<const int*>(small.part_i.get());
+    w.part_stride = small.out_j.size() / sizeof(double);
     w.slot_j = reinterpret_cast<double*>(l.slot_j.get());
     w.slot_mode = reinterpret_cast<int*>(l.slot_mode.get());
     w.slot_recon = reinterpret_cast<uint8_t*>(l.slot_recon.get());
@@ -2026,12 +2064,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         uint16_t* had = copy + static_cast<size_t>(s) * kMaxIndex;
         const int before = bc->n_diffs;
         bool whole = lane.probs_stamp[s] == 0;
-        for (int n = 0; n < kMaxIndex && !whole; n += 4) {
-          uint64_t a, b;  // four nodes at a time: most are unchanged
-          std::memcpy(&a, now + n, sizeof a);
-          std::memcpy(&b, had + n, sizeof b);
-          if (a == b) continue;
-          for (int k = n; k < n + 4; ++k)
+        // A block's coding changes a few root-to-leaf paths of the tree: runs of nodes are
+        // compared with memcmp first (most are equal), and only the runs that differ are
+        // looked at node by node and copied.
+        constexpr int kRun = 128;
+        for (int r = 0; r < kMaxIndex && !whole; r += kRun) {
+          if (std::memcmp(now + r, had + r, sizeof(uint16_t) * kRun) == 0) continue;
+          for (int k = r; k < r + kRun; ++k)
             if (now[k] != had[k]) {
               if (bc->n_diffs == kMaxDiffs) {
                 whole = true;
@@ -2039,8 +2078,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
               }
               bc->diffs[bc->n_diffs++] = static_cast<uint32_t>(s * kMaxIndex + k) << 12 | now[k];
             }
+          std::memcpy(had + r, now + r, sizeof(uint16_t) * kRun);
         }
-        std::memcpy(had, now, sizeof(uint16_t) * kMaxIndex);
+        if (whole) std::memcpy(had, now, sizeof(uint16_t) * kMaxIndex);
         if (whole) {
           bc->n_diffs = before;
           first_whole = std::min(first_whole, s), last_whole = s;
@@ -2142,7 +2182,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         VFP_CUDA(cudaEventRecord(lv.finished.e, s));
       } else if (op.kind == Op::Finish) {  // a 4x4 unit: a chain link
         ChainLink link{};
-        link.BL = BL, link.K = K;
+        const TaskList& chain_tasks = tasks_[kMinLog][K][spread(n)];
+        link.BL = BL, link.K = K, link.chunks = chain_tasks.chunked ? chain_tasks.max_chunks : 1;
         link.slot = op.slot, link.ux = op.ux, link.uy = op.uy;
         size_t j = i + 1;
         for (; j < ops.size() && ops[j].kind == Op::Decide; ++j) {  // every decision follows a 4x4 unit's
