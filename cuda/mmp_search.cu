@@ -438,8 +438,8 @@ struct SmallScale {
 };
 
 template <int NS>
-__device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lambda, const double* bits,
-                           SmallShared& sh, double* row_j, int* row_i) {
+__device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lambda, const double* bits, SmallShared& sh,
+                           double* row_j, int* row_i) {
   constexpr int kStride = small_stride(NS);
   const Task& t = lt.t;
   float* tile = sh.tile;
@@ -840,16 +840,29 @@ __device__ void prepare_unit(const BlockWork& w, const BlockHead& c, int BL, int
   __shared__ uint8_t top[2 * MaxN + 1], top_done[2 * MaxN + 1], left[MaxN], src[MaxN * MaxN];
   __shared__ mmp::PredictionRefs refs;
   __shared__ uint8_t pred[mmp::kModes * MaxN * MaxN];
-  __shared__ long long sse[mmp::kModes];
+  __shared__ double mode_j[mmp::kModes];
   __shared__ int cand[mmp::kModes];
   for (int i = threadIdx.x; i <= 2 * N; i += blockDim.x)
     top[i] = in.rec[uy * kWinW + ux + i], top_done[i] = in.done[uy * kWinW + ux + i];
   for (int i = threadIdx.x; i < N; i += blockDim.x) left[i] = in.rec[(uy + 1 + i) * kWinW + ux];
   for (int q = threadIdx.x; q < NN; q += blockDim.x) src[q] = in.src[(uy + (q >> L)) * B + ux + (q & (N - 1))];
   __syncthreads();
-  if (threadIdx.x == 0) {
-    mmp::prediction_refs([&](int xx, int yy) { return static_cast<int>(yy == y - 1 ? top[xx - x + 1] : left[yy - y]); },
-                         [&](int xx, int) { return top_done[xx - x + 1] != 0; }, in.W, x, y, N, &refs);
+  // predict.hpp's prediction_refs(), its references gathered in parallel while one thread
+  // derives the values from the same functions.
+  {
+    const auto px = [&](int xx, int yy) { return static_cast<int>(yy == y - 1 ? top[xx - x + 1] : left[yy - y]); };
+    const mmp::RefSource rs = mmp::ref_source([&](int xx, int) { return top_done[xx - x + 1] != 0; }, in.W, x, y, N);
+    for (int i = threadIdx.x; i < 3 * N + 2; i += blockDim.x) {
+      if (i <= 2 * N)
+        refs.tbuf[i] = mmp::ref_top(rs, px, i - 1);
+      else
+        refs.lbuf[i - 2 * N - 1] = mmp::ref_left(rs, px, i - 2 * N - 2);
+    }
+    if (threadIdx.x == blockDim.x - 1) {
+      refs.N = N;
+      mmp::ref_values([&](int i) { return mmp::ref_top(rs, px, i); }, [&](int i) { return mmp::ref_left(rs, px, i); },
+                      N, &refs);
+    }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < mmp::kModes * NN; i += blockDim.x) {
@@ -857,6 +870,9 @@ __device__ void prepare_unit(const BlockWork& w, const BlockHead& c, int BL, int
     pred[i] = static_cast<uint8_t>(mmp::predict_sample(refs, m, q & (N - 1), q >> L));
   }
   __syncthreads();
+  // Each mode's J (a warp a mode), then its rank among the 11 computed by its own thread:
+  // the modes of lower J, and of equal J and lower number, come before it (std::stable_sort's
+  // order, without a serial sort on the critical path).
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int m = warp; m < mmp::kModes; m += blockDim.x >> 5) {
     long long e = 0;
@@ -865,21 +881,15 @@ __device__ void prepare_unit(const BlockWork& w, const BlockHead& c, int BL, int
       e += d * d;
     }
     for (int o = 16; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
-    if (lane == 0) sse[m] = e;
+    if (lane == 0) mode_j[m] = __dadd_rn(static_cast<double>(e), __dmul_rn(c.s.lambda, c.mode_bits[L - kMinLog][m]));
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double J[mmp::kModes];
-    int order[mmp::kModes];
-    for (int m = 0; m < mmp::kModes; ++m)
-      J[m] = __dadd_rn(static_cast<double>(sse[m]), __dmul_rn(c.s.lambda, c.mode_bits[L - kMinLog][m])), order[m] = m;
-    for (int i = 1; i < mmp::kModes; ++i) {  // insertion sort: stable, as std::stable_sort
-      const int key = order[i];
-      int j = i - 1;
-      while (j >= 0 && J[key] < J[order[j]]) order[j + 1] = order[j], --j;
-      order[j + 1] = key;
-    }
-    for (int k = 0; k < c.K; ++k) cand[k] = w.cand_mode[L][k] = order[k];
+  if (threadIdx.x < mmp::kModes) {
+    const int m = threadIdx.x;
+    const double j = mode_j[m];
+    int rank = 0;
+    for (int o = 0; o < mmp::kModes; ++o) rank += mode_j[o] < j || (mode_j[o] == j && o < m);
+    if (rank < c.K) cand[rank] = w.cand_mode[L][rank] = m;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < c.K * NN; i += blockDim.x) {
@@ -940,7 +950,8 @@ __device__ void finish_unit(const BlockWork& w, const BlockHead& c, int K, int c
       } else {  // put_rows()'s combination: (J, index) minimum, INT_MAX for none
         double j = w.part_j[e];
         int ix = w.part_i[e];
-        for (int q = 1; q < chunks; ++q) take_min(j, ix, w.part_j[q * w.part_stride + e], w.part_i[q * w.part_stride + e]);
+        for (int q = 1; q < chunks; ++q)
+          take_min(j, ix, w.part_j[q * w.part_stride + e], w.part_i[q * w.part_stride + e]);
         pj[i] = j;
         pi[i] = static_cast<int16_t>(ix == INT_MAX ? 0 : ix);
       }

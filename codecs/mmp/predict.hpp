@@ -20,36 +20,63 @@ struct PredictionRefs {
   int dc, a, b, c;       // DC value; plane mode's offset and slopes
 };
 
-// The references of the unit at (x, y) of a W-wide plane (tile): `px(xx, yy)` reads a
-// decoded sample, `done(xx, yy)` says whether one is decoded (asked only for the sample
-// above-right of the unit, in the row above it).
-template <typename Px, typename Done>
-VFP_MMP_HD inline void prediction_refs(Px&& px, Done&& done, int W, int x, int y, int N, PredictionRefs* r) {
-  r->N = N;
-  const bool top = y > 0, left = x > 0;
-  for (int i = 0; i < N; ++i) {
-    r->tbuf[1 + i] = top ? px(x + i, y - 1) : left ? px(x - 1, y) : 128;
-    r->lbuf[1 + i] = left ? px(x - 1, y + i) : top ? px(x, y - 1) : 128;
+// Where a unit's references come from: which neighbours exist, and whether the samples
+// above-right of it are decoded (`done(xx, yy)` is asked only for the sample above-right of
+// the unit, in the row above it).
+struct RefSource {
+  int x, y, N;
+  bool top, left, above_right;
+};
+template <typename Done>
+VFP_MMP_HD inline RefSource ref_source(Done&& done, int W, int x, int y, int N) {
+  RefSource s{x, y, N, y > 0, x > 0, false};
+  s.above_right = s.top && x + 2 * N <= W && done(x + N, y - 1);
+  return s;
+}
+// Reference i of the row above (i = -1, the corner, .. 2N - 1) and of the column to the left
+// (i = -1 .. N - 1), with the substitutes for missing neighbours; `px(xx, yy)` reads a decoded
+// sample. Each is a function of i alone, so that the GPU gathers them in parallel.
+template <typename Px>
+VFP_MMP_HD inline int ref_top(const RefSource& s, Px&& px, int i) {
+  if (i < 0) {
+    if (s.top && s.left) return px(s.x - 1, s.y - 1);
+    i = 0;  // the corner's substitute
   }
-  const bool above_right = top && x + 2 * N <= W && done(x + N, y - 1);
-  for (int i = N; i < 2 * N; ++i) r->tbuf[1 + i] = above_right ? px(x + i, y - 1) : r->tbuf[N];
-  r->tbuf[0] = r->lbuf[0] = top && left ? px(x - 1, y - 1) : r->tbuf[1];  // (tbuf[1] holds the substitute)
-  const int* t = r->tbuf + 1;                                             // t[-1] .. t[2N-1]
-  const int* l = r->lbuf + 1;                                             // l[-1] .. l[N-1]
+  if (i >= s.N && !s.above_right) i = s.N - 1;
+  return s.top ? px(s.x + i, s.y - 1) : s.left ? px(s.x - 1, s.y) : 128;
+}
+template <typename Px>
+VFP_MMP_HD inline int ref_left(const RefSource& s, Px&& px, int i) {
+  if (i < 0) return ref_top(s, px, -1);
+  return s.left ? px(s.x - 1, s.y + i) : s.top ? px(s.x, s.y - 1) : 128;
+}
+// The mode-independent values from the references t(i) and l(i) (i = -1 ..).
+template <typename T, typename L>
+VFP_MMP_HD inline void ref_values(T&& t, L&& l, int N, PredictionRefs* r) {
   int dc = 0;
-  for (int i = 0; i < N; ++i) dc += t[i] + l[i];
+  for (int i = 0; i < N; ++i) dc += t(i) + l(i);
   r->dc = (dc + N) / (2 * N);
   // Slopes ~ 16 * H / sum(i^2): in 1/64 for N <= 16 (H.264's 5, 34 and 205), in 1/1024 for
   // 32 (11 = 16 * 1024 / 1496, rounded), where 1/64 is too coarse.
   const int half = N / 2, mult = N == 32 ? 11 : N == 16 ? 5 : N == 8 ? 34 : 205, shift = N == 32 ? 10 : 6;
   int hs = 0, vs = 0;
   for (int i = 1; i <= half; ++i) {
-    hs += i * (t[half - 1 + i] - t[half - 1 - i]);
-    vs += i * (l[half - 1 + i] - l[half - 1 - i]);
+    hs += i * (t(half - 1 + i) - t(half - 1 - i));
+    vs += i * (l(half - 1 + i) - l(half - 1 - i));
   }
   r->b = (mult * hs + (1 << (shift - 1))) >> shift;
   r->c = (mult * vs + (1 << (shift - 1))) >> shift;
-  r->a = 16 * (l[N - 1] + t[N - 1]);
+  r->a = 16 * (l(N - 1) + t(N - 1));
+}
+
+// The references of the unit at (x, y) of a W-wide plane (tile) and their values.
+template <typename Px, typename Done>
+VFP_MMP_HD inline void prediction_refs(Px&& px, Done&& done, int W, int x, int y, int N, PredictionRefs* r) {
+  const RefSource s = ref_source(done, W, x, y, N);
+  r->N = N;
+  for (int i = -1; i < 2 * N; ++i) r->tbuf[1 + i] = ref_top(s, px, i);
+  for (int i = -1; i < N; ++i) r->lbuf[1 + i] = ref_left(s, px, i);
+  ref_values([&](int i) { return r->tbuf[1 + i]; }, [&](int i) { return r->lbuf[1 + i]; }, N, r);
 }
 
 // The prediction of `mode` at (xx, yy) of the unit.
