@@ -52,6 +52,7 @@ struct Task {
   int mma;      // 1: the dot products on tensor cores (leaf_rows_mma)
 };
 constexpr int kMaxChunks = 32;
+constexpr int kChainChunks = 16;  // the most chunks of a 4x4 unit's tasks (combined by its chain link)
 
 struct ScaleArgs {
   const int16_t* data[kScales];
@@ -415,6 +416,7 @@ __device__ inline LeafTask leaf_task(const Task* tasks, const int* residues, int
 // float pipe issues twice the integer multiply-adds. Rows of 8 and 16 samples are padded
 // by 4 floats, so that the few elements a warp reads at once lie in different banks.
 constexpr int kSmallMaxN = 16, kSmallRows = 64, kSmallTile = 256;
+constexpr int kPer = kSmallTile / kThreads;  // elements a thread stages (the kernel runs kThreads)
 __host__ __device__ constexpr int small_stride(int n) { return n >= 8 ? n + 4 : n; }
 
 struct __align__(16) SmallShared {
@@ -435,6 +437,13 @@ struct SmallScale {
   const int* norms;
   int count;
   double leaf_bits;
+};
+
+// An element of NS samples as one load (NS <= 4) or 16-byte loads: a scale's elements lie
+// NS samples apart from the (256-byte aligned) start of its storage.
+template <int NS>
+struct alignas(NS >= 8 ? 16 : 2 * NS) SmallElem {
+  int16_t v[NS];
 };
 
 template <int NS>
@@ -470,13 +479,30 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
   float limit = 16777216.0f;
   for (int base = t.chunk * kSmallTile; base < count; base += t.chunks * kSmallTile) {
     const int m = min(kSmallTile, count - base);
+    // The tile's elements, whole, a thread kPer of them: every load is issued before the
+    // first store (one round trip), each element's samples in one or two vector loads.
+    SmallElem<NS> el[kPer];
+    double eb[kPer];
+    int en[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int e = threadIdx.x + k * kThreads;
+      if (e < m) {
+        el[k] = reinterpret_cast<const SmallElem<NS>*>(data)[base + e];
+        eb[k] = b[base + e];
+        en[k] = norms[base + e];
+      }
+    }
     __syncthreads();  // the last tile is consumed
-    const int16_t* src = data + static_cast<size_t>(base) * NS;
-    for (int q = threadIdx.x; q < m * NS; q += blockDim.x)
-      tile[(q / NS) * kStride + q % NS] = static_cast<float>(src[q]);
-    for (int e = threadIdx.x; e < m; e += blockDim.x) {
-      rate[e] = __dmul_rn(lambda, __dadd_rn(b[base + e], leaf));
-      norm[e] = static_cast<float>(norms[base + e]);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int e = threadIdx.x + k * kThreads;
+      if (e < m) {
+#pragma unroll
+        for (int q = 0; q < NS; ++q) tile[e * kStride + q] = static_cast<float>(el[k].v[q]);
+        rate[e] = __dmul_rn(lambda, __dadd_rn(eb[k], leaf));
+        norm[e] = static_cast<float>(en[k]);
+      }
     }
     __syncthreads();
     if (mine)
@@ -948,10 +974,18 @@ __device__ void finish_unit(const BlockWork& w, const BlockHead& c, int K, int c
         pj[i] = w.leaf_j[L][e];
         pi[i] = static_cast<int16_t>(max(w.leaf_i[L][e], 0));
       } else {  // put_rows()'s combination: (J, index) minimum, INT_MAX for none
-        double j = w.part_j[e];
-        int ix = w.part_i[e];
-        for (int q = 1; q < chunks; ++q)
-          take_min(j, ix, w.part_j[q * w.part_stride + e], w.part_i[q * w.part_stride + e]);
+        // Every chunk's load is issued before the first is used (one round trip, not one
+        // per chunk): unrolled to the most chunks, the missing ones predicated off.
+        double cj[kChainChunks];
+        int ci[kChainChunks];
+#pragma unroll
+        for (int q = 0; q < kChainChunks; ++q)
+          if (q < chunks) cj[q] = w.part_j[q * w.part_stride + e], ci[q] = w.part_i[q * w.part_stride + e];
+        double j = cj[0];
+        int ix = ci[0];
+#pragma unroll
+        for (int q = 1; q < kChainChunks; ++q)
+          if (q < chunks) take_min(j, ix, cj[q], ci[q]);
         pj[i] = j;
         pi[i] = static_cast<int16_t>(ix == INT_MAX ? 0 : ix);
       }
@@ -2277,9 +2311,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         if (n <= kSmallMaxN) {
           // leaf_small_kernel: a full dictionary's tiles dealt to 16 blocks for the 4x4 units
           // (on the critical path), fewer for the others (beside it; each block's setup counts).
-          const int chunks = spread_chunks(L == kMinLog ? 16 : L == kMinLog + 1 ? 8 : 4, regime);
-          for (int g0 = 0; g0 < segments; g0 += kSmallRows) {
-            const int count = std::min(kSmallRows, segments - g0);
+          const int chunks = spread_chunks(L == kMinLog ? kChainChunks : L == kMinLog + 1 ? 8 : 4, regime);
+          // A block alone's 4x4 units: 16 segments a task, so that each thread takes at most
+          // 32 elements of a tile (one segment a thread, the block's threads split the tile):
+          // the slowest block sets the link's time.
+          const int rows = regime == 0 && L == kMinLog ? 16 : kSmallRows;
+          for (int g0 = 0; g0 < segments; g0 += rows) {
+            const int count = std::min(rows, segments - g0);
             for (int c = 0; c < chunks; ++c) small.push_back({lw, lh, g0, count, out, c, chunks, tl.chunked, 0});
             ++tl.chunked;
           }
