@@ -1180,11 +1180,32 @@ __device__ void pack_block(const BlockWork& w) {
     items = ni, units = nu;
   }
   __syncthreads();
-  for (int u = 0; u < units; ++u) {
-    const size_t from = static_cast<size_t>(unit_slot[u]) * kMaxTable;
-    for (int i = threadIdx.x; i < mmp::leaf_table_size(unit_L[u]); i += blockDim.x) {
-      kind[unit_base[u] + i] = w.slot_kind[from + i];
-      index[unit_base[u] + i] = w.slot_index[from + i];
+  // The plans' entries as one flat range (unit u's from unit_base[u]), every thread's loads
+  // issued before its stores: one round trip, not one per unit.
+  {
+    constexpr int kPer = (kMaxTable + 255) / 256;  // the kernel runs 256 threads
+    const int total = unit_base[units - 1] + mmp::leaf_table_size(unit_L[units - 1]);
+    uint8_t k[kPer];
+    int16_t x[kPer];
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) {
+      const int i = threadIdx.x + r * 256;
+      if (i >= total) continue;
+      int lo = 0, hi = units - 1;  // the last unit whose range starts at or before i
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (unit_base[mid] <= i)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      const size_t from = static_cast<size_t>(unit_slot[lo]) * kMaxTable + (i - unit_base[lo]);
+      k[r] = w.slot_kind[from], x[r] = w.slot_index[from];
+    }
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) {
+      const int i = threadIdx.x + r * 256;
+      if (i < total) kind[i] = k[r], index[i] = x[r];
     }
   }
   __syncthreads();

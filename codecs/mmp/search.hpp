@@ -44,16 +44,13 @@ struct LeafQuery {
 // Where segment (ix, iy) of scale (lw, lh) of residue k lies in a leaf table: scales in
 // order lh = 0..L, lw = 0..L within, segments row by row (ix + iy * (N >> lw)).
 VFP_MMP_HD inline int leaf_scale_offset(int L, int lw, int lh) {
-  // Scales before (lw, lh): whole rows lh' < lh, then lw' < lw in row lh.
+  // Scales before (lw, lh): whole rows lh' < lh (each sum over lw' of N >> lw' = 2N - 1
+  // segments wide, N >> lh' high), then lw' < lw in row lh; the geometric sums in closed
+  // form (sum over b < k of N >> b = 2N - 2 (N >> k) for k <= L).
   const int N = 1 << L;
-  int row = 0;  // segments in one row of scales: sum over lw' of N >> lw'
-  for (int a = 0; a <= L; ++a) row += N >> a;
-  int off = 0;
-  for (int b = 0; b < lh; ++b) off += row * (N >> b);
-  for (int a = 0; a < lw; ++a) off += (N >> a) * (N >> lh);
-  return off;
+  return (2 * N - 1) * (2 * N - 2 * (N >> lh)) + (N >> lh) * (2 * N - 2 * (N >> lw));
 }
-VFP_MMP_HD inline int leaf_table_size(int L) { return leaf_scale_offset(L, 0, L + 1); }  // entries per residue
+VFP_MMP_HD inline int leaf_table_size(int L) { return ((2 << L) - 1) * ((2 << L) - 1); }  // entries per residue
 
 // One block's whole search, for a backend that runs it where the dictionaries live (the
 // GPU): the encoder's choices for the block (the prediction tree, each unit's mode and
