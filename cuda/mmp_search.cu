@@ -109,11 +109,13 @@ struct LeafTask {
   Task t;
   int n, lw, N, nx, per_residue, s;
   const int* residues;
-  __device__ int sample(int g, int q) const {  // sample q of the task's segment g
+  // The first sample of the task's segment g: sample q is then seg[in_segment(q)], with no
+  // division per sample.
+  __device__ const int* segment(int g) const {
     const int gg = t.g0 + g, k = gg / per_residue, at = gg - k * per_residue;
-    const int x = (at % nx) * (1 << t.lw) + (q & ((1 << t.lw) - 1)), y = (at / nx) * (1 << t.lh) + (q >> t.lw);
-    return residues[static_cast<size_t>(k) * N * N + y * N + x];
+    return residues + static_cast<size_t>(k) * N * N + (at / nx) * (1 << t.lh) * N + (at % nx) * (1 << t.lw);
   }
+  __device__ int in_segment(int q) const { return (q >> t.lw) * N + (q & ((1 << t.lw) - 1)); }
 };
 
 // The scalar form. Its segments in shared memory, its threads striding over the scale's
@@ -128,7 +130,12 @@ __device__ void leaf_rows_scalar(const LeafTask& lt, const SearchConsts* consts,
   const Task& t = lt.t;
   const int n = lt.n;
   __shared__ int seg_sq[kGroup];
-  for (int idx = threadIdx.x; idx < t.count * n; idx += blockDim.x) seg[idx] = lt.sample(idx / n, idx % n);
+  __shared__ const int* rows[kGroup];
+  if (threadIdx.x < t.count) rows[threadIdx.x] = lt.segment(threadIdx.x);
+  __syncthreads();
+  const int log_n = t.lw + t.lh;
+  for (int idx = threadIdx.x; idx < t.count * n; idx += blockDim.x)
+    seg[idx] = rows[idx >> log_n][lt.in_segment(idx & (n - 1))];
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int g = warp; g < t.count; g += blockDim.x >> 5) {
@@ -241,9 +248,12 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
   int8_t* a_hi = split;
   int8_t* a_lo = split + kMmaRows * stride;
   int* seg_sq = reinterpret_cast<int*>(split + 2 * kMmaRows * stride);
+  __shared__ const int* rows[kMmaRows];
+  if (threadIdx.x < t.count) rows[threadIdx.x] = lt.segment(threadIdx.x);
+  __syncthreads();
   for (int idx = threadIdx.x; idx < kMmaRows * npad; idx += blockDim.x) {
     const int r = idx / npad, q = idx - r * npad;
-    const int v = r < t.count && q < n ? lt.sample(r, q) : 0;
+    const int v = r < t.count && q < n ? rows[r][lt.in_segment(q)] : 0;
     a_hi[r * stride + q] = static_cast<int8_t>(v >> 4);
     a_lo[r * stride + q] = static_cast<int8_t>(v & 15);
   }
@@ -253,7 +263,7 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
     int sq = 0;
     if (r < t.count)
       for (int q = lane; q < n; q += 32) {
-        const int v = lt.sample(r, q);
+        const int v = rows[r][lt.in_segment(q)];
         sq += v * v;
       }
     for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
@@ -462,9 +472,10 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
   const bool mine = r < t.count;
   float seg[NS];
   int sq_i = 0;
+  const int* segment = lt.segment(mine ? r : 0);
 #pragma unroll
   for (int q = 0; q < NS; ++q) {
-    const int v = mine ? lt.sample(r, q) : 0;
+    const int v = mine ? segment[lt.in_segment(q)] : 0;
     seg[q] = static_cast<float>(v);
     sq_i += v * v;
   }
