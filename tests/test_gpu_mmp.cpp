@@ -196,9 +196,13 @@ TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
     EXPECT_EQ(cpu.recon, dev.recon) << "block " << (1 << block_log);
   }
   // Rounds of several blocks in one launch (synchronized tiles): 6 tiles of four 8x8 blocks,
-  // and 70 tiles of one block (the task lists for many blocks a launch).
-  for (const int tile : {16, 8}) {
-    const int w = tile == 16 ? 48 : 56, h = tile == 16 ? 32 : 80;
+  // and 24 and 70 tiles of one block: the three ways a launch deals its tasks (spread():
+  // fewer than 8 blocks, fewer than 64, more), each combining the 4x4 units' chunks its way.
+  struct Case {
+    int tile, w, h;
+  };
+  for (const Case c : {Case{16, 48, 32}, Case{8, 48, 32}, Case{8, 56, 80}}) {
+    const int tile = c.tile, w = c.w, h = c.h;
     const auto img = test_plane(2, w, h, 13);
     mmp::Params p;
     p.lambda = 25;
@@ -207,8 +211,8 @@ TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
     const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), w, h, p);
     p.search = gpu;
     const mmp::PlaneResult dev = mmp::encode_plane(img.data(), w, h, p);
-    EXPECT_EQ(cpu.bytes, dev.bytes) << "tiles of " << tile;
-    EXPECT_EQ(cpu.recon, dev.recon) << "tiles of " << tile;
+    EXPECT_EQ(cpu.bytes, dev.bytes) << "tiles of " << tile << " on " << w << "x" << h;
+    EXPECT_EQ(cpu.recon, dev.recon) << "tiles of " << tile << " on " << w << "x" << h;
   }
 }
 

@@ -269,6 +269,22 @@ TEST(Mmp, PrunedSearchMakesTheExhaustiveSearchsDecisions) {
   }
 }
 
+// The leaf table's layout (search.hpp's closed forms): scales in order lh = 0..L, lw = 0..L
+// within, each (N >> lw) x (N >> lh) segments, one after another with no gap, for every
+// unit size the codec has (4x4 .. 32x32) and the 1x1 .. 2x2 ones around them.
+TEST(Mmp, LeafTableLayoutHoldsEverySegmentOnce) {
+  for (int L = 0; L <= 5; ++L) {
+    const int N = 1 << L;
+    int at = 0;
+    for (int lh = 0; lh <= L; ++lh)
+      for (int lw = 0; lw <= L; ++lw) {
+        EXPECT_EQ(mmp::leaf_scale_offset(L, lw, lh), at) << "unit " << N << ", scale " << lw << "," << lh;
+        at += (N >> lw) * (N >> lh);
+      }
+    EXPECT_EQ(mmp::leaf_table_size(L), at) << "unit " << N;
+  }
+}
+
 // The leaf search is replaceable (codecs/mmp/search.hpp): an exhaustive backend gives the
 // pruned CPU search's bytes, untiled and in every tile mode, at every block size.
 TEST(Mmp, AnotherLeafSearchGivesTheSameBytes) {
