@@ -44,7 +44,8 @@ constexpr int kMmaMaxN = 256;
 // Large segments make a task long (its elements times their samples times the group): such
 // a task's elements are dealt to `chunks` thread blocks (element i to chunk i % (128 *
 // chunks) / 128; on tensor cores, tiles of 8 elements to warps round robin); the last of
-// them to finish combines their (J, index) minima.
+// them to finish combines their (J, index) minima, or, for a block search's 4x4 units, the
+// chain link that reads them (LeafLane::defer).
 struct Task {
   int lw, lh, g0, count, out;  // out: the scale's offset in a residue's leaf table
   int chunk, chunks;
@@ -352,9 +353,10 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
 
 // The task's rows (its segments' minima over the chunk's elements) into the leaf table, or
 // for a chunked task into the partial tables, the task's last chunk to finish combining
-// them (a second kernel would add a launch to the block search's critical path). Its
-// counter is left at 0 for the next search on this stream. Call with every thread, after
-// a __syncthreads that makes row_j / row_i visible.
+// them (a second kernel would add a launch to the block search's critical path) unless
+// `defer` leaves that to the consumer. Its counter is left at 0 for the next search on
+// this stream. Call with every thread, after a __syncthreads that makes row_j / row_i
+// visible.
 __device__ void put_rows(const LeafTask& lt, int table, const double* row_j, const int* row_i, double* out_j,
                          int* out_i, double* part_j, int* part_i, size_t part_stride, int* counters, int defer) {
   const Task& t = lt.t;
