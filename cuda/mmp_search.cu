@@ -549,7 +549,10 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+// At least 8 thread blocks an SM (64 registers a thread, not 80): the kernel's chains of
+// shared loads and multiply-adds are latency-bound, and a round's launch has blocks enough
+// to fill the extra room (docs/perf.md, MMP log).
+__global__ void __launch_bounds__(kThreads, 8)
     leaf_small_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
   const LeafLane ll = leaf_lane_of(first, lanes);
   const double* bits = ll.bits;
