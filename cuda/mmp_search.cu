@@ -871,8 +871,8 @@ __global__ void index_costs_kernel(const __grid_constant__ Works ws) {
 // A unit's 11 predictions, their ranking by J = SSE + lambda * mode bits (stable: ties in
 // mode order), and the residues of the K best. One thread block (units up to MaxN x MaxN);
 // the unit's references (the window's row above it and column left of it) are read into
-// shared memory first and gathered by one thread.
-// `c`: stage_head()'s copy, read only after the first __syncthreads here.
+// shared memory first and gathered by all threads. `c`: stage_head()'s copy, read only
+// after the first __syncthreads here.
 template <int MaxN>
 __device__ void prepare_unit(const BlockWork& w, const BlockHead& c, int BL, int ux, int uy, int L) {
   const BlockInput& in = *w.in;
