@@ -141,7 +141,6 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
 #endif
 }
 
-namespace {
 // FFmpeg's rule: an existing output is only replaced when asked (-y); -n keeps it.
 void check_overwrite(const std::string& path, Overwrite o) {
   std::error_code ec;
@@ -149,7 +148,6 @@ void check_overwrite(const std::string& path, Overwrite o) {
   if (o == Overwrite::No) throw Error(ErrorKind::Output, "output '" + path + "' exists; not overwritten (-n)");
   throw Error(ErrorKind::Usage, "output '" + path + "' exists: add -y to overwrite it (-n: never overwrite)");
 }
-}  // namespace
 
 namespace {
 // Outputs the libav sink writes: files that are none of vfpipe's own formats.

@@ -46,6 +46,9 @@ struct SinkOptions {
   Overwrite overwrite = Overwrite::Refuse;
 };
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt);
+// FFmpeg's rule for a file about to be written: an existing one is replaced only with -y
+// (Overwrite::Yes), kept with -n (an Output error), else a usage error that says so.
+void check_overwrite(const std::string& path, Overwrite o);
 
 class NullSink final : public Sink {
  public:

@@ -47,7 +47,7 @@ bench_on() {  # bench_on DEVICE NAME INPUT THREADS TILE-ARGS...
   shift 4
   local t0 t1 t2 line
   t0=$(date +%s%N)
-  line=$("$VFP" mmp encode "$in" -o "$T/o.mmp" --lambda "$LAMBDA" --threads "$threads" --device "$dev" "$@" 2>&1 |
+  line=$("$VFP" mmp encode -y "$in" -o "$T/o.mmp" --lambda "$LAMBDA" --threads "$threads" --device "$dev" "$@" 2>&1 |
     tail -1)
   t1=$(date +%s%N)
   "$VFP" mmp decode "$T/o.mmp" -o "$T/o.y4m" --threads "$threads" > /dev/null 2>&1

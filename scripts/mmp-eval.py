@@ -156,9 +156,9 @@ def curve_mmp(img, tmp, vfpipe, lambdas, block=16):
     planes = 3 if color else 1
     for lam in lambdas:
         t = time.time()
-        run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam), "--block", str(block)] + (["--pix-fmt", os.environ.get("MMP_PIXFMT", "yuv420p")] if color else []))
+        run([vfpipe, "mmp", "encode", "-y", src, "-o", enc, "--lambda", str(lam), "--block", str(block)] + (["--pix-fmt", os.environ.get("MMP_PIXFMT", "yuv420p")] if color else []))
         secs = time.time() - t
-        run([vfpipe, "mmp", "decode", enc, "-o", dec])
+        run([vfpipe, "mmp", "decode", "-y", enc, "-o", dec])
         out = io.imread(dec) if color else read_y4m(dec, img.shape)
         bits = (os.path.getsize(enc) - 35 - 4 * planes) * 8  # payload only: no container header, plane lengths
         pts.append({"param": lam, "bpp": bits / (img.shape[0] * img.shape[1]), "psnr": psnr(img, out), "seconds": secs})

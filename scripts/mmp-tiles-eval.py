@@ -54,10 +54,10 @@ def curve(img, tmp, vfpipe, lambdas, config):
     pts = []
     for lam in lambdas:
         t = time.time()
-        ev.run([vfpipe, "mmp", "encode", src, "-o", enc, "--lambda", str(lam)] + tile)
+        ev.run([vfpipe, "mmp", "encode", "-y", src, "-o", enc, "--lambda", str(lam)] + tile)
         secs = time.time() - t
         t = time.time()
-        ev.run([vfpipe, "mmp", "decode", enc, "-o", dec])
+        ev.run([vfpipe, "mmp", "decode", "-y", enc, "-o", dec])
         dsecs = time.time() - t
         out = ev.read_y4m(dec, img.shape)
         header = 35 if config == "untiled" else 44  # version 3 adds the tile grid
@@ -76,7 +76,7 @@ def curve_clip(path, vfpipe, lambdas, config, frames):
     pts = []
     for lam in lambdas:
         t = time.time()
-        out = subprocess.run([vfpipe, "mmp", "encode", path, "-o", enc, "--lambda", str(lam), "-n", str(frames)] + tile,
+        out = subprocess.run([vfpipe, "mmp", "encode", "-y", path, "-o", enc, "--lambda", str(lam), "-n", str(frames)] + tile,
                              check=True, capture_output=True, text=True).stderr.strip().splitlines()[-1]
         secs = time.time() - t
         bpp = float(out.split(" bpp")[0].split()[-1])

@@ -580,6 +580,34 @@ TEST(Mmp, FramesInFlightWriteTheSameFile) {
   EXPECT_NE(test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/x.mmp --frames-in-flight 0").rc, 0);
 }
 
+// FFmpeg's habit: an existing output is replaced only with -y, and -n never replaces it; the
+// error says how. For the .mmp that encode writes, and for decode's PNG and video outputs.
+TEST(Mmp, CliKeepsAnExistingOutputUnlessAsked) {
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_overwrite");
+  std::filesystem::create_directories(dir);
+  const std::string y4m = dir + "/in.y4m", mmpf = dir + "/in.mmp", png = dir + "/back.png";
+  ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=24x16:frames=1' -o " + y4m).rc, 0);
+  const std::string encode = bin + " mmp encode " + y4m + " -o " + mmpf + " --lambda 30 --device cpu";
+  ASSERT_EQ(test::run_cmd(encode).rc, 0);
+  const std::string first = test::read_file(mmpf);
+  auto r = test::run_cmd(encode + " --no-post-filter");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("exists: add -y to overwrite it"), std::string::npos) << r.out;
+  r = test::run_cmd(encode + " --no-post-filter -n");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("not overwritten (-n)"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(mmpf), first);  // kept both times
+  r = test::run_cmd(encode + " --no-post-filter -y");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(test::read_file(mmpf), first);
+  EXPECT_NE(test::run_cmd(encode + " -y -n").rc, 0);  // contradictory
+  ASSERT_EQ(test::run_cmd(bin + " mmp decode " + mmpf + " -o " + png).rc, 0);
+  r = test::run_cmd(bin + " mmp decode " + mmpf + " -o " + png);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("add -y"), std::string::npos) << r.out;
+  EXPECT_EQ(test::run_cmd(bin + " mmp decode " + mmpf + " -o " + png + " -y").rc, 0);
+}
+
 TEST(Mmp, ContainerAndCliRoundTrip) {
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_cli");
   std::filesystem::create_directories(dir);

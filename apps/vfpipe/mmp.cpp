@@ -36,6 +36,11 @@ struct MmpArgs {
   bool independent_chroma = false;
   bool no_post_filter = false;
   int frames_in_flight = 2;
+  bool overwrite = false, no_overwrite = false;  // -y, -n
+  Overwrite overwrite_rule() const {
+    if (overwrite && no_overwrite) throw Error(ErrorKind::Usage, "-y and -n contradict each other");
+    return overwrite ? Overwrite::Yes : no_overwrite ? Overwrite::No : Overwrite::Refuse;
+  }
 };
 
 // A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
@@ -90,6 +95,7 @@ int mmp_encode_command(const MmpArgs& a) {
   mmp::check_tiles(p);
   p.search = leaf_search(a.device, a.gpu_search);
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
+  check_overwrite(out, a.overwrite_rule());
   mmp::Writer w(out, coded, p);
   // Frames without carry are independent: up to --frames-in-flight of them are read, encoded
   // at once (the GPU search takes several rounds from several frames; the CPU's tiles share
@@ -153,7 +159,9 @@ int mmp_decode_command(const MmpArgs& a) {
   const FrameSpec spec = r.spec();
   HostFrame f(spec, false);
   const std::string ext = a.output.size() > 4 ? a.output.substr(a.output.size() - 4) : "";
+  const Overwrite rule = a.overwrite_rule();
   if (ext == ".png" && a.output.find('%') == std::string::npos) {  // one image
+    check_overwrite(a.output, rule);
     if (!r.read(f)) throw Error(ErrorKind::Input, a.input + ": no frames");
     FrameSpec s = spec;
     s.format = spec.format == PixelFormat::GRAY8 ? PixelFormat::GRAY8 : PixelFormat::BGR24;
@@ -166,7 +174,9 @@ int mmp_decode_command(const MmpArgs& a) {
     std::fprintf(stderr, "%s: %s\n", a.output.c_str(), s.describe().c_str());
     return 0;
   }
-  auto sink = open_sink(a.output.empty() ? "-" : a.output, SinkOptions{});
+  SinkOptions so;
+  so.overwrite = rule;  // video files, as `vfpipe run` treats them
+  auto sink = open_sink(a.output.empty() ? "-" : a.output, so);
   const auto acc = sink->accepted_formats();
   FrameSpec out = spec;
   if (!acc.empty() && std::find(acc.begin(), acc.end(), spec.format) == acc.end()) out.format = acc.front();
@@ -232,6 +242,9 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt,
                       "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
   mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
+  mmp_enc->add_flag("-y,--overwrite", mmp_args.overwrite, "overwrite an existing output file");
+  mmp_enc->add_flag("--no-overwrite", mmp_args.no_overwrite,
+                    "never overwrite an existing output file (ffmpeg's -n, also accepted)");
   mmp_enc
       ->add_option("-d,--device", mmp_args.device,
                    "where the encoder's dictionary search runs: auto (the GPU if one is usable), cuda, cpu; the "
@@ -287,7 +300,10 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
   mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();
   mmp_dec->add_option("-o,--output", mmp_args.output,
-                      "out.png (first frame), out.y4m, frames/%06d.png, '-' (Y4M stdout)");
+                      "out.png (first frame), out.y4m, frames/%06d.png, a video file, '-' (Y4M stdout)");
+  mmp_dec->add_flag("-y,--overwrite", mmp_args.overwrite, "overwrite an existing PNG or video output");
+  mmp_dec->add_flag("--no-overwrite", mmp_args.no_overwrite,
+                    "never overwrite an existing PNG or video output (ffmpeg's -n, also accepted)");
   auto* mmp_info = mmp_cmd->add_subcommand("info", "show an .mmp file's header and frame sizes");
   mmp_info->add_option("input", mmp_args.input, ".mmp file")->required();
   mmp_cmd->footer(
