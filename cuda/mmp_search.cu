@@ -2377,6 +2377,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           tl.max_chunks = std::max(tl.max_chunks, chunks);
         }
       }
+    // A 4x4 unit's segments (1..16 samples) are all small tasks of one chunk count, which its
+    // chain link combines (LeafLane::defer, ChainLink::chunks).
+    if (L == kMinLog && (!tasks.empty() || tl.max_chunks > kChainChunks))
+      throw Error(ErrorKind::Internal, "MMP GPU search: a 4x4 unit's tasks are not all small ones");
     tl.small = static_cast<int>(small.size());
     tasks.insert(tasks.end(), small.begin(), small.end());
     tl.buf = DeviceBuffer(tasks.size() * sizeof(Task), "MMP search tasks");
