@@ -25,4 +25,8 @@ void add_batch_command(CLI::App& app, Subcommands& out);     // batch: batch.cpp
 // Writes `text` to `path`; throws Error(Output) naming `what` when it cannot.
 void write_file(const std::string& path, const std::string& text, const char* what);
 
+// FFmpeg's -y and -n on `cmd` (-n arrives as --no-overwrite: main.cpp maps a bare -n, so that
+// -n N stays a frame count), for an existing `what` ("video output", ...).
+void add_overwrite_flags(CLI::App* cmd, bool* overwrite, bool* no_overwrite, const std::string& what);
+
 }  // namespace vfp

@@ -17,6 +17,11 @@
 
 namespace vfp {
 
+void add_overwrite_flags(CLI::App* cmd, bool* overwrite, bool* no_overwrite, const std::string& what) {
+  cmd->add_flag("-y,--overwrite", *overwrite, "overwrite an existing " + what);
+  cmd->add_flag("--no-overwrite", *no_overwrite, "never overwrite an existing " + what + " (ffmpeg's -n)");
+}
+
 void write_file(const std::string& path, const std::string& text, const char* what) {
   std::ofstream out(path, std::ios::binary);
   out << text;

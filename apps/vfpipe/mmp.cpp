@@ -242,9 +242,7 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt,
                       "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
   mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
-  mmp_enc->add_flag("-y,--overwrite", mmp_args.overwrite, "overwrite an existing output file");
-  mmp_enc->add_flag("--no-overwrite", mmp_args.no_overwrite,
-                    "never overwrite an existing output file (ffmpeg's -n, also accepted)");
+  add_overwrite_flags(mmp_enc, &mmp_args.overwrite, &mmp_args.no_overwrite, "output file");
   mmp_enc
       ->add_option("-d,--device", mmp_args.device,
                    "where the encoder's dictionary search runs: auto (the GPU if one is usable), cuda, cpu; the "
@@ -301,9 +299,7 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();
   mmp_dec->add_option("-o,--output", mmp_args.output,
                       "out.png (first frame), out.y4m, frames/%06d.png, a video file, '-' (Y4M stdout)");
-  mmp_dec->add_flag("-y,--overwrite", mmp_args.overwrite, "overwrite an existing PNG or video output");
-  mmp_dec->add_flag("--no-overwrite", mmp_args.no_overwrite,
-                    "never overwrite an existing PNG or video output (ffmpeg's -n, also accepted)");
+  add_overwrite_flags(mmp_dec, &mmp_args.overwrite, &mmp_args.no_overwrite, "PNG or video output");
   auto* mmp_info = mmp_cmd->add_subcommand("info", "show an .mmp file's header and frame sizes");
   mmp_info->add_option("input", mmp_args.input, ".mmp file")->required();
   mmp_cmd->footer(

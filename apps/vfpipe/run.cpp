@@ -130,8 +130,7 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--movflags", a.movflags,
                 "(-movflags) MP4/MOV muxer flags, e.g. +faststart (a classic MP4 with its index in front); default: "
                 "fragmented, a fragment a second, so a full disk or a crash leaves a playable file");
-  c->add_flag("-y,--overwrite", a.overwrite, "overwrite an existing video output");
-  c->add_flag("--no-overwrite", a.no_overwrite, "never overwrite an existing video output (ffmpeg's -n)");
+  add_overwrite_flags(c, &a.overwrite, &a.no_overwrite, "video output");
   c->add_flag("--ignore-input-errors", a.ignore_input_errors,
               "a truncated or damaged video input: warn and exit 0 (default: its frames are written, exit 1)");
   c->add_option("--start", a.start, "(-ss) start this many seconds into a video file input")
