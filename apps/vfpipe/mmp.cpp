@@ -93,9 +93,10 @@ int mmp_encode_command(const MmpArgs& a) {
   if (!mmp::parse_tile_mode(a.tile_mode, &p.tile_mode))
     throw Error(ErrorKind::Usage, "--tile-mode: '" + a.tile_mode + "' (independent, sync-dict or sync)");
   mmp::check_tiles(p);
-  p.search = leaf_search(a.device, a.gpu_search);
+  // Before the search starts (a GPU's context, or the warning that there is none).
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   check_overwrite(out, a.overwrite_rule());
+  p.search = leaf_search(a.device, a.gpu_search);
   mmp::Writer w(out, coded, p);
   // Frames without carry are independent: up to --frames-in-flight of them are read, encoded
   // at once (the GPU search takes several rounds from several frames; the CPU's tiles share
