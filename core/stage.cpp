@@ -21,4 +21,12 @@ void Stage::run_cuda(const ImageView&, const ImageView&, const StageContext&) {
   throw Error(ErrorKind::Internal, "stage '" + name() + "' has no CUDA implementation");
 }
 
+std::shared_future<void> Stage::start_cuda(const ImageView&, const ImageView&, const StageContext&) {
+  throw Error(ErrorKind::Internal, "stage '" + name() + "' has no asynchronous CUDA implementation");
+}
+
+void Stage::finish_cuda(const ImageView&, const StageContext&) {
+  throw Error(ErrorKind::Internal, "stage '" + name() + "' has no asynchronous CUDA implementation");
+}
+
 }  // namespace vfp

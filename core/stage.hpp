@@ -3,6 +3,7 @@
 // implementation (cuda/). The engine knows stages only through this interface and the registry.
 #pragma once
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +57,19 @@ class Stage {
   // in and out never alias. Images are in host memory (CPU) or device memory (CUDA).
   virtual void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) = 0;
   virtual void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx);
+
+  // Stages whose CUDA work has host work in the middle (a CPU codec: the frame comes down,
+  // the host codes it, the result goes up) can let the CUDA engine keep several frames'
+  // host work going at once instead of blocking in run_cuda(). start_cuda() queues the
+  // first part on ctx.stream, starts the host part and returns at once; its future is
+  // ready (or holds the error) when the host part is done. The engine then calls
+  // finish_cuda() for that frame, in frame order, from another thread than start_cuda()'s,
+  // which queues the rest on ctx.stream. ctx.note and ctx.metrics stay valid (and are read
+  // by nobody else) until the future is ready. A stage that returns true here must also
+  // run frames through run_cuda() alone (the engine uses it when it cannot overlap).
+  virtual bool host_async() const { return false; }
+  virtual std::shared_future<void> start_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx);
+  virtual void finish_cuda(const ImageView& out, const StageContext& ctx);
 
   // Live parameter change between frames: `opts` is the stage's full option set with the
   // changed values merged in. Applies to the frames submitted after the call; frames in

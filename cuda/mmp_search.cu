@@ -1776,6 +1776,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     bool in_flight = false, learned = false;
     int block_log = 0, n = 0;
     int64_t t0 = 0;
+    std::atomic<int64_t>* device_ns = nullptr;  // the round's query's (BlockQuery::device_ns)
     std::shared_ptr<Mirror> learning;
     // VFP_MMP_PROFILE: each launch of the round between two events.
     struct Mark {
@@ -1900,6 +1901,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     g.n = n;
     g.learned = learns;
     g.t0 = t0;
+    g.device_ns = q.device_ns;
   }
 
   void finish_round(Group& g, mmp::BlockChoices* out) {
@@ -1927,7 +1929,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           m.count[s] = all[counts_at(BL) + s];
         }
     }
-    kernel_ns_ += static_cast<int64_t>(Event::elapsed_ms(lead.kernel_start, lead.kernel_end) * 1e6);
+    const auto ns = static_cast<int64_t>(Event::elapsed_ms(lead.kernel_start, lead.kernel_end) * 1e6);
+    kernel_ns_ += ns;
+    if (g.device_ns) *g.device_ns += ns;
     wall_ns_ += now_ns() - g.t0;
     ++calls_;
     blocks_ += g.n;

@@ -97,6 +97,13 @@ std::string LiveControls::toggle() {
   return describe(selected_);
 }
 
+bool LiveControls::pending() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const Entry& e : entries_)
+    if (e.dirty || e.off_dirty) return true;
+  return false;
+}
+
 void LiveControls::apply(Chain& chain) {
   std::lock_guard<std::mutex> lk(mu_);
   for (Entry& e : entries_) {

@@ -29,6 +29,8 @@ class LiveControls {
 
   // Worker thread (EngineConfig::before_frame): hands pending changes to the stages.
   void apply(Chain& chain);
+  // Whether apply() has a change to hand on (EngineConfig::change_due).
+  bool pending() const;
 
  private:
   struct Entry {

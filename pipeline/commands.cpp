@@ -142,6 +142,12 @@ void validate_commands(const std::vector<Command>& cmds, Chain& chain) {
   }
 }
 
+bool commands_due(const std::vector<Command>& cmds, int64_t frame) {
+  for (const auto& c : cmds)
+    if (!c.applied && c.frame <= frame) return true;
+  return false;
+}
+
 void apply_commands(std::vector<Command>& cmds, int64_t frame, Chain& chain) {
   for (auto& c : cmds) {
     if (c.applied || c.frame > frame) continue;

@@ -36,5 +36,7 @@ std::vector<Command> load_commands(const std::string& path);
 void validate_commands(const std::vector<Command>& cmds, Chain& chain);
 // Applies the commands not applied yet whose frame is at or before `frame`.
 void apply_commands(std::vector<Command>& cmds, int64_t frame, Chain& chain);
+// Whether apply_commands(cmds, frame, ...) would apply any.
+bool commands_due(const std::vector<Command>& cmds, int64_t frame);
 
 }  // namespace vfp

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -54,6 +55,10 @@ class Worker {
   virtual void submit(FramePtr in, FrameRecord rec) = 0;
   // Completes every frame in flight, in order.
   virtual void flush() = 0;
+  // Before a live change to the stages: waits until no stage of an earlier frame is still
+  // to be queued (CUDA: the part of the chain after a host_async() stage), so that the
+  // change reaches only the frames submitted after it.
+  virtual void settle() {}
   // On the sink thread, before the record is kept: fills the step times from what the
   // backend left in item.timing (off the worker thread, which sets the frame rate).
   virtual void finalize(OutItem& item) { (void)item; }
@@ -147,6 +152,12 @@ class CpuWorker final : public Worker {
 // periods). How it learns of the download is `Completion`: Event blocks in
 // cudaEventSynchronize on the download's event; HostFunc queues a cudaLaunchHostFunc
 // callback after the download that wakes the thread (docs/architecture.md, latency model).
+//
+// Host work inside a stage (Stage::host_async(), the MMP encoder): the worker queues a frame
+// up to that stage and starts its host part, then goes on with the next frames; a tail
+// thread waits for each frame's host part in submission order and queues the rest of its
+// chain and its download. So up to `depth` frames' host parts run at once, and no stream
+// ever waits on the host (nothing is queued before what it needs is done).
 class CudaWorker final : public Worker {
  public:
   CudaWorker(Chain& chain, int depth, int out_frames, bool timing, bool keep_source, Sink* tap_sink,
@@ -167,6 +178,7 @@ class CudaWorker final : public Worker {
     for (int s = 0; s < depth; ++s) {
       auto sl = std::make_unique<Slot>();
       sl->worker = this;
+      sl->index = s;
       sl->in = cuda::DeviceBuffer::frame(in_bytes_, "an input frame");
       for (size_t i = 0; i < chain_.size(); ++i) {
         const auto& step = chain_.step(i);
@@ -179,6 +191,15 @@ class CudaWorker final : public Worker {
     }
     for (size_t i = 0; i < chain_.size(); ++i) chain_.step(i).stage->prepare(Backend::CUDA, depth);
     for (size_t i = 0; i < chain_.size(); ++i) labels_.push_back(chain_.step(i).stage->label());
+    for (size_t i = 0; i < chain_.size() && async_step_ < 0; ++i) {
+      const Stage& st = *chain_.step(i).stage;
+      if (!st.passthrough() && st.host_async()) async_step_ = static_cast<int>(i);
+    }
+    // Live changes must wait for earlier frames' tails only where the tail has stages a
+    // change can reach (the builder's format conversions take none).
+    for (size_t i = static_cast<size_t>(async_step_ + 1); async_step_ >= 0 && i < chain_.size(); ++i)
+      if (!chain_.step(i).stage->passthrough() && !chain_.step(i).inserted) tail_mutable_ = true;
+    last_step_end_.assign(chain_.size(), INT64_MIN);
     nvtx_name_stream(up_.get(), "vfpipe upload");
     nvtx_name_stream(compute_.get(), "vfpipe compute");
     nvtx_name_stream(down_.get(), "vfpipe download");
@@ -187,6 +208,11 @@ class CudaWorker final : public Worker {
       cuda::set_device(device);
       completion_loop();
     });
+    if (async_step_ >= 0)
+      tailer_ = std::thread([this, device = cuda::current_device()] {
+        cuda::set_device(device);
+        tail_loop();
+      });
   }
   ~CudaWorker() override {
     {
@@ -194,7 +220,8 @@ class CudaWorker final : public Worker {
       stop_ = true;
     }
     cv_.notify_all();
-    completer_.join();  // it waits for (and hands on or drops) every frame still in flight
+    if (tailer_.joinable()) tailer_.join();  // it queues (or drops) every tail still waiting
+    completer_.join();                       // it waits for (and hands on or drops) every frame still in flight
     for (auto* st : {&up_, &compute_, &down_}) sync_no_throw(st->get());
   }
   std::vector<std::string> step_names() const override {
@@ -223,87 +250,45 @@ class CudaWorker final : public Worker {
     if (rec.submit_ns - anchor_->host_ns > kReanchorNs) reanchor();
     s.evs = events_->acquire();
     s.evs->anchor = anchor_;
+    // The record lives in the slot from here: stages write their notes and metrics into it,
+    // from the tail thread too.
+    s.rec = std::move(rec);
+    s.rec.notes.assign(chain_.size(), std::string());
     std::vector<cuda::Event>& ev = s.evs->ev;
-    const size_t S = chain_.size();
     // A frame its source left in GPU memory (NVDEC) is the chain's input where it is: the
     // frame stays with the slot until its download is done.
-    uint8_t* in_dev = in->on_device && in->device ? in->device : s.in.get();
+    s.in_dev = in->on_device && in->device ? in->device : s.in.get();
     if (timing_) ev[0].record(up_.get());
-    if (in_dev == s.in.get()) {
-      NvtxRange range("H2D", rec.index);
+    if (s.in_dev == s.in.get()) {
+      NvtxRange range("H2D", s.rec.index);
       cuda::memcpy_h2d_async(s.in.get(), in->data(), in_bytes_, up_.get());
     }
     ev[1].record(up_.get());
-
     cuda::stream_wait(compute_.get(), ev[1]);
-    ImageView cur = ImageView::over(in_dev, chain_.input());
-    StageContext ctx;
-    ctx.backend = Backend::CUDA;
-    ctx.stream = compute_.get();
-    ctx.slot = slot;
-    ctx.frame_index = rec.index;
-    rec.notes.resize(S);
-    ctx.metrics = &rec.metrics;
-    for (size_t i = 0; i < S; ++i) {
-      Stage& stage = *chain_.step(i).stage;
-      ctx.note = &rec.notes[i];
-      if (!stage.passthrough()) {
-        NvtxRange range(labels_[i].c_str(), rec.index);
-        ImageView dst = ImageView::over(s.bufs[i].get(), chain_.step(i).out);
-        if (stage.bypassed())
-          cuda::copy_image_async(cur, dst, compute_.get());
-        else
-          stage.run_cuda(cur, dst, ctx);
-        cur = dst;
-      }
-      if (timing_ || i + 1 == S) ev[3 + i].record(compute_.get());
-    }
-    if (S == 0) ev[2].record(compute_.get());
-    const cuda::Event& computed = S > 0 ? ev[2 + S] : ev[2];
-    cuda::stream_wait(down_.get(), computed);
-    // The display's copy of the device frames, on the compute stream after the download's
-    // dependency: the download does not wait for it.
-    if (tap_sink_ && !tap_checked_) {
-      tap_ = tap_sink_->device_tap();
-      tap_checked_ = true;
-    }
-    s.device_slot = tap_ ? tap_->copy(cur.data[0], in_dev, compute_.get()) : -1;
-    // The download can be skipped when the tap holds the frame and nobody reads it on the host.
-    s.host_valid = s.device_slot < 0 || tap_sink_->needs_host_frames();
-    if (s.host_valid) {
-      NvtxRange range("D2H", rec.index);
-      cuda::memcpy_d2h_async(out->data(), cur.data[0], out_bytes_, down_.get());
-    }
-    ev[4 + S].record(down_.get());
+    s.cur = ImageView::over(s.in_dev, chain_.input());
     s.frame_in = std::move(in);
     s.frame_out = std::move(out);
-    s.rec = std::move(rec);
+    s.host = {};
+    s.next_step = run_steps(s, 0, async_step_ >= 0);
     {
       std::lock_guard<std::mutex> lk(mu_);
       s.busy = true;
-      s.launched = s.downloaded = false;
+      s.launched = s.downloaded = s.failed = false;
       pending_.push_back(slot);
-    }
-    std::exception_ptr launch_error;
-    if (completion_ == Completion::HostFunc) {
-      try {
-        cuda::launch_host_func(down_.get(), &on_downloaded, &s);
-      } catch (...) {
-        launch_error = std::current_exception();
-      }
-    }
-    s.rec.launched_ns = now_ns();  // before the completion thread reads it (it waits for `launched`)
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      s.launched = true;
-      if (launch_error) {  // no callback will come: the frame is dropped, the run stops
-        s.downloaded = true;
-        if (!error_) error_ = launch_error;
+      if (async_step_ >= 0) {
+        tails_.push_back(slot);
+        ++tails_open_;
       }
     }
     cv_.notify_all();
     ++next_;
-    if (launch_error) std::rethrow_exception(launch_error);
+    if (async_step_ < 0) launch_tail(s);
+  }
+  void settle() override {
+    if (!tail_mutable_) return;
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return tails_open_ == 0 || error_; });
+    if (error_) std::rethrow_exception(error_);
   }
   void flush() override {
     std::unique_lock<std::mutex> lk(mu_);
@@ -378,17 +363,150 @@ class CudaWorker final : public Worker {
   };
   struct Slot {
     CudaWorker* worker = nullptr;
+    int index = 0;
     cuda::DeviceBuffer in;
     std::vector<cuda::DeviceBuffer> bufs;
     FramePtr frame_in, frame_out;
     FrameRecord rec;
     std::shared_ptr<FrameEvents> evs;
+    uint8_t* in_dev = nullptr;  // the chain's input in device memory
+    ImageView cur;              // the frame as the last queued step left it
+    size_t next_step = 0;       // the host_async() step still to finish, or the chain's length
+    std::shared_future<void> host;
     int device_slot = -1;
     bool host_valid = true;
     // Guarded by mu_: in flight (submitted, not yet handed on), fully launched by the
-    // worker, download seen done by the HostFunc callback.
-    bool busy = false, launched = false, downloaded = false;
+    // worker (or dropped: `failed`, nothing to wait for), download seen done by the
+    // HostFunc callback.
+    bool busy = false, launched = false, downloaded = false, failed = false;
   };
+  StageContext context_of(Slot& s) {
+    StageContext ctx;
+    ctx.backend = Backend::CUDA;
+    ctx.stream = compute_.get();
+    ctx.slot = s.index;
+    ctx.frame_index = s.rec.index;
+    ctx.metrics = &s.rec.metrics;
+    return ctx;
+  }
+  // Queues the chain's steps from `from` on the compute stream, each from where the last
+  // left the frame (s.cur). With `split`, stops at the host_async() stage: starts it
+  // (s.host) and returns its index; else runs every step and returns the chain's length.
+  size_t run_steps(Slot& s, size_t from, bool split) {
+    const size_t S = chain_.size();
+    std::vector<cuda::Event>& ev = s.evs->ev;
+    StageContext ctx = context_of(s);
+    for (size_t i = from; i < S; ++i) {
+      Stage& stage = *chain_.step(i).stage;
+      ctx.note = &s.rec.notes[i];
+      if (!stage.passthrough()) {
+        NvtxRange range(labels_[i].c_str(), s.rec.index);
+        ImageView dst = ImageView::over(s.bufs[i].get(), chain_.step(i).out);
+        if (stage.bypassed()) {
+          cuda::copy_image_async(s.cur, dst, compute_.get());
+        } else if (split && static_cast<int>(i) == async_step_) {
+          s.host = stage.start_cuda(s.cur, dst, ctx);
+          return i;
+        } else {
+          stage.run_cuda(s.cur, dst, ctx);
+        }
+        s.cur = dst;
+      }
+      if (timing_ || i + 1 == S) ev[3 + i].record(compute_.get());
+    }
+    if (S == 0) ev[2].record(compute_.get());
+    return S;
+  }
+  // The rest of a frame after its head (submit): the host_async() stage's second part if
+  // it was started, the steps after it, the display's copy, the download and the
+  // completion's callback; then marks the slot launched. Throws what failed.
+  void launch_tail(Slot& s) {
+    const size_t S = chain_.size();
+    std::vector<cuda::Event>& ev = s.evs->ev;
+    size_t i = s.next_step;
+    if (i < S) {
+      s.host.get();  // the host part's error, if any
+      StageContext ctx = context_of(s);
+      ctx.note = &s.rec.notes[i];
+      ImageView dst = ImageView::over(s.bufs[i].get(), chain_.step(i).out);
+      {
+        NvtxRange range(labels_[i].c_str(), s.rec.index);
+        chain_.step(i).stage->finish_cuda(dst, ctx);
+      }
+      s.cur = dst;
+      if (timing_ || i + 1 == S) ev[3 + i].record(compute_.get());
+      run_steps(s, i + 1, false);
+    }
+    const cuda::Event& computed = S > 0 ? ev[2 + S] : ev[2];
+    cuda::stream_wait(down_.get(), computed);
+    // The display's copy of the device frames, on the compute stream after the download's
+    // dependency: the download does not wait for it.
+    if (tap_sink_ && !tap_checked_) {
+      tap_ = tap_sink_->device_tap();
+      tap_checked_ = true;
+    }
+    s.device_slot = tap_ ? tap_->copy(s.cur.data[0], s.in_dev, compute_.get()) : -1;
+    // The download can be skipped when the tap holds the frame and nobody reads it on the host.
+    s.host_valid = s.device_slot < 0 || tap_sink_->needs_host_frames();
+    if (s.host_valid) {
+      NvtxRange range("D2H", s.rec.index);
+      cuda::memcpy_d2h_async(s.frame_out->data(), s.cur.data[0], out_bytes_, down_.get());
+    }
+    ev[4 + S].record(down_.get());
+    std::exception_ptr launch_error;
+    if (completion_ == Completion::HostFunc) {
+      try {
+        cuda::launch_host_func(down_.get(), &on_downloaded, &s);
+      } catch (...) {
+        launch_error = std::current_exception();
+      }
+    }
+    s.rec.launched_ns = now_ns();  // before the completion thread reads it (it waits for `launched`)
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      s.launched = true;
+      if (launch_error) {  // no callback will come: the frame is dropped, the run stops
+        s.downloaded = true;
+        if (!error_) error_ = launch_error;
+      }
+    }
+    cv_.notify_all();
+    if (launch_error) std::rethrow_exception(launch_error);
+  }
+  // Tail thread: each frame's tail in submission order, once its host part is done. After a
+  // failure the frames still waiting are dropped (their host parts finished first: they
+  // write into the slot).
+  void tail_loop() {
+    nvtx_name_thread("vfpipe tails");
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || !tails_.empty(); });
+      if (tails_.empty()) return;
+      Slot& s = *slots_[static_cast<size_t>(tails_.front())];
+      const bool drop = error_ != nullptr;
+      lk.unlock();
+      std::exception_ptr err;
+      if (drop) {
+        if (s.host.valid()) s.host.wait();
+      } else {
+        try {
+          launch_tail(s);
+        } catch (...) {
+          err = std::current_exception();
+          if (s.host.valid()) s.host.wait();
+        }
+      }
+      lk.lock();
+      if (drop || err) {
+        if (!s.launched) s.failed = true;
+        s.launched = s.downloaded = true;
+        if (err && !error_) error_ = err;
+      }
+      tails_.pop_front();
+      --tails_open_;
+      cv_.notify_all();
+    }
+  }
   static void sync_no_throw(cuda::StreamHandle s) {
     try {
       cuda::Event e;
@@ -413,15 +531,17 @@ class CudaWorker final : public Worker {
     }
     s->worker->cv_.notify_all();
   }
-  // Completion thread: blocks until the slot's download is done.
-  void wait_for_download(Slot& s) {
+  // Completion thread: blocks until the slot's download is done. False: the frame was
+  // dropped before its download was queued.
+  bool wait_for_download(Slot& s) {
     const cuda::Event& done = s.evs->ev[4 + chain_.size()];
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return s.launched; });  // the worker has queued everything for it
+    if (s.failed) return false;
     if (completion_ == Completion::Event) {
       lk.unlock();
       done.synchronize();
-      return;
+      return true;
     }
     // A failed stream never runs the callback: the event reports the error instead.
     while (!cv_.wait_for(lk, std::chrono::milliseconds(20), [&] { return s.downloaded; })) {
@@ -429,6 +549,7 @@ class CudaWorker final : public Worker {
       (void)done.query();  // throws on a CUDA error
       lk.lock();
     }
+    return true;
   }
   void completion_loop() {
     nvtx_name_thread("vfpipe completion");
@@ -440,13 +561,16 @@ class CudaWorker final : public Worker {
       const bool drop = error_ != nullptr;
       lk.unlock();
       std::exception_ptr err;
+      bool handed_on = false;
       try {
-        wait_for_download(s);
-        if (!drop) complete(s);
+        if (wait_for_download(s) && !drop) {
+          complete(s);
+          handed_on = true;
+        }
       } catch (...) {
         err = std::current_exception();
       }
-      if (drop || err) release(s);
+      if (!handed_on) release(s);
       lk.lock();
       if (err && !error_) error_ = err;
       s.busy = false;
@@ -497,13 +621,28 @@ class CudaWorker final : public Worker {
     };
     const int64_t up0 = T(0), up1 = T(1);
     span(up0, up1);
-    int64_t t = std::max(up1, last_compute_end_);
-    for (size_t i = 0; i < S; ++i) {
-      const int64_t e = T(3 + i);
-      span(t, e);
-      t = e;
+    int64_t t = up1;
+    if (async_step_ < 0) {
+      t = std::max(up1, last_compute_end_);
+      for (size_t i = 0; i < S; ++i) {
+        const int64_t e = T(3 + i);
+        span(t, e);
+        t = e;
+      }
+      if (S > 0) last_compute_end_ = t;
+    } else {
+      // Frames interleave on the compute stream (an earlier frame's tail is queued after
+      // later frames' heads), but each step still runs its frames in order: a step starts
+      // after its frame's previous step and its previous frame. The host_async() step's own
+      // frames overlap: it starts with its frame.
+      for (size_t i = 0; i < S; ++i) {
+        const int64_t b = static_cast<int>(i) == async_step_ ? t : std::max(t, last_step_end_[i]);
+        const int64_t e = T(3 + i);
+        span(b, e);
+        last_step_end_[i] = e;
+        t = e;
+      }
     }
-    if (S > 0) last_compute_end_ = t;
     const int64_t down1 = T(4 + S);
     span(std::max(t, last_download_end_), down1);
     last_download_end_ = down1;
@@ -522,6 +661,9 @@ class CudaWorker final : public Worker {
   DeviceTap* tap_ = nullptr;
   bool tap_checked_ = false;
   int64_t last_compute_end_ = INT64_MIN, last_download_end_ = INT64_MIN;  // finalize() only
+  std::vector<int64_t> last_step_end_;                                    // finalize() only
+  int async_step_ = -1;        // the first host_async() step, or -1 (no tail thread)
+  bool tail_mutable_ = false;  // stages after it take live changes (settle() waits)
   FramePool out_pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t in_bytes_ = 0, out_bytes_ = 0;
@@ -531,9 +673,11 @@ class CudaWorker final : public Worker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int> pending_;
+  std::deque<int> tails_;  // slots whose tail the tail thread has still to queue
+  int tails_open_ = 0;     // of those, not yet queued (settle() waits for 0)
   std::exception_ptr error_;
   bool stop_ = false;
-  std::thread completer_;  // last: started after everything above exists
+  std::thread completer_, tailer_;  // last: started after everything above exists
 };
 #endif
 
@@ -744,7 +888,10 @@ class PipelineRun {
         rec.read_ns = it->read_ns;
         rec.capture_ns = it->capture_ns;
         rec.enqueue_ns = it->enqueue_ns;
-        if (cfg_.before_frame) cfg_.before_frame(it->index, chain_);
+        if (cfg_.before_frame) {
+          if (!cfg_.change_due || cfg_.change_due(it->index)) worker_->settle();
+          cfg_.before_frame(it->index, chain_);
+        }
         worker_->submit(std::move(it->frame), std::move(rec));
       }
       if (!failing_) worker_->flush();

@@ -8,6 +8,9 @@
 // the previous one, so while frame N computes, frame N+1 uploads and frame N-1 downloads.
 // A completion thread hands each frame to the sink as soon as its download is done, in
 // submission order, so frames come out in order and wait for nothing but their own work.
+// A stage with host work inside (Stage::host_async(), the MMP encoder) has up to `depth`
+// frames' host parts going at once: a tail thread queues the rest of each frame's chain
+// once its host part is done (docs/architecture.md).
 // All buffers (pinned host frames, device frames, intermediate stage outputs) are
 // allocated once before the first frame.
 //
@@ -53,6 +56,11 @@ struct EngineConfig {
   // number): the place for live parameter changes. Frames already in flight are not
   // affected; stages apply a change to the frames submitted after it.
   std::function<void(int64_t index, Chain& chain)> before_frame;
+  // Optional, with before_frame: whether a change is due before frame `index`. Without it
+  // every frame may bring one, and where part of a chain is queued after later frames have
+  // started (a host_async() stage on the CUDA backend), the engine waits for the earlier
+  // frames' parts before each call, which stops their overlap.
+  std::function<bool(int64_t index)> change_due;
 };
 
 struct RunResult {

@@ -5,8 +5,12 @@
 //
 // On the CUDA backend the encoder's search runs on the GPU (cuda/mmp_search.hpp): the frame
 // comes down to pinned memory, the encoder's host part (range coding, dictionary updates)
-// runs on the calling thread and the process-wide pool, and the reconstruction goes back up
-// on the chain's stream. The search's device time is in the HUD note and the report.
+// runs on a thread of its own and the process-wide pool, and the reconstruction goes back
+// up on the chain's stream. The stage is host_async(): the engine keeps one frame's encode
+// going per slot (frames without carry are independent; with carry, or a bitstream file,
+// they finish in order). The search's device time is in the HUD note and the report.
+#include <atomic>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -94,9 +98,8 @@ class MmpStage final : public Stage {
         params_.search = cuda::make_mmp_leaf_search();
         if (writer_) writer_->set_search(params_.search);
       }
-      down_ = std::make_unique<HostFrame>(spec_, true);
-      up_.clear();
-      for (int i = 0; i < slots; ++i) up_.push_back(std::make_unique<HostFrame>(spec_, true));
+      slots_.clear();
+      for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<SlotBuffers>(spec_));
     }
 #else
     (void)backend, (void)slots;
@@ -105,20 +108,34 @@ class MmpStage final : public Stage {
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     // Frames arrive in order (the engine's CPU worker runs a stage's frames one after another),
     // which carried dictionaries need.
-    encode(in, out, ctx);
+    encode(in, out, ctx.note, ctx.metrics, {});
   }
 #if VFPIPE_HAVE_CUDA
-  // The CUDA worker submits a chain's frames in order from one thread, as carry needs. The
-  // frame is waited for (the stages before this one), coded, and its reconstruction queued
-  // on the chain's stream from the slot's pinned buffer: the slot is reused only after its
-  // frame's download, so the buffer is free by then.
+  bool host_async() const override { return !slots_.empty(); }
+  // The frame comes down to the slot's pinned buffer on the chain's stream; a thread of its
+  // own waits for it and encodes it into the slot's reconstruction buffer. The slot is
+  // reused only after its frame's download, so both buffers are free when it starts.
+  std::shared_future<void> start_cuda(const ImageView& in, const ImageView&, const StageContext& ctx) override {
+    SlotBuffers& sb = *slots_.at(static_cast<size_t>(ctx.slot));
+    cuda::memcpy_d2h_async(sb.down.data(), in.data[0], FrameLayout::of(spec_).total_bytes, ctx.stream);
+    sb.downloaded.record(ctx.stream);
+    std::shared_future<void> before = last_;
+    // The task lets go of `before` when it ends, so finished frames are not kept in a chain.
+    last_ = std::async(std::launch::async, [this, &sb, before, note = ctx.note, metrics = ctx.metrics,
+                                            device = cuda::current_device()]() mutable {
+              cuda::set_device(device);
+              sb.downloaded.synchronize();
+              encode(sb.down.view(), sb.up.view(), note, metrics, std::move(before));
+            }).share();
+    return last_;
+  }
+  void finish_cuda(const ImageView& out, const StageContext& ctx) override {
+    const HostFrame& up = slots_.at(static_cast<size_t>(ctx.slot))->up;
+    cuda::memcpy_h2d_async(out.data[0], up.data(), FrameLayout::of(spec_).total_bytes, ctx.stream);
+  }
   void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
-    const size_t bytes = FrameLayout::of(spec_).total_bytes;
-    cuda::memcpy_d2h_async(down_->data(), in.data[0], bytes, ctx.stream);
-    cuda::stream_synchronize(ctx.stream);
-    HostFrame& up = *up_.at(static_cast<size_t>(ctx.slot));
-    encode(down_->view(), up.view(), ctx);
-    cuda::memcpy_h2d_async(out.data[0], up.data(), bytes, ctx.stream);
+    start_cuda(in, out, ctx).get();
+    finish_cuda(out, ctx);
   }
 #endif
   std::string report() const override {
@@ -138,20 +155,36 @@ class MmpStage final : public Stage {
   }
 
  private:
-  void encode(const ImageView& in, const ImageView& out, const StageContext& ctx) {
-    const double gpu0 = params_.search ? params_.search->device_seconds() : 0;
-    const mmp::FrameStats st = writer_
-                                   ? writer_->write(in, &out)
-                                   : mmp::encode_frame(in, params_, &out, nullptr, params_.carry ? &states_ : nullptr);
-    const double gpu = params_.search ? params_.search->device_seconds() - gpu0 : 0;
-    if (ctx.note)
-      *ctx.note = log::format("MMP %.0f BITS  %.3f BPP  %.2f DB  %.0f MS%s", st.bits,
-                              st.bits / (static_cast<double>(spec_.width) * spec_.height), st.psnr(), st.seconds * 1e3,
-                              params_.search ? log::format("  GPU %.0f MS", gpu * 1e3).c_str() : "");
-    if (ctx.metrics) {
-      ctx.metrics->emplace_back("mmp kbits", st.bits / 1000);
-      ctx.metrics->emplace_back("mmp encode (ms)", st.seconds * 1e3);
-      if (params_.search) ctx.metrics->emplace_back("mmp GPU search (ms)", gpu * 1e3);
+  // Codes one frame. `before`: the previous frame's encode when frames overlap (CUDA
+  // backend); carried states and the bitstream file need the frames in order, so they wait
+  // for it (and fail with it); independent frames only append their bytes after it.
+  void encode(const ImageView& in, const ImageView& out, std::string* note,
+              std::vector<std::pair<std::string, double>>* metrics, std::shared_future<void> before) {
+    std::atomic<int64_t> device_ns{0};
+    mmp::Params p = writer_ ? writer_->params() : params_;
+    p.device_ns = &device_ns;
+    const bool ordered = params_.carry;
+    if (ordered && before.valid()) before.get();
+    mmp::FrameStats st;
+    if (writer_ && ordered) {
+      st = writer_->write(in, &out, &device_ns);
+    } else if (writer_) {
+      std::vector<std::vector<uint8_t>> payloads;
+      st = mmp::encode_frame(in, p, &out, &payloads, nullptr);
+      if (before.valid()) before.get();
+      writer_->append(payloads);
+    } else {
+      st = mmp::encode_frame(in, p, &out, nullptr, params_.carry ? &states_ : nullptr);
+    }
+    const double gpu = static_cast<double>(device_ns.load()) * 1e-9;
+    if (note)
+      *note = log::format("MMP %.0f BITS  %.3f BPP  %.2f DB  %.0f MS%s", st.bits,
+                          st.bits / (static_cast<double>(spec_.width) * spec_.height), st.psnr(), st.seconds * 1e3,
+                          p.search ? log::format("  GPU %.0f MS", gpu * 1e3).c_str() : "");
+    if (metrics) {
+      metrics->emplace_back("mmp kbits", st.bits / 1000);
+      metrics->emplace_back("mmp encode (ms)", st.seconds * 1e3);
+      if (p.search) metrics->emplace_back("mmp GPU search (ms)", gpu * 1e3);
     }
     std::lock_guard<std::mutex> lock(mu_);
     total_ += st;
@@ -165,8 +198,17 @@ class MmpStage final : public Stage {
   std::string search_;
   std::unique_ptr<mmp::Writer> writer_;
   mmp::PlaneStates states_;
-  std::unique_ptr<HostFrame> down_;             // CUDA backend: the frame, come down
-  std::vector<std::unique_ptr<HostFrame>> up_;  // per slot: the reconstruction going up
+#if VFPIPE_HAVE_CUDA
+  // CUDA backend, per slot: the frame come down, its reconstruction going up, and the event
+  // the encode waits for.
+  struct SlotBuffers {
+    explicit SlotBuffers(const FrameSpec& spec) : down(spec, true), up(spec, true) {}
+    HostFrame down, up;
+    cuda::Event downloaded;
+  };
+  std::vector<std::unique_ptr<SlotBuffers>> slots_;
+  std::shared_future<void> last_;  // the newest frame's encode
+#endif
   mutable std::mutex mu_;
   mmp::FrameStats total_;
   double gpu_s_ = 0;

@@ -2,8 +2,10 @@
 // GPU is usable (CI); on the device they must run (scripts/device-test.sh).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
 #include <random>
 #include <set>
@@ -20,6 +22,7 @@
 #endif
 #include "io/synthetic.hpp"
 #include "pipeline/engine.hpp"
+#include "stages/conv.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
@@ -272,6 +275,204 @@ TEST(Gpu, LatencyIsTheWorkNotTheDepth) {
     EXPECT_LE(l.end_to_end_p90, l.work_p90 + 1.5)
         << mode << ": p90 end to end " << l.end_to_end_p90 << " ms, p90 work " << l.work_p90 << " ms";
     EXPECT_LT(l.end_to_end, 12.0) << mode << ": p99 end to end " << l.end_to_end << " ms, p99 work " << l.work << " ms";
+  }
+}
+
+namespace {
+// A stage with host work in the middle of its CUDA work (Stage::host_async(), as the MMP
+// encoder): the frame comes down, the host maps every sample to 255 - x + frame number
+// (so a frame coded with another's number shows) after a delay, the result goes up. It
+// counts how many frames' host parts ran at once.
+class HostMapStage final : public Stage {
+ public:
+  explicit HostMapStage(int delay_ms, int64_t fail_at = -1) : delay_ms_(delay_ms), fail_at_(fail_at) {}
+  FrameSpec configure(const FrameSpec& in) override {
+    spec_ = in;
+    return in;
+  }
+  void prepare(Backend b, int slots) override {
+    bufs_.clear();
+    if (b == Backend::CUDA)
+      for (int i = 0; i < slots; ++i) bufs_.push_back(std::make_unique<Bufs>(spec_));
+  }
+  void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
+    map(in, out, ctx.frame_index, ctx.note);
+  }
+  bool host_async() const override { return !bufs_.empty(); }
+  std::shared_future<void> start_cuda(const ImageView& in, const ImageView&, const StageContext& ctx) override {
+    Bufs& b = *bufs_.at(static_cast<size_t>(ctx.slot));
+    cuda::memcpy_d2h_async(b.down.data(), in.data[0], FrameLayout::of(spec_).total_bytes, ctx.stream);
+    b.ev.record(ctx.stream);
+    return std::async(std::launch::async,
+                      [this, &b, frame = ctx.frame_index, note = ctx.note] {
+                        b.ev.synchronize();
+                        const int now = ++running_;
+                        for (int m = max_running_.load(); now > m && !max_running_.compare_exchange_weak(m, now);) {
+                        }
+                        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+                        --running_;
+                        if (frame == fail_at_) throw Error(ErrorKind::Input, "host part failed on purpose");
+                        map(b.down.view(), b.up.view(), frame, note);
+                      })
+        .share();
+  }
+  void finish_cuda(const ImageView& out, const StageContext& ctx) override {
+    const HostFrame& up = bufs_.at(static_cast<size_t>(ctx.slot))->up;
+    cuda::memcpy_h2d_async(out.data[0], up.data(), FrameLayout::of(spec_).total_bytes, ctx.stream);
+  }
+  void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
+    start_cuda(in, out, ctx).get();
+    finish_cuda(out, ctx);
+  }
+  int max_running() const { return max_running_.load(); }
+
+ private:
+  static void map(const ImageView& in, const ImageView& out, int64_t frame, std::string* note) {
+    for (int p = 0; p < plane_count(in.format); ++p)
+      for (int y = 0; y < in.ph[p]; ++y)
+        for (int x = 0; x < in.pw[p]; ++x) out.row(p, y)[x] = static_cast<uint8_t>(255 - in.row(p, y)[x] + frame);
+    if (note) *note = "frame " + std::to_string(frame);
+  }
+  struct Bufs {
+    explicit Bufs(const FrameSpec& s) : down(s, true), up(s, true) {}
+    HostFrame down, up;
+    cuda::Event ev;
+  };
+  FrameSpec spec_;
+  int delay_ms_;
+  int64_t fail_at_;
+  std::vector<std::unique_ptr<Bufs>> bufs_;
+  std::atomic<int> running_{0}, max_running_{0};
+};
+
+std::vector<std::unique_ptr<Stage>> host_map_chain(const char* before, HostMapStage** map, int delay_ms,
+                                                   int64_t fail_at = -1, const char* after = "") {
+  std::vector<std::unique_ptr<Stage>> v = build_stages(before);
+  auto m = std::make_unique<HostMapStage>(delay_ms, fail_at);
+  *map = m.get();
+  v.push_back(std::move(m));
+  for (auto& st : build_stages(after)) v.push_back(std::move(st));
+  return v;
+}
+}  // namespace
+
+// The engine keeps several frames' host parts going at once (the tail thread queues each
+// frame's rest in order), with the CPU's bytes, in order, under both completion modes and
+// a slow sink; each frame's note is its own; step times stay ordered.
+TEST(Gpu, HostAsyncStagesOverlapFramesInOrder) {
+  REQUIRE_GPU();
+  const FrameSpec spec{PixelFormat::YUV420P, 641, 361, {25, 1}};
+  HostMapStage* map = nullptr;
+  CaptureSink cpu;
+  {
+    TestSource src(spec, 16);
+    Chain chain = Chain::build(host_map_chain("median=radius=1", &map, 0, -1, "conv=gauss:size=3"), spec, {});
+    cpu.open(chain.output());
+    EngineConfig cfg;
+    ASSERT_FALSE(run_pipeline(src, chain, cpu, cfg).error);
+  }
+  for (Completion c : {Completion::Event, Completion::HostFunc})
+    for (int sink_delay_us : {0, 30000})
+      for (int depth : {2, 4}) {
+        const std::string what = std::string(c == Completion::Event ? "event" : "hostfunc") + " depth " +
+                                 std::to_string(depth) + " sink delay " + std::to_string(sink_delay_us);
+        TestSource src(spec, 16);
+        CaptureSink gpu(sink_delay_us);
+        Chain chain = Chain::build(host_map_chain("median=radius=1", &map, 20, -1, "conv=gauss:size=3"), spec, {});
+        gpu.open(chain.output());
+        EngineConfig cfg;
+        cfg.backend = Backend::CUDA;
+        cfg.depth = depth;
+        cfg.completion = c;
+        RunResult r = run_pipeline(src, chain, gpu, cfg);
+        ASSERT_FALSE(r.error) << what;
+        ASSERT_EQ(gpu.frames.size(), 16u) << what;
+        for (size_t i = 0; i < 16; ++i) {
+          ASSERT_EQ(gpu.indices[i], static_cast<int64_t>(i)) << what;
+          ASSERT_TRUE(gpu.frames[i]->same_pixels(*cpu.frames[i])) << what << " frame " << i;
+        }
+        EXPECT_GE(map->max_running(), 2) << what << ": no two frames' host parts overlapped";
+        EXPECT_LE(map->max_running(), depth) << what;
+        ASSERT_EQ(r.report.frames.size(), 16u) << what;
+        for (const FrameRecord& f : r.report.frames) {
+          ASSERT_EQ(f.notes.size(), chain.size()) << what;
+          EXPECT_EQ(f.notes[1], "frame " + std::to_string(f.index)) << what;
+          EXPECT_LE(f.submit_ns, f.launched_ns) << what;
+          EXPECT_LE(f.launched_ns, f.done_ns) << what;
+          for (size_t k = 0; k < f.step_ms.size(); ++k) EXPECT_GE(f.step_ms[k], 0.f) << what << " step " << k;
+        }
+      }
+}
+
+// A host part that fails stops the run with its error; the frames written before it are
+// the first ones, in order, and nothing hangs (the tail thread drops the frames after it).
+TEST(Gpu, HostAsyncStageFailureStopsTheRunCleanly) {
+  REQUIRE_GPU();
+  const FrameSpec spec{PixelFormat::GRAY8, 320, 240, {25, 1}};
+  for (int depth : {2, 5}) {
+    TestSource src(spec, 20);
+    CaptureSink sink;
+    HostMapStage* map = nullptr;
+    Chain chain = Chain::build(host_map_chain("", &map, 5, 7, "median=radius=1"), spec, {});
+    sink.open(chain.output());
+    EngineConfig cfg;
+    cfg.backend = Backend::CUDA;
+    cfg.depth = depth;
+    RunResult r = run_pipeline(src, chain, sink, cfg);
+    ASSERT_TRUE(r.error);
+    try {
+      std::rethrow_exception(r.error);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("host part failed on purpose"), std::string::npos) << e.what();
+    }
+    EXPECT_LE(sink.indices.size(), 7u);
+    for (size_t i = 0; i < sink.indices.size(); ++i) EXPECT_EQ(sink.indices[i], static_cast<int64_t>(i));
+    EXPECT_EQ(sink.closes, 1);
+  }
+}
+
+// A live change to a stage after the host_async() one reaches exactly the frames submitted
+// after it: the engine waits for the earlier frames' tails before the change (every frame
+// without change_due; only where one is due with it).
+TEST(Gpu, HostAsyncStageKeepsLiveChangesExact) {
+  REQUIRE_GPU();
+  const FrameSpec spec{PixelFormat::GRAY8, 320, 240, {25, 1}};
+  const char* kernels[] = {"conv=identity", "conv=box:size=5", "conv=sharpen:amount=3", "conv=sobel:bias=128"};
+  auto change = [&](int64_t i, Chain& c) {
+    if (i % 3 != 0) return;
+    const int k = static_cast<int>((i / 3) % 4);
+    auto f = parse_filter_string(kernels[k]);
+    c.step(1).stage->update(bind_options(conv_options(), f[0], kernels[k], "conv"));
+  };
+  CaptureSink cpu;
+  {
+    TestSource src(spec, 24);
+    HostMapStage* map = nullptr;
+    Chain chain = Chain::build(host_map_chain("", &map, 0, -1, "conv=identity"), spec, {});
+    cpu.open(chain.output());
+    EngineConfig cfg;
+    cfg.before_frame = change;
+    ASSERT_FALSE(run_pipeline(src, chain, cpu, cfg).error);
+  }
+  for (bool with_due : {false, true}) {
+    TestSource src(spec, 24);
+    CaptureSink gpu;
+    HostMapStage* map = nullptr;
+    Chain chain = Chain::build(host_map_chain("", &map, 15, -1, "conv=identity"), spec, {});
+    gpu.open(chain.output());
+    EngineConfig cfg;
+    cfg.backend = Backend::CUDA;
+    cfg.depth = 4;
+    cfg.before_frame = change;
+    if (with_due) cfg.change_due = [](int64_t i) { return i % 3 == 0; };
+    RunResult r = run_pipeline(src, chain, gpu, cfg);
+    ASSERT_FALSE(r.error);
+    ASSERT_EQ(gpu.frames.size(), 24u);
+    for (size_t i = 0; i < 24; ++i)
+      ASSERT_TRUE(gpu.frames[i]->same_pixels(*cpu.frames[i]))
+          << (with_due ? "change_due" : "every frame") << " frame " << i;
+    // Between changes the host parts still overlap.
+    if (with_due) EXPECT_GE(map->max_running(), 2);
   }
 }
 

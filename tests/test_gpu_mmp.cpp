@@ -271,6 +271,9 @@ TEST(Gpu, MmpFramesInFlightOnTheGpu) {
 // whether the chain runs on the CPU backend (search=cpu, or search=cuda: the CPU backend's
 // stage searching on the GPU) or on the CUDA backend (frames down to the encoder, its
 // search on the GPU, the reconstruction back up; depth 3, so slots are reused).
+// The stage through `vfpipe run` on the GPU gives the CPU's bitstream and frames: with
+// carry and a bitstream file (frames coded in order), with a file but no carry (frames in
+// flight, appended in order) and with neither.
 TEST(Gpu, MmpStageSearchesOnTheGpu) {
   REQUIRE_GPU();
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage_gpu");
@@ -278,35 +281,40 @@ TEST(Gpu, MmpStageSearchesOnTheGpu) {
   struct Run {
     const char *name, *device, *search;
   };
-  for (const Run& run :
-       {Run{"cpu", "cpu", ":search=cpu"}, Run{"cpu-search-cuda", "cpu", ":search=cuda"}, Run{"cuda", "cuda", ""}}) {
-    const std::string name = run.name;
-    const test::CmdResult r =
-        test::run_cmd(bin +
-                      " run -i 'synthetic=size=96x64:frames=5:noise=gauss:sigma=3' -f "
-                      "'median=radius=1,mmp=lambda=30:carry=1:tile=32" +
-                      run.search + ":file=" + dir + "/" + name + ".mmp,conv=gauss:size=3' --depth 3 --device " +
-                      run.device + " -o " + dir + "/" + name + ".y4m --profile " + dir + "/" + name);
-    ASSERT_EQ(r.rc, 0) << r.out;
-    if (name != "cpu") {  // the report and the profile give the search's device time, which cannot be 0
-      const size_t at = r.out.find("GPU search time ");
-      ASSERT_NE(at, std::string::npos) << r.out;
-      EXPECT_GT(std::stod(r.out.substr(at + 16)), 0.0) << r.out;
-      const size_t row = r.out.find("mmp GPU search (ms)");
-      ASSERT_NE(row, std::string::npos) << r.out;
-      std::istringstream fields(r.out.substr(row + 19));
-      std::string where;
-      int count = 0;
-      double min_ms = 0;
-      fields >> where >> count >> min_ms;
-      EXPECT_EQ(where, "stage");
-      EXPECT_GT(count, 0);
-      EXPECT_GT(min_ms, 0.0) << r.out;
+  for (const char* variant : {"carry", "file", "plain"}) {
+    const std::string v = variant;
+    for (const Run& run :
+         {Run{"cpu", "cpu", ":search=cpu"}, Run{"cpu-search-cuda", "cpu", ":search=cuda"}, Run{"cuda", "cuda", ""}}) {
+      const std::string name = v + "-" + run.name;
+      const std::string opts =
+          (v == "carry" ? ":carry=1" : "") + (v == "plain" ? std::string() : ":file=" + dir + "/" + name + ".mmp");
+      const test::CmdResult r = test::run_cmd(
+          bin +
+          " run -i 'synthetic=size=96x64:frames=6:noise=gauss:sigma=3' -f 'median=radius=1,mmp=lambda=30:tile=32" +
+          opts + run.search + ",conv=gauss:size=3' --depth 3 --device " + run.device + " -o " + dir + "/" + name +
+          ".y4m --profile " + dir + "/" + name);
+      ASSERT_EQ(r.rc, 0) << r.out;
+      if (std::string(run.name) != "cpu") {  // the search's device time, which cannot be 0
+        const size_t at = r.out.find("GPU search time ");
+        ASSERT_NE(at, std::string::npos) << r.out;
+        EXPECT_GT(std::stod(r.out.substr(at + 16)), 0.0) << r.out;
+        const size_t row = r.out.find("mmp GPU search (ms)");
+        ASSERT_NE(row, std::string::npos) << r.out;
+        std::istringstream fields(r.out.substr(row + 19));
+        std::string where;
+        int count = 0;
+        double min_ms = 0;
+        fields >> where >> count >> min_ms;
+        EXPECT_EQ(where, "stage");
+        EXPECT_GT(count, 0);
+        EXPECT_GT(min_ms, 0.0) << r.out;  // each frame's own share, also with frames in flight
+      }
     }
-  }
-  for (const char* other : {"cpu-search-cuda", "cuda"}) {
-    EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.mmp " + dir + "/" + other + ".mmp").rc, 0) << other;
-    EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.y4m " + dir + "/" + other + ".y4m").rc, 0) << other;
+    for (const char* other : {"cpu-search-cuda", "cuda"}) {
+      const std::string a = dir + "/" + v + "-cpu", b = dir + "/" + v + "-" + other;
+      if (v != "plain") EXPECT_EQ(test::run_cmd("cmp " + a + ".mmp " + b + ".mmp").rc, 0) << b;
+      EXPECT_EQ(test::run_cmd("cmp " + a + ".y4m " + b + ".y4m").rc, 0) << b;
+    }
   }
   std::filesystem::remove_all(dir);
 }

@@ -546,11 +546,19 @@ int run_command(RunArgs& a, bool live) {
     display_sink->set_controls(controls.get());
   }
 #endif
-  if (!commands.empty() || controls)
+  // A key pressed between the two calls waits for the next frame: the engine settled the
+  // chain only for what change_due saw.
+  bool controls_due = false;
+  if (!commands.empty() || controls) {
+    cfg.change_due = [&](int64_t index) {
+      controls_due = controls && controls->pending();
+      return controls_due || commands_due(commands, index);
+    };
     cfg.before_frame = [&](int64_t index, Chain& c) {
       if (!commands.empty()) apply_commands(commands, index, c);
-      if (controls) controls->apply(c);
+      if (controls_due) controls->apply(c);
     };
+  }
 
   log::info("%s -> [%s] -> %s on %s", src->describe().c_str(), chain.describe().c_str(), sink->describe().c_str(),
             backend_name(backend));

@@ -182,9 +182,11 @@ FrameStats encode_frame(const ImageView& v, const Params& params, const ImageVie
   return st;
 }
 
-FrameStats Writer::write(const ImageView& f, const ImageView* recon) {
+FrameStats Writer::write(const ImageView& f, const ImageView* recon, std::atomic<int64_t>* device_ns) {
   std::vector<std::vector<uint8_t>> planes;
-  const FrameStats st = encode_frame(f, params_, recon, &planes, params_.carry ? &states_ : nullptr);
+  Params p = params_;
+  p.device_ns = device_ns;
+  const FrameStats st = encode_frame(f, p, recon, &planes, params_.carry ? &states_ : nullptr);
   append(planes);
   return st;
 }

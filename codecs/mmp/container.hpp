@@ -68,8 +68,9 @@ class Writer {
   // Throws vfp::Error (Output / Usage for formats other than gray, yuv420p, yuv444p).
   Writer(const std::string& path, const FrameSpec& spec, const Params& p);
   ~Writer();
-  // Encodes `f`; its reconstruction goes to `recon` when given (same spec).
-  FrameStats write(const ImageView& f, const ImageView* recon = nullptr);
+  // Encodes `f`; its reconstruction goes to `recon` when given (same spec). `device_ns`:
+  // Params::device_ns for this frame.
+  FrameStats write(const ImageView& f, const ImageView* recon = nullptr, std::atomic<int64_t>* device_ns = nullptr);
   // Appends a frame encoded elsewhere (encode_frame() with params(), no plane states: frames
   // without carry, which can be encoded several at once): its planes' payloads, in order.
   void append(const std::vector<std::vector<uint8_t>>& planes);

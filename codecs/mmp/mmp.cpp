@@ -853,6 +853,7 @@ BlockQuery block_query(const Tile& t, int bx, int by, const Params& p) {
   q.bx = bx, q.by = by, q.W = t.w, q.H = t.h;
   q.src = t.src.data(), q.rec = t.rec.data(), q.done = t.done.data();
   q.dict_id = d.id();
+  q.device_ns = p.device_ns;
   for (int lh = 0; lh <= BL; ++lh)
     for (int lw = 0; lw <= BL; ++lw) {
       const size_t s = static_cast<size_t>(scale_of(lw, lh));

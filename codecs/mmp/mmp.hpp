@@ -15,6 +15,7 @@
 // decoder repeats the same updates, so the decoded plane equals the encoder's
 // reconstruction bit for bit.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -91,6 +92,9 @@ struct Params {
   // Encoder only: where the leaf search runs (codecs/mmp/search.hpp); null: this CPU. The
   // bytes are the same either way.
   std::shared_ptr<LeafSearch> search;
+  // Encoder only: where the search also adds its device time (ns) for this encode, so that
+  // frames encoded at once each get their own; null: none.
+  std::atomic<int64_t>* device_ns = nullptr;
 };
 
 // A plane's tile size from the frame's (luma) tile size: shifted by the plane's

@@ -11,6 +11,7 @@
 // and J = double(SSE) + rate, each rounded once (no fused multiply-add).
 #pragma once
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -90,6 +91,9 @@ struct BlockQuery {
   // otherwise one of the lanes the caller reserved (LeafSearch::reserve_lanes()), so that one
   // thread can have several blocks in flight and another can finish them.
   int lane = -1;
+  // Where the backend also adds the block's device time in ns (one encode's share, when
+  // several encodes share the backend); null: only the backend's total.
+  std::atomic<int64_t>* device_ns = nullptr;
 };
 
 // A block of a round searched at once (LeafSearch::search_round()): what differs from the
