@@ -1341,6 +1341,17 @@ std::shared_ptr<LibavInput> libav_input_of(const Source& src) {
   return s ? s->input() : nullptr;
 }
 
+std::vector<std::string> libav_other_streams(const LibavInput& in, bool audio, bool* mapped) {
+  std::vector<std::string> v;
+  for (const LibavInput::Stream& s : in.others) {
+    if (s.type == AVMEDIA_TYPE_AUDIO && !audio) continue;
+    const char* type = av_get_media_type_string(s.type);
+    v.push_back(log::format("%s stream #%d (%s)", type ? type : "unknown", s.index, avcodec_get_name(s.par->codec_id)));
+  }
+  if (mapped) *mapped = in.mapped;
+  return v;
+}
+
 std::unique_ptr<Sink> open_libav_sink(const std::string& path, const LibavOutputOptions& opt) {
   init_libav();
   return std::make_unique<LibavSink>(path, opt);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "io/stream_map.hpp"
 #include "pipeline/source.hpp"
@@ -48,6 +49,9 @@ std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInp
 bool prepare_nvdec(int gpu, std::string* why);
 // The input a source reads, or null when it is not a libav source.
 std::shared_ptr<LibavInput> libav_input_of(const Source& src);
+// The input's streams besides the filtered video, as "audio stream #1 (aac)" (audio left
+// out when `audio` is false, -an), and whether -map chose them (else: every other stream).
+std::vector<std::string> libav_other_streams(const LibavInput& in, bool audio, bool* mapped);
 // Keep up to `max_idle` NVDEC decoders per GPU and stream format when a file ends, for the
 // next file of the same format (0: off, the default; what is kept is freed). Making a
 // decoder is serialised by the driver across all GPUs (about 85 ms on an H200): for vfpipe

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "io/lossless.hpp"
 #include "io/rate.hpp"
 #include "io/synthetic.hpp"
@@ -226,6 +227,31 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
 #endif
 }
 }  // namespace
+
+void report_streams_left_out(const Source& src, const std::string& spec, bool audio) {
+#if VFPIPE_HAVE_LIBAV
+  const std::string ext = lower_ext(spec);
+  if (spec.empty() || spec == "null" || spec == "none" || (ext != ".mmp" && is_video_file(spec))) return;
+  const std::shared_ptr<LibavInput> in = libav_input_of(src);
+  if (!in) return;
+  bool mapped = false;
+  const std::vector<std::string> streams = libav_other_streams(*in, audio, &mapped);
+  if (streams.empty()) return;
+  const std::string what = spec == "-"                           ? "Y4M on stdout"
+                           : ext == ".mmp"                       ? "an .mmp file"
+                           : spec.find('%') != std::string::npos ? "an image sequence"
+                           : ext == ".png"                       ? "a PNG image"
+                           : ext == ".gz"                        ? "a .y4m.gz file"
+                                                                 : "a Y4M file";
+  for (const std::string& s : streams) {
+    const std::string line = s + " left out: " + what + " holds video only";
+    if (mapped) throw Error(ErrorKind::Usage, "-map: " + line + " (write .mkv, or map it out)");
+    log::warn("%s (write .mkv or .mp4 to keep it, or -an to drop audio)", line.c_str());
+  }
+#else
+  (void)src, (void)spec, (void)audio;
+#endif
+}
 
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt) {
   std::unique_ptr<Sink> sink = open_sink_of_type(spec, opt);

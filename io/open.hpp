@@ -49,6 +49,11 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
 // FFmpeg's rule for a file about to be written: an existing one is replaced only with -y
 // (Overwrite::Yes), kept with -n (an Output error), else a usage error that says so.
 void check_overwrite(const std::string& path, Overwrite o);
+// The input's streams besides its video (audio, subtitles, data) that the output `spec`
+// cannot hold (vfpipe's own outputs, Y4M, PNG and .mmp, hold video only; video files copy
+// what their container can and say what they leave out): one warning a stream, or, when
+// -map chose them, an error (Usage). Nothing for null outputs. `audio`: false with -an.
+void report_streams_left_out(const Source& src, const std::string& spec, bool audio);
 
 class NullSink final : public Sink {
  public:

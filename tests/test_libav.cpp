@@ -97,6 +97,30 @@ TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   for (const auto& p : {in, out}) std::remove(p.c_str());
 }
 
+// Outputs that hold video only (Y4M, PNG, .mmp) say which of the input's streams they leave
+// out, one line each (-an: the audio silently); -map's explicit choice is refused instead.
+TEST(Libav, VideoOnlyOutputsNameTheStreamsTheyLeaveOut) {
+  REQUIRE_LIBAV();
+  const std::string in = av_clip(), y4m = tmp_path("left_out.y4m"), mmp = tmp_path("left_out.mmp");
+  CmdResult r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 2 -o " + y4m);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("audio stream #1 (aac) left out: a Y4M file holds video only"), std::string::npos) << r.out;
+  r = run_cmd("(" + kBin + " run --no-progress -y -i " + in + " -n 2 -o - | wc -c)");
+  EXPECT_NE(r.out.find("left out: Y4M on stdout holds video only"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run --no-progress -y -an -i " + in + " -n 2 -o " + y4m);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("left out"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 2 -o null");
+  EXPECT_EQ(r.out.find("left out"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run --no-progress -y -i " + in + " -map 0:v -map 0:a -n 2 -o " + y4m);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("-map: audio stream #1 (aac) left out"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " mmp encode -y " + in + " -o " + mmp + " --frames 1 --lambda 200 --tile 160x128");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("audio stream #1 (aac) left out: an .mmp file holds video only"), std::string::npos) << r.out;
+  for (const auto& p : {in, y4m, mmp}) std::remove(p.c_str());
+}
+
 // The stream's colour tags become the frames' colour description, which picks the RGB
 // conversion (BT.709 here, where an untagged frame of this size would get BT.601), and a
 // Y4M output keeps the range.

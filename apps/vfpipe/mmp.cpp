@@ -96,6 +96,7 @@ int mmp_encode_command(const MmpArgs& a) {
   // Before the search starts (a GPU's context, or the warning that there is none).
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   check_overwrite(out, a.overwrite_rule());
+  report_streams_left_out(*src, out, true);
   p.search = leaf_search(a.device, a.gpu_search);
   mmp::Writer w(out, coded, p);
   // Frames without carry are independent: up to --frames-in-flight of them are read, encoded

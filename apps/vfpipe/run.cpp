@@ -346,6 +346,7 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
 #if VFPIPE_HAVE_LIBAV
   ko.video.input = libav_input_of(src);
 #endif
+  report_streams_left_out(src, a.output, !a.no_audio);
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
   // A single image: the run must stop in time (-n, or an input known to be short enough).
   if (const int64_t max = sink->max_frames(); max > 0) {
