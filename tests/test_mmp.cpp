@@ -600,7 +600,14 @@ TEST(Mmp, CliKeepsAnExistingOutputUnlessAsked) {
   r = test::run_cmd(encode + " --no-post-filter -y");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(test::read_file(mmpf), first);
-  EXPECT_NE(test::run_cmd(encode + " -y -n").rc, 0);  // contradictory
+  // Contradictory, as in ffmpeg: refused by every command that writes an output.
+  for (const std::string& cmd :
+       {encode, bin + " mmp decode " + mmpf + " -o " + png, bin + " run -i " + y4m + " -o " + dir + "/out.y4m",
+        bin + " batch " + y4m + " -o null"}) {
+    r = test::run_cmd(cmd + " -y -n");
+    EXPECT_EQ(r.rc, 2) << cmd;
+    EXPECT_NE(r.out.find("-y and -n (--no-overwrite) contradict each other"), std::string::npos) << cmd << r.out;
+  }
   ASSERT_EQ(test::run_cmd(bin + " mmp decode " + mmpf + " -o " + png).rc, 0);
   r = test::run_cmd(bin + " mmp decode " + mmpf + " -o " + png);
   EXPECT_NE(r.rc, 0);

@@ -381,7 +381,6 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
     throw Error(ErrorKind::Usage,
                 "batch: -o is required: an output template such as 'out/{relpath}/{stem}.mp4', "
                 "or null for no output");
-  if (a.overwrite && a.no_overwrite) throw Error(ErrorKind::Usage, "-y and -n contradict each other");
   install_signal_handlers(3);
 
   // Everything is checked before the first item starts: the template, the filters, each

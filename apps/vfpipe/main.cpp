@@ -20,6 +20,10 @@ namespace vfp {
 void add_overwrite_flags(CLI::App* cmd, bool* overwrite, bool* no_overwrite, const std::string& what) {
   cmd->add_flag("-y,--overwrite", *overwrite, "overwrite an existing " + what);
   cmd->add_flag("--no-overwrite", *no_overwrite, "never overwrite an existing " + what + " (ffmpeg's -n)");
+  // As ffmpeg, which stops when given both.
+  cmd->parse_complete_callback([overwrite, no_overwrite] {
+    if (*overwrite && *no_overwrite) throw CLI::ValidationError("-y and -n (--no-overwrite) contradict each other");
+  });
 }
 
 void write_file(const std::string& path, const std::string& text, const char* what) {

@@ -38,7 +38,6 @@ struct MmpArgs {
   int frames_in_flight = 2;
   bool overwrite = false, no_overwrite = false;  // -y, -n
   Overwrite overwrite_rule() const {
-    if (overwrite && no_overwrite) throw Error(ErrorKind::Usage, "-y and -n contradict each other");
     return overwrite ? Overwrite::Yes : no_overwrite ? Overwrite::No : Overwrite::Refuse;
   }
 };
