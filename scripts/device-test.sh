@@ -204,6 +204,8 @@ if want mmp; then
   log "MMP encoder: leaf search on the GPU against the CPU (same bytes checked), camera and the 1080p clip"
   DEVICES="${MMP_DEVICES:-cuda cpu}" SAME_BYTES=1 bash scripts/mmp-bench.sh build-device/vfpipe .bench-data 2>&1 |
     tee "$OUT/bench_mmp.txt"
+  log "MMP search's critical path: a step's synchronisation by CUDA graph, cooperative kernel and flags"
+  build-device/vfpipe-bench-mmp-sync --wide 132,176,264 2>&1 | tee "$OUT/bench_mmp_sync.txt"
 fi
 
 echo "tests rc=$rc_tests sanitizer rc=$rc_san racecheck rc=$rc_race"
