@@ -225,7 +225,8 @@ void register_mmp_stage(Registry& reg) {
       "H.264-style prediction, docs/mmp.md) at the given lambda and passes on the decoder's "
       "reconstruction. The run summary gives bits per frame, bpp, PSNR, the encode time and where it "
       "went. On the CUDA backend the encoder's whole block search runs on the GPU (the same bytes as "
-      "the CPU's; about 0.35 s for a 512x512 frame on an H100, less with tiles); on the CPU it takes "
+      "the CPU's; about 0.35 s for a 512x512 frame on an H100, less with tiles; --depth frames are encoded at "
+      "once, so a stream runs at several frames per second); on the CPU it takes "
       "seconds to minutes per frame, spread over every core with tile=WxH (tiles sharing dictionaries "
       "and models, docs/mmp.md#tiles). search=cuda uses the GPU from the CPU backend too. The live "
       "display's HUD shows each frame's bits, PSNR, time and GPU time.";

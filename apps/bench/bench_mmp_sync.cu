@@ -31,9 +31,9 @@ using namespace vfp;
 namespace {
 constexpr int kThreads = 128;
 
-#define CHECK(x)                                                                                    \
-  do {                                                                                              \
-    const cudaError_t e_ = (x);                                                                     \
+#define CHECK(x)                                                                                         \
+  do {                                                                                                   \
+    const cudaError_t e_ = (x);                                                                          \
     if (e_ != cudaSuccess) throw Error(ErrorKind::Gpu, std::string(#x) + ": " + cudaGetErrorString(e_)); \
   } while (0)
 
@@ -72,8 +72,7 @@ __global__ void cooperative_kernel(int* val, int* acc, int units) {
 // `arrived` counts the wide steps' blocks over the whole run, `done` the one-block steps:
 // the chain's dependencies and nothing more (block 0 waits for the wide step, the others
 // for block 0).
-__global__ void flags_kernel(int* val, int* acc, int units, unsigned* arrived, volatile unsigned* done,
-                             unsigned base) {
+__global__ void flags_kernel(int* val, int* acc, int units, unsigned* arrived, volatile unsigned* done, unsigned base) {
   const unsigned wide = gridDim.x;
   for (int u = 0; u < units; ++u) {
     wide_step(val, acc);
@@ -180,8 +179,8 @@ int main(int argc, char** argv) {
           {"flags",
            [&] {
              void* args[] = {&val, &acc, &units, &arrived, &done, &base};
-             CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(flags_kernel), dim3(wide), dim3(kThreads),
-                                               args, 0, st));
+             CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(flags_kernel), dim3(wide), dim3(kThreads), args,
+                                               0, st));
              base += static_cast<unsigned>(units);
            }},
       };
