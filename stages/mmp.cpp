@@ -207,12 +207,16 @@ class MmpStage final : public Stage {
     cuda::Event downloaded;
   };
   std::vector<std::unique_ptr<SlotBuffers>> slots_;
-  std::shared_future<void> last_;  // the newest frame's encode
 #endif
   mutable std::mutex mu_;
   mmp::FrameStats total_;
   double gpu_s_ = 0;
   int64_t frames_ = 0;
+#if VFPIPE_HAVE_CUDA
+  // The newest frame's encode. Last: destroyed first, it waits for a task still running,
+  // which uses the members above.
+  std::shared_future<void> last_;
+#endif
 };
 }  // namespace
 
