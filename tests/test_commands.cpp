@@ -102,9 +102,12 @@ TEST(Sendcmd, CommandsOfDroppedFramesApplyWithTheNextOne) {
   const std::string p = write_file("cmds_drop.txt", "3 median radius=4\n");
   std::vector<Command> c = load_commands(p);
   validate_commands(c, chain);
+  EXPECT_FALSE(commands_due(c, 2));  // what the engine asks before it waits for earlier frames
   apply_commands(c, 2, chain);
   EXPECT_EQ(chain.step(0).stage->options().str("radius"), "1");
+  EXPECT_TRUE(commands_due(c, 5));
   apply_commands(c, 5, chain);  // frames 3 and 4 never submitted
+  EXPECT_FALSE(commands_due(c, 6));
   EXPECT_EQ(chain.step(0).stage->options().str("radius"), "4");
   EXPECT_TRUE(c[0].applied);
   std::remove(p.c_str());

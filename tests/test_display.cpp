@@ -86,7 +86,9 @@ TEST(LiveControls, AdjustAndApply) {
   EXPECT_EQ(c.adjust(+1), "wavelet threshold=10");
   // Nothing reaches the stages until the worker applies it.
   EXPECT_EQ(chain.step(0).stage->options().str("radius"), "2");
+  EXPECT_TRUE(c.pending());
   c.apply(chain);
+  EXPECT_FALSE(c.pending());
   EXPECT_EQ(chain.step(0).stage->options().str("radius"), "3");
   EXPECT_EQ(chain.step(1).stage->label(), "conv(sharpen 1)");
   EXPECT_EQ(chain.step(2).stage->label(), "wavelet(db4,fixed,soft)");
@@ -96,6 +98,7 @@ TEST(LiveControls, AdjustAndApply) {
   EXPECT_EQ(chain.step(0).stage->options().str("radius"), "1");  // clamped
   // T: off, then on again; applied between frames like the parameters.
   EXPECT_EQ(c.toggle(), "median radius=1 (off)");
+  EXPECT_TRUE(c.pending());
   EXPECT_FALSE(chain.step(0).stage->bypassed());
   c.apply(chain);
   EXPECT_TRUE(chain.step(0).stage->bypassed());
