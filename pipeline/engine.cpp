@@ -282,7 +282,19 @@ class CudaWorker final : public Worker {
     }
     cv_.notify_all();
     ++next_;
-    if (async_step_ < 0) launch_tail(s);
+    if (async_step_ < 0) {
+      try {
+        launch_tail(s);
+      } catch (...) {  // the completion thread must not wait for a download never queued
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          if (!s.launched) s.failed = true;
+          s.launched = s.downloaded = true;
+        }
+        cv_.notify_all();
+        throw;
+      }
+    }
   }
   void settle() override {
     if (!tail_mutable_) return;

@@ -431,6 +431,56 @@ TEST(Gpu, HostAsyncStageFailureStopsTheRunCleanly) {
   }
 }
 
+// A failure while the rest of a frame is queued (here the display's copy of the device
+// frame, on a sink whose tap throws at frame 5) stops the run with its error and hangs
+// nothing, with and without a host_async() stage (the worker or the tail thread queues it).
+namespace {
+class ThrowingTap final : public DeviceTap {
+ public:
+  int copy(const uint8_t*, const uint8_t*, CUstream_st*) override {
+    if (n_++ == 5) throw Error(ErrorKind::Gpu, "tap failed on purpose");
+    return -1;
+  }
+
+ private:
+  int n_ = 0;
+};
+class TapSink final : public CaptureSink {
+ public:
+  DeviceTap* device_tap() override { return &tap_; }
+
+ private:
+  ThrowingTap tap_;
+};
+}  // namespace
+
+TEST(Gpu, AFailureQueueingAFramesRestStopsTheRunCleanly) {
+  REQUIRE_GPU();
+  const FrameSpec spec{PixelFormat::GRAY8, 160, 120, {25, 1}};
+  for (bool host_stage : {false, true})
+    for (int depth : {2, 4}) {
+      TestSource src(spec, 20);
+      TapSink sink;
+      HostMapStage* map = nullptr;
+      Chain chain = host_stage ? Chain::build(host_map_chain("", &map, 2, -1, "median=radius=1"), spec, {})
+                               : Chain::build(build_stages("median=radius=1"), spec, {});
+      sink.open(chain.output());
+      EngineConfig cfg;
+      cfg.backend = Backend::CUDA;
+      cfg.depth = depth;
+      RunResult r = run_pipeline(src, chain, sink, cfg);
+      ASSERT_TRUE(r.error) << host_stage << " depth " << depth;
+      try {
+        std::rethrow_exception(r.error);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("tap failed on purpose"), std::string::npos) << e.what();
+      }
+      EXPECT_LE(sink.indices.size(), 5u);
+      for (size_t i = 0; i < sink.indices.size(); ++i) EXPECT_EQ(sink.indices[i], static_cast<int64_t>(i));
+      EXPECT_EQ(sink.closes, 1);
+    }
+}
+
 // A live change to a stage after the host_async() one reaches exactly the frames submitted
 // after it: the engine waits for the earlier frames' tails before the change (every frame
 // without change_due; only where one is due with it).
