@@ -243,10 +243,12 @@ void report_streams_left_out(const Source& src, const std::string& spec, bool au
                            : ext == ".png"                       ? "a PNG image"
                            : ext == ".gz"                        ? "a .y4m.gz file"
                                                                  : "a Y4M file";
+  // `mmp encode` has neither -an nor another container to offer.
+  const char* hint = ext == ".mmp" ? "" : " (write .mkv or .mp4 to keep it, or -an to drop audio)";
   for (const std::string& s : streams) {
     const std::string line = s + " left out: " + what + " holds video only";
     if (mapped) throw Error(ErrorKind::Usage, "-map: " + line + " (write .mkv, or map it out)");
-    log::warn("%s (write .mkv or .mp4 to keep it, or -an to drop audio)", line.c_str());
+    log::warn("%s%s", line.c_str(), hint);
   }
 #else
   (void)src, (void)spec, (void)audio;

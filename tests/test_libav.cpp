@@ -118,6 +118,7 @@ TEST(Libav, VideoOnlyOutputsNameTheStreamsTheyLeaveOut) {
   r = run_cmd(kBin + " mmp encode -y " + in + " -o " + mmp + " --frames 1 --lambda 200 --tile 160x128");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("audio stream #1 (aac) left out: an .mmp file holds video only"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("-an to drop audio"), std::string::npos) << r.out;  // mmp encode has no -an
   for (const auto& p : {in, y4m, mmp}) std::remove(p.c_str());
 }
 
