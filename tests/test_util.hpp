@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/filter_parser.hpp"
 #include "core/frame.hpp"
 #include "io/synthetic.hpp"
@@ -36,6 +37,18 @@
 #endif
 
 namespace vfp::test {
+
+// The message of a run's error (RunResult::error) when it is a vfp::Error; "" otherwise,
+// so that a check on the message also fails for any other kind of failure.
+inline std::string error_text(const std::exception_ptr& e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return err.what();
+  } catch (...) {
+  }
+  return "";
+}
 
 inline void fill_random(HostFrame& f, uint32_t seed) {
   std::mt19937 rng(seed);
