@@ -24,18 +24,13 @@
 
 #include "apps/bench/bench_util.hpp"
 #include "core/error.hpp"
+#include "core/gpu.hpp"
 
 namespace cg = cooperative_groups;
 using namespace vfp;
 
 namespace {
 constexpr int kThreads = 128;
-
-#define CHECK(x)                                                                                         \
-  do {                                                                                                   \
-    const cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) throw Error(ErrorKind::Gpu, std::string(#x) + ": " + cudaGetErrorString(e_)); \
-  } while (0)
 
 // The wide step: every block reads what the last one-block step wrote and leaves a value.
 __device__ inline void wide_step(const int* val, int* acc) {
@@ -120,18 +115,18 @@ int main(int argc, char** argv) {
   if (!bench::require_gpu()) return 1;
   try {
     int dev = 0, sms = 0, coop = 0, per_sm = 0;
-    CHECK(cudaGetDevice(&dev));
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, flags_kernel, kThreads, 0));
+    VFP_CUDA(cudaGetDevice(&dev));
+    VFP_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    VFP_CUDA(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    VFP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, flags_kernel, kThreads, 0));
     int per_sm_coop = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_coop, cooperative_kernel, kThreads, 0));
+    VFP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_coop, cooperative_kernel, kThreads, 0));
     std::printf("device: %s, %d SMs; cooperative launch %s; co-resident blocks of %d threads: %d an SM\n",
                 vfp::cuda::device_name(dev).c_str(), sms, coop ? "yes" : "no", kThreads, std::min(per_sm, per_sm_coop));
     std::printf("a block: %d units = %d dependent steps; %d blocks timed, median of 5 runs\n", units, 2 * units, iters);
     std::printf("%-6s %-12s %14s %14s\n", "wide", "mode", "us a block", "us a step");
     cudaStream_t st;
-    CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    VFP_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (const std::string& w : bench::split_list(wides)) {
       const int wide = std::stoi(w);
       if (wide < 1 || wide > std::min(per_sm, per_sm_coop) * sms) {
@@ -140,15 +135,15 @@ int main(int argc, char** argv) {
       }
       int *val = nullptr, *acc = nullptr;
       unsigned *arrived = nullptr, *done = nullptr;
-      CHECK(cudaMalloc(&val, sizeof(int)));
-      CHECK(cudaMalloc(&acc, sizeof(int) * static_cast<size_t>(wide)));
-      CHECK(cudaMalloc(&arrived, sizeof(unsigned)));
-      CHECK(cudaMalloc(&done, sizeof(unsigned)));
+      VFP_CUDA(cudaMalloc(&val, sizeof(int)));
+      VFP_CUDA(cudaMalloc(&acc, sizeof(int) * static_cast<size_t>(wide)));
+      VFP_CUDA(cudaMalloc(&arrived, sizeof(unsigned)));
+      VFP_CUDA(cudaMalloc(&done, sizeof(unsigned)));
       unsigned base = 0;  // flags_kernel's counters keep counting from launch to launch
       auto reset = [&] {
-        CHECK(cudaMemsetAsync(val, 0, sizeof(int), st));
-        CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned), st));
-        CHECK(cudaMemsetAsync(done, 0, sizeof(unsigned), st));
+        VFP_CUDA(cudaMemsetAsync(val, 0, sizeof(int), st));
+        VFP_CUDA(cudaMemsetAsync(arrived, 0, sizeof(unsigned), st));
+        VFP_CUDA(cudaMemsetAsync(done, 0, sizeof(unsigned), st));
         base = 0;
       };
       auto enqueue_steps = [&] {
@@ -159,28 +154,28 @@ int main(int argc, char** argv) {
       };
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
-      CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
       enqueue_steps();
-      CHECK(cudaStreamEndCapture(st, &graph));
-      CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      VFP_CUDA(cudaStreamEndCapture(st, &graph));
+      VFP_CUDA(cudaGraphInstantiate(&exec, graph, 0));
       struct Mode {
         const char* name;
         std::function<void()> block;
       };
       const std::vector<Mode> modes = {
           {"stream", enqueue_steps},
-          {"graph", [&] { CHECK(cudaGraphLaunch(exec, st)); }},
+          {"graph", [&] { VFP_CUDA(cudaGraphLaunch(exec, st)); }},
           {"cooperative",
            [&] {
              void* args[] = {&val, &acc, &units};
-             CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(cooperative_kernel), dim3(wide), dim3(kThreads),
-                                               args, 0, st));
+             VFP_CUDA(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(cooperative_kernel), dim3(wide),
+                                                  dim3(kThreads), args, 0, st));
            }},
           {"flags",
            [&] {
              void* args[] = {&val, &acc, &units, &arrived, &done, &base};
-             CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(flags_kernel), dim3(wide), dim3(kThreads), args,
-                                               0, st));
+             VFP_CUDA(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(flags_kernel), dim3(wide), dim3(kThreads),
+                                                  args, 0, st));
              base += static_cast<unsigned>(units);
            }},
       };
@@ -190,19 +185,14 @@ int main(int argc, char** argv) {
         for (int run = 0; run < 5; ++run) {
           reset();
           m.block();  // warm-up, also checked below
-          cudaEvent_t a, b;
-          CHECK(cudaEventCreate(&a));
-          CHECK(cudaEventCreate(&b));
-          CHECK(cudaEventRecord(a, st));
+          vfp::cuda::Event a, b;
+          a.record(st);
           for (int i = 0; i < iters; ++i) m.block();
-          CHECK(cudaEventRecord(b, st));
-          CHECK(cudaEventSynchronize(b));
-          float ms = 0;
-          CHECK(cudaEventElapsedTime(&ms, a, b));
-          CHECK(cudaEventDestroy(a));
-          CHECK(cudaEventDestroy(b));
+          b.record(st);
+          b.synchronize();
+          const float ms = vfp::cuda::Event::elapsed_ms(a, b);
           int got = -1;
-          CHECK(cudaMemcpy(&got, val, sizeof(int), cudaMemcpyDeviceToHost));
+          VFP_CUDA(cudaMemcpy(&got, val, sizeof(int), cudaMemcpyDeviceToHost));
           if (got != expected(wide, units, iters + 1))
             throw Error(ErrorKind::Internal, std::string(m.name) + ": the steps ran out of order (result " +
                                                  std::to_string(got) + ", expected " +
@@ -212,14 +202,14 @@ int main(int argc, char** argv) {
         std::sort(runs.begin(), runs.end());
         std::printf("%-6d %-12s %14.2f %14.3f\n", wide, m.name, runs[2], runs[2] / (2 * units));
       }
-      CHECK(cudaGraphExecDestroy(exec));
-      CHECK(cudaGraphDestroy(graph));
-      CHECK(cudaFree(val));
-      CHECK(cudaFree(acc));
-      CHECK(cudaFree(arrived));
-      CHECK(cudaFree(done));
+      VFP_CUDA(cudaGraphExecDestroy(exec));
+      VFP_CUDA(cudaGraphDestroy(graph));
+      VFP_CUDA(cudaFree(val));
+      VFP_CUDA(cudaFree(acc));
+      VFP_CUDA(cudaFree(arrived));
+      VFP_CUDA(cudaFree(done));
     }
-    CHECK(cudaStreamDestroy(st));
+    VFP_CUDA(cudaStreamDestroy(st));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vfpipe-bench-mmp-sync: %s\n", e.what());
     return 1;
