@@ -66,6 +66,10 @@ struct ScaleArgs {
 struct SearchConsts {
   ScaleArgs sc;
   double lambda;
+  // The round's answer tables (answers_kernel), or null: the best (J, index) of every value
+  // a segment of 1 or 2 samples can take, which leaf_small_kernel looks up.
+  const double* ans_j;
+  const int* ans_i;
 };
 
 // One search's leaf-table buffers for units of one size, and what it reads: a lane's (one
@@ -437,7 +441,93 @@ struct __align__(16) SmallShared {
   float norm[kSmallTile];
   double red_j[kThreads];
   int red_i[kThreads];
+  int todo[kSmallRows];  // the rows the answer tables do not hold
+  unsigned need[kSmallRows / 32];
 };
+
+// Answer tables. In a round of many blocks every block searches its segments against the
+// same dictionary and costs, and most residues are small: 94% of the 2-sample segments of
+// the 1080p test clip have both samples in -31..31. So such a round first finds, once, the
+// best element of every value a 1-sample segment can take (-255..255) and of every
+// 2-sample value in that window (answers_kernel), and leaf_small_kernel looks its segments
+// up there, searching only the others. An entry is the same (J, index) minimum over all of
+// the scale's elements, with the same arithmetic, as the search itself: the bytes do not
+// change. Entries: the 1x1 scale, then the 2x1 and 1x2 scales (s = 1, 6), each region
+// padded to whole warps.
+constexpr int kAnsW = 31, kAnsSide = 2 * kAnsW + 1;
+constexpr int kAnsRegion1 = 512, kAnsRegion2 = 4000;
+constexpr int kAnsEntries = kAnsRegion1 + 2 * kAnsRegion2;
+constexpr int kAnsChunks = 8;  // each value's elements dealt to this many thread blocks
+__host__ __device__ constexpr int ans_base(int s) {
+  return s == 0 ? 0 : s == 1 ? kAnsRegion1 : kAnsRegion1 + kAnsRegion2;
+}
+
+// The entries' minima over 1 / kAnsChunks of the elements each (blockIdx.y), 32 entries a
+// thread block and 4 threads an entry; the partial minima in part_j / part_i.
+__global__ void __launch_bounds__(kThreads)
+    answers_kernel(const SearchConsts* c, const double* bits, double* part_j, int* part_i) {
+  const int r = threadIdx.x & 31, p = threadIdx.x >> 5;
+  const int entry = blockIdx.x * 32 + r;
+  int s = 0, n = 1, v0 = entry - 255, v1 = 0;
+  bool valid = entry < 2 * 255 + 1;
+  if (entry >= kAnsRegion1) {
+    s = entry < kAnsRegion1 + kAnsRegion2 ? 1 : 6;
+    n = 2;
+    const int k = entry - ans_base(s);
+    v0 = k % kAnsSide - kAnsW, v1 = k / kAnsSide - kAnsW;
+    valid = k < kAnsSide * kAnsSide;
+  }
+  const int count = c->sc.count[s];
+  const int16_t* data = c->sc.data[s];
+  const double leaf = c->sc.leaf_bits[s], lambda = c->lambda;
+  const double* b = bits + static_cast<size_t>(s) * kMaxIndex;
+  const int from = count * static_cast<int>(blockIdx.y) / kAnsChunks;
+  const int to = count * static_cast<int>(blockIdx.y + 1) / kAnsChunks;
+  double bj = CUDART_INF;
+  int bi = INT_MAX;
+  long long limit = LLONG_MAX;
+  if (valid)
+    for (int e = from + p; e < to; e += kThreads / 32) {
+      const int16_t* d = data + static_cast<size_t>(e) * n;
+      const int t0 = v0 - d[0], t1 = n == 2 ? v1 - d[1] : 0;
+      const int sse = t0 * t0 + t1 * t1;
+      if (sse > limit) continue;  // j_limit()'s filter
+      take_min(bj, bi, __dadd_rn(static_cast<double>(sse), __dmul_rn(lambda, __dadd_rn(b[e], leaf))), e);
+      limit = j_limit(bj);
+    }
+  __shared__ double wj[kThreads];
+  __shared__ int wi[kThreads];
+  wj[threadIdx.x] = bj, wi[threadIdx.x] = bi;
+  __syncthreads();
+  if (p == 0) {
+    for (int q = 1; q < kThreads / 32; ++q) take_min(bj, bi, wj[q * 32 + r], wi[q * 32 + r]);
+    part_j[blockIdx.y * kAnsEntries + entry] = bj;
+    part_i[blockIdx.y * kAnsEntries + entry] = bi;
+  }
+}
+
+// The chunks' minima combined into the tables.
+__global__ void answers_combine_kernel(const double* part_j, const int* part_i, double* ans_j, int* ans_i) {
+  const int entry = blockIdx.x * blockDim.x + threadIdx.x;
+  if (entry >= kAnsEntries) return;
+  double j = part_j[entry];
+  int i = part_i[entry];
+  for (int c = 1; c < kAnsChunks; ++c) take_min(j, i, part_j[c * kAnsEntries + entry], part_i[c * kAnsEntries + entry]);
+  ans_j[entry] = j, ans_i[entry] = i;
+}
+
+// A segment's entry in the answer tables, or -1 where they do not hold its value.
+template <int NS>
+__device__ inline int answer_slot(const LeafTask& lt, const int* segment) {
+  const int v0 = segment[0];
+  if constexpr (NS == 1) {
+    return v0 >= -255 && v0 <= 255 ? v0 + 255 : -1;
+  } else {
+    const int v1 = segment[lt.in_segment(1)];
+    if (v0 < -kAnsW || v0 > kAnsW || v1 < -kAnsW || v1 > kAnsW) return -1;
+    return ans_base(lt.s) + (v0 + kAnsW) + (v1 + kAnsW) * kAnsSide;
+  }
+}
 
 // The filter of j_limit() in floats: floor(bj), or 2^24 (above every SSE here) while bj is
 // not below it.
@@ -459,8 +549,8 @@ struct alignas(NS >= 8 ? 16 : 2 * NS) SmallElem {
 };
 
 template <int NS>
-__device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lambda, const double* bits, SmallShared& sh,
-                           double* row_j, int* row_i) {
+__device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lambda, const double* bits,
+                           const double* ans_j, const int* ans_i, SmallShared& sh, double* row_j, int* row_i) {
   constexpr int kStride = small_stride(NS);
   const Task& t = lt.t;
   float* tile = sh.tile;
@@ -468,13 +558,42 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
   float* norm = sh.norm;
   double* red_j = sh.red_j;
   int* red_i = sh.red_i;
+  // The rows to search: all of them, or those the answer tables do not hold (the others
+  // are looked up, and the block's threads are dealt to the rest).
+  int rows = t.count;
+  bool answered = false;
+  if constexpr (NS <= 2) {
+    if (ans_j) {
+      answered = true;
+      static_assert(kSmallRows <= 2 * 32 && kThreads >= kSmallRows, "two warps decide the rows");
+      if (threadIdx.x < kSmallRows) {
+        bool need = false;
+        if (threadIdx.x < t.count) {
+          const int slot = answer_slot<NS>(lt, lt.segment(threadIdx.x));
+          need = slot < 0;
+          if (!need) row_j[threadIdx.x] = ans_j[slot], row_i[threadIdx.x] = ans_i[slot];
+        }
+        const unsigned m = __ballot_sync(0xffffffffu, need);
+        if ((threadIdx.x & 31) == 0) sh.need[threadIdx.x >> 5] = m;
+      }
+      __syncthreads();
+      rows = __popc(sh.need[0]) + __popc(sh.need[1]);
+      if (threadIdx.x < kSmallRows) {
+        const unsigned m = sh.need[threadIdx.x >> 5], lane = threadIdx.x & 31;
+        if (m >> lane & 1u)
+          sh.todo[__popc(m & ((1u << lane) - 1u)) + (threadIdx.x >= 32 ? __popc(sh.need[0]) : 0)] = threadIdx.x;
+      }
+      __syncthreads();
+    }
+  }
   int R = 1;
-  while (R < t.count) R <<= 1;
+  while (R < rows) R <<= 1;
   const int P = blockDim.x / R, r = threadIdx.x % R, p = threadIdx.x / R;
-  const bool mine = r < t.count;
+  const bool mine = r < rows;
+  const int row = answered && mine ? sh.todo[r] : r;
   float seg[NS];
   int sq_i = 0;
-  const int* segment = lt.segment(mine ? r : 0);
+  const int* segment = lt.segment(mine ? row : 0);
 #pragma unroll
   for (int q = 0; q < NS; ++q) {
     const int v = mine ? segment[lt.in_segment(q)] : 0;
@@ -490,7 +609,7 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
   double bj = CUDART_INF;
   int bi = INT_MAX;
   float limit = 16777216.0f;
-  for (int base = t.chunk * kSmallTile; base < count; base += t.chunks * kSmallTile) {
+  for (int base = t.chunk * kSmallTile; rows > 0 && base < count; base += t.chunks * kSmallTile) {
     const int m = min(kSmallTile, count - base);
     // The tile's elements, whole, a thread kPer of them: every load is issued before the
     // first store (one round trip), each element's samples in one or two vector loads.
@@ -545,7 +664,7 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
   __syncthreads();
   if (mine && p == 0) {
     for (int pp = 1; pp < P; ++pp) take_min(bj, bi, red_j[pp * R + r], red_i[pp * R + r]);
-    row_j[r] = bj, row_i[r] = bi;
+    row_j[row] = bj, row_i[row] = bi;
   }
 }
 
@@ -559,11 +678,14 @@ __global__ void __launch_bounds__(kThreads, 8)
   // Every scale's arguments in the same round trip as the task (which says the scale).
   __shared__ SmallScale scales[kScales];
   __shared__ double lambda;
+  __shared__ const double* ans_j;
+  __shared__ const int* ans_i;
   const ScaleArgs& sa = ll.consts->sc;
   if (threadIdx.x < kScales)
     scales[threadIdx.x] = {sa.data[threadIdx.x], sa.norms[threadIdx.x], sa.count[threadIdx.x],
                            sa.leaf_bits[threadIdx.x]};
   if (threadIdx.x == kScales) lambda = ll.consts->lambda;
+  if (threadIdx.x == kScales + 1) ans_j = ll.consts->ans_j, ans_i = ll.consts->ans_i;
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
   __shared__ double row_j[kSmallRows];
   __shared__ int row_i[kSmallRows];
@@ -572,19 +694,19 @@ __global__ void __launch_bounds__(kThreads, 8)
   const SmallScale& sc = scales[lt.s];
   switch (lt.n) {
     case 1:
-      small_rows<1>(lt, sc, lambda, bits, sh, row_j, row_i);
+      small_rows<1>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
       break;
     case 2:
-      small_rows<2>(lt, sc, lambda, bits, sh, row_j, row_i);
+      small_rows<2>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
       break;
     case 4:
-      small_rows<4>(lt, sc, lambda, bits, sh, row_j, row_i);
+      small_rows<4>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
       break;
     case 8:
-      small_rows<8>(lt, sc, lambda, bits, sh, row_j, row_i);
+      small_rows<8>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
       break;
     default:
-      small_rows<16>(lt, sc, lambda, bits, sh, row_j, row_i);
+      small_rows<16>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
       break;
   }
   __syncthreads();
@@ -1531,6 +1653,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       sync_dictionary(*m, q.scales, q.leaf_bits, &consts->sc, *lp);
     }
     consts->lambda = q.lambda;
+    consts->ans_j = nullptr, consts->ans_i = nullptr;  // no tables for a unit's search
     Lane& lane = *lp;
     const StreamHandle st = lane.stream.get();
     // The costs of the scales this query uses: every scale up to 2^L x 2^L. Queries of one
@@ -1771,6 +1894,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::vector<uint64_t> built_gen;  // the lanes' gen when the arguments were built
     // Graphs by (block size, candidates, blocks).
     std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
+    // The answer tables and their chunks' partial minima (allocated before a graph that
+    // builds them is captured; never moved).
+    DeviceBuffer ans_j, ans_i, ans_part_j, ans_part_i;
     // The round between start_round() and finish_round(), and the mirror it searched (and,
     // when it learnt, changed).
     bool in_flight = false, learned = false;
@@ -1871,6 +1997,18 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       bc->split_bits[s] = q.split_bits[static_cast<size_t>(s)];
       bc->dir_bits[s][0] = q.dir_bits[static_cast<size_t>(s)][0];
       bc->dir_bits[s][1] = q.dir_bits[static_cast<size_t>(s)][1];
+    }
+    if (answers(n)) {
+      if (!g.ans_j.get()) {
+        g.ans_j = DeviceBuffer(sizeof(double) * kAnsEntries, "MMP answer tables");
+        g.ans_i = DeviceBuffer(sizeof(int) * kAnsEntries, "MMP answer tables");
+        g.ans_part_j = DeviceBuffer(sizeof(double) * kAnsEntries * kAnsChunks, "MMP answer tables");
+        g.ans_part_i = DeviceBuffer(sizeof(int) * kAnsEntries * kAnsChunks, "MMP answer tables");
+      }
+      bc->s.ans_j = reinterpret_cast<const double*>(g.ans_j.get());
+      bc->s.ans_i = reinterpret_cast<const int*>(g.ans_i.get());
+    } else {
+      bc->s.ans_j = nullptr, bc->s.ans_i = nullptr;
     }
     BlockInput* inputs = reinterpret_cast<BlockInput*>(g.stage_inputs->get());
     for (int i = 0; i < n; ++i) fill_input(blocks[i], B, &inputs[i]);
@@ -2234,6 +2372,18 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       index_costs_kernel<<<dim3(kMaxIndex / 256, static_cast<unsigned>((BL + 1) * (BL + 1))), 256, 0, st>>>(ws);
       VFP_CUDA_LAUNCHED("mmp index_costs_kernel");
     });
+    if (answers(n))
+      timed(g, "answer tables", 0, st, [&] {
+        const auto* c = reinterpret_cast<const SearchConsts*>(g.consts.get());
+        auto* pj = reinterpret_cast<double*>(g.ans_part_j.get());
+        auto* pi = reinterpret_cast<int*>(g.ans_part_i.get());
+        answers_kernel<<<dim3(kAnsEntries / 32, kAnsChunks), kThreads, 0, st>>>(
+            c, reinterpret_cast<const double*>(lead.bits.get()), pj, pi);
+        VFP_CUDA_LAUNCHED("mmp answers_kernel");
+        answers_combine_kernel<<<(kAnsEntries + 255) / 256, 256, 0, st>>>(
+            pj, pi, reinterpret_cast<double*>(g.ans_j.get()), reinterpret_cast<int*>(g.ans_i.get()));
+        VFP_CUDA_LAUNCHED("mmp answers_combine_kernel");
+      });
     VFP_CUDA(cudaEventRecord(lead.put.e, st));
     for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.put.e, 0));
     std::vector<Op> ops;
@@ -2316,6 +2466,18 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       VFP_CUDA(cudaEventRecord(lead.levels[L].end.e, lead.levels[L].stream.get()));
       VFP_CUDA(cudaStreamWaitEvent(st, lead.levels[L].end.e, 0));
     }
+  }
+
+  // Whether a round of n blocks looks its small segments up in answer tables: a table costs
+  // about what 3 blocks' own searches of those segments do, so rounds of 8 or more blocks.
+  // VFP_MMP_ANSWERS=0 / all: never / every round, a block alone too (for measurements and
+  // tests).
+  bool answers(int n) const { return answers_mode_ == 2 || (answers_mode_ == 1 && n >= 8); }
+  static int answers_mode() {
+    const char* e = std::getenv("VFP_MMP_ANSWERS");
+    if (!e) return 1;
+    const std::string v(e);
+    return v == "0" ? 0 : v == "all" ? 2 : 1;
   }
 
   // The tasks of a query of K residues of 2^L x 2^L, made at first use (under mu_).
@@ -2537,6 +2699,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   int device_;
   int mma_min_L_ = tensor_from_L();
   int round_blocks_ = round_blocks();
+  int answers_mode_ = answers_mode();
   bool profile_ = std::getenv("VFP_MMP_PROFILE") && std::string(std::getenv("VFP_MMP_PROFILE")) == "1";
   std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};

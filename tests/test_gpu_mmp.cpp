@@ -108,6 +108,13 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   setenv("VFP_MMP_ROUND_BLOCKS", "7", 1);
   const std::shared_ptr<mmp::LeafSearch> small_rounds = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   unsetenv("VFP_MMP_ROUND_BLOCKS");
+  // Answer tables for every round, a block alone too (by default only rounds of 8 or more
+  // blocks look their 1- and 2-sample segments up in them).
+  setenv("VFP_MMP_ANSWERS", "all", 1);
+  const std::shared_ptr<mmp::LeafSearch> tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
+  setenv("VFP_MMP_ANSWERS", "0", 1);
+  const std::shared_ptr<mmp::LeafSearch> no_tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
+  unsetenv("VFP_MMP_ANSWERS");
   EXPECT_EQ(small_rounds->round_capacity(), 7);
   EXPECT_GT(gpus[0]->round_capacity(), 100);
   EXPECT_EQ(gpus[2]->round_capacity(), 0);
@@ -160,6 +167,13 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
                                       << " tile " << c.tile;
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
     }
+    for (const auto& t : {tables, no_tables}) {
+      p.search = t;
+      const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
+      EXPECT_EQ(cpu.bytes, dev.bytes) << "answer tables " << (t == tables ? "everywhere" : "nowhere") << ": " << c.w
+                                      << "x" << c.h << " kind " << c.kind << " block " << (1 << c.block_log) << " tile "
+                                      << c.tile;
+    }
     // Synchronized tiles: also a round's blocks one graph each (blocks in flight on lanes),
     // and rounds searched in parts (at most 7 blocks a launch).
     if (c.tile && c.mode == mmp::TileMode::SyncAll) {
@@ -178,11 +192,8 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   std::printf("[ info ] rounds of 7: %s\n", small_rounds->stats().c_str());
 }
 
-// The block search's kernels on a few small planes (every block size, rounds of one block
-// and of many; few launches: also run under memcheck and racecheck).
-TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
-  REQUIRE_GPU();
-  auto gpu = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
+// Every block size, and rounds of one block and of many, on `gpu`.
+static void small_planes(const std::shared_ptr<mmp::LeafSearch>& gpu) {
   for (int block_log = 3; block_log <= 5; ++block_log) {
     const int w = 40, h = 1 << block_log;
     const auto img = test_plane(2, w, h, 11);
@@ -214,6 +225,18 @@ TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
     EXPECT_EQ(cpu.bytes, dev.bytes) << "tiles of " << tile << " on " << w << "x" << h;
     EXPECT_EQ(cpu.recon, dev.recon) << "tiles of " << tile << " on " << w << "x" << h;
   }
+}
+
+// The block search's kernels on a few small planes (every block size, rounds of one block
+// and of many; few launches: also run under memcheck and racecheck).
+TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
+  REQUIRE_GPU();
+  // Answer tables in every round (a block alone too): the kernels that build and read them
+  // run here, under memcheck and racecheck as well.
+  setenv("VFP_MMP_ANSWERS", "all", 1);
+  auto tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
+  unsetenv("VFP_MMP_ANSWERS");
+  for (const auto& gpu : {cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks), tables}) small_planes(gpu);
 }
 
 // Whole frames through the container: gray, yuv420p and yuv444p, shared chroma, and the
