@@ -637,8 +637,9 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
       }
     }
     __syncthreads();
-    if (mine)
-      for (int e = p; e < m; e += P) {
+    if (mine) {
+      // The SSE of element e (exact: see above).
+      const auto sse_at = [&](int e) {
         const float* x = tile + e * kStride;
         float dot = 0.0f;
         if constexpr (NS % 4 == 0) {
@@ -654,11 +655,25 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
 #pragma unroll
           for (int q = 0; q < NS; ++q) dot = __fmaf_rn(seg[q], x[q], dot);
         }
-        const float sse = __fmaf_rn(-2.0f, dot, __fadd_rn(sq, norm[e]));
-        if (sse > limit) continue;  // j_limit()'s filter
+        return __fmaf_rn(-2.0f, dot, __fadd_rn(sq, norm[e]));
+      };
+      const auto consider = [&](int e, float sse) {
+        if (sse > limit) return;  // j_limit()'s filter
         take_min(bj, bi, __dadd_rn(static_cast<double>(sse), rate[e]), base + e);
         limit = j_limit_f(bj);
-      }
+      };
+      int e = p;
+      // Two elements a step (up to 8 samples): their shared loads are in flight together,
+      // which the chain of one element's multiply-adds cannot hide alone. The minimum does
+      // not depend on the order in which elements are considered.
+      if constexpr (NS <= 8)
+        for (; e + P < m; e += 2 * P) {
+          const float s0 = sse_at(e), s1 = sse_at(e + P);
+          consider(e, s0);
+          consider(e + P, s1);
+        }
+      for (; e < m; e += P) consider(e, sse_at(e));
+    }
   }
   red_j[threadIdx.x] = bj, red_i[threadIdx.x] = bi;
   __syncthreads();
