@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Summary of a kernel trace (kernel_trace.cpp's CSV): the share of time some kernel runs,
+how many run at once, and each kernel's total and mean time, leaving out the first
+tenth of the run (start-up).
+
+    python3 scripts/kernel-trace/kernel_trace.py trace.csv
+"""
+import collections
+import re
+import sys
+
+
+def short(name):
+    # The innermost identifier of an Itanium-mangled nested name: _ZN 3vfp 4cuda ... 17leaf_small_kernel E ...
+    if not name.startswith("_ZN"):
+        return name[:40]
+    i, last = 3, name[:40]
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        n = int(name[i:j])
+        last = name[j : j + n]
+        i = j + n
+    return last
+
+
+def main():
+    rows = []
+    for line in open(sys.argv[1]):
+        p = line.rstrip("\n").split(",", 6)
+        if len(p) == 7:
+            rows.append((int(p[0]), int(p[1]), int(p[3]), p[6]))
+    if not rows:
+        sys.exit("no kernels in the trace")
+    t0 = min(r[0] for r in rows)
+    t1 = max(r[1] for r in rows)
+    lo = t0 + (t1 - t0) // 10
+    edges = []
+    for s, e, _, _ in rows:
+        s = max(s, lo)
+        if e > s:
+            edges += [(s, 1), (e, -1)]
+    edges.sort()
+    at_once = collections.Counter()
+    running, last = 0, lo
+    for t, d in edges:
+        at_once[min(running, 8)] += t - last
+        running += d
+        last = t
+    span = t1 - lo
+    busy = span - at_once[0]
+    print("%d kernels, %.3f s traced: some kernel running %.1f%% of the time" % (len(rows), span * 1e-9, 100 * busy / span))
+    print("kernels at once (share of the time): " + "  ".join("%d: %.2f" % (k, at_once[k] / span) for k in sorted(at_once)))
+    total = collections.defaultdict(lambda: [0, 0])
+    for s, e, grid, name in rows:
+        if s >= lo:
+            t = total[(short(name), grid)]
+            t[0] += 1
+            t[1] += e - s
+    by_name = collections.defaultdict(int)
+    for (name, _), (_, ns) in total.items():
+        by_name[name] += ns
+    all_ns = sum(by_name.values())
+    for name, ns in sorted(by_name.items(), key=lambda x: -x[1]):
+        print("  %-28s %8.3f s  %5.1f%%" % (name, ns * 1e-9, 100 * ns / all_ns))
+    print("largest (kernel, thread blocks):")
+    for (name, grid), (n, ns) in sorted(total.items(), key=lambda x: -x[1][1])[:10]:
+        print("  %-28s %6d blocks  %7d launches  %8.3f s  %8.1f us each" % (name, grid, n, ns * 1e-9, ns / n * 1e-3))
+
+
+if __name__ == "__main__":
+    main()
