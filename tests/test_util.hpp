@@ -171,6 +171,7 @@ struct LatencyP99 {
   double end_to_end = 0, work = 0;          // p99
   double end_to_end_p90 = 0, work_p90 = 0;  // p90
   size_t frames = 0;
+  double end_to_end_p50 = 0, work_p50 = 0;  // p50
 };
 // Descriptors this process has open (/proc/self/fd): leak checks compare it before and after.
 inline size_t open_descriptor_count() {
@@ -204,6 +205,6 @@ inline LatencyP99 latency_p99(const RunReport& rep, size_t warmup) {
     work.push_back(w);
   }
   const Summary e = summarize(e2e), w = summarize(work);
-  return {e.p99, w.p99, e.p90, w.p90, e2e.size()};
+  return {e.p99, w.p99, e.p90, w.p90, e2e.size(), e.p50, w.p50};
 }
 }  // namespace vfp::test
