@@ -740,6 +740,34 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   }
 }
 
+// The stage's modes= is mmp encode's --modes: the same bitstream for the same input, and
+// fewer modes search less (a different file here); out of range, a clear error.
+TEST(Mmp, StageModesAreTheEncodersModes) {
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage_modes");
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(test::run_cmd(bin + " run -i 'synthetic=size=48x32:frames=2:noise=gauss:sigma=4' -o " + dir +
+                          "/in.y4m -y --device cpu")
+                .rc,
+            0);
+  const auto read = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  for (const std::string modes : {"1", "4"}) {
+    const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30:modes=" + modes + ":file=" + dir +
+                                  "/s" + modes + ".mmp' -o null --device cpu");
+    ASSERT_EQ(st.rc, 0) << st.out;
+    const auto en = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/e" + modes +
+                                  ".mmp -y --lambda 30 --modes " + modes + " --device cpu");
+    ASSERT_EQ(en.rc, 0) << en.out;
+    EXPECT_EQ(read(dir + "/s" + modes + ".mmp"), read(dir + "/e" + modes + ".mmp")) << "modes " << modes;
+  }
+  EXPECT_NE(read(dir + "/s1.mmp"), read(dir + "/s4.mmp"));
+  const auto bad = test::run_cmd(bin + " run -i synthetic -f 'mmp=modes=12' --device cpu");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("modes"), std::string::npos) << bad.out;
+}
+
 // The stage leaves a note per frame in the run's records (the HUD's line): bits, bpp, PSNR.
 TEST(Mmp, StageNotesEachFramesBits) {
   auto src = open_source("synthetic=size=40x24:frames=2:format=gray:noise=gauss:sigma=5", SourceOptions{});
