@@ -61,6 +61,36 @@ struct ScaleArgs {
   int count[kScales];
   double leaf_bits[kScales];
 };
+// Rate order. Within a round the index costs are fixed, and an element's J is at least its
+// rate, so a search that visits a scale's elements cheapest first can stop at the first
+// element whose rate exceeds the best J so far: nothing after it can win or tie. Measured
+// on the CPU encoder (a noisy 1080p gray frame, λ 25, full dictionaries), a segment's best J
+// lies below the rates of 91% / 67% / 44% of the elements at 4 / 8 / 16 samples. So a round first copies its small
+// scales (1 to 16 samples) in order of cost: a counting sort on 1/16-bit buckets (the order
+// within a bucket is whatever the atomics give; the minimum does not depend on it). The
+// rate of a position's bucket floor is then a bound that no element at or after it
+// undercuts. The search takes its minima over the elements' own indices, so the answer is
+// the exhaustive search's.
+constexpr int kSortBuckets = 1024, kSortPerBit = 16;
+__device__ inline int sort_bucket(double bits) {
+  return static_cast<int>(fmin(bits * kSortPerBit, static_cast<double>(kSortBuckets - 1)));
+}
+// The rate of a bucket's floor (k / 16 bits, at most the cost of every element in it or
+// after it): rounding is monotonic, so it is at most each such element's rate.
+__device__ inline double bucket_rate(int k, double lambda, double leaf) {
+  return __dmul_rn(lambda, __dadd_rn(static_cast<double>(k) / kSortPerBit, leaf));
+}
+// An element's squared norm (below 2^20 up to 16 samples) and its index (12 bits) in one word.
+constexpr int kNormBits = 20;
+static_assert(16 * 255 * 255 < (1 << kNormBits) && kMaxIndex <= (1 << (32 - kNormBits)), "norm and index fit");
+struct SortedScales {
+  int16_t* data[kScales];    // the elements in rate order (null: the scale is not sorted)
+  unsigned* norms[kScales];  // index << kNormBits | squared norm
+  double* bits[kScales];
+};
+__host__ __device__ constexpr int sample_count(int s) { return 1 << (s % 6 + s / 6); }
+__host__ __device__ constexpr bool sorted_scale(int s) { return s % 6 + s / 6 <= 4; }  // 1 to 16 samples
+
 // What the leaf kernel reads per search, in device memory (a captured graph's kernels keep
 // their arguments; the dictionary's counts and the costs change from block to block).
 struct SearchConsts {
@@ -70,6 +100,8 @@ struct SearchConsts {
   // a segment of 1 or 2 samples can take, which leaf_small_kernel looks up.
   const double* ans_j;
   const int* ans_i;
+  // The round's small scales in order of index cost (sort_scales_kernel), or null.
+  const SortedScales* sorted;
 };
 
 // One search's leaf-table buffers for units of one size, and what it reads: a lane's (one
@@ -439,8 +471,16 @@ struct __align__(16) SmallShared {
   float tile[kSmallTile * small_stride(kSmallMaxN)];
   double rate[kSmallTile];
   float norm[kSmallTile];
-  double red_j[kThreads];
-  int red_i[kThreads];
+  union {
+    struct {  // the reduction after the loop
+      double red_j[kThreads];
+      int red_i[kThreads];
+    };
+    struct {  // rate order: the tile's elements' indices and bounds
+      uint16_t index[kSmallTile];
+      float bound[kSmallTile];
+    };
+  };
   int todo[kSmallRows];  // the rows the answer tables do not hold
   unsigned need[kSmallRows / 32];
 };
@@ -516,6 +556,83 @@ __global__ void answers_combine_kernel(const double* part_j, const int* part_i, 
   ans_j[entry] = j, ans_i[entry] = i;
 }
 
+// An element of NS samples in one load and one store (a scale's elements lie NS samples
+// apart from the 256-byte aligned start of its storage).
+template <int NS>
+__device__ inline void copy_samples(int16_t* to, const int16_t* from) {
+  struct alignas(NS >= 8 ? 16 : 2 * NS) Samples {
+    int16_t v[NS];
+  };
+  *reinterpret_cast<Samples*>(to) = *reinterpret_cast<const Samples*>(from);
+}
+
+__global__ void __launch_bounds__(1024) sort_scales_kernel(const SearchConsts* c, const double* bits, int BL) {
+  const int s = blockIdx.x;
+  if (!sorted_scale(s) || s % 6 > BL || s / 6 > BL) return;
+  const SortedScales& so = *c->sorted;
+  const int count = c->sc.count[s], n = sample_count(s);
+  const double* b = bits + static_cast<size_t>(s) * kMaxIndex;
+  __shared__ int start[kSortBuckets];
+  __shared__ uint16_t key[kMaxIndex];
+  start[threadIdx.x] = 0;
+  __syncthreads();
+  // Many elements share a cost (indices never coded yet): the lanes of a warp with the same
+  // bucket add to it once.
+  const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int k = sort_bucket(b[i]);
+    key[i] = static_cast<uint16_t>(k);
+    const unsigned peers = __match_any_sync(__activemask(), k);
+    if ((peers & below) == 0) atomicAdd(&start[k], __popc(peers));
+  }
+  __syncthreads();
+  // Exclusive scan of the counts (one bucket a thread).
+  static_assert(kSortBuckets == 1024, "one bucket a thread");
+  const int own = start[threadIdx.x];
+  for (int d = 1; d < kSortBuckets; d <<= 1) {
+    const int v = threadIdx.x >= d ? start[threadIdx.x - d] : 0;
+    __syncthreads();
+    start[threadIdx.x] += v;
+    __syncthreads();
+  }
+  start[threadIdx.x] -= own;
+  __syncthreads();
+  // Every pointer in registers (the stores could alias the constants otherwise), each
+  // element moved in one load and one store.
+  const int16_t* __restrict__ data = c->sc.data[s];
+  const int* __restrict__ norms = c->sc.norms[s];
+  int16_t* __restrict__ to_data = so.data[s];
+  unsigned* __restrict__ to_norms = so.norms[s];
+  double* __restrict__ to_bits = so.bits[s];
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int k = key[i];
+    const unsigned peers = __match_any_sync(__activemask(), k);
+    const int leader = __ffs(peers) - 1;
+    int first = 0;
+    if (static_cast<int>(lane) == leader) first = atomicAdd(&start[k], __popc(peers));
+    const int pos = __shfl_sync(peers, first, leader) + __popc(peers & below);
+    switch (n) {
+      case 1:
+        copy_samples<1>(to_data + pos, data + i);
+        break;
+      case 2:
+        copy_samples<2>(to_data + 2 * pos, data + 2 * i);
+        break;
+      case 4:
+        copy_samples<4>(to_data + 4 * pos, data + 4 * i);
+        break;
+      case 8:
+        copy_samples<8>(to_data + 8 * pos, data + 8 * i);
+        break;
+      default:
+        copy_samples<16>(to_data + 16 * pos, data + 16 * i);
+        break;
+    }
+    to_norms[pos] = static_cast<unsigned>(i) << kNormBits | static_cast<unsigned>(norms[i]);
+    to_bits[pos] = b[i];
+  }
+}
+
 // A segment's entry in the answer tables, or -1 where they do not hold its value.
 template <int NS>
 __device__ inline int answer_slot(const LeafTask& lt, const int* segment) {
@@ -548,9 +665,10 @@ struct alignas(NS >= 8 ? 16 : 2 * NS) SmallElem {
   int16_t v[NS];
 };
 
-template <int NS>
+template <int NS, bool ordered>
 __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lambda, const double* bits,
-                           const double* ans_j, const int* ans_i, SmallShared& sh, double* row_j, int* row_i) {
+                           const double* ans_j, const int* ans_i, const SortedScales* sorted, SmallShared& sh,
+                           double* row_j, int* row_i) {
   constexpr int kStride = small_stride(NS);
   const Task& t = lt.t;
   float* tile = sh.tile;
@@ -601,21 +719,23 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
     sq_i += v * v;
   }
   const float sq = static_cast<float>(sq_i);
-  const int16_t* data = sc.data;
-  const int* norms = sc.norms;
+  // In rate order (a round's sorted copy) or in index order.
+  const int16_t* data = ordered ? sorted->data[lt.s] : sc.data;
+  const unsigned* norms = ordered ? sorted->norms[lt.s] : reinterpret_cast<const unsigned*>(sc.norms);
   const int count = sc.count;
   const double leaf = sc.leaf_bits;
-  const double* b = bits + static_cast<size_t>(lt.s) * kMaxIndex;
+  const double* b = ordered ? sorted->bits[lt.s] : bits + static_cast<size_t>(lt.s) * kMaxIndex;
   double bj = CUDART_INF;
   int bi = INT_MAX;
   float limit = 16777216.0f;
-  for (int base = t.chunk * kSmallTile; rows > 0 && base < count; base += t.chunks * kSmallTile) {
+  bool more = rows > 0;  // rate order: some thread's next element may still win
+  for (int base = t.chunk * kSmallTile; more && base < count; base += t.chunks * kSmallTile) {
     const int m = min(kSmallTile, count - base);
     // The tile's elements, whole, a thread kPer of them: every load is issued before the
     // first store (one round trip), each element's samples in one or two vector loads.
     SmallElem<NS> el[kPer];
     double eb[kPer];
-    int en[kPer];
+    unsigned en[kPer];
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int e = threadIdx.x + k * kThreads;
@@ -625,7 +745,7 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
         en[k] = norms[base + e];
       }
     }
-    __syncthreads();  // the last tile is consumed
+    if constexpr (!ordered) __syncthreads();  // the last tile is consumed (rate order: the loop's closing barrier)
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int e = threadIdx.x + k * kThreads;
@@ -633,10 +753,17 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
 #pragma unroll
         for (int q = 0; q < NS; ++q) tile[e * kStride + q] = static_cast<float>(el[k].v[q]);
         rate[e] = __dmul_rn(lambda, __dadd_rn(eb[k], leaf));
-        norm[e] = static_cast<float>(en[k]);
+        if constexpr (ordered) {
+          norm[e] = static_cast<float>(en[k] & ((1u << kNormBits) - 1u));
+          sh.index[e] = static_cast<uint16_t>(en[k] >> kNormBits);
+          sh.bound[e] = __double2float_rd(bucket_rate(sort_bucket(eb[k]), lambda, leaf));
+        } else {
+          norm[e] = static_cast<float>(en[k]);
+        }
       }
     }
     __syncthreads();
+    bool done = !mine;  // this thread's elements from here on cannot win or tie
     if (mine) {
       // The SSE of element e (exact: see above).
       const auto sse_at = [&](int e) {
@@ -659,22 +786,27 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
       };
       const auto consider = [&](int e, float sse) {
         if (sse > limit) return;  // j_limit()'s filter
-        take_min(bj, bi, __dadd_rn(static_cast<double>(sse), rate[e]), base + e);
+        take_min(bj, bi, __dadd_rn(static_cast<double>(sse), rate[e]), ordered ? sh.index[e] : base + e);
         limit = j_limit_f(bj);
       };
+      // Rate order: from element e on, every J exceeds bj.
+      const auto beyond = [&](int e) { return ordered && static_cast<double>(sh.bound[e]) > bj; };
       int e = p;
       // Two elements a step (up to 8 samples): their shared loads are in flight together,
       // which the chain of one element's multiply-adds cannot hide alone. The minimum does
       // not depend on the order in which elements are considered.
       if constexpr (NS <= 8)
-        for (; e + P < m; e += 2 * P) {
+        for (; e + P < m && !(done = beyond(e)); e += 2 * P) {
           const float s0 = sse_at(e), s1 = sse_at(e + P);
           consider(e, s0);
           consider(e + P, s1);
         }
-      for (; e < m; e += P) consider(e, sse_at(e));
+      for (; !done && e < m && !(done = beyond(e)); e += P) consider(e, sse_at(e));
     }
+    // The next tile's elements cost at least this one's: once no thread can use them, stop.
+    more = !ordered || __syncthreads_or(!done);
   }
+  __syncthreads();  // the bounds are read (red_j shares their memory)
   red_j[threadIdx.x] = bj, red_i[threadIdx.x] = bi;
   __syncthreads();
   if (mine && p == 0) {
@@ -686,6 +818,7 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
 // At least 8 thread blocks an SM (64 registers a thread, not 80): the kernel's chains of
 // shared loads and multiply-adds are latency-bound, and a round's launch has blocks enough
 // to fill the extra room (docs/perf.md, MMP log).
+template <bool ordered>
 __global__ void __launch_bounds__(kThreads, 8)
     leaf_small_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
   const LeafLane ll = leaf_lane_of(first, lanes);
@@ -695,12 +828,13 @@ __global__ void __launch_bounds__(kThreads, 8)
   __shared__ double lambda;
   __shared__ const double* ans_j;
   __shared__ const int* ans_i;
+  __shared__ const SortedScales* sorted;
   const ScaleArgs& sa = ll.consts->sc;
   if (threadIdx.x < kScales)
     scales[threadIdx.x] = {sa.data[threadIdx.x], sa.norms[threadIdx.x], sa.count[threadIdx.x],
                            sa.leaf_bits[threadIdx.x]};
   if (threadIdx.x == kScales) lambda = ll.consts->lambda;
-  if (threadIdx.x == kScales + 1) ans_j = ll.consts->ans_j, ans_i = ll.consts->ans_i;
+  if (threadIdx.x == kScales + 1) ans_j = ll.consts->ans_j, ans_i = ll.consts->ans_i, sorted = ll.consts->sorted;
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
   __shared__ double row_j[kSmallRows];
   __shared__ int row_i[kSmallRows];
@@ -709,19 +843,19 @@ __global__ void __launch_bounds__(kThreads, 8)
   const SmallScale& sc = scales[lt.s];
   switch (lt.n) {
     case 1:
-      small_rows<1>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
+      small_rows<1, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
       break;
     case 2:
-      small_rows<2>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
+      small_rows<2, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
       break;
     case 4:
-      small_rows<4>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
+      small_rows<4, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
       break;
     case 8:
-      small_rows<8>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
+      small_rows<8, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
       break;
     default:
-      small_rows<16>(lt, sc, lambda, bits, ans_j, ans_i, sh, row_j, row_i);
+      small_rows<16, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
       break;
   }
   __syncthreads();
@@ -851,6 +985,7 @@ struct BlockHead {
   double dir_bits[kScales][2];
 };
 struct BlockConsts : BlockHead {
+  SortedScales so;  // where SearchConsts::sorted points in rate order
   // The index models' changes since the leading lane's last round: the scales whose costs
   // are derived again, and the changed tree nodes (scale * 4096 + node) << 12 | probability
   // (scales with more changes, or none known, were uploaded whole before the graph).
@@ -1668,7 +1803,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       sync_dictionary(*m, q.scales, q.leaf_bits, &consts->sc, *lp);
     }
     consts->lambda = q.lambda;
-    consts->ans_j = nullptr, consts->ans_i = nullptr;  // no tables for a unit's search
+    consts->ans_j = nullptr, consts->ans_i = nullptr;  // no tables or rate order for a unit's search
+    consts->sorted = nullptr;
     Lane& lane = *lp;
     const StreamHandle st = lane.stream.get();
     // The costs of the scales this query uses: every scale up to 2^L x 2^L. Queries of one
@@ -1694,7 +1830,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     memcpy_h2d_async(lane.consts.get(), consts, sizeof(SearchConsts), st);
     lane.kernel_start.record(st);
     // One search: the kernels take its arguments as a parameter (no array of them).
-    enqueue_leaf_search(*tasks, q.L, nullptr, leaf_lane(lane, lane.consts.get(), lane.bits.get(), q.L), 1, st);
+    enqueue_leaf_search(*tasks, q.L, nullptr, leaf_lane(lane, lane.consts.get(), lane.bits.get(), q.L), 1, false, st);
     lane.kernel_end.record(st);
     memcpy_d2h_async(lane.stage_j->get(), lv.out_j.get(), out * sizeof(double), st);
     memcpy_d2h_async(lane.stage_i->get(), lv.out_i.get(), out * sizeof(int), st);
@@ -1886,6 +2022,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // The dictionary's learning (blocks searched alone), allocated at first use.
     DeviceBuffer learn, learn_n, learn_stage, learn_h, learn_norm, learn_dup;
     RawEvent put;
+    RawEvent sorted;                       // the round's rate order is ready
     std::unique_ptr<Pinned> stage_upload;  // new dictionary elements
     size_t stage_upload_bytes = 0;
     DeviceBuffer upload;
@@ -1912,6 +2049,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // The answer tables and their chunks' partial minima (allocated before a graph that
     // builds them is captured; never moved).
     DeviceBuffer ans_j, ans_i, ans_part_j, ans_part_i;
+    DeviceBuffer sorted;  // SortedScales' arrays
     // The round between start_round() and finish_round(), and the mirror it searched (and,
     // when it learnt, changed).
     bool in_flight = false, learned = false;
@@ -2024,6 +2162,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       bc->s.ans_i = reinterpret_cast<const int*>(g.ans_i.get());
     } else {
       bc->s.ans_j = nullptr, bc->s.ans_i = nullptr;
+    }
+    bc->s.sorted = nullptr;
+    if (rate_order(n)) {
+      if (!g.sorted.get()) g.sorted = DeviceBuffer(sorted_layout(nullptr, &bc->so), "MMP rate order");
+      sorted_layout(g.sorted.get(), &bc->so);
+      bc->s.sorted = &reinterpret_cast<const BlockConsts*>(g.consts.get())->so;
     }
     BlockInput* inputs = reinterpret_cast<BlockInput*>(g.stage_inputs->get());
     for (int i = 0; i < n; ++i) fill_input(blocks[i], B, &inputs[i]);
@@ -2232,8 +2376,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
 
   // The leaf kernels for residues of size 2^L, for n blocks (lanes: their arguments).
   // `first`: block 0's arguments (a kernel of one block takes them as a parameter).
+  // `ordered`: the search constants hold the round's rate order (SearchConsts::sorted).
   void enqueue_leaf_search(const TaskList& tasks, int L, const LeafLane* lanes, const LeafLane& first, int n,
-                           StreamHandle st) {
+                           bool ordered, StreamHandle st) {
     const int N = 1 << L, table = mmp::leaf_table_size(L);
     const auto* list = reinterpret_cast<const Task*>(tasks.buf.get());
     const int large = tasks.count - tasks.small;
@@ -2242,7 +2387,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
              lanes, N, table);
     };
     if (tasks.small) {
-      run(leaf_small_kernel, list + large, tasks.small);
+      if (ordered)
+        run(leaf_small_kernel<true>, list + large, tasks.small);
+      else
+        run(leaf_small_kernel<false>, list + large, tasks.small);
       VFP_CUDA_LAUNCHED("mmp leaf_small_kernel");
     }
     if (large) {
@@ -2401,6 +2549,20 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       });
     VFP_CUDA(cudaEventRecord(lead.put.e, st));
     for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.put.e, 0));
+    // The rate order, for the units larger than 4x4, off the 4x4 units' chain: its leaf
+    // searches are short (a round's chain waits for each), and a sort would only lengthen it.
+    const bool ordered = rate_order(n);
+    if (ordered) {
+      const StreamHandle so = lead.levels[BL].stream.get();
+      timed(g, "rate order", BL, so, [&] {
+        sort_scales_kernel<<<kScales, kSortBuckets, 0, so>>>(reinterpret_cast<const SearchConsts*>(g.consts.get()),
+                                                             reinterpret_cast<const double*>(lead.bits.get()), BL);
+        VFP_CUDA_LAUNCHED("mmp sort_scales_kernel");
+      });
+      VFP_CUDA(cudaEventRecord(lead.sorted.e, so));
+      for (int L = kMinLog + 1; L < BL; ++L)
+        VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.sorted.e, 0));
+    }
     std::vector<Op> ops;
     area_ops(&ops, 0, 0, 0, BL);
     const StreamHandle chain = lead.levels[kMinLog].stream.get();
@@ -2423,7 +2585,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       } else if (op.kind == Op::Leaf) {
         timed(g, "leaf search", op.L, s, [&] {
           enqueue_leaf_search(tasks_[op.L][K][spread(n)], op.L, leaf + static_cast<size_t>(op.L) * g.capacity,
-                              g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, s);
+                              g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, ordered && op.L > kMinLog, s);
         });
       } else if (op.kind == Op::Finish && op.L > kMinLog) {
         timed(g, "segmentation", op.L, s, [&] {
@@ -2487,6 +2649,35 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // about what 3 blocks' own searches of those segments do, so rounds of 8 or more blocks.
   // VFP_MMP_ANSWERS=0 / all: never / every round, a block alone too (for measurements and
   // tests).
+  // Whether a round of n blocks searches its small scales in rate order (sort_scales_kernel):
+  // rounds of 8 or more blocks. VFP_MMP_RATE_ORDER=0 / all: never / every round.
+  bool rate_order(int n) const { return rate_order_mode_ == 2 || (rate_order_mode_ == 1 && n >= 8); }
+  static int rate_order_mode() {
+    const char* e = std::getenv("VFP_MMP_RATE_ORDER");
+    if (!e) return 1;
+    const std::string v(e);
+    return v == "0" ? 0 : v == "all" ? 2 : 1;
+  }
+  // The sorted scales' arrays in one allocation at `mem` (null: only the size), each 256-byte
+  // aligned; returns the bytes.
+  static size_t sorted_layout(unsigned char* mem, SortedScales* so) {
+    size_t at = 0;
+    auto take = [&](size_t bytes) {
+      unsigned char* p = mem ? mem + at : nullptr;
+      at += (bytes + 255) / 256 * 256;
+      return p;
+    };
+    for (int s = 0; s < kScales; ++s) {
+      if (!sorted_scale(s)) {
+        so->data[s] = nullptr, so->norms[s] = nullptr, so->bits[s] = nullptr;
+        continue;
+      }
+      so->data[s] = reinterpret_cast<int16_t*>(take(sizeof(int16_t) * kMaxIndex * sample_count(s)));
+      so->norms[s] = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * kMaxIndex));
+      so->bits[s] = reinterpret_cast<double*>(take(sizeof(double) * kMaxIndex));
+    }
+    return at;
+  }
   bool answers(int n) const { return answers_mode_ == 2 || (answers_mode_ == 1 && n >= 8); }
   static int answers_mode() {
     const char* e = std::getenv("VFP_MMP_ANSWERS");
@@ -2715,6 +2906,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   int mma_min_L_ = tensor_from_L();
   int round_blocks_ = round_blocks();
   int answers_mode_ = answers_mode();
+  int rate_order_mode_ = rate_order_mode();
   bool profile_ = std::getenv("VFP_MMP_PROFILE") && std::string(std::getenv("VFP_MMP_PROFILE")) == "1";
   std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};

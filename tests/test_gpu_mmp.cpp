@@ -108,13 +108,17 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   setenv("VFP_MMP_ROUND_BLOCKS", "7", 1);
   const std::shared_ptr<mmp::LeafSearch> small_rounds = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   unsetenv("VFP_MMP_ROUND_BLOCKS");
-  // Answer tables for every round, a block alone too (by default only rounds of 8 or more
-  // blocks look their 1- and 2-sample segments up in them).
+  // Answer tables and rate order for every round, a block alone too, and for none (by
+  // default rounds of 8 or more blocks look their 1- and 2-sample segments up in tables and
+  // search their small scales in rate order).
   setenv("VFP_MMP_ANSWERS", "all", 1);
+  setenv("VFP_MMP_RATE_ORDER", "all", 1);
   const std::shared_ptr<mmp::LeafSearch> tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   setenv("VFP_MMP_ANSWERS", "0", 1);
+  setenv("VFP_MMP_RATE_ORDER", "0", 1);
   const std::shared_ptr<mmp::LeafSearch> no_tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   unsetenv("VFP_MMP_ANSWERS");
+  unsetenv("VFP_MMP_RATE_ORDER");
   EXPECT_EQ(small_rounds->round_capacity(), 7);
   EXPECT_GT(gpus[0]->round_capacity(), 100);
   EXPECT_EQ(gpus[2]->round_capacity(), 0);
@@ -170,9 +174,9 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     for (const auto& t : {tables, no_tables}) {
       p.search = t;
       const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
-      EXPECT_EQ(cpu.bytes, dev.bytes) << "answer tables " << (t == tables ? "everywhere" : "nowhere") << ": " << c.w
-                                      << "x" << c.h << " kind " << c.kind << " block " << (1 << c.block_log) << " tile "
-                                      << c.tile;
+      EXPECT_EQ(cpu.bytes, dev.bytes) << "answer tables and rate order " << (t == tables ? "everywhere" : "nowhere")
+                                      << ": " << c.w << "x" << c.h << " kind " << c.kind << " block "
+                                      << (1 << c.block_log) << " tile " << c.tile;
     }
     // Synchronized tiles: also a round's blocks one graph each (blocks in flight on lanes),
     // and rounds searched in parts (at most 7 blocks a launch).
@@ -231,11 +235,13 @@ static void small_planes(const std::shared_ptr<mmp::LeafSearch>& gpu) {
 // and of many; few launches: also run under memcheck and racecheck).
 TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
   REQUIRE_GPU();
-  // Answer tables in every round (a block alone too): the kernels that build and read them
-  // run here, under memcheck and racecheck as well.
+  // Answer tables and rate order in every round (a block alone too): the kernels that build
+  // and read them run here, under memcheck and racecheck as well.
   setenv("VFP_MMP_ANSWERS", "all", 1);
+  setenv("VFP_MMP_RATE_ORDER", "all", 1);
   auto tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   unsetenv("VFP_MMP_ANSWERS");
+  unsetenv("VFP_MMP_RATE_ORDER");
   for (const auto& gpu : {cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks), tables}) small_planes(gpu);
 }
 
