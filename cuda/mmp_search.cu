@@ -704,21 +704,38 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
       __syncthreads();
     }
   }
-  int R = 1;
-  while (R < rows) R <<= 1;
-  const int P = blockDim.x / R, r = threadIdx.x % R, p = threadIdx.x / R;
-  const bool mine = r < rows;
-  const int row = answered && mine ? sh.todo[r] : r;
-  float seg[NS];
-  int sq_i = 0;
-  const int* segment = lt.segment(mine ? row : 0);
-#pragma unroll
-  for (int q = 0; q < NS; ++q) {
-    const int v = mine ? segment[lt.in_segment(q)] : 0;
-    seg[q] = static_cast<float>(v);
-    sq_i += v * v;
+  if constexpr (ordered) {
+    // The rows' minima so far live in row_j / row_i (the threads of a row fold theirs in
+    // after each tile), and the rows left are listed in sh.todo.
+    if (threadIdx.x < rows) {
+      const int rw = answered ? sh.todo[threadIdx.x] : threadIdx.x;
+      if (!answered) sh.todo[threadIdx.x] = rw;
+      row_j[rw] = CUDART_INF, row_i[rw] = INT_MAX;
+    }
+    answered = true;
+    __syncthreads();
   }
-  const float sq = static_cast<float>(sq_i);
+  // The block's threads dealt to the rows: P threads a row, R (a power of two) rows apart.
+  int R, P, r, p, row;
+  bool mine;
+  float seg[NS], sq;
+  const auto deal = [&] {
+    R = 1;
+    while (R < rows) R <<= 1;
+    P = blockDim.x / R, r = threadIdx.x % R, p = threadIdx.x / R;
+    mine = r < rows;
+    row = answered && mine ? sh.todo[r] : r;
+    int sq_i = 0;
+    const int* segment = lt.segment(mine ? row : 0);
+#pragma unroll
+    for (int q = 0; q < NS; ++q) {
+      const int v = mine ? segment[lt.in_segment(q)] : 0;
+      seg[q] = static_cast<float>(v);
+      sq_i += v * v;
+    }
+    sq = static_cast<float>(sq_i);
+  };
+  deal();
   // In rate order (a round's sorted copy) or in index order.
   const int16_t* data = ordered ? sorted->data[lt.s] : sc.data;
   const unsigned* norms = ordered ? sorted->norms[lt.s] : reinterpret_cast<const unsigned*>(sc.norms);
@@ -728,7 +745,7 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
   double bj = CUDART_INF;
   int bi = INT_MAX;
   float limit = 16777216.0f;
-  bool more = rows > 0;  // rate order: some thread's next element may still win
+  bool more = rows > 0;  // rate order: some row's next element may still win
   for (int base = t.chunk * kSmallTile; more && base < count; base += t.chunks * kSmallTile) {
     const int m = min(kSmallTile, count - base);
     // The tile's elements, whole, a thread kPer of them: every load is issued before the
@@ -745,7 +762,7 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
         en[k] = norms[base + e];
       }
     }
-    if constexpr (!ordered) __syncthreads();  // the last tile is consumed (rate order: the loop's closing barrier)
+    if constexpr (!ordered) __syncthreads();  // the last tile is consumed (rate order: at the loop's end)
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       const int e = threadIdx.x + k * kThreads;
@@ -803,15 +820,48 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
         }
       for (; !done && e < m && !(done = beyond(e)); e += P) consider(e, sse_at(e));
     }
-    // The next tile's elements cost at least this one's: once no thread can use them, stop.
-    more = !ordered || __syncthreads_or(!done);
+    if constexpr (ordered) {
+      // Each row's minimum (J first, then the least index of that J; J >= 0, so its bits
+      // order as the values do), the rows that the next tile could still improve (its
+      // elements cost at least its first one's bucket floor), and all threads dealt again
+      // to those: a row whose search ends gives its threads to the rows left.
+      __syncthreads();  // the tile is consumed
+      // Every thread of a row started the tile from the row's (J, index), so the least index
+      // among the threads that hold the row's new J is the row's.
+      if (mine) atomicMin(reinterpret_cast<unsigned long long*>(&row_j[row]), __double_as_longlong(bj));
+      if (mine && p == 0) row_i[row] = INT_MAX;
+      const int next = base + t.chunks * kSmallTile;
+      const double next_rate = next < count ? bucket_rate(sort_bucket(b[next]), lambda, leaf) : CUDART_INF;
+      __syncthreads();
+      if (mine && bj == row_j[row]) atomicMin(&row_i[row], bi);
+      int kept = 0;
+      bool on = false;
+      if (threadIdx.x < kSmallRows) {
+        if (threadIdx.x < rows) kept = sh.todo[threadIdx.x], on = next_rate <= row_j[kept];
+        const unsigned m = __ballot_sync(0xffffffffu, on);
+        if ((threadIdx.x & 31) == 0) sh.need[threadIdx.x >> 5] = m;
+      }
+      __syncthreads();
+      rows = __popc(sh.need[0]) + __popc(sh.need[1]);
+      if (on) {
+        const unsigned m = sh.need[threadIdx.x >> 5], lane = threadIdx.x & 31;
+        sh.todo[__popc(m & ((1u << lane) - 1u)) + (threadIdx.x >= 32 ? __popc(sh.need[0]) : 0)] = kept;
+      }
+      __syncthreads();
+      more = rows > 0;
+      if (more) {
+        deal();
+        if (mine) bj = row_j[row], bi = row_i[row], limit = j_limit_f(bj);
+      }
+    }
   }
-  __syncthreads();  // the bounds are read (red_j shares their memory)
-  red_j[threadIdx.x] = bj, red_i[threadIdx.x] = bi;
-  __syncthreads();
-  if (mine && p == 0) {
-    for (int pp = 1; pp < P; ++pp) take_min(bj, bi, red_j[pp * R + r], red_i[pp * R + r]);
-    row_j[row] = bj, row_i[row] = bi;
+  if constexpr (!ordered) {
+    red_j[threadIdx.x] = bj, red_i[threadIdx.x] = bi;
+    __syncthreads();
+    if (mine && p == 0) {
+      for (int pp = 1; pp < P; ++pp) take_min(bj, bi, red_j[pp * R + r], red_i[pp * R + r]);
+      row_j[row] = bj, row_i[row] = bi;
+    }
   }
 }
 
