@@ -2599,8 +2599,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       });
     VFP_CUDA(cudaEventRecord(lead.put.e, st));
     for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.put.e, 0));
-    // The rate order, for the units larger than 4x4, off the 4x4 units' chain: its leaf
-    // searches are short (a round's chain waits for each), and a sort would only lengthen it.
+    // The rate order, for the units larger than 4x4, sorted on the largest units' stream so
+    // that the 4x4 units' chain does not wait for it. The 4x4 units keep index order: their
+    // searches are one tile per chunk on the round's critical path, where it measured slower.
     const bool ordered = rate_order(n);
     if (ordered) {
       const StreamHandle so = lead.levels[BL].stream.get();
