@@ -2696,19 +2696,23 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     }
   }
 
-  // Whether a round of n blocks looks its small segments up in answer tables: a table costs
-  // about what 3 blocks' own searches of those segments do, so rounds of 8 or more blocks.
-  // VFP_MMP_ANSWERS=0 / all: never / every round, a block alone too (for measurements and
-  // tests).
-  // Whether a round of n blocks searches its small scales in rate order (sort_scales_kernel):
-  // rounds of 8 or more blocks. VFP_MMP_RATE_ORDER=0 / all: never / every round.
-  bool rate_order(int n) const { return rate_order_mode_ == 2 || (rate_order_mode_ == 1 && n >= 8); }
-  static int rate_order_mode() {
-    const char* e = std::getenv("VFP_MMP_RATE_ORDER");
-    if (!e) return 1;
-    const std::string v(e);
-    return v == "0" ? 0 : v == "all" ? 2 : 1;
+  // A round-level switch, for measurements and tests: unset, on in rounds of 8 or more
+  // blocks; `name`=0, never; `name`=all, in every round, a block alone too.
+  enum class RoundSwitch { Never, LargeRounds, Always };
+  static RoundSwitch round_switch(const char* name) {
+    const char* e = std::getenv(name);
+    const std::string v(e ? e : "");
+    return v == "0" ? RoundSwitch::Never : v == "all" ? RoundSwitch::Always : RoundSwitch::LargeRounds;
   }
+  static bool on_in(RoundSwitch w, int n) {
+    return w == RoundSwitch::Always || (w == RoundSwitch::LargeRounds && n >= 8);
+  }
+  // Whether a round of n blocks looks its small segments up in answer tables: a table costs
+  // about what 3 blocks' own searches of those segments do (VFP_MMP_ANSWERS).
+  bool answers(int n) const { return on_in(answers_, n); }
+  // Whether a round of n blocks searches its small scales in rate order (sort_scales_kernel;
+  // a block alone pays the sort on its 16x16 units' stream: VFP_MMP_RATE_ORDER).
+  bool rate_order(int n) const { return on_in(rate_order_, n); }
   // The sorted scales' arrays in one allocation at `mem` (null: only the size), each 256-byte
   // aligned; returns the bytes.
   static size_t sorted_layout(unsigned char* mem, SortedScales* so) {
@@ -2728,13 +2732,6 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       so->bits[s] = reinterpret_cast<double*>(take(sizeof(double) * kMaxIndex));
     }
     return at;
-  }
-  bool answers(int n) const { return answers_mode_ == 2 || (answers_mode_ == 1 && n >= 8); }
-  static int answers_mode() {
-    const char* e = std::getenv("VFP_MMP_ANSWERS");
-    if (!e) return 1;
-    const std::string v(e);
-    return v == "0" ? 0 : v == "all" ? 2 : 1;
   }
 
   // The tasks of a query of K residues of 2^L x 2^L, made at first use (under mu_).
@@ -2956,8 +2953,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   int device_;
   int mma_min_L_ = tensor_from_L();
   int round_blocks_ = round_blocks();
-  int answers_mode_ = answers_mode();
-  int rate_order_mode_ = rate_order_mode();
+  RoundSwitch answers_ = round_switch("VFP_MMP_ANSWERS");
+  RoundSwitch rate_order_ = round_switch("VFP_MMP_RATE_ORDER");
   bool profile_ = std::getenv("VFP_MMP_PROFILE") && std::string(std::getenv("VFP_MMP_PROFILE")) == "1";
   std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};

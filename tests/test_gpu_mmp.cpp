@@ -98,6 +98,17 @@ TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
     }
 }
 
+// The block search with answer tables and rate order in every round, a block alone too
+// ("all"), or in none ("0"); the backend reads the switches when it is made.
+static std::shared_ptr<mmp::LeafSearch> blocks_search_with(const char* tables_and_order) {
+  setenv("VFP_MMP_ANSWERS", tables_and_order, 1);
+  setenv("VFP_MMP_RATE_ORDER", tables_and_order, 1);
+  auto search = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
+  unsetenv("VFP_MMP_ANSWERS");
+  unsetenv("VFP_MMP_RATE_ORDER");
+  return search;
+}
+
 // Every way of using the GPU (whole blocks as graphs, whole blocks launched kernel by
 // kernel, a leaf search per unit) writes the CPU encoder's bytes and reconstruction.
 TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
@@ -111,14 +122,8 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   // Answer tables and rate order for every round, a block alone too, and for none (by
   // default rounds of 8 or more blocks look their 1- and 2-sample segments up in tables and
   // search their small scales in rate order).
-  setenv("VFP_MMP_ANSWERS", "all", 1);
-  setenv("VFP_MMP_RATE_ORDER", "all", 1);
-  const std::shared_ptr<mmp::LeafSearch> tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
-  setenv("VFP_MMP_ANSWERS", "0", 1);
-  setenv("VFP_MMP_RATE_ORDER", "0", 1);
-  const std::shared_ptr<mmp::LeafSearch> no_tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
-  unsetenv("VFP_MMP_ANSWERS");
-  unsetenv("VFP_MMP_RATE_ORDER");
+  const std::shared_ptr<mmp::LeafSearch> tables = blocks_search_with("all");
+  const std::shared_ptr<mmp::LeafSearch> no_tables = blocks_search_with("0");
   EXPECT_EQ(small_rounds->round_capacity(), 7);
   EXPECT_GT(gpus[0]->round_capacity(), 100);
   EXPECT_EQ(gpus[2]->round_capacity(), 0);
@@ -237,12 +242,8 @@ TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
   REQUIRE_GPU();
   // Answer tables and rate order in every round (a block alone too): the kernels that build
   // and read them run here, under memcheck and racecheck as well.
-  setenv("VFP_MMP_ANSWERS", "all", 1);
-  setenv("VFP_MMP_RATE_ORDER", "all", 1);
-  auto tables = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
-  unsetenv("VFP_MMP_ANSWERS");
-  unsetenv("VFP_MMP_RATE_ORDER");
-  for (const auto& gpu : {cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks), tables}) small_planes(gpu);
+  for (const auto& gpu : {cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks), blocks_search_with("all")})
+    small_planes(gpu);
 }
 
 // Whole frames through the container: gray, yuv420p and yuv444p, shared chroma, and the

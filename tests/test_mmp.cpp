@@ -749,10 +749,7 @@ TEST(Mmp, StageModesAreTheEncodersModes) {
                           "/in.y4m -y --device cpu")
                 .rc,
             0);
-  const auto read = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  };
+  const auto read = test::read_file;
   for (const std::string modes : {"1", "4"}) {
     const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30:modes=" + modes + ":file=" + dir +
                                   "/s" + modes + ".mmp' -o null --device cpu");
