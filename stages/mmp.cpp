@@ -33,7 +33,7 @@ struct MmpSettings {
   double lambda = 32;
   std::string file;
   bool carry = false, independent_chroma = false, post_filter = true;
-  int block = 16, modes = 4;
+  int block = 16, modes = 4, dict = 4096;
   std::string tile = "0", tile_mode = "sync", search = "auto";
 };
 
@@ -50,6 +50,8 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.integer("modes", &S::modes, 4, 1, mmp::kModes,
               "prediction modes searched fully per unit, best by prediction error first (fewer: faster, slightly "
               "more bits; mmp encode's --modes)");
+    t.integer("dict", &S::dict, 4096, 64, 4096,
+              "dictionary elements per scale (fewer: a faster search, more bits; mmp encode's --dict)");
     t.text("tile", &S::tile, "0", "tiles of WxH luma samples (or N), coded in parallel; 0 = untiled");
     t.choice("tile_mode", &S::tile_mode, "sync", {"sync", "sync-dict", "independent"},
              "what tiles share: dictionaries and models (sync), dictionaries only, nothing");
@@ -72,6 +74,7 @@ class MmpStage final : public Stage {
     params_.shared_chroma = !s.independent_chroma;
     params_.post_filter = s.post_filter;
     params_.mode_candidates = s.modes;
+    params_.max_dict = s.dict;
     params_.block_log = mmp::block_log_of_size(s.block);
     if (params_.block_log < 0) throw OptionError("block", "mmp: block=" + std::to_string(s.block) + " (8, 16 or 32)");
     try {

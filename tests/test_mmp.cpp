@@ -740,9 +740,11 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   }
 }
 
-// The stage's modes= is mmp encode's --modes: the same bitstream for the same input, and
-// fewer modes search less (a different file here); out of range, a clear error.
-TEST(Mmp, StageModesAreTheEncodersModes) {
+// The stage's modes= and dict= are mmp encode's --modes and --dict: the same bitstream for
+// the same input; fewer modes or a smaller dictionary give another file, which decodes to
+// the frames the stage passed on (the decoder fills its dictionaries as far as the
+// header's size, as the encoder did); out of range, a clear error naming the option.
+TEST(Mmp, StageModesAndDictAreTheEncoders) {
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage_modes");
   std::filesystem::create_directories(dir);
   ASSERT_EQ(test::run_cmd(bin + " run -i 'synthetic=size=48x32:frames=2:noise=gauss:sigma=4' -o " + dir +
@@ -750,19 +752,35 @@ TEST(Mmp, StageModesAreTheEncodersModes) {
                 .rc,
             0);
   const auto read = test::read_file;
-  for (const std::string modes : {"1", "4"}) {
-    const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30:modes=" + modes + ":file=" + dir +
-                                  "/s" + modes + ".mmp' -o null --device cpu");
+  struct Setting {
+    std::string name, stage, cli;
+  };
+  for (const Setting& s : {Setting{"default", "", ""}, Setting{"modes1", ":modes=1", " --modes 1"},
+                           Setting{"dict72", ":dict=72", " --dict 72"}}) {
+    const std::string stream = dir + "/s_" + s.name + ".mmp";
+    const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30" + s.stage + ":file=" + stream +
+                                  "' -o " + dir + "/rec_" + s.name + ".y4m -y --device cpu");
     ASSERT_EQ(st.rc, 0) << st.out;
-    const auto en = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/e" + modes +
-                                  ".mmp -y --lambda 30 --modes " + modes + " --device cpu");
+    const auto en = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/e_" + s.name +
+                                  ".mmp -y --lambda 30" + s.cli + " --device cpu");
     ASSERT_EQ(en.rc, 0) << en.out;
-    EXPECT_EQ(read(dir + "/s" + modes + ".mmp"), read(dir + "/e" + modes + ".mmp")) << "modes " << modes;
+    EXPECT_EQ(read(stream), read(dir + "/e_" + s.name + ".mmp")) << s.name;
+    const auto de = test::run_cmd(bin + " mmp decode " + stream + " -o " + dir + "/dec_" + s.name + ".y4m -y");
+    ASSERT_EQ(de.rc, 0) << de.out;
+    EXPECT_EQ(read(dir + "/dec_" + s.name + ".y4m"), read(dir + "/rec_" + s.name + ".y4m")) << s.name;
   }
-  EXPECT_NE(read(dir + "/s1.mmp"), read(dir + "/s4.mmp"));
-  const auto bad = test::run_cmd(bin + " run -i synthetic -f 'mmp=modes=12' --device cpu");
-  EXPECT_EQ(bad.rc, 2) << bad.out;
-  EXPECT_NE(bad.out.find("modes"), std::string::npos) << bad.out;
+  EXPECT_NE(read(dir + "/s_modes1.mmp"), read(dir + "/s_default.mmp"));
+  EXPECT_NE(read(dir + "/s_dict72.mmp"), read(dir + "/s_default.mmp"));
+  const auto info = test::run_cmd(bin + " mmp info " + dir + "/s_dict72.mmp");
+  EXPECT_NE(info.out.find("72 dictionary elements per scale"), std::string::npos) << info.out;
+  for (const std::string bad : {"modes=12", "dict=32", "dict=5000"}) {
+    const auto r = test::run_cmd(bin + " run -i synthetic -f 'mmp=" + bad + "' --device cpu");
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find(bad.substr(0, bad.find('='))), std::string::npos) << r.out;
+  }
+  const auto cli = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/x.mmp -y --dict 63");
+  EXPECT_NE(cli.rc, 0) << cli.out;
+  EXPECT_NE(cli.out.find("--dict"), std::string::npos) << cli.out;
 }
 
 // The stage leaves a note per frame in the run's records (the HUD's line): bits, bpp, PSNR.

@@ -31,6 +31,7 @@ struct MmpArgs {
   double lambda = 32;
   int64_t frames = -1;
   int mode_candidates = 4;
+  int max_dict = 4096;
   int block = 16;
   bool carry = false;
   bool independent_chroma = false;
@@ -84,6 +85,7 @@ int mmp_encode_command(const MmpArgs& a) {
   mmp::Params p;
   p.lambda = a.lambda;
   p.mode_candidates = a.mode_candidates;
+  p.max_dict = a.max_dict;
   p.carry = a.carry;
   p.shared_chroma = !a.independent_chroma;
   p.post_filter = !a.no_post_filter;
@@ -278,6 +280,12 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
                    "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
                    "slower, slightly fewer bits)")
       ->check(CLI::Range(1, 11))
+      ->capture_default_str();
+  mmp_enc
+      ->add_option("--dict", mmp_args.max_dict,
+                   "dictionary elements per scale (64..4096; fewer: a faster search, more bits; a scale that is "
+                   "full takes no more)")
+      ->check(CLI::Range(64, 4096))
       ->capture_default_str();
   mmp_enc
       ->add_option("--tile", mmp_args.tile,
