@@ -2599,9 +2599,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       });
     VFP_CUDA(cudaEventRecord(lead.put.e, st));
     for (int L = kMinLog; L <= BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.put.e, 0));
-    // The rate order, for the units larger than 4x4, sorted on the largest units' stream so
-    // that the 4x4 units' chain does not wait for it. The 4x4 units keep index order: their
-    // searches are one tile per chunk on the round's critical path, where it measured slower.
+    // The rate order, sorted on the largest units' stream so that the 4x4 units' chain does
+    // not wait for it: the chain's first unit searches in index order beside the sort (on the
+    // round's critical path the ordered search of one tile a chunk measured slower), the rest
+    // in rate order, which saves issue slots when frames share the GPU.
     const bool ordered = rate_order(n);
     if (ordered) {
       const StreamHandle so = lead.levels[BL].stream.get();
@@ -2618,6 +2619,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     area_ops(&ops, 0, 0, 0, BL);
     const StreamHandle chain = lead.levels[kMinLog].stream.get();
     bool prepared[6] = {};
+    // The wait for the sort sits before the second 4x4 unit's search: by then the first
+    // unit's search and link have taken longer than the sort.
+    const bool chain_ordered = ordered && chain_order(n);
+    int chain_units = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       Level& lv = lead.levels[op.L];
@@ -2634,9 +2639,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           prepared[op.L] = true;
         }
       } else if (op.kind == Op::Leaf) {
+        bool in_order = ordered && op.L > kMinLog;
+        if (op.L == kMinLog && chain_ordered && chain_units++ > 0) {
+          if (chain_units == 2) VFP_CUDA(cudaStreamWaitEvent(chain, lead.sorted.e, 0));
+          in_order = true;
+        }
         timed(g, "leaf search", op.L, s, [&] {
           enqueue_leaf_search(tasks_[op.L][K][spread(n)], op.L, leaf + static_cast<size_t>(op.L) * g.capacity,
-                              g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, ordered && op.L > kMinLog, s);
+                              g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, in_order, s);
         });
       } else if (op.kind == Op::Finish && op.L > kMinLog) {
         timed(g, "segmentation", op.L, s, [&] {
@@ -2713,6 +2723,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // Whether a round of n blocks searches its small scales in rate order (sort_scales_kernel;
   // a block alone pays the sort on its 16x16 units' stream: VFP_MMP_RATE_ORDER).
   bool rate_order(int n) const { return on_in(rate_order_, n); }
+  // Whether such a round's 4x4 units (all but the first) search in rate order as well
+  // (VFP_MMP_CHAIN_ORDER; only where rate_order(n)).
+  bool chain_order(int n) const { return on_in(chain_order_, n); }
   // The sorted scales' arrays in one allocation at `mem` (null: only the size), each 256-byte
   // aligned; returns the bytes.
   static size_t sorted_layout(unsigned char* mem, SortedScales* so) {
@@ -2955,6 +2968,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   int round_blocks_ = round_blocks();
   RoundSwitch answers_ = round_switch("VFP_MMP_ANSWERS");
   RoundSwitch rate_order_ = round_switch("VFP_MMP_RATE_ORDER");
+  RoundSwitch chain_order_ = round_switch("VFP_MMP_CHAIN_ORDER");
   bool profile_ = std::getenv("VFP_MMP_PROFILE") && std::string(std::getenv("VFP_MMP_PROFILE")) == "1";
   std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};

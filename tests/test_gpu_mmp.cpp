@@ -103,9 +103,11 @@ TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
 static std::shared_ptr<mmp::LeafSearch> blocks_search_with(const char* tables_and_order) {
   setenv("VFP_MMP_ANSWERS", tables_and_order, 1);
   setenv("VFP_MMP_RATE_ORDER", tables_and_order, 1);
+  setenv("VFP_MMP_CHAIN_ORDER", tables_and_order, 1);
   auto search = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   unsetenv("VFP_MMP_ANSWERS");
   unsetenv("VFP_MMP_RATE_ORDER");
+  unsetenv("VFP_MMP_CHAIN_ORDER");
   return search;
 }
 
@@ -119,7 +121,7 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   setenv("VFP_MMP_ROUND_BLOCKS", "7", 1);
   const std::shared_ptr<mmp::LeafSearch> small_rounds = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   unsetenv("VFP_MMP_ROUND_BLOCKS");
-  // Answer tables and rate order for every round, a block alone too, and for none (by
+  // Answer tables and rate order (the 4x4 units' too) for every round, a block alone too, and for none (by
   // default rounds of 8 or more blocks look their 1- and 2-sample segments up in tables and
   // search their small scales in rate order).
   const std::shared_ptr<mmp::LeafSearch> tables = blocks_search_with("all");
