@@ -1847,7 +1847,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       std::lock_guard<std::mutex> lk(mu_);
       lp = thread_group().lanes[0].get();
       units_buffers(*lp);
-      tasks = &task_list(q.L, q.K, 1, lp->stream.get());
+      tasks = &task_list(q.L, q.K, 1, kChainChunks, lp->stream.get());
       consts = reinterpret_cast<SearchConsts*>(lp->stage_consts->get());
       m = mirror(q.dict_id);
       sync_dictionary(*m, q.scales, q.leaf_bits, &consts->sc, *lp);
@@ -2095,7 +2095,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::vector<BlockWork> works_host;
     std::vector<uint64_t> built_gen;  // the lanes' gen when the arguments were built
     // Graphs by (block size, candidates, blocks).
-    std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
+    std::map<std::tuple<int, int, int, int>, cudaGraphExec_t> graphs;  // by BL, K, blocks, tiles
     // The answer tables and their chunks' partial minima (allocated before a graph that
     // builds them is captured; never moved).
     DeviceBuffer ans_j, ans_i, ans_part_j, ans_part_i;
@@ -2156,6 +2156,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         throw Error(ErrorKind::Usage, "MMP GPU search: a block outside its tile");
     }
     const bool learn = q.learn && n == 1;
+    int most = q.max_elements;  // a scale never holds more; the counts make sure of it
+    for (const mmp::ScaleView& v : q.scales) most = std::max(most, v.count);
+    const int tiles = chunks_by_dict_ ? small_tiles(most) : kChainChunks;
     const int64_t t0 = now_ns();
     set_device(device_);
     BlockConsts* bc = reinterpret_cast<BlockConsts*>(g.stage_consts.get());
@@ -2167,7 +2170,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       lead_buffers(lead);
       for (int i = 0; i < n; ++i)
         for (int L = kMinLog; L <= BL; ++L)
-          size_leaf_buffers(*g.lanes[static_cast<size_t>(i)], task_list(L, K, n, lead.stream.get()), K, L);
+          size_leaf_buffers(*g.lanes[static_cast<size_t>(i)], task_list(L, K, n, tiles, lead.stream.get()), K, L);
       if (q.pending) {  // the group's mirror has learnt what the caller's dictionary has not yet
         const std::shared_ptr<Mirror>& m = g.learning;
         if (!m || m->id != q.dict_id) throw Error(ErrorKind::Internal, "MMP GPU search: no dictionary learnt ahead");
@@ -2225,20 +2228,20 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     lead.costs_id = 0;  // the unit search's costs cache no longer holds
     lead.kernel_start.record(st);
     if (how_ == MmpGpuSearch::Blocks && !profile_) {
-      cudaGraphExec_t& ge = g.graphs[{BL, K, n}];
+      cudaGraphExec_t& ge = g.graphs[{BL, K, n, tiles}];
       if (!ge) {
         VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        enqueue_round(g, BL, K, n, st);
+        enqueue_round(g, BL, K, n, tiles, st);
         cudaGraph_t graph = nullptr;
         VFP_CUDA(cudaStreamEndCapture(st, &graph));
         const cudaError_t e = cudaGraphInstantiate(&ge, graph, 0);
         cudaGraphDestroy(graph);
-        if (e != cudaSuccess) g.graphs.erase({BL, K, n});
+        if (e != cudaSuccess) g.graphs.erase({BL, K, n, tiles});
         VFP_CUDA(e);
       }
       VFP_CUDA(cudaGraphLaunch(ge, st));
     } else {
-      enqueue_round(g, BL, K, n, st);
+      enqueue_round(g, BL, K, n, tiles, st);
     }
     lead.kernel_end.record(st);
     const bool learns = bc->learn.on != 0;
@@ -2574,7 +2577,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // CPU's order (the `put` event), a write waits until every unit before it has read the
   // window (their `prepared` events), and a decision waits for its unit's choice (its
   // `finished` event). So the larger units' searches overlap the chain of 4x4 units.
-  void enqueue_round(Group& g, int BL, int K, int n, StreamHandle st) {
+  void enqueue_round(Group& g, int BL, int K, int n, int tiles, StreamHandle st) {
     Lane& lead = *g.lanes[0];
     const Works ws{g.works_host[0], reinterpret_cast<const BlockWork*>(g.works.get())};
     const auto* leaf = reinterpret_cast<const LeafLane*>(g.leaf.get());
@@ -2645,7 +2648,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           in_order = true;
         }
         timed(g, "leaf search", op.L, s, [&] {
-          enqueue_leaf_search(tasks_[op.L][K][spread(n)], op.L, leaf + static_cast<size_t>(op.L) * g.capacity,
+          enqueue_leaf_search(tasks_[op.L][K][spread(n)][tiles], op.L, leaf + static_cast<size_t>(op.L) * g.capacity,
                               g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, in_order, s);
         });
       } else if (op.kind == Op::Finish && op.L > kMinLog) {
@@ -2656,7 +2659,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         VFP_CUDA(cudaEventRecord(lv.finished.e, s));
       } else if (op.kind == Op::Finish) {  // a 4x4 unit: a chain link
         ChainLink link{};
-        const TaskList& chain_tasks = tasks_[kMinLog][K][spread(n)];
+        const TaskList& chain_tasks = tasks_[kMinLog][K][spread(n)][tiles];
         link.BL = BL, link.K = K, link.chunks = chain_tasks.chunked ? chain_tasks.max_chunks : 1;
         link.slot = op.slot, link.ux = op.ux, link.uy = op.uy;
         size_t j = i + 1;
@@ -2757,9 +2760,16 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return regime == 0 ? chunks : regime == 1 ? std::max(1, chunks / 4) : 1;
   }
 
-  const TaskList& task_list(int L, int K, int blocks, StreamHandle st) {
+  // Tiles of the small-segment search a scale can fill: a task's elements are dealt to at
+  // most this many chunks (a dictionary of 256 elements is one tile, and a chunk with no
+  // tile would only pay its setup).
+  static int small_tiles(int max_elements) {
+    return std::clamp((max_elements + kSmallTile - 1) / kSmallTile, 1, kChainChunks);
+  }
+
+  const TaskList& task_list(int L, int K, int blocks, int tiles, StreamHandle st) {
     const int regime = spread(blocks);
-    TaskList& tl = tasks_[L][K][regime];
+    TaskList& tl = tasks_[L][K][regime][tiles];
     if (tl.count) return tl;
     std::vector<Task> tasks;
     const int N = 1 << L;
@@ -2781,7 +2791,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         if (n <= kSmallMaxN) {
           // leaf_small_kernel: a full dictionary's tiles dealt to 16 blocks for the 4x4 units
           // (on the critical path), fewer for the others (beside it; each block's setup counts).
-          const int chunks = spread_chunks(L == kMinLog ? kChainChunks : L == kMinLog + 1 ? 8 : 4, regime);
+          const int chunks = std::min(spread_chunks(L == kMinLog       ? kChainChunks
+                                                    : L == kMinLog + 1 ? 8
+                                                                       : 4,
+                                                    regime),
+                                      tiles);
           // A block alone's 4x4 units: 16 segments a task, so that each thread takes at most
           // 32 elements of a tile (one segment a thread, the block's threads split the tile):
           // the slowest block sets the link's time.
@@ -2969,10 +2983,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   RoundSwitch answers_ = round_switch("VFP_MMP_ANSWERS");
   RoundSwitch rate_order_ = round_switch("VFP_MMP_RATE_ORDER");
   RoundSwitch chain_order_ = round_switch("VFP_MMP_CHAIN_ORDER");
+  // VFP_MMP_CHUNKS_BY_DICT=0: small tasks dealt to as many chunks as a full dictionary's
+  // (for measurements).
+  bool chunks_by_dict_ =
+      !(std::getenv("VFP_MMP_CHUNKS_BY_DICT") && std::string(std::getenv("VFP_MMP_CHUNKS_BY_DICT")) == "0");
   bool profile_ = std::getenv("VFP_MMP_PROFILE") && std::string(std::getenv("VFP_MMP_PROFILE")) == "1";
   std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};
-  TaskList tasks_[6][kMaxResidues + 1][3];  // by unit size, residues, spread()
+  TaskList tasks_[6][kMaxResidues + 1][3][kChainChunks + 1];  // by unit size, residues, spread(), small_tiles()
   std::list<std::shared_ptr<Mirror>> mirrors_;
   std::unordered_map<std::thread::id, std::unique_ptr<Group>> threads_;
   struct Reserved {

@@ -158,6 +158,8 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
       // More tiles than blocks in flight at once (153 of 64): a round in three waves.
       {136, 72, 2, 3, 4, 30, 8, mmp::TileMode::SyncAll, true},
       {136, 72, 1, 3, 4, 30, 8, mmp::TileMode::SyncDictionaries, false},
+      // Dictionaries of two tiles of the small-segment search: tasks dealt to 2 chunks.
+      {136, 72, 2, 3, 4, 30, 8, mmp::TileMode::SyncAll, true, 300},
   };
   for (const Case& c : cases) {
     const auto img = test_plane(c.kind, c.w, c.h, 7);
