@@ -158,7 +158,14 @@ class MmpStage final : public Stage {
         total_.breakdown(static_cast<double>(frames_)).c_str(), file_.empty() ? "" : ", bitstream ", file_.c_str());
   }
   std::string label() const override {
-    return log::format("mmp(lambda=%g%s)", params_.lambda, params_.search ? ", search on the GPU" : "");
+    // The options that trade bits for speed, where they differ from the defaults: runs
+    // compared side by side should say what they traded.
+    std::string trade;
+    if (params_.mode_candidates != mmp::Params{}.mode_candidates)
+      trade += log::format(", modes=%d", params_.mode_candidates);
+    if (params_.max_dict != mmp::Params{}.max_dict) trade += log::format(", dict=%d", params_.max_dict);
+    return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(),
+                       params_.search ? ", search on the GPU" : "");
   }
 
  private:

@@ -761,6 +761,8 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
     const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30" + s.stage + ":file=" + stream +
                                   "' -o " + dir + "/rec_" + s.name + ".y4m -y --device cpu");
     ASSERT_EQ(st.rc, 0) << st.out;
+    if (!s.stage.empty())  // the stage's label names what it traded
+      EXPECT_NE(st.out.find("mmp(lambda=30, " + s.stage.substr(1)), std::string::npos) << st.out;
     const auto en = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/e_" + s.name +
                                   ".mmp -y --lambda 30" + s.cli + " --device cpu");
     ASSERT_EQ(en.rc, 0) << en.out;
