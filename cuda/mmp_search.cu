@@ -2094,8 +2094,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::vector<LeafLane> leaf_host;        // the same, as the host built it
     std::vector<BlockWork> works_host;
     std::vector<uint64_t> built_gen;  // the lanes' gen when the arguments were built
-    // Graphs by (block size, candidates, blocks).
-    std::map<std::tuple<int, int, int, int>, cudaGraphExec_t> graphs;  // by BL, K, blocks, tiles
+    // Graphs by (block size, candidates, blocks, small_tiles()).
+    std::map<std::tuple<int, int, int, int>, cudaGraphExec_t> graphs;
     // The answer tables and their chunks' partial minima (allocated before a graph that
     // builds them is captured; never moved).
     DeviceBuffer ans_j, ans_i, ans_part_j, ans_part_i;
