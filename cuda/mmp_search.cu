@@ -2985,8 +2985,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   RoundSwitch chain_order_ = round_switch("VFP_MMP_CHAIN_ORDER");
   // VFP_MMP_CHUNKS_BY_DICT=0: small tasks dealt to as many chunks as a full dictionary's
   // (for measurements).
-  bool chunks_by_dict_ =
-      !(std::getenv("VFP_MMP_CHUNKS_BY_DICT") && std::string(std::getenv("VFP_MMP_CHUNKS_BY_DICT")) == "0");
+  bool chunks_by_dict_ = round_switch("VFP_MMP_CHUNKS_BY_DICT") != RoundSwitch::Never;
   bool profile_ = std::getenv("VFP_MMP_PROFILE") && std::string(std::getenv("VFP_MMP_PROFILE")) == "1";
   std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};
