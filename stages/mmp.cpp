@@ -34,7 +34,7 @@ struct MmpSettings {
   std::string file;
   bool carry = false, independent_chroma = false, post_filter = true;
   int block = 16, modes = 4, dict = 4096;
-  std::string tile = "0", tile_mode = "sync", search = "auto";
+  std::string tile = "0", tile_mode = "sync", search = "auto", dict_full = "stop";
 };
 
 const OptionTable<MmpSettings>& mmp_options() {
@@ -52,6 +52,9 @@ const OptionTable<MmpSettings>& mmp_options() {
               "more bits; mmp encode's --modes)");
     t.integer("dict", &S::dict, 4096, 64, 4096,
               "dictionary elements per scale (fewer: a faster search, more bits; mmp encode's --dict)");
+    t.choice("dict_full", &S::dict_full, "stop", {"stop", "replace"},
+             "a full dictionary scale takes no more (stop) or replaces its least used element (replace; mmp "
+             "encode's --dict-full)");
     t.text("tile", &S::tile, "0", "tiles of WxH luma samples (or N), coded in parallel; 0 = untiled");
     t.choice("tile_mode", &S::tile_mode, "sync", {"sync", "sync-dict", "independent"},
              "what tiles share: dictionaries and models (sync), dictionaries only, nothing");
@@ -75,6 +78,7 @@ class MmpStage final : public Stage {
     params_.post_filter = s.post_filter;
     params_.mode_candidates = s.modes;
     params_.max_dict = s.dict;
+    params_.replace_least_used = s.dict_full == "replace";
     params_.block_log = mmp::block_log_of_size(s.block);
     if (params_.block_log < 0) throw OptionError("block", "mmp: block=" + std::to_string(s.block) + " (8, 16 or 32)");
     try {
@@ -164,6 +168,7 @@ class MmpStage final : public Stage {
     if (params_.mode_candidates != mmp::Params{}.mode_candidates)
       trade += log::format(", modes=%d", params_.mode_candidates);
     if (params_.max_dict != mmp::Params{}.max_dict) trade += log::format(", dict=%d", params_.max_dict);
+    if (params_.replace_least_used) trade += ", dict_full=replace";
     return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(),
                        params_.search ? ", search on the GPU" : "");
   }

@@ -17,8 +17,10 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "codecs/mmp/container.hpp"
+#include "codecs/mmp/dictionary.hpp"
 #include "codecs/mmp/mmp.hpp"
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/range_coder.hpp"
@@ -461,15 +463,20 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
   HostFrame src(s, false), back(s, false);
   test::fill_random(src, 9);
   std::vector<std::vector<uint8_t>> seeds;
-  // Independent / carried frames, 16 / 8 / 32 blocks, untiled and in tiles of each mode.
-  for (int variant = 0; variant < 7; ++variant) {
+  // Independent / carried frames, 16 / 8 / 32 blocks, untiled and in tiles of each mode;
+  // small dictionaries replacing their least used elements, carried, untiled and tiled.
+  for (int variant = 0; variant < 9; ++variant) {
     mmp::Params p;
+    if (variant >= 7) {
+      p.max_dict = 70;
+      p.replace_least_used = true;
+    }
     p.lambda = 30;
     p.carry = variant % 2 == 1;
     p.block_log = variant < 2 || variant > 3 ? 4 : variant == 2 ? 3 : 5;
-    if (variant > 3) {
+    if (variant > 3 && variant != 7) {
       p.tile_w = p.tile_h = 16;
-      p.tile_mode = static_cast<mmp::TileMode>(variant - 4);
+      p.tile_mode = static_cast<mmp::TileMode>(variant == 8 ? 2 : variant - 4);
     }
     const std::string f = dir + "/seed.mmp";
     {
@@ -756,13 +763,17 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
     std::string name, stage, cli;
   };
   for (const Setting& s : {Setting{"default", "", ""}, Setting{"modes1", ":modes=1", " --modes 1"},
-                           Setting{"dict72", ":dict=72", " --dict 72"}}) {
+                           Setting{"dict72", ":dict=72", " --dict 72"},
+                           Setting{"replace", ":dict=72:dict_full=replace", " --dict 72 --dict-full replace"}}) {
     const std::string stream = dir + "/s_" + s.name + ".mmp";
     const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30" + s.stage + ":file=" + stream +
                                   "' -o " + dir + "/rec_" + s.name + ".y4m -y --device cpu");
     ASSERT_EQ(st.rc, 0) << st.out;
-    if (!s.stage.empty())  // the stage's label names what it traded
-      EXPECT_NE(st.out.find("mmp(lambda=30, " + s.stage.substr(1)), std::string::npos) << st.out;
+    if (!s.stage.empty()) {  // the stage's label names what it traded
+      std::string traded = s.stage.substr(1);
+      for (size_t at; (at = traded.find(':')) != std::string::npos;) traded.replace(at, 1, ", ");
+      EXPECT_NE(st.out.find("mmp(lambda=30, " + traded), std::string::npos) << st.out;
+    }
     const auto en = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/e_" + s.name +
                                   ".mmp -y --lambda 30" + s.cli + " --device cpu");
     ASSERT_EQ(en.rc, 0) << en.out;
@@ -774,8 +785,14 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
   EXPECT_NE(read(dir + "/s_modes1.mmp"), read(dir + "/s_default.mmp"));
   EXPECT_NE(read(dir + "/s_dict72.mmp"), read(dir + "/s_default.mmp"));
   const auto info = test::run_cmd(bin + " mmp info " + dir + "/s_dict72.mmp");
-  EXPECT_NE(info.out.find("72 dictionary elements per scale"), std::string::npos) << info.out;
-  for (const std::string bad : {"modes=12", "dict=32", "dict=5000"}) {
+  EXPECT_NE(info.out.find("72 dictionary elements per scale (a full scale takes no more)"), std::string::npos)
+      << info.out;
+  EXPECT_NE(read(dir + "/s_replace.mmp"), read(dir + "/s_dict72.mmp"));
+  const auto info_r = test::run_cmd(bin + " mmp info " + dir + "/s_replace.mmp");
+  EXPECT_NE(info_r.out.find("72 dictionary elements per scale (a full scale replaces its least used)"),
+            std::string::npos)
+      << info_r.out;
+  for (const std::string bad : {"modes=12", "dict=32", "dict=5000", "dict_full=lru"}) {
     const auto r = test::run_cmd(bin + " run -i synthetic -f 'mmp=" + bad + "' --device cpu");
     EXPECT_EQ(r.rc, 2) << r.out;
     EXPECT_NE(r.out.find(bad.substr(0, bad.find('='))), std::string::npos) << r.out;
@@ -1059,4 +1076,190 @@ TEST(Mmp, TiledContainerRoundTripsWithCarryAndColour) {
     }
     EXPECT_FALSE(rd.read(back));
   }
+}
+
+// Full scales replacing their least used element (codecs/mmp/dictionary.hpp), against the
+// rule written out plainly: 1x1 elements (one scale), random new values and random uses,
+// every index's value, uses and the change log compared after every lesson.
+TEST(Mmp, FullScaleReplacesItsLeastUsedOldEnoughElement) {
+  for (int max : {64, 65, 100, 300}) {
+    mmp::Dictionary d(max, 0, true);
+    struct Elem {
+      int value;
+      uint32_t uses;
+      uint64_t born;
+    };
+    std::vector<Elem> ref;
+    uint64_t clock = 0;
+    std::vector<int> log;  // indices written, in order
+    const uint64_t window = static_cast<uint64_t>((max - 64) / 2);
+    const auto offer = [&](int value) {
+      for (const Elem& e : ref)
+        if (e.value == value) return;  // a duplicate: not even the clock moves
+      ++clock;
+      if (static_cast<int>(ref.size()) < max) {
+        ref.push_back({value, 0, clock});
+        log.push_back(static_cast<int>(ref.size()) - 1);
+        return;
+      }
+      int v = -1;
+      for (int i = 64; i < static_cast<int>(ref.size()); ++i)
+        if (ref[static_cast<size_t>(i)].born + window < clock &&
+            (v < 0 || ref[static_cast<size_t>(i)].uses < ref[static_cast<size_t>(v)].uses))
+          v = i;
+      if (v < 0) return;  // nothing old enough: dropped
+      ref[static_cast<size_t>(v)] = {value, 0, clock};
+      log.push_back(v);
+    };
+    for (int v = -252; v <= 252; v += 8) offer(v);
+    ASSERT_EQ(d.count(0), 64);
+    std::mt19937 rng(static_cast<uint32_t>(max));
+    int replaced = 0, dropped = 0;
+    for (int step = 0; step < 400; ++step) {
+      mmp::Lesson lesson;
+      const int uses = static_cast<int>(rng() % 6), news = static_cast<int>(rng() % 5);
+      for (int u = 0; u < uses; ++u) {
+        // Few indices get most uses, as leaves do.
+        const int i = static_cast<int>(rng() % 3 == 0 ? rng() % ref.size() : rng() % std::min<size_t>(ref.size(), 80));
+        lesson.uses.push_back(static_cast<uint32_t>(i));
+        ++ref[static_cast<size_t>(i)].uses;
+      }
+      for (int k = 0; k < news; ++k) {
+        const int value = static_cast<int>(rng() % 511) - 255;
+        lesson.elements.push_back({{static_cast<int16_t>(value)}, 0, 0});
+        const size_t before = log.size();
+        const bool full = static_cast<int>(ref.size()) >= max;
+        offer(value);
+        if (full) (log.size() > before ? replaced : dropped) += 1;
+      }
+      d.add(lesson);
+      ASSERT_EQ(d.count(0), static_cast<int>(ref.size())) << "max " << max << " step " << step;
+      for (int i = 0; i < d.count(0); ++i) {
+        ASSERT_EQ(d.elem(0, i)[0], ref[static_cast<size_t>(i)].value)
+            << "max " << max << " step " << step << " i " << i;
+        ASSERT_EQ(d.uses(0, i), ref[static_cast<size_t>(i)].uses);
+      }
+      const mmp::ScaleView v = d.view(0);
+      ASSERT_EQ(v.generation, log.size());
+      ASSERT_EQ(v.change_ring, 2 * max);
+      for (uint64_t g = log.size() > static_cast<size_t>(v.change_ring) ? log.size() - v.change_ring : 0;
+           g < log.size(); ++g)
+        ASSERT_EQ(v.changes[g % static_cast<uint64_t>(v.change_ring)], log[g]) << "change " << g;
+    }
+    if (max == 64) {
+      EXPECT_EQ(replaced, 0);  // only flat elements: nothing may go
+    } else {
+      EXPECT_GT(replaced, 20) << max;
+    }
+    std::printf("max %d: %d replaced, %d dropped\n", max, replaced, dropped);
+  }
+}
+
+// Replacement on every scale of a 16x16 block's dictionaries: no scale ever holds two equal
+// elements (the duplicate table stays whole through deletions), the sum order stays sorted,
+// the counts stay at the size.
+TEST(Mmp, ReplacingScalesStayConsistent) {
+  mmp::Dictionary d(80, 4, true);
+  d.keep_sum_order();
+  std::mt19937 rng(7);
+  for (int step = 0; step < 60; ++step) {
+    mmp::Lesson lesson;
+    for (int k = 0; k < 6; ++k) {
+      const int lw = static_cast<int>(rng() % 5), lh = static_cast<int>(rng() % 5);
+      mmp::NewElement e{std::vector<int16_t>(static_cast<size_t>(1) << (lw + lh)), lw, lh};
+      const int base = static_cast<int>(rng() % 64) * 4 - 128;  // few values: many duplicates
+      for (auto& x : e.e) x = static_cast<int16_t>(base + static_cast<int>(rng() % 3) * 8);
+      lesson.elements.push_back(std::move(e));
+    }
+    for (int u = 0; u < 20; ++u) {
+      const int s = mmp::scale_of(static_cast<int>(rng() % 5), static_cast<int>(rng() % 5));
+      lesson.uses.push_back(static_cast<uint32_t>(s) << 16 | static_cast<uint32_t>(rng() % d.count(s)));
+    }
+    d.add(lesson);
+  }
+  for (int lh = 0; lh <= 4; ++lh)
+    for (int lw = 0; lw <= 4; ++lw) {
+      const int s = mmp::scale_of(lw, lh), n = 1 << (lw + lh);
+      EXPECT_EQ(d.count(s), 80) << lw << "x" << lh;
+      EXPECT_GT(d.view(s).generation, 80u) << "no replacement at scale " << lw << "x" << lh;
+      std::set<std::vector<int16_t>> seen;
+      for (int i = 0; i < d.count(s); ++i) {
+        std::vector<int16_t> e(d.elem(s, i), d.elem(s, i) + n);
+        int sum = 0;
+        for (int16_t x : e) sum += x;
+        EXPECT_EQ(d.sums(s)[static_cast<size_t>(i)], sum);
+        EXPECT_TRUE(seen.insert(e).second) << "duplicate at scale " << lw << "x" << lh << " index " << i;
+      }
+      const auto& order = d.by_sum(s);
+      ASSERT_EQ(order.size(), static_cast<size_t>(d.count(s)));
+      EXPECT_EQ(std::set<int>(order.begin(), order.end()).size(), order.size());
+      for (size_t k = 1; k < order.size(); ++k)
+        EXPECT_LE(d.sums(s)[static_cast<size_t>(order[k - 1])], d.sums(s)[static_cast<size_t>(order[k])]);
+    }
+}
+
+// The codec with replacing dictionaries: decoded planes equal the encoder's, untiled and in
+// every tile mode and block size, with carried state; the pruned search, an exhaustive
+// backend and any thread count write the same bytes; 64 elements (nothing learnt fits)
+// write what "stop" writes, and more replace and code for less.
+TEST(Mmp, ReplacingDictionariesDecodeExactly) {
+  auto search = std::make_shared<test::ExhaustiveSearch>();
+  int cases = 0;
+  for (int tile_mode = -1; tile_mode <= 2; ++tile_mode)
+    for (const auto& [w, h] : {std::pair{1, 1}, {3, 7}, {70, 45}})
+      for (int bl = 3; bl <= 5; ++bl) {
+        const auto img = plane((w + bl) % 2 ? "photo" : "text", w, h, static_cast<uint32_t>(w + bl));
+        mmp::Params p;
+        p.lambda = 20;
+        p.block_log = bl;
+        p.max_dict = 72;
+        p.replace_least_used = true;
+        if (tile_mode >= 0) {
+          p.tile_mode = static_cast<mmp::TileMode>(tile_mode);
+          p.tile_w = p.tile_h = 2 << bl;
+        }
+        mmp::PlaneState enc(p), dec(p);
+        const std::string what = "mode " + std::to_string(tile_mode) + " " + std::to_string(w) + "x" +
+                                 std::to_string(h) + " block " + std::to_string(1 << bl);
+        for (int frame = 0; frame < 2; ++frame) {  // the second continues the first's state
+          mmp::PlaneState once(p), other(p);
+          if (frame == 1) {  // the same state from the CPU search with one thread and from another backend
+            mmp::encode_plane(img.data(), w, h, p, &once);
+            mmp::Params q = p;
+            q.search = search;
+            mmp::encode_plane(img.data(), w, h, q, &other);
+          }
+          const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p, &enc);
+          ASSERT_EQ(mmp::decode_plane(r.bytes.data(), r.bytes.size(), w, h, p, &dec), r.recon) << what;
+          if (frame == 1) {
+            set_cpu_threads(1);
+            const mmp::PlaneResult one = mmp::encode_plane(img.data(), w, h, p, &once);
+            set_cpu_threads(0);
+            mmp::Params q = p;
+            q.search = search;
+            const mmp::PlaneResult ex = mmp::encode_plane(img.data(), w, h, q, &other);
+            EXPECT_EQ(one.bytes, r.bytes) << what;
+            EXPECT_EQ(ex.bytes, r.bytes) << what;
+          }
+        }
+        ++cases;
+      }
+  EXPECT_EQ(cases, 36);
+  const int w = 128, h = 96;
+  const auto img = plane("photo", w, h, 3);
+  const auto coded = [&](int dict, bool replace) {
+    mmp::Params p;
+    p.lambda = 25;
+    p.max_dict = dict;
+    p.replace_least_used = replace;
+    return mmp::encode_plane(img.data(), w, h, p);
+  };
+  EXPECT_EQ(coded(64, true).bytes, coded(64, false).bytes);
+  const mmp::PlaneResult stop = coded(96, false), replace = coded(96, true);
+  EXPECT_NE(stop.bytes, replace.bytes);
+  const double j_stop = stop.sse + 25 * 8.0 * static_cast<double>(stop.bytes.size());
+  const double j_replace = replace.sse + 25 * 8.0 * static_cast<double>(replace.bytes.size());
+  std::printf("96 elements: stop J %.0f (%zu bytes), replace J %.0f (%zu bytes)\n", j_stop, stop.bytes.size(),
+              j_replace, replace.bytes.size());
+  EXPECT_LT(j_replace, j_stop);
 }

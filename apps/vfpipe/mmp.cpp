@@ -28,6 +28,7 @@ namespace {
 
 struct MmpArgs {
   std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", device = "auto", gpu_search = "blocks";
+  std::string dict_full = "stop";
   double lambda = 32;
   int64_t frames = -1;
   int mode_candidates = 4;
@@ -86,6 +87,7 @@ int mmp_encode_command(const MmpArgs& a) {
   p.lambda = a.lambda;
   p.mode_candidates = a.mode_candidates;
   p.max_dict = a.max_dict;
+  p.replace_least_used = a.dict_full == "replace";
   p.carry = a.carry;
   p.shared_chroma = !a.independent_chroma;
   p.post_filter = !a.no_post_filter;
@@ -201,8 +203,9 @@ int mmp_decode_command(const MmpArgs& a) {
 int mmp_info_command(const MmpArgs& a) {
   mmp::Reader r(a.input);
   HostFrame f(r.spec(), false);
-  std::printf("%s: MMP, %s, lambda %g, %d dictionary elements per scale, %s\n", a.input.c_str(),
+  std::printf("%s: MMP, %s, lambda %g, %d dictionary elements per scale (%s), %s\n", a.input.c_str(),
               r.spec().describe().c_str(), r.params().lambda, r.params().max_dict,
+              r.params().replace_least_used ? "a full scale replaces its least used" : "a full scale takes no more",
               r.params().carry ? "dictionaries carried across frames" : "independent frames");
   if (plane_count(r.spec().format) == 3)
     std::printf("chroma: %s\n", r.params().shared_chroma ? "Cr continues Cb's dictionaries and models"
@@ -283,9 +286,14 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
       ->capture_default_str();
   mmp_enc
       ->add_option("--dict", mmp_args.max_dict,
-                   "dictionary elements per scale (64..4096; fewer: a faster search, more bits; a scale that is "
-                   "full takes no more)")
+                   "dictionary elements per scale (64..4096; fewer: a faster search, more bits; see --dict-full)")
       ->check(CLI::Range(64, 4096))
+      ->capture_default_str();
+  mmp_enc
+      ->add_option("--dict-full", mmp_args.dict_full,
+                   "what a full dictionary scale does with a new element: stop (takes no more) or replace (its "
+                   "least used learnt element; small dictionaries then code about as well as 4096 elements)")
+      ->check(CLI::IsMember({"stop", "replace"}))
       ->capture_default_str();
   mmp_enc
       ->add_option("--tile", mmp_args.tile,

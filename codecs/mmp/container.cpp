@@ -103,7 +103,7 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   for (int i = 0; i < 8; ++i) h.push_back(static_cast<uint8_t>(lb >> (8 * i)));
   put_u32(h, static_cast<uint32_t>(p.max_dict));
   h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0) | (p.post_filter ? 4 : 0) |
-                                   block_code(p.block_log) << 3));
+                                   block_code(p.block_log) << 3 | (p.replace_least_used ? 32 : 0)));
   if (p.tiled()) {
     put_u32(h, static_cast<uint32_t>(p.tile_w));
     put_u32(h, static_cast<uint32_t>(p.tile_h));
@@ -238,8 +238,10 @@ Reader::Reader(const std::string& path) : path_(path) {
   const uint32_t md = get_u32(h + 30);
   if (md < 64 || md > 4096) throw Error(ErrorKind::Input, path + ": bad dictionary size " + std::to_string(md));
   params_.max_dict = static_cast<int>(md);
-  if (h[34] >= 3 << 3) throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
-  params_.block_log = block_log_of(h[34] >> 3);
+  if ((h[34] & 0x18) == 0x18 || h[34] >= 0x40)
+    throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
+  params_.block_log = block_log_of((h[34] >> 3) & 3);
+  params_.replace_least_used = (h[34] & 32) != 0;
   params_.carry = (h[34] & 1) != 0;
   params_.shared_chroma = (h[34] & 2) != 0;
   params_.post_filter = (h[34] & 4) != 0;

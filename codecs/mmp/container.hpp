@@ -3,7 +3,8 @@
 //           frame rate num/den (u32 little-endian each), lambda (f64), dictionary size (u32),
 //           flags (u8; bit 0: dictionaries and models carried across frames; bit 1: the
 //           second chroma plane continues the first's dictionaries and models; bit 2: each
-//           plane's stream ends with a post-filter the decoder applies)
+//           plane's stream ends with a post-filter the decoder applies; bits 3-4: block
+//           size; bit 5: full dictionary scales replace their least used element)
 //   frame   for each plane: payload length (u32) and the plane's range-coded payload
 // Frames are independent (each plane starts from fresh dictionaries and models) unless the
 // carry flag is set.

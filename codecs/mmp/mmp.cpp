@@ -6,13 +6,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 
+#include "codecs/mmp/dictionary.hpp"
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/predict.hpp"
 #include "codecs/mmp/range_coder.hpp"
@@ -28,158 +31,9 @@ namespace {
 
 // Sizes are bounded by the largest block (32x32: 36 scales); a plane uses the scales up to
 // its block's size.
-constexpr int kMaxLog = kMaxBlockLog, kB = 1 << kMaxLog, kScales = (kMaxLog + 1) * (kMaxLog + 1);
+constexpr int kMaxLog = kMaxBlockLog, kB = 1 << kMaxLog;
 constexpr int kIndexBits = 12, kModeBits = 4;
 constexpr int kMinLog = 2;  // smallest prediction unit: 4x4
-
-int scale_of(int lw, int lh) { return lw + (kMaxLog + 1) * lh; }
-
-// The scale transform of an element into `out` (resize_element()'s arithmetic).
-void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out);
-
-// A new dictionary element: the concatenation of a coded segment's children, of scale
-// (lw, lh). It enters its own scale and, resized, every other one.
-struct NewElement {
-  std::vector<int16_t> e;
-  int lw = 0, lh = 0;
-};
-
-// One dictionary per scale; exact duplicates are not inserted; a full scale takes no more.
-// A scale's elements lie in one array (element i at i * size). Each scale also keeps its
-// element sums and, once keep_sum_order() asked for it, its indices ordered by sum (ties by
-// index), which the CPU encoder's search uses to skip elements that cannot win (the decoder
-// and the GPU encoder do without: keeping the order is a memmove per insertion).
-class Dictionary {
- public:
-  Dictionary(int max, int log) : id_(next_id()), max_(max), log_(log) {
-    for (int lh = 0; lh <= log_; ++lh)
-      for (int lw = 0; lw <= log_; ++lw) scales_[static_cast<size_t>(scale_of(lw, lh))].size = 1 << (lw + lh);
-    // Flat elements over the residue range, every 8 levels.
-    std::vector<int16_t> flat;
-    for (int lh = 0; lh <= log_; ++lh)
-      for (int lw = 0; lw <= log_; ++lw)
-        for (int v = -252; v <= 252; v += 8) {
-          flat.assign(static_cast<size_t>(1) << (lw + lh), static_cast<int16_t>(v));
-          insert(scale_of(lw, lh), flat.data());
-        }
-  }
-  int count(int s) const { return scales_[static_cast<size_t>(s)].count; }
-  uint64_t id() const { return id_; }
-  ScaleView view(int s) const {
-    const Scale& sc = scales_[static_cast<size_t>(s)];
-    return {sc.count, sc.size, sc.data.data()};
-  }
-  const int16_t* elem(int s, int i) const {
-    const Scale& sc = scales_[static_cast<size_t>(s)];
-    return sc.data.data() + static_cast<size_t>(i) * static_cast<size_t>(sc.size);
-  }
-  const std::vector<int>& sums(int s) const { return scales_[static_cast<size_t>(s)].sum; }
-  const std::vector<int>& by_sum(int s) const { return scales_[static_cast<size_t>(s)].order; }
-  // Orders every scale's indices by sum, and keeps them ordered from then on. Not safe
-  // while another thread reads the dictionary.
-  void keep_sum_order() {
-    for (Scale& sc : scales_) {
-      if (sc.ordered) continue;
-      sc.order.resize(static_cast<size_t>(sc.count));
-      for (int i = 0; i < sc.count; ++i) sc.order[static_cast<size_t>(i)] = i;
-      // As inserting each index after the equal sums before it would: by sum, then index.
-      std::stable_sort(sc.order.begin(), sc.order.end(),
-                       [&](int a, int b) { return sc.sum[static_cast<size_t>(a)] < sc.sum[static_cast<size_t>(b)]; });
-      sc.ordered = true;
-    }
-  }
-  // New elements in order, each into its own scale and resized into every other. Scales
-  // are independent, so they are filled in parallel; the result is the serial one.
-  void add(const std::vector<NewElement>& batch) {
-    if (batch.empty()) return;
-    const int n = log_ + 1;
-    auto fill = [&](int lw2, int lh2) {
-      const int s = scale_of(lw2, lh2);
-      std::vector<int16_t> tmp(static_cast<size_t>(1) << (lw2 + lh2));
-      for (const NewElement& ne : batch) {
-        if (count(s) >= max_) return;
-        if (ne.lw == lw2 && ne.lh == lh2) {
-          insert(s, ne.e.data());
-        } else {
-          resize_into(ne.e.data(), ne.lw, ne.lh, lw2, lh2, tmp.data());
-          insert(s, tmp.data());
-        }
-      }
-    };
-    if (batch.size() < 4 || cpu_threads() == 1) {
-      for (int i = 0; i < n * n; ++i) fill(i % n, i / n);
-      return;
-    }
-    tbb::parallel_for(0, n * n, [&](int i) { fill(i % n, i / n); });
-  }
-  int64_t total() const {
-    int64_t t = 0;
-    for (const Scale& sc : scales_) t += sc.count;
-    return t;
-  }
-
- private:
-  struct Scale {
-    int size = 1, count = 0;
-    std::vector<int16_t> data;
-    std::vector<int> sum, order;
-    bool ordered = false;  // `order` is kept
-    // The duplicate check: each element's content hash, and an open-addressed table of
-    // element index + 1 (0: empty) by hash, at most half full.
-    std::vector<uint64_t> hash;
-    std::vector<int> table;
-  };
-  void insert(int s, const int16_t* e) {
-    Scale& sc = scales_[static_cast<size_t>(s)];
-    if (sc.count >= max_) return;
-    const size_t n = static_cast<size_t>(sc.size);
-    // The content hash only finds candidates (they are compared): any mixing will do, and
-    // four samples a step is fast.
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-    int sum = 0;
-    size_t k = 0;
-    for (; k + 4 <= n; k += 4) {
-      uint64_t word;
-      std::memcpy(&word, e + k, sizeof word);
-      h = (h ^ word) * 0xFF51AFD7ED558CCDull;
-      h ^= h >> 32;
-    }
-    for (; k < n; ++k) h = (h ^ static_cast<uint16_t>(e[k])) * 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 29;
-    for (k = 0; k < n; ++k) sum += e[k];
-    if (2 * (static_cast<size_t>(sc.count) + 1) > sc.table.size()) {  // double the table
-      std::vector<int> bigger(std::max<size_t>(64, 2 * sc.table.size()), 0);
-      for (int i = 0; i < sc.count; ++i) {
-        size_t at = sc.hash[static_cast<size_t>(i)] & (bigger.size() - 1);
-        while (bigger[at]) at = (at + 1) & (bigger.size() - 1);
-        bigger[at] = i + 1;
-      }
-      sc.table.swap(bigger);
-    }
-    const size_t mask = sc.table.size() - 1;
-    size_t at = h & mask;
-    for (; sc.table[at]; at = (at + 1) & mask) {
-      const int i = sc.table[at] - 1;
-      if (sc.hash[static_cast<size_t>(i)] == h && std::equal(e, e + n, elem(s, i))) return;
-    }
-    const int idx = sc.count++;
-    sc.table[at] = idx + 1;
-    sc.hash.push_back(h);
-    sc.data.insert(sc.data.end(), e, e + n);
-    sc.sum.push_back(sum);
-    if (sc.ordered)
-      sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
-                                       [&](int v, int i) { return v < sc.sum[static_cast<size_t>(i)]; }),
-                      idx);
-  }
-  static uint64_t next_id() {
-    static std::atomic<uint64_t> n{0};
-    return ++n;
-  }
-  uint64_t id_;
-  int max_, log_;
-  std::array<Scale, kScales> scales_;
-};
 
 uint64_t next_stamp() {
   static std::atomic<uint64_t> n{0};
@@ -225,7 +79,7 @@ struct PlaneState::Impl {
     const bool own_dicts = !tiled || p.tile_mode == TileMode::Independent;
     const bool own_models = own_dicts || p.tile_mode == TileMode::SyncDictionaries;
     for (int t = 0; t < (own_dicts ? tile_count : 1); ++t)
-      dicts.push_back(std::make_unique<Dictionary>(p.max_dict, p.block_log));
+      dicts.push_back(std::make_unique<Dictionary>(p.max_dict, p.block_log, p.replace_least_used));
     for (int t = 0; t < (own_models ? tile_count : 1); ++t) models.push_back(std::make_unique<Models>());
   }
   Dictionary& dict(int tile) { return *dicts[dicts.size() == 1 ? 0 : static_cast<size_t>(tile)]; }
@@ -456,18 +310,22 @@ void walk(int N, int x0, int y0, int lw, int lh, Decide&& decide, const Dictiona
   inner.push_back({x0, y0, lw, lh});
 }
 
-// A coded unit's residue and internal nodes, kept until the block's dictionary
-// update.
+// A coded unit's residue, internal nodes and leaves (scale << 16 | index, in coding order),
+// kept until the block's dictionary update.
 struct Learned {
   int N;
   std::vector<int> rres;
   std::vector<Internal> inner;
+  std::vector<uint32_t> leaves;
 };
 
-// Appends the new elements of a block's coded units, in the order the dictionaries take
-// them: units in coding order, each unit's internal nodes in post-order.
-void collect(const std::vector<Learned>& units, std::vector<NewElement>& out) {
-  for (const Learned& u : units)
+// Appends what a block's coded units teach: their leaves, and their new elements in the
+// order the dictionaries take them (units in coding order, each unit's internal nodes in
+// post-order).
+void collect(const std::vector<Learned>& units, Lesson& lesson) {
+  std::vector<NewElement>& out = lesson.elements;
+  for (const Learned& u : units) {
+    lesson.uses.insert(lesson.uses.end(), u.leaves.begin(), u.leaves.end());
     for (const Internal& n : u.inner) {
       const int w = 1 << n.lw, h = 1 << n.lh;
       NewElement ne{std::vector<int16_t>(static_cast<size_t>(w * h)), n.lw, n.lh};
@@ -477,6 +335,7 @@ void collect(const std::vector<Learned>& units, std::vector<NewElement>& out) {
               static_cast<int16_t>(u.rres[static_cast<size_t>((n.y0 + y) * u.N + n.x0 + x)]);
       out.push_back(std::move(ne));
     }
+  }
 }
 
 // The plane padded to whole blocks by repeating its last column and row.
@@ -697,6 +556,7 @@ void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& 
   ++res.modes[u.mode];
   ++res.unit_sizes[kMaxLog - L];
   size_t next = 0;
+  Learned l{1 << L, std::vector<int>(static_cast<size_t>(1) << (2 * L)), {}, {}};
   auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
     const int s = scale_of(lw, lh);
     *kind = u.tree[next].first;
@@ -709,10 +569,10 @@ void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& 
     if (*kind == 0) {
       out.tree(m.index[static_cast<size_t>(s)].data(), kIndexBits, static_cast<uint32_t>(*index));
       if (!out.ov) m.touch(s);  // shared models change only when the round is replayed
+      l.leaves.push_back(static_cast<uint32_t>(s) << 16 | static_cast<uint32_t>(*index));
     } else
       ++res.splits[*kind - 1];
   };
-  Learned l{1 << L, std::vector<int>(static_cast<size_t>(1) << (2 * L)), {}};
   walk(l.N, 0, 0, L, L, decide, d, l.rres.data(), l.inner, res.leaves);
   learned.push_back(std::move(l));
 }
@@ -774,8 +634,7 @@ void for_tiles(const std::vector<int>& ids, Body&& body) {
 // The end of a round of synchronized tiles: the round's new elements enter the shared
 // dictionaries in tile order, and with shared models (SyncAll) the tiles' private model
 // changes are replayed in the same order. `batch` is scratch.
-void end_round(std::vector<Tile>& tiles, const std::vector<int>& active, bool shared_models,
-               std::vector<NewElement>& batch) {
+void end_round(std::vector<Tile>& tiles, const std::vector<int>& active, bool shared_models, Lesson& batch) {
   const int64_t t0 = now_ns();
   batch.clear();
   for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
@@ -815,7 +674,7 @@ void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundSta
   if (!p.tiled() || p.tile_mode == TileMode::Independent) {
     for_tiles(all, [&](int i) {
       Tile& t = tiles[static_cast<size_t>(i)];
-      std::vector<NewElement> batch;
+      Lesson batch;
       for (int k = 0; k < t.blocks; ++k) {
         code(t, k, false);
         const int64_t t0 = now_ns();
@@ -829,7 +688,7 @@ void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundSta
   }
   const bool shared_models = p.tile_mode == TileMode::SyncAll;
   const int rounds = round_count(tiles);
-  std::vector<NewElement> batch;
+  Lesson batch;
   std::vector<int> active;
   for (int k = 0; k < rounds; ++k) {
     round_tiles(tiles, k, &active);
@@ -949,7 +808,7 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
     int64_t t0 = now_ns();
     backend.start_block(query(0, false));
     in_flight = true;
-    std::vector<NewElement> batch;
+    Lesson batch;
     for (int k = 0; k < t.blocks; ++k) {
       BlockChoices c;
       in_flight = false;
@@ -1015,7 +874,7 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
   const bool shared_models = p.tile_mode == TileMode::SyncAll;
   const int rounds = round_count(tiles);
   std::vector<int> active, slots;
-  std::vector<NewElement> batch;
+  Lesson batch;
   std::vector<std::atomic<bool>> in_flight(static_cast<size_t>(width));
   for (int k = 0; k < rounds; ++k) {
     round_tiles(tiles, k, &active);
@@ -1083,7 +942,7 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
   const int BL = p.block_log, B = 1 << BL;
   const int rounds = round_count(tiles);
   std::vector<int> active, slots;
-  std::vector<NewElement> batch;
+  Lesson batch;
   std::vector<RoundBlock> blocks;
   std::vector<BlockChoices> choices;
   for (int k = 0; k < rounds; ++k) {
@@ -1158,6 +1017,7 @@ void decode_block(Tile& t, int k, bool shared, int BL) {
     if (mode >= kModes || dec.overrun()) corrupt(px, py);
     int pred[kB * kB];
     predict_block(t.rec.data(), t.done.data(), t.w, t.h, x, y, N, mode, pred);
+    Learned l{N, std::vector<int>(static_cast<size_t>(N * N)), {}, {}};
     auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
       const int s = scale_of(lw, lh);
       *kind = 0;
@@ -1168,8 +1028,8 @@ void decode_block(Tile& t, int k, bool shared, int BL) {
       const uint32_t i = in.tree(models.index[static_cast<size_t>(s)].data(), kIndexBits);
       if (i >= static_cast<uint32_t>(dict.count(s)) || dec.overrun()) corrupt(px, py);
       *index = static_cast<int>(i);
+      l.leaves.push_back(static_cast<uint32_t>(s) << 16 | i);
     };
-    Learned l{N, std::vector<int>(static_cast<size_t>(N * N)), {}};
     walk(N, 0, 0, L, L, decide, dict, l.rres.data(), l.inner, t.stats.leaves);
     if (dec.overrun()) corrupt(px, py);
     int v[kB * kB];
@@ -1269,43 +1129,6 @@ void check_tiles(const Params& p) {
   if (static_cast<int>(p.tile_mode) > 2) throw Error(ErrorKind::Usage, "MMP: unknown tile mode");
 }
 
-namespace {
-// Sizes are powers of two: the index arithmetic is shifts, and floor((2 sum + k) / 2k) for
-// k = 2^d is an arithmetic shift of 2 sum + k by d + 1 (it rounds toward minus infinity).
-void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out) {
-  const int w1 = 1 << lw1, h1 = 1 << lh1, w2 = 1 << lw2, h2 = 1 << lh2;
-  int tmp[kB * kB];  // w2 x h1
-  for (int y = 0; y < h1; ++y) {
-    const int16_t* row = e + y * w1;
-    int* t = tmp + y * w2;
-    if (lw2 >= lw1) {
-      for (int x = 0; x < w2; ++x) t[x] = row[x >> (lw2 - lw1)];
-    } else {
-      const int d = lw1 - lw2, k = 1 << d;
-      for (int x = 0; x < w2; ++x) {
-        int sum = 0;
-        for (int i = 0; i < k; ++i) sum += row[(x << d) + i];
-        t[x] = (2 * sum + k) >> (d + 1);
-      }
-    }
-  }
-  for (int y = 0; y < h2; ++y) {
-    int16_t* o = out + y * w2;
-    if (lh2 >= lh1) {
-      const int* t = tmp + (y >> (lh2 - lh1)) * w2;
-      for (int x = 0; x < w2; ++x) o[x] = static_cast<int16_t>(t[x]);
-    } else {
-      const int d = lh1 - lh2, k = 1 << d;
-      for (int x = 0; x < w2; ++x) {
-        int sum = 0;
-        for (int i = 0; i < k; ++i) sum += tmp[((y << d) + i) * w2 + x];
-        o[x] = static_cast<int16_t>((2 * sum + k) >> (d + 1));
-      }
-    }
-  }
-}
-}  // namespace
-
 std::vector<int16_t> resize_element(const std::vector<int16_t>& e, int lw1, int lh1, int lw2, int lh2) {
   std::vector<int16_t> out(static_cast<size_t>(1) << (lw2 + lh2));
   resize_into(e.data(), lw1, lh1, lw2, lh2, out.data());
@@ -1346,7 +1169,9 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   const bool shared_models = p.tiled() && p.tile_mode == TileMode::SyncAll;
   const bool whole_blocks = p.search && p.search->searches_blocks();  // the backend derives the costs itself
   IndexCosts shared_ic;
-  if (whole_blocks && p.search->learns_blocks() && (!p.tiled() || p.tile_mode == TileMode::Independent)) {
+  // (A dictionary that replaces elements learns on the host only.)
+  if (whole_blocks && p.search->learns_blocks() && !p.replace_least_used &&
+      (!p.tiled() || p.tile_mode == TileMode::Independent)) {
     std::vector<int> all(tiles.size());
     for (size_t i = 0; i < tiles.size(); ++i) all[i] = static_cast<int>(i);
     for_tiles(all, [&](int i) { encode_tile_learning_on_backend(tiles[static_cast<size_t>(i)], p); });

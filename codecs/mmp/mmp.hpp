@@ -61,7 +61,10 @@ struct Params {
   double lambda = 32;   // Lagrangian multiplier of J = SSE + lambda * bits
   int block_log = 4;    // block size 2^block_log: 8, 16 (default) or 32; in the container
   int max_dict = 4096;  // elements per scale (indices are 12-bit); when full, no
-                        // more are added
+                        // more are added, unless replace_least_used
+  // In the container: a full scale replaces its least used learnt element with each new one
+  // (docs/mmp.md, "Dictionary size"), instead of taking no more.
+  bool replace_least_used = false;
   // Encoder only (not in the bitstream): how many of the 11 modes, ranked by
   // the SSE of their prediction, get the full segmentation search in each
   // prediction unit (1..11).

@@ -24,10 +24,17 @@ namespace vfp::mmp {
 constexpr int kSearchScales = 36;  // (log2 32 + 1)^2 element scales, s = lw + 6 * lh
 
 // One scale of a dictionary as the search sees it: `count` elements of 2^lw x 2^lh
-// samples, element i at data + i * size. Elements are only ever appended.
+// samples, element i at data + i * size. Elements are only ever appended, unless the
+// dictionary replaces its least used elements when full (Params::replace_least_used): then
+// `changes` logs every write, appended or replaced: change g (from 0) wrote element
+// changes[g % change_ring], and `generation` changes were made so far (a copy that saw
+// generation g0 with generation - g0 <= change_ring needs only those elements again).
 struct ScaleView {
   int count = 0, size = 0;
   const int16_t* data = nullptr;
+  const int* changes = nullptr;  // null: appended only
+  int change_ring = 0;
+  uint64_t generation = 0;
 };
 
 struct LeafQuery {

@@ -1,0 +1,226 @@
+#include "codecs/mmp/dictionary.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "core/parallel.hpp"
+
+namespace vfp::mmp {
+
+namespace {
+uint64_t next_id() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
+}  // namespace
+
+Dictionary::Dictionary(int max, int log, bool replace) : id_(next_id()), max_(max), log_(log), replace_(replace) {
+  for (int lh = 0; lh <= log_; ++lh)
+    for (int lw = 0; lw <= log_; ++lw) {
+      Scale& sc = scales_[static_cast<size_t>(scale_of(lw, lh))];
+      sc.size = 1 << (lw + lh);
+      if (replace_) sc.changes.assign(change_ring(), 0);
+    }
+  // Flat elements over the residue range, every 8 levels.
+  std::vector<int16_t> flat;
+  for (int lh = 0; lh <= log_; ++lh)
+    for (int lw = 0; lw <= log_; ++lw)
+      for (int v = -252; v <= 252; v += 8) {
+        flat.assign(static_cast<size_t>(1) << (lw + lh), static_cast<int16_t>(v));
+        insert(scale_of(lw, lh), flat.data());
+      }
+}
+
+ScaleView Dictionary::view(int s) const {
+  const Scale& sc = scales_[static_cast<size_t>(s)];
+  ScaleView v{sc.count, sc.size, sc.data.data()};
+  if (replace_) v.changes = sc.changes.data(), v.change_ring = change_ring(), v.generation = sc.generation;
+  return v;
+}
+
+void Dictionary::keep_sum_order() {
+  for (Scale& sc : scales_) {
+    if (sc.ordered) continue;
+    sc.order.resize(static_cast<size_t>(sc.count));
+    for (int i = 0; i < sc.count; ++i) sc.order[static_cast<size_t>(i)] = i;
+    std::stable_sort(sc.order.begin(), sc.order.end(),
+                     [&](int a, int b) { return sc.sum[static_cast<size_t>(a)] < sc.sum[static_cast<size_t>(b)]; });
+    sc.ordered = true;
+  }
+}
+
+void Dictionary::add(const Lesson& lesson) {
+  if (replace_)
+    for (uint32_t u : lesson.uses) use(static_cast<int>(u >> 16), static_cast<int>(u & 0xFFFF));
+  const auto& batch = lesson.elements;
+  if (batch.empty()) return;
+  const int n = log_ + 1;
+  auto fill = [&](int lw2, int lh2) {
+    const int s = scale_of(lw2, lh2);
+    std::vector<int16_t> tmp(static_cast<size_t>(1) << (lw2 + lh2));
+    for (const NewElement& ne : batch) {
+      if (count(s) >= max_ && !replace_) return;
+      if (ne.lw == lw2 && ne.lh == lh2) {
+        insert(s, ne.e.data());
+      } else {
+        resize_into(ne.e.data(), ne.lw, ne.lh, lw2, lh2, tmp.data());
+        insert(s, tmp.data());
+      }
+    }
+  };
+  if (batch.size() < 4 || cpu_threads() == 1) {
+    for (int i = 0; i < n * n; ++i) fill(i % n, i / n);
+    return;
+  }
+  tbb::parallel_for(0, n * n, [&](int i) { fill(i % n, i / n); });
+}
+
+void Dictionary::use(int s, int i) {
+  Scale& sc = scales_[static_cast<size_t>(s)];
+  uint32_t& u = sc.uses[static_cast<size_t>(i)];
+  if (i >= kFlat && sc.old.erase({u, i})) sc.old.insert({u + 1, i});
+  ++u;
+}
+
+// Marks index i changed (the mirrors' log).
+void Dictionary::changed(Scale& sc, int i) {
+  if (!replace_) return;
+  sc.changes[static_cast<size_t>(sc.generation % static_cast<uint64_t>(change_ring()))] = i;
+  ++sc.generation;
+}
+
+void Dictionary::insert(int s, const int16_t* e) {
+  Scale& sc = scales_[static_cast<size_t>(s)];
+  if (sc.count >= max_ && !replace_) return;
+  const size_t n = static_cast<size_t>(sc.size);
+  // The content hash only finds candidates (they are compared): any mixing will do, and
+  // four samples a step is fast.
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  int sum = 0;
+  size_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    uint64_t word;
+    std::memcpy(&word, e + k, sizeof word);
+    h = (h ^ word) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  }
+  for (; k < n; ++k) h = (h ^ static_cast<uint16_t>(e[k])) * 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 29;
+  for (k = 0; k < n; ++k) sum += e[k];
+  if (2 * (static_cast<size_t>(sc.count) + 1) > sc.table.size()) {  // double the table
+    std::vector<int> bigger(std::max<size_t>(64, 2 * sc.table.size()), 0);
+    for (int i = 0; i < sc.count; ++i) {
+      size_t at = sc.hash[static_cast<size_t>(i)] & (bigger.size() - 1);
+      while (bigger[at]) at = (at + 1) & (bigger.size() - 1);
+      bigger[at] = i + 1;
+    }
+    sc.table.swap(bigger);
+  }
+  const size_t mask = sc.table.size() - 1;
+  size_t at = h & mask;
+  for (; sc.table[at]; at = (at + 1) & mask) {
+    const int i = sc.table[at] - 1;
+    if (sc.hash[static_cast<size_t>(i)] == h && std::equal(e, e + n, elem(s, i))) return;
+  }
+  if (replace_) {
+    ++sc.clock;
+    const uint64_t window = static_cast<uint64_t>((max_ - kFlat) / 2);
+    while (!sc.young.empty() && sc.born[static_cast<size_t>(sc.young.front())] + window < sc.clock) {
+      const int i = sc.young.front();
+      sc.young.pop_front();
+      sc.old.insert({sc.uses[static_cast<size_t>(i)], i});
+    }
+    if (sc.count >= max_) {
+      if (sc.old.empty()) return;
+      const int v = sc.old.begin()->second;
+      sc.old.erase(sc.old.begin());
+      replace(sc, v, e, h, sum);
+      return;
+    }
+    sc.uses.push_back(0);
+    sc.born.push_back(sc.clock);
+    if (sc.count >= kFlat) sc.young.push_back(sc.count);
+  }
+  const int idx = sc.count++;
+  sc.table[at] = idx + 1;
+  sc.hash.push_back(h);
+  sc.data.insert(sc.data.end(), e, e + n);
+  sc.sum.push_back(sum);
+  if (sc.ordered)
+    sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
+                                     [&](int v, int i) { return v < sc.sum[static_cast<size_t>(i)]; }),
+                    idx);
+  changed(sc, idx);
+}
+// Element v (not in `old`) becomes e, of hash h and sum `sum`, with no uses, born now.
+void Dictionary::replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum) {
+  const size_t n = static_cast<size_t>(sc.size), mask = sc.table.size() - 1;
+  // Out of the duplicate table: backward-shift deletion keeps every probe chain whole.
+  size_t hole = sc.hash[static_cast<size_t>(v)] & mask;
+  while (sc.table[hole] != v + 1) hole = (hole + 1) & mask;
+  for (size_t j = (hole + 1) & mask; sc.table[j]; j = (j + 1) & mask) {
+    const size_t home = sc.hash[static_cast<size_t>(sc.table[j] - 1)] & mask;
+    // Entry j may move back to the hole unless its home lies cyclically in (hole, j].
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (!stays) sc.table[hole] = sc.table[j], hole = j;
+  }
+  sc.table[hole] = 0;
+  size_t at = h & mask;
+  while (sc.table[at]) at = (at + 1) & mask;
+  sc.table[at] = v + 1;
+  sc.hash[static_cast<size_t>(v)] = h;
+  std::copy(e, e + n, sc.data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(v) * n));
+  if (sc.ordered) {
+    const int old_sum = sc.sum[static_cast<size_t>(v)];
+    auto lo = std::lower_bound(sc.order.begin(), sc.order.end(), old_sum,
+                               [&](int i, int val) { return sc.sum[static_cast<size_t>(i)] < val; });
+    sc.order.erase(std::find(lo, sc.order.end(), v));
+    sc.sum[static_cast<size_t>(v)] = sum;
+    sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
+                                     [&](int val, int i) { return val < sc.sum[static_cast<size_t>(i)]; }),
+                    v);
+  }
+  sc.sum[static_cast<size_t>(v)] = sum;
+  sc.uses[static_cast<size_t>(v)] = 0;
+  sc.born[static_cast<size_t>(v)] = sc.clock;
+  sc.young.push_back(v);
+  changed(sc, v);
+}
+
+// Sizes are powers of two: the index arithmetic is shifts, and floor((2 sum + k) / 2k) for
+// k = 2^d is an arithmetic shift of 2 sum + k by d + 1 (it rounds toward minus infinity).
+void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out) {
+  const int w1 = 1 << lw1, h1 = 1 << lh1, w2 = 1 << lw2, h2 = 1 << lh2;
+  int tmp[32 * 32];  // w2 x h1
+  for (int y = 0; y < h1; ++y) {
+    const int16_t* row = e + y * w1;
+    int* t = tmp + y * w2;
+    if (lw2 >= lw1) {
+      for (int x = 0; x < w2; ++x) t[x] = row[x >> (lw2 - lw1)];
+    } else {
+      const int d = lw1 - lw2, k = 1 << d;
+      for (int x = 0; x < w2; ++x) {
+        int sum = 0;
+        for (int i = 0; i < k; ++i) sum += row[(x << d) + i];
+        t[x] = (2 * sum + k) >> (d + 1);
+      }
+    }
+  }
+  for (int y = 0; y < h2; ++y) {
+    int16_t* o = out + y * w2;
+    if (lh2 >= lh1) {
+      const int* t = tmp + (y >> (lh2 - lh1)) * w2;
+      for (int x = 0; x < w2; ++x) o[x] = static_cast<int16_t>(t[x]);
+    } else {
+      const int d = lh1 - lh2, k = 1 << d;
+      for (int x = 0; x < w2; ++x) {
+        int sum = 0;
+        for (int i = 0; i < k; ++i) sum += tmp[((y << d) + i) * w2 + x];
+        o[x] = static_cast<int16_t>((2 * sum + k) >> (d + 1));
+      }
+    }
+  }
+}
+
+}  // namespace vfp::mmp

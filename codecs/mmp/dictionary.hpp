@@ -1,0 +1,118 @@
+// MMP's multiscale dictionaries (docs/mmp.md, "Dictionaries"): one per element scale
+// 2^lw x 2^lh, each starting with 64 flat elements and learning the concatenations its
+// blocks code. The encoder, the decoder and (through ScaleView) the search backends share
+// this one implementation of the update rule.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "codecs/mmp/mmp.hpp"
+#include "codecs/mmp/search.hpp"
+
+namespace vfp::mmp {
+
+// Scales are bounded by the largest block (32x32: 36 scales); a plane uses the scales up to
+// its block's size.
+constexpr int kScales = (kMaxBlockLog + 1) * (kMaxBlockLog + 1);
+inline int scale_of(int lw, int lh) { return lw + (kMaxBlockLog + 1) * lh; }
+
+// The scale transform of a 2^lw1 x 2^lh1 element into `out` (2^lw2 x 2^lh2;
+// resize_element()'s arithmetic).
+void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out);
+
+// A new dictionary element: the concatenation of a coded segment's children, of scale
+// (lw, lh). It enters its own scale and, resized, every other one.
+struct NewElement {
+  std::vector<int16_t> e;
+  int lw = 0, lh = 0;
+};
+
+// What one block (untiled, independent tiles) or one round (synchronized tiles) teaches the
+// dictionaries: its new elements in order, and the leaves it coded (scale << 16 | index),
+// which count as uses of those elements when a full scale replaces its least used.
+struct Lesson {
+  std::vector<NewElement> elements;
+  std::vector<uint32_t> uses;
+  void clear() { elements.clear(), uses.clear(); }
+};
+
+// The dictionaries of one plane (or of one independent tile). Exact duplicates are not
+// inserted. A full scale takes no more, or with `replace` (Params::replace_least_used) a
+// new element takes the index of the learnt element (index >= 64) used least often among
+// those old enough, ties to the lower index, with no uses: an element is old enough when
+// more than (size - 64) / 2 newer elements were offered to its scale since it came (the
+// scale's clock, advanced by every new element that is not a duplicate, stored or not).
+// Uses count every time an index is coded as a leaf; a lesson's uses count before its
+// elements enter. Without an old enough element the new one is dropped.
+// A scale's elements lie in one array (element i at i * size). Each scale also keeps its
+// element sums and, once keep_sum_order() asked for it, its indices ordered by sum, which
+// the CPU encoder's search uses to skip elements that cannot win (the decoder and the GPU
+// encoder do without: keeping the order is a memmove per insertion).
+class Dictionary {
+ public:
+  static constexpr int kFlat = 64;  // the flat elements every scale starts with (never replaced)
+  // `max` elements per scale (64..4096), scales up to 2^log x 2^log.
+  Dictionary(int max, int log, bool replace);
+  int count(int s) const { return scales_[static_cast<size_t>(s)].count; }
+  uint64_t id() const { return id_; }
+  ScaleView view(int s) const;
+  const int16_t* elem(int s, int i) const {
+    const Scale& sc = scales_[static_cast<size_t>(s)];
+    return sc.data.data() + static_cast<size_t>(i) * static_cast<size_t>(sc.size);
+  }
+  uint32_t uses(int s, int i) const {
+    return replace_ ? scales_[static_cast<size_t>(s)].uses[static_cast<size_t>(i)] : 0;
+  }
+  const std::vector<int>& sums(int s) const { return scales_[static_cast<size_t>(s)].sum; }
+  const std::vector<int>& by_sum(int s) const { return scales_[static_cast<size_t>(s)].order; }
+  // Orders every scale's indices by sum, and keeps them ordered from then on. Not safe
+  // while another thread reads the dictionary.
+  void keep_sum_order();
+  // The lesson's uses, then its new elements in order, each into its own scale and resized
+  // into every other. Scales are independent, so they are filled in parallel; the result is
+  // the serial one.
+  void add(const Lesson& lesson);
+  int64_t total() const {
+    int64_t t = 0;
+    for (const Scale& sc : scales_) t += sc.count;
+    return t;
+  }
+
+ private:
+  struct Scale {
+    int size = 1, count = 0;
+    std::vector<int16_t> data;
+    std::vector<int> sum, order;
+    bool ordered = false;  // `order` is kept
+    // The duplicate check: each element's content hash, and an open-addressed table (linear
+    // probing) of element index + 1 (0: empty) by hash, at most half full.
+    std::vector<uint64_t> hash;
+    std::vector<int> table;
+    // With replacement: each element's uses and birth (clock reading); the learnt elements
+    // not yet old enough (by birth), and the old enough ones by (uses, index).
+    std::vector<uint32_t> uses;
+    std::vector<uint64_t> born;
+    uint64_t clock = 0;
+    std::deque<int> young;
+    std::set<std::pair<uint32_t, int>> old;
+    // With replacement, every write (an element appended or replaced) in order, for mirrors
+    // of the dictionary (ScaleView::changes).
+    std::vector<int> changes;
+    uint64_t generation = 0;
+  };
+  int change_ring() const { return 2 * max_; }
+  void use(int s, int i);
+  void insert(int s, const int16_t* e);
+  void replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum);
+  void changed(Scale& sc, int i);
+  uint64_t id_;
+  int max_, log_;
+  bool replace_;
+  std::array<Scale, kScales> scales_;
+};
+
+}  // namespace vfp::mmp
