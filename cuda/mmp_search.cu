@@ -965,24 +965,28 @@ __device__ inline void table_insert(int* table, uint64_t h, int i) {
     if (atomicCAS(&table[at], 0, i + 1) == 0) return;
 }
 
-// New dictionary elements, gathered on the host into one upload: per scale, elements
-// [from, to) of n samples, at `at` (in samples) of the uploaded data.
+// New dictionary elements, gathered on the host into one upload: per scale, to - from
+// elements of n samples, at `at` (in samples) of the uploaded data, for indices [from, to)
+// or, where idx_at >= 0, for the indices listed at idx_at (in ints) of the uploaded index
+// list (elements a replacing dictionary rewrote).
 struct UploadItem {
   int16_t* data;
   int* norms;  // each element's sum of squared samples
-  int* table;  // the scale's duplicate table and hashes
+  int* table;  // the scale's duplicate table and hashes (null: not kept, no learning here)
   uint64_t* hashes;
   int n, from, to;
   size_t at;
+  long idx_at;
 };
 
 // Scatters the uploaded elements into their scales and computes their norms and hashes.
 // Grid: (elements / 128, items).
-__global__ void upload_kernel(const UploadItem* items, const int16_t* src) {
+__global__ void upload_kernel(const UploadItem* items, const int16_t* src, const int* indices) {
   const UploadItem it = items[blockIdx.y];
-  const int i = it.from + blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= it.to) return;
-  const int16_t* e = src + it.at + static_cast<size_t>(i - it.from) * it.n;
+  const int j = it.from + blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= it.to) return;
+  const int i = it.idx_at >= 0 ? indices[it.idx_at + (j - it.from)] : j;
+  const int16_t* e = src + it.at + static_cast<size_t>(j - it.from) * it.n;
   int16_t* d = it.data + static_cast<size_t>(i) * it.n;
   int sq = 0;
   uint64_t h = 0;
@@ -994,7 +998,7 @@ __global__ void upload_kernel(const UploadItem* items, const int16_t* src) {
   }
   it.norms[i] = sq;
   it.hashes[i] = h;
-  table_insert(it.table, h, i);
+  if (it.table) table_insert(it.table, h, i);
 }
 
 // ---- The whole block on the device ----------------------------------------------------
@@ -2015,8 +2019,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer data[kScales], norms[kScales];
     DeviceBuffer table[kScales], hashes[kScales];  // the duplicate check (sample_hash())
     int count[kScales] = {};
-    int count_before[kScales] = {};  // before the last block learnt on the device
-    RawEvent ready;                  // the last upload into it, or block that learnt
+    uint64_t generation[kScales] = {};  // a replacing dictionary's changes mirrored (ScaleView)
+    int count_before[kScales] = {};     // before the last block learnt on the device
+    RawEvent ready;                     // the last upload into it, or block that learnt
   };
   struct Pinned {
     Pinned() : p(nullptr) {}
@@ -2076,6 +2081,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::unique_ptr<Pinned> stage_upload;  // new dictionary elements
     size_t stage_upload_bytes = 0;
     DeviceBuffer upload;
+    std::vector<int> upload_indices;   // a replacing dictionary's rewritten elements
+    std::vector<uint8_t> upload_seen;  // (each listed once)
     // Bumped whenever a buffer that the kernels' argument arrays point to moves.
     uint64_t gen = 1;
   };
@@ -2156,6 +2163,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         throw Error(ErrorKind::Usage, "MMP GPU search: a block outside its tile");
     }
     const bool learn = q.learn && n == 1;
+    if (learn && q.scales[0].changes)  // the device's learning only appends (Dictionary's stop rule)
+      throw Error(ErrorKind::Internal, "MMP GPU search: a replacing dictionary cannot learn on the device");
     int most = q.max_elements;  // a scale never holds more; the counts make sure of it
     for (const mmp::ScaleView& v : q.scales) most = std::max(most, v.count);
     const int tiles = chunks_by_dict_ ? small_tiles(most) : kChainChunks;
@@ -2851,16 +2860,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   // The mirror brought up to the dictionary (under mu_), and the scales' arguments for the
-  // kernels. The elements added since the last upload go up in one copy (through the lane's
-  // pinned staging) and one kernel. The lane's stream first waits for the mirror's last
-  // upload, whichever lane made it, and the mirror's event then marks this one: searches on
-  // other lanes wait for it on the device, not on the host.
+  // kernels. The elements added since the last upload (for a replacing dictionary, those its
+  // change log names) go up in one copy (through the lane's pinned staging) and one kernel.
+  // The lane's stream first waits for the mirror's last upload, whichever lane made it, and
+  // the mirror's event then marks this one: searches on other lanes wait for it on the
+  // device, not on the host.
   void sync_dictionary(Mirror& m, const std::array<mmp::ScaleView, kScales>& scales,
                        const std::array<double, kScales>& leaf_bits, ScaleArgs* args, Lane& lane) {
     const StreamHandle st = lane.stream.get();
     VFP_CUDA(cudaStreamWaitEvent(st, m.ready.e, 0));
     *args = ScaleArgs{};
     UploadItem items[kScales];
+    std::vector<int>& listed = lane.upload_indices;  // the index lists, one after another
+    listed.clear();
     int n_items = 0;
     size_t samples = 0;
     for (int s = 0; s < kScales; ++s) {
@@ -2873,20 +2885,45 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         m.hashes[s] = DeviceBuffer(sizeof(uint64_t) * kMaxIndex, "MMP dictionary");
         memset_async(m.table[s].get(), 0, m.table[s].size(), st);
       }
-      if (v.count < m.count[s]) {  // not the dictionary mirrored (cannot shrink): all again
-        m.count[s] = 0;
-        memset_async(m.table[s].get(), 0, m.table[s].size(), st);
+      UploadItem it{reinterpret_cast<int16_t*>(m.data[s].get()),
+                    reinterpret_cast<int*>(m.norms[s].get()),
+                    v.changes ? nullptr : reinterpret_cast<int*>(m.table[s].get()),
+                    reinterpret_cast<uint64_t*>(m.hashes[s].get()),
+                    v.size,
+                    0,
+                    0,
+                    samples,
+                    -1};
+      if (v.changes) {
+        // Rewritten elements by the log; everything again where the mirror is not this
+        // dictionary's past or has fallen out of the log.
+        const bool stale = v.count < m.count[s] || v.generation < m.generation[s] ||
+                           v.generation - m.generation[s] > static_cast<uint64_t>(v.change_ring);
+        if (stale) {
+          it.from = 0, it.to = v.count;
+        } else if (v.generation > m.generation[s]) {
+          const size_t first = listed.size();
+          lane.upload_seen.assign(static_cast<size_t>(v.count), 0);
+          for (uint64_t g = m.generation[s]; g < v.generation; ++g) {
+            const int i = v.changes[g % static_cast<uint64_t>(v.change_ring)];
+            if (!lane.upload_seen[static_cast<size_t>(i)])
+              lane.upload_seen[static_cast<size_t>(i)] = 1, listed.push_back(i);
+          }
+          it.to = static_cast<int>(listed.size() - first);
+          it.idx_at = static_cast<long>(first);
+        }
+        m.generation[s] = v.generation;
+      } else {
+        if (v.count < m.count[s]) {  // not the dictionary mirrored (cannot shrink): all again
+          m.count[s] = 0;
+          memset_async(m.table[s].get(), 0, m.table[s].size(), st);
+        }
+        it.from = m.count[s], it.to = std::max(v.count, m.count[s]);
       }
-      if (v.count > m.count[s]) {
-        items[n_items++] = {reinterpret_cast<int16_t*>(m.data[s].get()),
-                            reinterpret_cast<int*>(m.norms[s].get()),
-                            reinterpret_cast<int*>(m.table[s].get()),
-                            reinterpret_cast<uint64_t*>(m.hashes[s].get()),
-                            v.size,
-                            m.count[s],
-                            v.count,
-                            samples};
-        samples += static_cast<size_t>(v.count - m.count[s]) * v.size;
+      m.count[s] = v.count;
+      if (it.to > it.from) {
+        items[n_items++] = it;
+        samples += static_cast<size_t>(it.to - it.from) * v.size;
       }
       args->data[s] = reinterpret_cast<const int16_t*>(m.data[s].get());
       args->norms[s] = reinterpret_cast<const int*>(m.norms[s].get());
@@ -2894,7 +2931,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       args->leaf_bits[s] = leaf_bits[static_cast<size_t>(s)];
     }
     if (n_items == 0) return;
-    const size_t head = sizeof(UploadItem) * kScales, bytes = head + samples * sizeof(int16_t);
+    const size_t head = sizeof(UploadItem) * kScales;
+    const size_t index_at = (head + samples * sizeof(int16_t) + 15) / 16 * 16;
+    const size_t bytes = index_at + listed.size() * sizeof(int);
     if (lane.stage_upload_bytes < bytes) {
       lane.stage_upload = std::make_unique<Pinned>(bytes);
       lane.stage_upload_bytes = bytes;
@@ -2902,20 +2941,28 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     grow(lane.upload, bytes, "MMP dictionary upload");
     uint8_t* stage = static_cast<uint8_t*>(lane.stage_upload->get());
     std::memcpy(stage, items, sizeof(UploadItem) * n_items);
-    int max_added = 0;
-    for (int k = 0; k < n_items; ++k) max_added = std::max(max_added, items[k].to - items[k].from);
+    if (!listed.empty()) std::memcpy(stage + index_at, listed.data(), listed.size() * sizeof(int));
+    int most = 0;
+    for (int k = 0; k < n_items; ++k) most = std::max(most, items[k].to - items[k].from);
     for (int s = 0, k = 0; s < kScales && k < n_items; ++s)
       if (items[k].data == reinterpret_cast<int16_t*>(m.data[s].get())) {
         const UploadItem& it = items[k++];
         const mmp::ScaleView& v = scales[static_cast<size_t>(s)];
-        std::memcpy(stage + head + it.at * sizeof(int16_t), v.data + static_cast<size_t>(it.from) * v.size,
-                    static_cast<size_t>(it.to - it.from) * v.size * sizeof(int16_t));
-        m.count[s] = v.count;
+        int16_t* to = reinterpret_cast<int16_t*>(stage + head) + it.at;
+        const size_t n = static_cast<size_t>(v.size);
+        if (it.idx_at < 0) {
+          std::memcpy(to, v.data + static_cast<size_t>(it.from) * n, static_cast<size_t>(it.to - it.from) * n * 2);
+        } else {
+          for (int j = 0; j < it.to; ++j)
+            std::memcpy(to + static_cast<size_t>(j) * n,
+                        v.data + static_cast<size_t>(listed[static_cast<size_t>(it.idx_at + j)]) * n, n * 2);
+        }
       }
     memcpy_h2d_async(lane.upload.get(), stage, bytes, st);
-    upload_kernel<<<dim3(static_cast<unsigned>((max_added + 127) / 128), static_cast<unsigned>(n_items)), 128, 0, st>>>(
+    upload_kernel<<<dim3(static_cast<unsigned>((most + 127) / 128), static_cast<unsigned>(n_items)), 128, 0, st>>>(
         reinterpret_cast<const UploadItem*>(lane.upload.get()),
-        reinterpret_cast<const int16_t*>(lane.upload.get() + head));
+        reinterpret_cast<const int16_t*>(lane.upload.get() + head),
+        reinterpret_cast<const int*>(lane.upload.get() + index_at));
     VFP_CUDA_LAUNCHED("mmp upload_kernel");
     VFP_CUDA(cudaEventRecord(m.ready.e, st));
   }

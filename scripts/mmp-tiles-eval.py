@@ -6,12 +6,15 @@ Bjontegaard delta PSNR (and rate) of each tiling against untiled.
 
     /usr/bin/python3 scripts/mmp-tiles-eval.py [--vfpipe build/vfpipe] [--lambdas 20,40,60,100,150]
         [--configs untiled,sync:128,...] [--only camera,astronaut] [--json out.json]
+        [--save-npz crops.npz | --npz crops.npz]   # the crops to a file / from it (no scikit-image)
     /usr/bin/python3 scripts/mmp-tiles-eval.py --from out.json      # tables from saved results
     /usr/bin/python3 scripts/mmp-tiles-eval.py --clip clip.y4m --configs sync:64,sync:128,sync:256
         # frames of a Y4M (e.g. scripts/mmp-clip.py's 1080p clip) against the first config;
         # bpp and PSNR (all planes) as vfpipe reports them
 
-A config is `untiled` or MODE:SIZE (MODE: sync, sync-dict, independent; SIZE: N or WxH).
+A config is `untiled` or MODE:SIZE (MODE: sync, sync-dict, independent; SIZE: N or WxH),
+optionally followed by `+dictN` (--dict N) and `+replace` (--dict-full replace), e.g.
+`sync:256+dict512+replace`.
 """
 import argparse
 import importlib.util
@@ -47,10 +50,24 @@ def bd_rate(a, b):
     return (10 ** d - 1) * 100
 
 
+def config_args(config):
+    """vfpipe mmp encode's options for a config (see the module's help)."""
+    base, *extras = config.split("+")
+    args = [] if base == "untiled" else ["--tile-mode", base.split(":")[0], "--tile", base.split(":")[1]]
+    for e in extras:
+        if e.startswith("dict"):
+            args += ["--dict", e[4:]]
+        elif e == "replace":
+            args += ["--dict-full", "replace"]
+        else:
+            sys.exit(f"unknown config part '{e}' in '{config}'")
+    return args
+
+
 def curve(img, tmp, vfpipe, lambdas, config):
     src, enc, dec = (os.path.join(tmp, n) for n in ("in.y4m", "in.mmp", "out.y4m"))
     ev.write_y4m(src, img)
-    tile = [] if config == "untiled" else ["--tile-mode", config.split(":")[0], "--tile", config.split(":")[1]]
+    tile = config_args(config)
     pts = []
     for lam in lambdas:
         t = time.time()
@@ -60,7 +77,7 @@ def curve(img, tmp, vfpipe, lambdas, config):
         ev.run([vfpipe, "mmp", "decode", "-y", enc, "-o", dec])
         dsecs = time.time() - t
         out = ev.read_y4m(dec, img.shape)
-        header = 35 if config == "untiled" else 44  # version 3 adds the tile grid
+        header = 35 if config.split("+")[0] == "untiled" else 44  # version 3 adds the tile grid
         bits = (os.path.getsize(enc) - header - 4) * 8  # payload only (tile tables included)
         pts.append({"param": lam, "bpp": bits / img.size, "psnr": ev.psnr(img, out), "seconds": secs,
                     "decode_seconds": dsecs})
@@ -72,7 +89,7 @@ def curve(img, tmp, vfpipe, lambdas, config):
 def curve_clip(path, vfpipe, lambdas, config, frames):
     tmp = tempfile.mkdtemp()
     enc = os.path.join(tmp, "c.mmp")
-    tile = [] if config == "untiled" else ["--tile-mode", config.split(":")[0], "--tile", config.split(":")[1]]
+    tile = config_args(config)
     pts = []
     for lam in lambdas:
         t = time.time()
@@ -124,6 +141,8 @@ def main():
     ap.add_argument("--from", dest="from_json")
     ap.add_argument("--clip", help="a Y4M clip instead of the photographs")
     ap.add_argument("--frames", type=int, default=1, help="frames of --clip to code")
+    ap.add_argument("--save-npz", help="write the selected crops to this file and stop")
+    ap.add_argument("--npz", help="read the crops from this file (--save-npz) instead of scikit-image")
     a = ap.parse_args()
     if a.from_json:
         tables(json.load(open(a.from_json)))
@@ -138,7 +157,14 @@ def main():
                 json.dump(results, open(a.json, "w"), indent=1)
         tables(results)
         return
-    imgs = {k: v for k, v in ev.images(a.size).items() if k.split(" ")[0] in a.only.split(",")}
+    if a.npz:
+        with np.load(a.npz) as z:
+            imgs = {k: z[k] for k in z.files if k.split(" ")[0] in a.only.split(",")}
+    else:
+        imgs = {k: v for k, v in ev.images(a.size).items() if k.split(" ")[0] in a.only.split(",")}
+    if a.save_npz:
+        np.savez_compressed(a.save_npz, **imgs)
+        return
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, img in imgs.items():

@@ -33,8 +33,9 @@ struct MmpSettings {
   double lambda = 32;
   std::string file;
   bool carry = false, independent_chroma = false, post_filter = true;
-  int block = 16, modes = 4, dict = 4096;
-  std::string tile = "0", tile_mode = "sync", search = "auto", dict_full = "stop";
+  int block = 16, modes = 4, dict = mmp::Params{}.max_dict;
+  std::string tile = "0", tile_mode = "sync", search = "auto",
+              dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
 };
 
 const OptionTable<MmpSettings>& mmp_options() {
@@ -50,10 +51,10 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.integer("modes", &S::modes, 4, 1, mmp::kModes,
               "prediction modes searched fully per unit, best by prediction error first (fewer: faster, slightly "
               "more bits; mmp encode's --modes)");
-    t.integer("dict", &S::dict, 4096, 64, 4096,
+    t.integer("dict", &S::dict, mmp::Params{}.max_dict, 64, 4096,
               "dictionary elements per scale (fewer: a faster search, more bits; mmp encode's --dict)");
-    t.choice("dict_full", &S::dict_full, "stop", {"stop", "replace"},
-             "a full dictionary scale takes no more (stop) or replaces its least used element (replace; mmp "
+    t.choice("dict_full", &S::dict_full, mmp::Params{}.replace_least_used ? "replace" : "stop", {"replace", "stop"},
+             "a full dictionary scale replaces its least used element (replace) or takes no more (stop; mmp "
              "encode's --dict-full)");
     t.text("tile", &S::tile, "0", "tiles of WxH luma samples (or N), coded in parallel; 0 = untiled");
     t.choice("tile_mode", &S::tile_mode, "sync", {"sync", "sync-dict", "independent"},
@@ -168,7 +169,8 @@ class MmpStage final : public Stage {
     if (params_.mode_candidates != mmp::Params{}.mode_candidates)
       trade += log::format(", modes=%d", params_.mode_candidates);
     if (params_.max_dict != mmp::Params{}.max_dict) trade += log::format(", dict=%d", params_.max_dict);
-    if (params_.replace_least_used) trade += ", dict_full=replace";
+    if (params_.replace_least_used != mmp::Params{}.replace_least_used)
+      trade += params_.replace_least_used ? ", dict_full=replace" : ", dict_full=stop";
     return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(),
                        params_.search ? ", search on the GPU" : "");
   }

@@ -135,7 +135,11 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     int tile;
     mmp::TileMode mode;
     bool post;
-    int max_dict = 4096;  // small: the dictionaries fill up (learning on the device stops as the CPU's)
+    // The defaults: full scales replace their least used (the host learns; the mirror follows
+    // by the change log). Stop: untiled planes and independent tiles learn on the device
+    // (small: the dictionaries fill up, and the device's learning stops as the CPU's).
+    int max_dict = mmp::Params{}.max_dict;
+    bool replace = mmp::Params{}.replace_least_used;
   };
   const Case cases[] = {
       {1, 1, 0, 4, 4, 30, 0, mmp::TileMode::SyncAll, true},
@@ -153,13 +157,22 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
       {99, 67, 4, 5, 11, 10, 0, mmp::TileMode::SyncAll, false},
       {130, 70, 0, 3, 4, 0, 64, mmp::TileMode::SyncAll, true},
       {48, 40, 2, 3, 11, 500, 16, mmp::TileMode::Independent, true},
-      {120, 90, 0, 3, 4, 30, 0, mmp::TileMode::SyncAll, true, 80},
-      {100, 64, 2, 4, 4, 20, 32, mmp::TileMode::Independent, false, 100},
+      {120, 90, 0, 3, 4, 30, 0, mmp::TileMode::SyncAll, true, 80, false},
+      {100, 64, 2, 4, 4, 20, 32, mmp::TileMode::Independent, false, 100, false},
+      {37, 29, 2, 4, 4, 5, 0, mmp::TileMode::SyncAll, true, 4096, false},
+      {96, 80, 2, 4, 4, 30, 32, mmp::TileMode::SyncAll, true, 4096, false},
+      {96, 80, 1, 4, 2, 30, 32, mmp::TileMode::Independent, true, 4096, false},
       // More tiles than blocks in flight at once (153 of 64): a round in three waves.
       {136, 72, 2, 3, 4, 30, 8, mmp::TileMode::SyncAll, true},
       {136, 72, 1, 3, 4, 30, 8, mmp::TileMode::SyncDictionaries, false},
       // Dictionaries of two tiles of the small-segment search: tasks dealt to 2 chunks.
-      {136, 72, 2, 3, 4, 30, 8, mmp::TileMode::SyncAll, true, 300},
+      {136, 72, 2, 3, 4, 30, 8, mmp::TileMode::SyncAll, true, 300, false},
+      // Small replacing dictionaries: untiled, independent and synchronized tiles.
+      {120, 90, 0, 3, 4, 30, 0, mmp::TileMode::SyncAll, true, 80, true},
+      {100, 64, 2, 4, 4, 20, 32, mmp::TileMode::Independent, false, 100, true},
+      {161, 97, 2, 4, 4, 40, 64, mmp::TileMode::SyncAll, true, 72, true},
+      {136, 72, 2, 3, 4, 30, 8, mmp::TileMode::SyncAll, true, 300, true},
+      {136, 72, 1, 3, 4, 30, 8, mmp::TileMode::SyncDictionaries, false, 90, true},
   };
   for (const Case& c : cases) {
     const auto img = test_plane(c.kind, c.w, c.h, 7);
@@ -171,13 +184,14 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     p.tile_mode = c.mode;
     p.post_filter = c.post;
     p.max_dict = c.max_dict;
+    p.replace_least_used = c.replace;
     const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), c.w, c.h, p);
     for (size_t g = 0; g < std::size(gpus); ++g) {
       p.search = gpus[g];
       const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
       EXPECT_EQ(cpu.bytes, dev.bytes) << "GPU use " << g << ": " << c.w << "x" << c.h << " kind " << c.kind << " block "
                                       << (1 << c.block_log) << " modes " << c.modes << " lambda " << c.lambda
-                                      << " tile " << c.tile;
+                                      << " tile " << c.tile << " dict " << c.max_dict << " replace " << c.replace;
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
     }
     for (const auto& t : {tables, no_tables}) {
@@ -251,17 +265,21 @@ TEST(Gpu, MmpBlockSearchOnSmallPlanes) {
 }
 
 // Whole frames through the container: gray, yuv420p and yuv444p, shared chroma, and the
-// dictionaries carried from frame to frame (the device mirror follows them).
+// dictionaries carried from frame to frame (the device mirror follows them), also small
+// ones that replace their least used elements.
 TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
   REQUIRE_GPU();
   auto gpu = cuda::make_mmp_leaf_search();
   for (PixelFormat f : {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P}) {
-    for (bool carry : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool carry = variant > 0, replace = variant == 2;  // replacing: small dictionaries that fill up
       const FrameSpec spec{f, 67, 45, {25, 1}};
       HostFrame frame(spec, false);
       mmp::Params p;
       p.lambda = 40;
       p.carry = carry;
+      p.replace_least_used = replace;
+      if (replace) p.max_dict = 90;
       mmp::PlaneStates cpu_states, gpu_states;
       for (int i = 0; i < 3; ++i) {
         const ImageView v = frame.view();
@@ -275,7 +293,7 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
         mmp::encode_frame(v, p, nullptr, &a, carry ? &cpu_states : nullptr);
         p.search = gpu;
         mmp::encode_frame(v, p, nullptr, &b, carry ? &gpu_states : nullptr);
-        EXPECT_EQ(a, b) << pix_fmt_name(f) << " carry " << carry << " frame " << i;
+        EXPECT_EQ(a, b) << pix_fmt_name(f) << " carry " << carry << " replace " << replace << " frame " << i;
       }
     }
   }

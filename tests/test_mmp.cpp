@@ -440,6 +440,7 @@ TEST(Mmp, CrContinuesCbsDictionariesWhenShared) {
   std::vector<std::vector<uint8_t>> own, shared;
   mmp::Params p;
   p.lambda = 30;
+  p.max_dict = 4096;  // room for all Cb teaches (random samples fill 512 elements quickly)
   p.shared_chroma = false;
   mmp::encode_frame(v, p, nullptr, &own);
   p.shared_chroma = true;
@@ -764,7 +765,7 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
   };
   for (const Setting& s : {Setting{"default", "", ""}, Setting{"modes1", ":modes=1", " --modes 1"},
                            Setting{"dict72", ":dict=72", " --dict 72"},
-                           Setting{"replace", ":dict=72:dict_full=replace", " --dict 72 --dict-full replace"}}) {
+                           Setting{"stop", ":dict=72:dict_full=stop", " --dict 72 --dict-full stop"}}) {
     const std::string stream = dir + "/s_" + s.name + ".mmp";
     const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30" + s.stage + ":file=" + stream +
                                   "' -o " + dir + "/rec_" + s.name + ".y4m -y --device cpu");
@@ -785,13 +786,12 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
   EXPECT_NE(read(dir + "/s_modes1.mmp"), read(dir + "/s_default.mmp"));
   EXPECT_NE(read(dir + "/s_dict72.mmp"), read(dir + "/s_default.mmp"));
   const auto info = test::run_cmd(bin + " mmp info " + dir + "/s_dict72.mmp");
-  EXPECT_NE(info.out.find("72 dictionary elements per scale (a full scale takes no more)"), std::string::npos)
+  EXPECT_NE(info.out.find("72 dictionary elements per scale (a full scale replaces its least used)"), std::string::npos)
       << info.out;
-  EXPECT_NE(read(dir + "/s_replace.mmp"), read(dir + "/s_dict72.mmp"));
-  const auto info_r = test::run_cmd(bin + " mmp info " + dir + "/s_replace.mmp");
-  EXPECT_NE(info_r.out.find("72 dictionary elements per scale (a full scale replaces its least used)"),
-            std::string::npos)
-      << info_r.out;
+  EXPECT_NE(read(dir + "/s_stop.mmp"), read(dir + "/s_dict72.mmp"));
+  const auto info_s = test::run_cmd(bin + " mmp info " + dir + "/s_stop.mmp");
+  EXPECT_NE(info_s.out.find("72 dictionary elements per scale (a full scale takes no more)"), std::string::npos)
+      << info_s.out;
   for (const std::string bad : {"modes=12", "dict=32", "dict=5000", "dict_full=lru"}) {
     const auto r = test::run_cmd(bin + " run -i synthetic -f 'mmp=" + bad + "' --device cpu");
     EXPECT_EQ(r.rc, 2) << r.out;
@@ -1060,6 +1060,7 @@ TEST(Mmp, TiledContainerRoundTripsWithCarryAndColour) {
     mmp::Params p;
     p.lambda = 30;
     p.carry = fmt == PixelFormat::YUV420P;
+    p.max_dict = 4096;  // room for all the first frame teaches (random samples)
     p.tile_w = 32, p.tile_h = 48;
     p.tile_mode = fmt == PixelFormat::GRAY8 ? mmp::TileMode::Independent : mmp::TileMode::SyncAll;
     const std::string f = dir + "/t.mmp";
@@ -1115,7 +1116,7 @@ TEST(Mmp, FullScaleReplacesItsLeastUsedOldEnoughElement) {
     ASSERT_EQ(d.count(0), 64);
     std::mt19937 rng(static_cast<uint32_t>(max));
     int replaced = 0, dropped = 0;
-    for (int step = 0; step < 400; ++step) {
+    for (int step = 0; step < 3000; ++step) {  // past the change ring's size (4096) for max < 2048
       mmp::Lesson lesson;
       const int uses = static_cast<int>(rng() % 6), news = static_cast<int>(rng() % 5);
       for (int u = 0; u < uses; ++u) {
@@ -1141,7 +1142,7 @@ TEST(Mmp, FullScaleReplacesItsLeastUsedOldEnoughElement) {
       }
       const mmp::ScaleView v = d.view(0);
       ASSERT_EQ(v.generation, log.size());
-      ASSERT_EQ(v.change_ring, 2 * max);
+      ASSERT_GE(v.change_ring, 2 * max);
       for (uint64_t g = log.size() > static_cast<size_t>(v.change_ring) ? log.size() - v.change_ring : 0;
            g < log.size(); ++g)
         ASSERT_EQ(v.changes[g % static_cast<uint64_t>(v.change_ring)], log[g]) << "change " << g;

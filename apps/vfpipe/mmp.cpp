@@ -28,11 +28,11 @@ namespace {
 
 struct MmpArgs {
   std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", device = "auto", gpu_search = "blocks";
-  std::string dict_full = "stop";
+  std::string dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
   double lambda = 32;
   int64_t frames = -1;
   int mode_candidates = 4;
-  int max_dict = 4096;
+  int max_dict = mmp::Params{}.max_dict;
   int block = 16;
   bool carry = false;
   bool independent_chroma = false;
@@ -291,8 +291,8 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
       ->capture_default_str();
   mmp_enc
       ->add_option("--dict-full", mmp_args.dict_full,
-                   "what a full dictionary scale does with a new element: stop (takes no more) or replace (its "
-                   "least used learnt element; small dictionaries then code about as well as 4096 elements)")
+                   "what a full dictionary scale does with a new element: replace its least used learnt element, or "
+                   "stop (take no more; 512 elements that replace code as well as 4096 that stop)")
       ->check(CLI::IsMember({"stop", "replace"}))
       ->capture_default_str();
   mmp_enc

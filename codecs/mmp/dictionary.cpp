@@ -20,7 +20,6 @@ Dictionary::Dictionary(int max, int log, bool replace) : id_(next_id()), max_(ma
     for (int lw = 0; lw <= log_; ++lw) {
       Scale& sc = scales_[static_cast<size_t>(scale_of(lw, lh))];
       sc.size = 1 << (lw + lh);
-      if (replace_) sc.changes.assign(change_ring(), 0);
     }
   // Flat elements over the residue range, every 8 levels.
   std::vector<int16_t> flat;
@@ -86,7 +85,11 @@ void Dictionary::use(int s, int i) {
 // Marks index i changed (the mirrors' log).
 void Dictionary::changed(Scale& sc, int i) {
   if (!replace_) return;
-  sc.changes[static_cast<size_t>(sc.generation % static_cast<uint64_t>(change_ring()))] = i;
+  const size_t at = static_cast<size_t>(sc.generation % static_cast<uint64_t>(change_ring()));
+  if (at == sc.changes.size())  // the ring grows to its size as the changes come
+    sc.changes.push_back(i);
+  else
+    sc.changes[at] = i;
   ++sc.generation;
 }
 

@@ -3,6 +3,7 @@
 // blocks code. The encoder, the decoder and (through ScaleView) the search backends share
 // this one implementation of the update rule.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <deque>
@@ -104,7 +105,9 @@ class Dictionary {
     std::vector<int> changes;
     uint64_t generation = 0;
   };
-  int change_ring() const { return 2 * max_; }
+  // Enough for the changes of a round of many tiles between two syncs of a mirror (a mirror
+  // that falls further behind copies the whole scale again).
+  int change_ring() const { return std::max(2 * max_, 4096); }
   void use(int s, int i);
   void insert(int s, const int16_t* e);
   void replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum);
