@@ -979,26 +979,36 @@ struct UploadItem {
   long idx_at;
 };
 
-// Scatters the uploaded elements into their scales and computes their norms and hashes.
-// Grid: (elements / 128, items).
-__global__ void upload_kernel(const UploadItem* items, const int16_t* src, const int* indices) {
+// Scatters the uploaded elements into their scales and computes their norms and hashes
+// (sums over the samples, so a warp shares them out). A warp an element, its lanes reading
+// the samples side by side. Grid: (elements / kUploadWarps, items).
+constexpr int kUploadWarps = 4;
+__global__ void __launch_bounds__(32 * kUploadWarps)
+    upload_kernel(const UploadItem* items, const int16_t* src, const int* indices) {
   const UploadItem it = items[blockIdx.y];
-  const int j = it.from + blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= it.to) return;
+  const int lane = threadIdx.x & 31;
+  const int j = it.from + blockIdx.x * kUploadWarps + (threadIdx.x >> 5);
+  if (j >= it.to) return;  // whole warps
   const int i = it.idx_at >= 0 ? indices[it.idx_at + (j - it.from)] : j;
   const int16_t* e = src + it.at + static_cast<size_t>(j - it.from) * it.n;
   int16_t* d = it.data + static_cast<size_t>(i) * it.n;
   int sq = 0;
   uint64_t h = 0;
-  for (int q = 0; q < it.n; ++q) {
+  for (int q = lane; q < it.n; q += 32) {
     const int v = e[q];
     d[q] = static_cast<int16_t>(v);
     sq += v * v;
-    h += sample_hash(q, v);
+    if (it.table) h += sample_hash(q, v);
   }
+  for (int o = 16; o > 0; o >>= 1) {
+    sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    h += __shfl_xor_sync(0xffffffffu, h, o);
+  }
+  if (lane != 0) return;
   it.norms[i] = sq;
+  if (!it.table) return;  // no duplicate check here (a replacing dictionary learns on the host)
   it.hashes[i] = h;
-  if (it.table) table_insert(it.table, h, i);
+  table_insert(it.table, h, i);
 }
 
 // ---- The whole block on the device ----------------------------------------------------
@@ -2959,10 +2969,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         }
       }
     memcpy_h2d_async(lane.upload.get(), stage, bytes, st);
-    upload_kernel<<<dim3(static_cast<unsigned>((most + 127) / 128), static_cast<unsigned>(n_items)), 128, 0, st>>>(
-        reinterpret_cast<const UploadItem*>(lane.upload.get()),
-        reinterpret_cast<const int16_t*>(lane.upload.get() + head),
-        reinterpret_cast<const int*>(lane.upload.get() + index_at));
+    upload_kernel<<<dim3(static_cast<unsigned>((most + kUploadWarps - 1) / kUploadWarps),
+                         static_cast<unsigned>(n_items)),
+                    32 * kUploadWarps, 0, st>>>(reinterpret_cast<const UploadItem*>(lane.upload.get()),
+                                                reinterpret_cast<const int16_t*>(lane.upload.get() + head),
+                                                reinterpret_cast<const int*>(lane.upload.get() + index_at));
     VFP_CUDA_LAUNCHED("mmp upload_kernel");
     VFP_CUDA(cudaEventRecord(m.ready.e, st));
   }
