@@ -298,6 +298,35 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
     }
   }
 }
+// A replacing dictionary the GPU first sees after many changes (its change log has wrapped:
+// the mirror takes the whole scales) and then follows by the log: a carried state coded on
+// the CPU for a frame, then on the GPU, writes what the CPU alone writes, untiled and with
+// synchronized tiles.
+TEST(Gpu, MmpMirrorCatchesUpWithAReplacingDictionary) {
+  REQUIRE_GPU();
+  auto gpu = cuda::make_mmp_leaf_search();
+  const int w = 256, h = 192;  // noise: every block teaches new elements (far more than 4096 changes a scale)
+  const auto noise = test_plane(0, w, h, 3), photo = test_plane(2, w, h, 4);
+  for (int tile : {0, 64}) {
+    mmp::Params p;
+    p.lambda = 20;
+    p.max_dict = 96;
+    p.tile_w = p.tile_h = tile;
+    mmp::PlaneState cpu(p), mixed(p);
+    const mmp::PlaneResult a0 = mmp::encode_plane(noise.data(), w, h, p, &cpu);
+    const mmp::PlaneResult b0 = mmp::encode_plane(noise.data(), w, h, p, &mixed);
+    EXPECT_EQ(a0.bytes, b0.bytes);
+    for (const auto* img : {&photo, &noise}) {
+      const mmp::PlaneResult a = mmp::encode_plane(img->data(), w, h, p, &cpu);
+      mmp::Params q = p;
+      q.search = gpu;
+      const mmp::PlaneResult b = mmp::encode_plane(img->data(), w, h, q, &mixed);
+      EXPECT_EQ(a.bytes, b.bytes) << "tile " << tile;
+      EXPECT_EQ(a.recon, b.recon) << "tile " << tile;
+    }
+  }
+}
+
 // Frames encoded at once on the GPU (rounds of several frames' planes searched together)
 // write the file that one frame at a time writes.
 TEST(Gpu, MmpFramesInFlightOnTheGpu) {

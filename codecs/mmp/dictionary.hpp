@@ -65,6 +65,7 @@ class Dictionary {
     const Scale& sc = scales_[static_cast<size_t>(s)];
     return sc.data.data() + static_cast<size_t>(i) * static_cast<size_t>(sc.size);
   }
+  // Times element i of scale s was coded as a leaf since it came (0 without replacement).
   uint32_t uses(int s, int i) const {
     return replace_ ? scales_[static_cast<size_t>(s)].uses[static_cast<size_t>(i)] : 0;
   }

@@ -6,10 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <memory>
-#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>

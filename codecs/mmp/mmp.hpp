@@ -11,7 +11,8 @@
 // together by J = SSE + lambda * bits (bits from the current adaptive models).
 // After each block every internal node of its segmentation trees (the
 // concatenation of two coded siblings) becomes a new element of its scale and,
-// resized, of every other scale, unless an equal element is there already. The
+// resized, of every other scale, unless an equal element is there already; a full
+// scale replaces its least used learnt element (codecs/mmp/dictionary.hpp). The
 // decoder repeats the same updates, so the decoded plane equals the encoder's
 // reconstruction bit for bit.
 #pragma once
