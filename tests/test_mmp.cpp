@@ -465,19 +465,20 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
   test::fill_random(src, 9);
   std::vector<std::vector<uint8_t>> seeds;
   // Independent / carried frames, 16 / 8 / 32 blocks, untiled and in tiles of each mode;
-  // small dictionaries replacing their least used elements, carried, untiled and tiled.
-  for (int variant = 0; variant < 9; ++variant) {
+  // small dictionaries that fill up: replacing their least used elements (carried untiled,
+  // and tiled) and stopping (tiled).
+  for (int variant = 0; variant < 10; ++variant) {
     mmp::Params p;
     if (variant >= 7) {
       p.max_dict = 70;
-      p.replace_least_used = true;
+      p.replace_least_used = variant != 8;
     }
     p.lambda = 30;
     p.carry = variant % 2 == 1;
     p.block_log = variant < 2 || variant > 3 ? 4 : variant == 2 ? 3 : 5;
     if (variant > 3 && variant != 7) {
       p.tile_w = p.tile_h = 16;
-      p.tile_mode = static_cast<mmp::TileMode>(variant == 8 ? 2 : variant - 4);
+      p.tile_mode = static_cast<mmp::TileMode>(variant >= 8 ? 2 : variant - 4);
     }
     const std::string f = dir + "/seed.mmp";
     {
