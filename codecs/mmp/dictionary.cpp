@@ -82,6 +82,14 @@ void Dictionary::use(int s, int i) {
   ++u;
 }
 
+// Index i into the sum order, after the equal sums already there.
+void Dictionary::order_insert(Scale& sc, int i) {
+  const int sum = sc.sum[static_cast<size_t>(i)];
+  sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
+                                   [&](int v, int k) { return v < sc.sum[static_cast<size_t>(k)]; }),
+                  i);
+}
+
 // Marks index i changed (the mirrors' log).
 void Dictionary::changed(Scale& sc, int i) {
   if (!replace_) return;
@@ -150,12 +158,10 @@ void Dictionary::insert(int s, const int16_t* e) {
   sc.hash.push_back(h);
   sc.data.insert(sc.data.end(), e, e + n);
   sc.sum.push_back(sum);
-  if (sc.ordered)
-    sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
-                                     [&](int v, int i) { return v < sc.sum[static_cast<size_t>(i)]; }),
-                    idx);
+  if (sc.ordered) order_insert(sc, idx);
   changed(sc, idx);
 }
+
 // Element v (not in `old`) becomes e, of hash h and sum `sum`, with no uses, born now.
 void Dictionary::replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum) {
   const size_t n = static_cast<size_t>(sc.size), mask = sc.table.size() - 1;
@@ -174,17 +180,13 @@ void Dictionary::replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum
   sc.table[at] = v + 1;
   sc.hash[static_cast<size_t>(v)] = h;
   std::copy(e, e + n, sc.data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(v) * n));
-  if (sc.ordered) {
-    const int old_sum = sc.sum[static_cast<size_t>(v)];
-    auto lo = std::lower_bound(sc.order.begin(), sc.order.end(), old_sum,
-                               [&](int i, int val) { return sc.sum[static_cast<size_t>(i)] < val; });
+  if (sc.ordered) {  // out of the order under its old sum, back in under the new one
+    const auto lo = std::lower_bound(sc.order.begin(), sc.order.end(), sc.sum[static_cast<size_t>(v)],
+                                     [&](int i, int val) { return sc.sum[static_cast<size_t>(i)] < val; });
     sc.order.erase(std::find(lo, sc.order.end(), v));
-    sc.sum[static_cast<size_t>(v)] = sum;
-    sc.order.insert(std::upper_bound(sc.order.begin(), sc.order.end(), sum,
-                                     [&](int val, int i) { return val < sc.sum[static_cast<size_t>(i)]; }),
-                    v);
   }
   sc.sum[static_cast<size_t>(v)] = sum;
+  if (sc.ordered) order_insert(sc, v);
   sc.uses[static_cast<size_t>(v)] = 0;
   sc.born[static_cast<size_t>(v)] = sc.clock;
   sc.young.push_back(v);

@@ -112,6 +112,7 @@ class Dictionary {
   void use(int s, int i);
   void insert(int s, const int16_t* e);
   void replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum);
+  static void order_insert(Scale& sc, int i);
   void changed(Scale& sc, int i);
   uint64_t id_;
   int max_, log_;
