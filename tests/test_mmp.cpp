@@ -86,6 +86,56 @@ TEST(Mmp, ScaleTransformRounding) {
             (std::vector<int16_t>{3, 3, 3, 3}));  // 2.5 -> 3, then repeated
 }
 
+// The scale transform against its definition written out plainly (docs/mmp.md): rows
+// first, then columns; shrinking by k = 2^d takes floor((2 sum + k) / 2k) of k neighbours,
+// enlarging repeats. Every pair of scales up to 32x32, residues over the whole range.
+TEST(Mmp, ScaleTransformMatchesItsDefinitionAtEveryScale) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> value(-510, 510);
+  const auto floor_div = [](int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  const auto resize_1d = [&](const std::vector<int>& in, int n2) {
+    const int n1 = static_cast<int>(in.size());
+    std::vector<int> out(static_cast<size_t>(n2));
+    for (int x = 0; x < n2; ++x) {
+      if (n2 >= n1) {
+        out[static_cast<size_t>(x)] = in[static_cast<size_t>(x / (n2 / n1))];
+      } else {
+        const int k = n1 / n2;
+        int sum = 0;
+        for (int i = 0; i < k; ++i) sum += in[static_cast<size_t>(x * k + i)];
+        out[static_cast<size_t>(x)] = floor_div(2 * sum + k, 2 * k);
+      }
+    }
+    return out;
+  };
+  for (int lw1 = 0; lw1 <= 5; ++lw1)
+    for (int lh1 = 0; lh1 <= 5; ++lh1)
+      for (int trial = 0; trial < 3; ++trial) {
+        const int w1 = 1 << lw1, h1 = 1 << lh1;
+        std::vector<int16_t> e(static_cast<size_t>(w1 * h1));
+        for (int16_t& v : e) v = static_cast<int16_t>(trial == 2 ? -510 + (rng() % 3) : value(rng));
+        for (int lw2 = 0; lw2 <= 5; ++lw2)
+          for (int lh2 = 0; lh2 <= 5; ++lh2) {
+            const int w2 = 1 << lw2, h2 = 1 << lh2;
+            std::vector<std::vector<int>> rows(static_cast<size_t>(h1));
+            for (int y = 0; y < h1; ++y)
+              rows[static_cast<size_t>(y)] =
+                  resize_1d(std::vector<int>(e.begin() + y * w1, e.begin() + (y + 1) * w1), w2);
+            std::vector<int16_t> want(static_cast<size_t>(w2 * h2));
+            for (int x = 0; x < w2; ++x) {
+              std::vector<int> col(static_cast<size_t>(h1));
+              for (int y = 0; y < h1; ++y)
+                col[static_cast<size_t>(y)] = rows[static_cast<size_t>(y)][static_cast<size_t>(x)];
+              const std::vector<int> c = resize_1d(col, h2);
+              for (int y = 0; y < h2; ++y)
+                want[static_cast<size_t>(y * w2 + x)] = static_cast<int16_t>(c[static_cast<size_t>(y)]);
+            }
+            ASSERT_EQ(mmp::resize_element(e, lw1, lh1, lw2, lh2), want)
+                << w1 << "x" << h1 << " -> " << w2 << "x" << h2 << ", trial " << trial;
+          }
+      }
+}
+
 TEST(Mmp, DecoderEqualsEncoderReconstruction) {
   for (const char* kind : {"random", "flat", "gradient", "text", "photo"})
     for (auto [w, h] : {std::pair{1, 1}, {3, 7}, {37, 21}, {48, 32}})

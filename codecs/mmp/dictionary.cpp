@@ -78,7 +78,11 @@ void Dictionary::add(const Lesson& lesson) {
 void Dictionary::use(int s, int i) {
   Scale& sc = scales_[static_cast<size_t>(s)];
   uint32_t& u = sc.uses[static_cast<size_t>(i)];
-  if (i >= kFlat && sc.old.erase({u, i})) sc.old.insert({u + 1, i});
+  if (i >= kFlat)
+    if (auto node = sc.old.extract({u, i})) {  // re-keyed in place: no allocation
+      node.value().first = u + 1;
+      sc.old.insert(std::move(node));
+    }
   ++u;
 }
 
@@ -105,11 +109,23 @@ void Dictionary::insert(int s, const int16_t* e) {
   Scale& sc = scales_[static_cast<size_t>(s)];
   if (sc.count >= max_ && !replace_) return;
   const size_t n = static_cast<size_t>(sc.size);
-  // The content hash only finds candidates (they are compared): any mixing will do, and
-  // four samples a step is fast.
+  // The content hash only finds candidates (they are compared): any mixing will do. Four
+  // samples a word, four independent words a step (a single chain of multiplies would
+  // make the hash most of an insertion).
   uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
   int sum = 0;
   size_t k = 0;
+  if (n >= 16) {
+    uint64_t lane[4] = {h, h + 1, h + 2, h + 3};
+    for (; k + 16 <= n; k += 16)
+      for (int j = 0; j < 4; ++j) {
+        uint64_t word;
+        std::memcpy(&word, e + k + 4 * j, sizeof word);
+        lane[j] = (lane[j] ^ word) * 0xFF51AFD7ED558CCDull;
+        lane[j] ^= lane[j] >> 32;
+      }
+    h = ((lane[0] * 31 + lane[1]) * 31 + lane[2]) * 31 + lane[3];
+  }
   for (; k + 4 <= n; k += 4) {
     uint64_t word;
     std::memcpy(&word, e + k, sizeof word);
@@ -195,36 +211,107 @@ void Dictionary::replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum
 
 // Sizes are powers of two: the index arithmetic is shifts, and floor((2 sum + k) / 2k) for
 // k = 2^d is an arithmetic shift of 2 sum + k by d + 1 (it rounds toward minus infinity).
-void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out) {
-  const int w1 = 1 << lw1, h1 = 1 << lh1, w2 = 1 << lw2, h2 = 1 << lh2;
-  int tmp[32 * 32];  // w2 x h1
-  for (int y = 0; y < h1; ++y) {
-    const int16_t* row = e + y * w1;
-    int* t = tmp + y * w2;
-    if (lw2 >= lw1) {
-      for (int x = 0; x < w2; ++x) t[x] = row[x >> (lw2 - lw1)];
-    } else {
-      const int d = lw1 - lw2, k = 1 << d;
-      for (int x = 0; x < w2; ++x) {
-        int sum = 0;
-        for (int i = 0; i < k; ++i) sum += row[(x << d) + i];
-        t[x] = (2 * sum + k) >> (d + 1);
-      }
+// Every new element is resized into every scale, so this is most of a dictionary update:
+// the averaging loops are instantiated for each d (unrolled, vectorized), and a pass that
+// keeps its size only copies. Samples and their averages stay within int16.
+namespace {
+
+template <int D>  // each output sample the rounded mean of 2^D neighbours in a row
+void halve_row(const int16_t* in, int n_out, int16_t* out) {
+  constexpr int k = 1 << D;
+  for (int x = 0; x < n_out; ++x) {
+    int sum = 0;
+    for (int i = 0; i < k; ++i) sum += in[x * k + i];
+    out[x] = static_cast<int16_t>((2 * sum + k) >> (D + 1));
+  }
+}
+
+template <int D>  // each output row the rounded mean of 2^D rows of w samples
+void halve_rows(const int16_t* in, int w, int h_out, int16_t* out) {
+  constexpr int k = 1 << D;
+  for (int y = 0; y < h_out; ++y) {
+    const int16_t* r = in + static_cast<size_t>(y) * k * w;
+    int16_t* o = out + static_cast<size_t>(y) * w;
+    for (int x = 0; x < w; ++x) {
+      int sum = 0;
+      for (int i = 0; i < k; ++i) sum += r[i * w + x];
+      o[x] = static_cast<int16_t>((2 * sum + k) >> (D + 1));
     }
   }
-  for (int y = 0; y < h2; ++y) {
-    int16_t* o = out + y * w2;
-    if (lh2 >= lh1) {
-      const int* t = tmp + (y >> (lh2 - lh1)) * w2;
-      for (int x = 0; x < w2; ++x) o[x] = static_cast<int16_t>(t[x]);
-    } else {
-      const int d = lh1 - lh2, k = 1 << d;
-      for (int x = 0; x < w2; ++x) {
-        int sum = 0;
-        for (int i = 0; i < k; ++i) sum += tmp[((y << d) + i) * w2 + x];
-        o[x] = static_cast<int16_t>((2 * sum + k) >> (d + 1));
-      }
-    }
+}
+
+template <int S>  // each input sample repeated 2^S times
+void widen_row(const int16_t* in, int n_in, int16_t* out) {
+  constexpr int k = 1 << S;
+  for (int x = 0; x < n_in; ++x)
+    for (int i = 0; i < k; ++i) out[x * k + i] = in[x];
+}
+
+// One row of 2^lw1 samples to 2^lw2.
+void resize_row(const int16_t* in, int lw1, int lw2, int16_t* out) {
+  const int w1 = 1 << lw1, w2 = 1 << lw2;
+  switch (lw2 - lw1) {
+    case 0:
+      std::memcpy(out, in, sizeof(int16_t) * static_cast<size_t>(w1));
+      return;
+    case 1:
+      return widen_row<1>(in, w1, out);
+    case 2:
+      return widen_row<2>(in, w1, out);
+    case 3:
+      return widen_row<3>(in, w1, out);
+    case 4:
+      return widen_row<4>(in, w1, out);
+    case 5:
+      return widen_row<5>(in, w1, out);
+    default:
+      break;
+  }
+  switch (lw1 - lw2) {
+    case 1:
+      return halve_row<1>(in, w2, out);
+    case 2:
+      return halve_row<2>(in, w2, out);
+    case 3:
+      return halve_row<3>(in, w2, out);
+    case 4:
+      return halve_row<4>(in, w2, out);
+    default:
+      return halve_row<5>(in, w2, out);
+  }
+}
+
+}  // namespace
+
+void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* out) {
+  const int w2 = 1 << lw2, h1 = 1 << lh1, h2 = 1 << lh2;
+  const size_t row_bytes = sizeof(int16_t) * static_cast<size_t>(w2);
+  // Rows first (into `out` itself when the height does not shrink), then columns.
+  int16_t tmp[32 * 32];  // w2 x h1
+  const int16_t* t = e;
+  if (lw1 != lw2) {
+    int16_t* rows = lh2 >= lh1 ? out : tmp;
+    for (int y = 0; y < h1; ++y) resize_row(e + (static_cast<size_t>(y) << lw1), lw1, lw2, rows + y * w2);
+    t = rows;
+  }
+  if (lh2 >= lh1) {
+    // Row y of the output is row y >> s of t; from the last row up, as t may be `out` itself.
+    const int s = lh2 - lh1;
+    for (int y = h2 - 1; y >= 0; --y)
+      if (t + (y >> s) * w2 != out + y * w2) std::memcpy(out + y * w2, t + (y >> s) * w2, row_bytes);
+    return;
+  }
+  switch (lh1 - lh2) {
+    case 1:
+      return halve_rows<1>(t, w2, h2, out);
+    case 2:
+      return halve_rows<2>(t, w2, h2, out);
+    case 3:
+      return halve_rows<3>(t, w2, h2, out);
+    case 4:
+      return halve_rows<4>(t, w2, h2, out);
+    default:
+      return halve_rows<5>(t, w2, h2, out);
   }
 }
 

@@ -4,10 +4,12 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -927,6 +929,25 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
   return true;
 }
 
+// VFP_MMP_TRACE=file (for measurements): a line a round of code_rounds_batched(), the host
+// timeline of every plane: plane, round, blocks, then the round's start, search done,
+// coding done and dictionary update done (steady-clock ns). Summarized by
+// scripts/mmp-round-trace.py.
+struct RoundTrace {
+  std::mutex mu;
+  FILE* f = nullptr;
+  RoundTrace() {
+    if (const char* e = std::getenv("VFP_MMP_TRACE")) f = std::fopen(e, "w");
+  }
+  ~RoundTrace() {
+    if (f) std::fclose(f);
+  }
+};
+RoundTrace& round_trace() {
+  static RoundTrace t;
+  return t;
+}
+
 // Synchronized tiles that share the models too (SyncAll) on a backend that searches rounds:
 // each round's blocks in one search (each kernel launched once for all of them), then
 // coded in parallel, each into its tile's stream through its overlay, then the round's
@@ -961,7 +982,8 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
     }
     for (int j0 = 0; j0 < n; j0 += cap)
       backend.search_round(q, blocks.data() + j0, std::min(cap, n - j0), choices.data() + j0);
-    first.stats.search_s += seconds_between(t0, now_ns());
+    const int64_t searched = now_ns();
+    first.stats.search_s += seconds_between(t0, searched);
     slots.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) slots[static_cast<size_t>(j)] = j;
     for_tiles(slots, [&](int j) {
@@ -973,7 +995,13 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
       code_block(t, area, BL, true);
       t.stats.coding_s += seconds_between(t1, now_ns());
     });
+    const int64_t coded = now_ns();
     end_round(tiles, active, true, batch);
+    if (RoundTrace& tr = round_trace(); tr.f) {
+      std::lock_guard<std::mutex> lk(tr.mu);
+      std::fprintf(tr.f, "%p %d %d %lld %lld %lld %lld\n", static_cast<void*>(&tiles), k, n, static_cast<long long>(t0),
+                   static_cast<long long>(searched), static_cast<long long>(coded), static_cast<long long>(now_ns()));
+    }
   }
   return true;
 }
