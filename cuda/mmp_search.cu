@@ -1985,9 +1985,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     }
     return log::format(
         "%lld blocks in %lld launches (%.1f blocks each), %.0f us a launch: %s %.0f us, the host's part and the "
-        "wait %.0f us (%.2f s, summed over threads)%s",
+        "wait %.0f us (%.2f s, summed over threads; on the host a launch waits %.0f us for the search's lock, holds it "
+        "%.0f us, launches in %.0f us and waits %.0f us for the device)%s",
         static_cast<long long>(blocks), static_cast<long long>(n), static_cast<double>(blocks) / n, wall / n * 1e6, gpu,
-        kernel / n * 1e6, (wall - kernel) / n * 1e6, wall, per_kernel.c_str());
+        kernel / n * 1e6, (wall - kernel) / n * 1e6, wall, lock_wait_ns_.load() * 1e-3 / n,
+        lock_hold_ns_.load() * 1e-3 / n, launch_ns_.load() * 1e-3 / n, sync_ns_.load() * 1e-3 / n, per_kernel.c_str());
   }
 
   // Reserved lanes are kept for the next caller (their graphs and buffers with them).
@@ -2183,6 +2185,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     BlockConsts* bc = reinterpret_cast<BlockConsts*>(g.stage_consts.get());
     {
       std::lock_guard<std::mutex> lk(mu_);
+      const int64_t acquired = now_ns();
+      lock_wait_ns_ += acquired - t0;
       if (g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
       while (g.lanes.size() < static_cast<size_t>(n)) g.lanes.push_back(std::make_unique<Lane>());
       Lane& lead = *g.lanes[0];
@@ -2210,7 +2214,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       // in each from the start; one of no room, max_elements 0, has none and learns none).
       bc->learn.on = learn && learn_args(*g.learning, BL, q.max_elements, bc) ? 1 : 0;
       if (bc->learn.on) ensure_learning(lead);
+      lock_hold_ns_ += now_ns() - acquired;
     }
+    const int64_t unlocked = now_ns();
     Lane& lead = *g.lanes[0];
     const StreamHandle st = lead.stream.get();
     ensure_arguments(g, n);
@@ -2263,6 +2269,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       enqueue_round(g, BL, K, n, tiles, st);
     }
     lead.kernel_end.record(st);
+    launch_ns_ += now_ns() - unlocked;
     const bool learns = bc->learn.on != 0;
     if (learns) VFP_CUDA(cudaEventRecord(g.learning->ready.e, st));  // the graph wrote the mirror
     g.in_flight = true;
@@ -2278,7 +2285,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     g.in_flight = false;
     Lane& lead = *g.lanes[0];
     const int BL = g.block_log, B = 1 << BL;
+    const int64_t w0 = now_ns();
     lead.stream.synchronize();
+    sync_ns_ += now_ns() - w0;
     const int32_t* all = reinterpret_cast<const int32_t*>(g.stage_out->get());
     for (int i = 0; i < g.n; ++i) {
       const int32_t* res = all + static_cast<size_t>(i) * out_ints(BL);
@@ -3061,6 +3070,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   };
   std::vector<RoundGroup> rounds_;
   std::atomic<int64_t> calls_{0}, blocks_{0}, wall_ns_{0}, kernel_ns_{0};  // the breakdown stats() reports
+  // A round's host part: waiting for mu_, holding it (the dictionary's upload staged), the
+  // rest of the staging and the launch, the wait for the device.
+  std::atomic<int64_t> lock_wait_ns_{0}, lock_hold_ns_{0}, launch_ns_{0}, sync_ns_{0};
 };
 
 }  // namespace
