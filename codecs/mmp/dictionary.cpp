@@ -217,7 +217,7 @@ void Dictionary::replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum
 namespace {
 
 template <int D>  // each output sample the rounded mean of 2^D neighbours in a row
-void halve_row(const int16_t* in, int n_out, int16_t* out) {
+void shrink_row(const int16_t* in, int n_out, int16_t* out) {
   constexpr int k = 1 << D;
   for (int x = 0; x < n_out; ++x) {
     int sum = 0;
@@ -227,7 +227,7 @@ void halve_row(const int16_t* in, int n_out, int16_t* out) {
 }
 
 template <int D>  // each output row the rounded mean of 2^D rows of w samples
-void halve_rows(const int16_t* in, int w, int h_out, int16_t* out) {
+void shrink_rows(const int16_t* in, int w, int h_out, int16_t* out) {
   constexpr int k = 1 << D;
   for (int y = 0; y < h_out; ++y) {
     const int16_t* r = in + static_cast<size_t>(y) * k * w;
@@ -269,15 +269,15 @@ void resize_row(const int16_t* in, int lw1, int lw2, int16_t* out) {
   }
   switch (lw1 - lw2) {
     case 1:
-      return halve_row<1>(in, w2, out);
+      return shrink_row<1>(in, w2, out);
     case 2:
-      return halve_row<2>(in, w2, out);
+      return shrink_row<2>(in, w2, out);
     case 3:
-      return halve_row<3>(in, w2, out);
+      return shrink_row<3>(in, w2, out);
     case 4:
-      return halve_row<4>(in, w2, out);
+      return shrink_row<4>(in, w2, out);
     default:
-      return halve_row<5>(in, w2, out);
+      return shrink_row<5>(in, w2, out);
   }
 }
 
@@ -303,15 +303,15 @@ void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* 
   }
   switch (lh1 - lh2) {
     case 1:
-      return halve_rows<1>(t, w2, h2, out);
+      return shrink_rows<1>(t, w2, h2, out);
     case 2:
-      return halve_rows<2>(t, w2, h2, out);
+      return shrink_rows<2>(t, w2, h2, out);
     case 3:
-      return halve_rows<3>(t, w2, h2, out);
+      return shrink_rows<3>(t, w2, h2, out);
     case 4:
-      return halve_rows<4>(t, w2, h2, out);
+      return shrink_rows<4>(t, w2, h2, out);
     default:
-      return halve_rows<5>(t, w2, h2, out);
+      return shrink_rows<5>(t, w2, h2, out);
   }
 }
 
