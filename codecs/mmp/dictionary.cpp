@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <type_traits>
 
 #include "core/parallel.hpp"
 
@@ -247,38 +248,33 @@ void widen_row(const int16_t* in, int n_in, int16_t* out) {
     for (int i = 0; i < k; ++i) out[x * k + i] = in[x];
 }
 
+// fn(std::integral_constant<int, d>) for d in 1..5 (a shift of the scale transform), so
+// that each loop is instantiated for its d.
+template <typename Fn>
+void with_shift(int d, Fn&& fn) {
+  switch (d) {
+    case 1:
+      return fn(std::integral_constant<int, 1>{});
+    case 2:
+      return fn(std::integral_constant<int, 2>{});
+    case 3:
+      return fn(std::integral_constant<int, 3>{});
+    case 4:
+      return fn(std::integral_constant<int, 4>{});
+    default:
+      return fn(std::integral_constant<int, 5>{});
+  }
+}
+
 // One row of 2^lw1 samples to 2^lw2.
 void resize_row(const int16_t* in, int lw1, int lw2, int16_t* out) {
   const int w1 = 1 << lw1, w2 = 1 << lw2;
-  switch (lw2 - lw1) {
-    case 0:
-      std::memcpy(out, in, sizeof(int16_t) * static_cast<size_t>(w1));
-      return;
-    case 1:
-      return widen_row<1>(in, w1, out);
-    case 2:
-      return widen_row<2>(in, w1, out);
-    case 3:
-      return widen_row<3>(in, w1, out);
-    case 4:
-      return widen_row<4>(in, w1, out);
-    case 5:
-      return widen_row<5>(in, w1, out);
-    default:
-      break;
-  }
-  switch (lw1 - lw2) {
-    case 1:
-      return shrink_row<1>(in, w2, out);
-    case 2:
-      return shrink_row<2>(in, w2, out);
-    case 3:
-      return shrink_row<3>(in, w2, out);
-    case 4:
-      return shrink_row<4>(in, w2, out);
-    default:
-      return shrink_row<5>(in, w2, out);
-  }
+  if (lw2 == lw1)
+    std::memcpy(out, in, sizeof(int16_t) * static_cast<size_t>(w1));
+  else if (lw2 > lw1)
+    with_shift(lw2 - lw1, [&](auto S) { widen_row<S>(in, w1, out); });
+  else
+    with_shift(lw1 - lw2, [&](auto D) { shrink_row<D>(in, w2, out); });
 }
 
 }  // namespace
@@ -301,18 +297,7 @@ void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* 
       if (t + (y >> s) * w2 != out + y * w2) std::memcpy(out + y * w2, t + (y >> s) * w2, row_bytes);
     return;
   }
-  switch (lh1 - lh2) {
-    case 1:
-      return shrink_rows<1>(t, w2, h2, out);
-    case 2:
-      return shrink_rows<2>(t, w2, h2, out);
-    case 3:
-      return shrink_rows<3>(t, w2, h2, out);
-    case 4:
-      return shrink_rows<4>(t, w2, h2, out);
-    default:
-      return shrink_rows<5>(t, w2, h2, out);
-  }
+  with_shift(lh1 - lh2, [&](auto D) { shrink_rows<D>(t, w2, h2, out); });
 }
 
 }  // namespace vfp::mmp
