@@ -1178,7 +1178,7 @@ TEST(Mmp, FullScaleReplacesItsLeastUsedOldEnoughElement) {
       }
       for (int k = 0; k < news; ++k) {
         const int value = static_cast<int>(rng() % 511) - 255;
-        lesson.elements.push_back({{static_cast<int16_t>(value)}, 0, 0});
+        *lesson.add(0, 0) = static_cast<int16_t>(value);
         const size_t before = log.size();
         const bool full = static_cast<int>(ref.size()) >= max;
         offer(value);
@@ -1218,10 +1218,9 @@ TEST(Mmp, ReplacingScalesStayConsistent) {
     mmp::Lesson lesson;
     for (int k = 0; k < 6; ++k) {
       const int lw = static_cast<int>(rng() % 5), lh = static_cast<int>(rng() % 5);
-      mmp::NewElement e{std::vector<int16_t>(static_cast<size_t>(1) << (lw + lh)), lw, lh};
+      int16_t* e = lesson.add(lw, lh);
       const int base = static_cast<int>(rng() % 64) * 4 - 128;  // few values: many duplicates
-      for (auto& x : e.e) x = static_cast<int16_t>(base + static_cast<int>(rng() % 3) * 8);
-      lesson.elements.push_back(std::move(e));
+      for (int i = 0; i < 1 << (lw + lh); ++i) e[i] = static_cast<int16_t>(base + static_cast<int>(rng() % 3) * 8);
     }
     for (int u = 0; u < 20; ++u) {
       const int s = mmp::scale_of(static_cast<int>(rng() % 5), static_cast<int>(rng() % 5));

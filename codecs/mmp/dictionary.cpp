@@ -62,9 +62,9 @@ void Dictionary::add(const Lesson& lesson) {
     for (const NewElement& ne : batch) {
       if (count(s) >= max_ && !replace_) return;
       if (ne.lw == lw2 && ne.lh == lh2) {
-        insert(s, ne.e.data());
+        insert(s, lesson.element(ne));
       } else {
-        resize_into(ne.e.data(), ne.lw, ne.lh, lw2, lh2, tmp.data());
+        resize_into(lesson.element(ne), ne.lw, ne.lh, lw2, lh2, tmp.data());
         insert(s, tmp.data());
       }
     }
@@ -78,13 +78,55 @@ void Dictionary::add(const Lesson& lesson) {
 
 void Dictionary::use(int s, int i) {
   Scale& sc = scales_[static_cast<size_t>(s)];
-  uint32_t& u = sc.uses[static_cast<size_t>(i)];
-  if (i >= kFlat)
-    if (auto node = sc.old.extract({u, i})) {  // re-keyed in place: no allocation
-      node.value().first = u + 1;
-      sc.old.insert(std::move(node));
-    }
-  ++u;
+  ++sc.uses[static_cast<size_t>(i)];
+  if (i >= kFlat && sc.old_at[static_cast<size_t>(i)] >= 0)
+    old_down(sc, static_cast<size_t>(sc.old_at[static_cast<size_t>(i)]));  // its key grew
+}
+
+// The old enough elements' heap: a before b when it has fewer uses, or as many and a lower
+// index (the element replaced first).
+bool Dictionary::old_before(const Scale& sc, int a, int b) {
+  const uint32_t ua = sc.uses[static_cast<size_t>(a)], ub = sc.uses[static_cast<size_t>(b)];
+  return ua != ub ? ua < ub : a < b;
+}
+void Dictionary::old_up(Scale& sc, size_t at) {
+  const int v = sc.old[at];
+  while (at > 0) {
+    const size_t parent = (at - 1) / 2;
+    if (!old_before(sc, v, sc.old[parent])) break;
+    sc.old[at] = sc.old[parent];
+    sc.old_at[static_cast<size_t>(sc.old[at])] = static_cast<int>(at);
+    at = parent;
+  }
+  sc.old[at] = v;
+  sc.old_at[static_cast<size_t>(v)] = static_cast<int>(at);
+}
+void Dictionary::old_down(Scale& sc, size_t at) {
+  const int v = sc.old[at];
+  const size_t n = sc.old.size();
+  for (;;) {
+    size_t child = 2 * at + 1;
+    if (child >= n) break;
+    if (child + 1 < n && old_before(sc, sc.old[child + 1], sc.old[child])) ++child;
+    if (!old_before(sc, sc.old[child], v)) break;
+    sc.old[at] = sc.old[child];
+    sc.old_at[static_cast<size_t>(sc.old[at])] = static_cast<int>(at);
+    at = child;
+  }
+  sc.old[at] = v;
+  sc.old_at[static_cast<size_t>(v)] = static_cast<int>(at);
+}
+void Dictionary::old_push(Scale& sc, int i) {
+  sc.old.push_back(i);
+  old_up(sc, sc.old.size() - 1);
+}
+int Dictionary::old_pop(Scale& sc) {
+  const int v = sc.old.front();
+  sc.old_at[static_cast<size_t>(v)] = -1;
+  sc.old.front() = sc.old.back();
+  sc.old.pop_back();
+  if (!sc.old.empty()) old_down(sc, 0);
+  return v;
 }
 
 // Index i into the sum order, after the equal sums already there.
@@ -154,20 +196,20 @@ void Dictionary::insert(int s, const int16_t* e) {
   if (replace_) {
     ++sc.clock;
     const uint64_t window = static_cast<uint64_t>((max_ - kFlat) / 2);
-    while (!sc.young.empty() && sc.born[static_cast<size_t>(sc.young.front())] + window < sc.clock) {
-      const int i = sc.young.front();
-      sc.young.pop_front();
-      sc.old.insert({sc.uses[static_cast<size_t>(i)], i});
+    while (sc.young_head < sc.young.size() && sc.born[static_cast<size_t>(sc.young[sc.young_head])] + window < sc.clock)
+      old_push(sc, sc.young[sc.young_head++]);
+    if (sc.young_head >= 64 && 2 * sc.young_head >= sc.young.size()) {  // the queue's dead front
+      sc.young.erase(sc.young.begin(), sc.young.begin() + static_cast<std::ptrdiff_t>(sc.young_head));
+      sc.young_head = 0;
     }
     if (sc.count >= max_) {
       if (sc.old.empty()) return;
-      const int v = sc.old.begin()->second;
-      sc.old.erase(sc.old.begin());
-      replace(sc, v, e, h, sum);
+      replace(sc, old_pop(sc), e, h, sum);
       return;
     }
     sc.uses.push_back(0);
     sc.born.push_back(sc.clock);
+    sc.old_at.push_back(-1);
     if (sc.count >= kFlat) sc.young.push_back(sc.count);
   }
   const int idx = sc.count++;

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <deque>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -28,17 +26,26 @@ void resize_into(const int16_t* e, int lw1, int lh1, int lw2, int lh2, int16_t* 
 // A new dictionary element: the concatenation of a coded segment's children, of scale
 // (lw, lh). It enters its own scale and, resized, every other one.
 struct NewElement {
-  std::vector<int16_t> e;
+  size_t at = 0;  // its samples in Lesson::samples, 2^lw x 2^lh row by row
   int lw = 0, lh = 0;
 };
 
 // What one block (untiled, independent tiles) or one round (synchronized tiles) teaches the
 // dictionaries: its new elements in order, and the leaves it coded (scale << 16 | index),
 // which count as uses of those elements when a full scale replaces its least used.
+// The samples of all its elements share one array, kept allocated from lesson to lesson.
 struct Lesson {
   std::vector<NewElement> elements;
+  std::vector<int16_t> samples;
   std::vector<uint32_t> uses;
-  void clear() { elements.clear(), uses.clear(); }
+  // A new element of 2^lw x 2^lh samples, to fill at once (the next add() may move it).
+  int16_t* add(int lw, int lh) {
+    elements.push_back({samples.size(), lw, lh});
+    samples.resize(samples.size() + (size_t{1} << (lw + lh)));
+    return samples.data() + elements.back().at;
+  }
+  const int16_t* element(const NewElement& ne) const { return samples.data() + ne.at; }
+  void clear() { elements.clear(), samples.clear(), uses.clear(); }
 };
 
 // The dictionaries of one plane (or of one independent tile). Exact duplicates are not
@@ -95,12 +102,16 @@ class Dictionary {
     std::vector<uint64_t> hash;
     std::vector<int> table;
     // With replacement: each element's uses and birth (clock reading); the learnt elements
-    // not yet old enough (by birth), and the old enough ones by (uses, index).
+    // not yet old enough, in birth order (a queue from young_head), and the old enough ones
+    // in a binary min-heap by (uses, index) with each element's place in it (-1: not
+    // there). Flat arrays: every round changes them on the pool's threads, and a tree's
+    // nodes allocated on one thread and freed on another cost more than the update.
     std::vector<uint32_t> uses;
     std::vector<uint64_t> born;
     uint64_t clock = 0;
-    std::deque<int> young;
-    std::set<std::pair<uint32_t, int>> old;
+    std::vector<int> young;
+    size_t young_head = 0;
+    std::vector<int> old, old_at;
     // With replacement, every write (an element appended or replaced) in order, for mirrors
     // of the dictionary (ScaleView::changes).
     std::vector<int> changes;
@@ -110,6 +121,11 @@ class Dictionary {
   // that falls further behind copies the whole scale again).
   int change_ring() const { return std::max(2 * max_, 4096); }
   void use(int s, int i);
+  static bool old_before(const Scale& sc, int a, int b);
+  static void old_up(Scale& sc, size_t at);
+  static void old_down(Scale& sc, size_t at);
+  static void old_push(Scale& sc, int i);
+  static int old_pop(Scale& sc);
   void insert(int s, const int16_t* e);
   void replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum);
   static void order_insert(Scale& sc, int i);

@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,8 +13,8 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "codecs/mmp/dictionary.hpp"
 #include "codecs/mmp/postfilter.hpp"
@@ -313,27 +314,47 @@ void walk(int N, int x0, int y0, int lw, int lh, Decide&& decide, const Dictiona
 // A coded unit's residue, internal nodes and leaves (scale << 16 | index, in coding order),
 // kept until the block's dictionary update.
 struct Learned {
-  int N;
+  int N = 0;
   std::vector<int> rres;
   std::vector<Internal> inner;
   std::vector<uint32_t> leaves;
+};
+// A block's units, their storage kept from block to block (every block of a plane would
+// otherwise allocate and free a few vectors a unit).
+class LearnedUnits {
+ public:
+  // A unit of 2^L x 2^L: its residue zeroed, no nodes or leaves yet. The next add() may
+  // move it.
+  Learned& add(int L) {
+    if (n_ == items_.size()) items_.emplace_back();
+    Learned& l = items_[n_++];
+    l.N = 1 << L;
+    l.rres.assign(static_cast<size_t>(1) << (2 * L), 0);
+    l.inner.clear();
+    l.leaves.clear();
+    return l;
+  }
+  void clear() { n_ = 0; }
+  const Learned* begin() const { return items_.data(); }
+  const Learned* end() const { return items_.data() + n_; }
+
+ private:
+  std::vector<Learned> items_;
+  size_t n_ = 0;
 };
 
 // Appends what a block's coded units teach: their leaves, and their new elements in the
 // order the dictionaries take them (units in coding order, each unit's internal nodes in
 // post-order).
-void collect(const std::vector<Learned>& units, Lesson& lesson) {
-  std::vector<NewElement>& out = lesson.elements;
+void collect(const LearnedUnits& units, Lesson& lesson) {
   for (const Learned& u : units) {
     lesson.uses.insert(lesson.uses.end(), u.leaves.begin(), u.leaves.end());
     for (const Internal& n : u.inner) {
       const int w = 1 << n.lw, h = 1 << n.lh;
-      NewElement ne{std::vector<int16_t>(static_cast<size_t>(w * h)), n.lw, n.lh};
+      int16_t* e = lesson.add(n.lw, n.lh);
       for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x)
-          ne.e[static_cast<size_t>(y * w + x)] =
-              static_cast<int16_t>(u.rres[static_cast<size_t>((n.y0 + y) * u.N + n.x0 + x)]);
-      out.push_back(std::move(ne));
+          e[y * w + x] = static_cast<int16_t>(u.rres[static_cast<size_t>((n.y0 + y) * u.N + n.x0 + x)]);
     }
   }
 }
@@ -495,10 +516,55 @@ class BlockSearch {
 // shared models adapt to every tile's bits in tile order.
 using BitLog = std::vector<std::pair<Prob*, uint8_t>>;
 
-struct Overlay {
-  std::unordered_map<const Prob*, Prob> copies;
+// The copies live in an open-addressed table keyed by the shared model's address that
+// keeps its storage from block to block: a block touches a few hundred models, and a node
+// allocated and freed for each (freed by the thread that replays the round, not the one
+// that coded the block) cost more than the coding itself with many planes at once.
+class Overlay {
+ public:
   BitLog log;
-  Prob& at(Prob& shared) { return copies.try_emplace(&shared, shared).first->second; }
+  Prob& at(Prob& shared) {
+    if (2 * (used_.size() + 1) > slots_.size()) grow();
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = slot_of(&shared, mask);; i = (i + 1) & mask) {
+      Slot& e = slots_[i];
+      if (e.key == &shared) return e.copy;
+      if (!e.key) {
+        e.key = &shared, e.copy = shared;
+        used_.push_back(static_cast<uint32_t>(i));
+        return e.copy;
+      }
+    }
+  }
+  void clear() {
+    for (uint32_t i : used_) slots_[i].key = nullptr;
+    used_.clear();
+  }
+
+ private:
+  struct Slot {
+    const Prob* key = nullptr;
+    Prob copy;
+  };
+  static size_t slot_of(const Prob* p, size_t mask) {
+    return static_cast<size_t>((reinterpret_cast<uintptr_t>(p) >> 1) * 0x9E3779B97F4A7C15ull >> 40) & mask;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<size_t>(1024, 2 * old.size()), Slot{});
+    used_.clear();
+    const size_t mask = slots_.size() - 1;
+    for (const Slot& e : old)
+      if (e.key)
+        for (size_t i = slot_of(e.key, mask);; i = (i + 1) & mask)
+          if (!slots_[i].key) {
+            slots_[i] = e;
+            used_.push_back(static_cast<uint32_t>(i));
+            break;
+          }
+  }
+  std::vector<Slot> slots_;  // a power of two, at most half full
+  std::vector<uint32_t> used_;
 };
 
 struct SymbolWriter {
@@ -539,12 +605,12 @@ struct SymbolReader {
 void replay(Overlay& ov) {
   for (auto& [p, b] : ov.log) p->update(b);
   ov.log.clear();
-  ov.copies.clear();
+  ov.clear();
 }
 
 // Codes an area's prediction tree and units; collects what the block's update
 // learns.
-void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& res, std::vector<Learned>& learned,
+void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& res, LearnedUnits& learned,
                const Dictionary& d) {
   if (L > kMinLog) out.bit(m.psplit[static_cast<size_t>(L - kMinLog - 1)], a.split ? 1 : 0);
   if (a.split && L > kMinLog) {
@@ -556,7 +622,7 @@ void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& 
   ++res.modes[u.mode];
   ++res.unit_sizes[kMaxLog - L];
   size_t next = 0;
-  Learned l{1 << L, std::vector<int>(static_cast<size_t>(1) << (2 * L)), {}, {}};
+  Learned& l = learned.add(L);
   auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
     const int s = scale_of(lw, lh);
     *kind = u.tree[next].first;
@@ -574,7 +640,6 @@ void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& 
       ++res.splits[*kind - 1];
   };
   walk(l.N, 0, 0, L, L, decide, d, l.rres.data(), l.inner, res.leaves);
-  learned.push_back(std::move(l));
 }
 
 [[noreturn]] void corrupt(int bx, int by) {
@@ -592,9 +657,10 @@ struct Tile {
   Models* models = nullptr;
   std::unique_ptr<RangeEncoder> enc;
   std::unique_ptr<RangeDecoder> dec;
-  std::vector<Learned> learned;  // the last block's units
-  Overlay overlay;               // SyncAll: the block's private probabilities and bits
-  PlaneResult stats;             // counters only
+  LearnedUnits learned;  // the last block's units
+  Area area;             // the last block's choices (code_rounds_batched())
+  Overlay overlay;       // SyncAll: the block's private probabilities and bits
+  PlaneResult stats;     // counters only
 };
 
 // The tile grid of a W x H padded plane: tiles in raster order, each W x H clipped to the
@@ -755,6 +821,7 @@ void take_choices(const LeafSearch& backend, const BlockChoices& c, Tile& t, int
     }
     Unit& u = a.unit;
     u.x = x, u.y = y, u.L = L, u.mode = next();
+    u.tree.clear();  // `area` may be a tile's, reused from its last block
     const int nodes = next();
     if (u.mode < 0 || u.mode >= kModes || nodes < 1 || nodes > 2 * N * N)
       throw Error(ErrorKind::Gpu, "MMP: the " + backend.name() + " search returned a malformed unit");
@@ -989,7 +1056,7 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
     for_tiles(slots, [&](int j) {
       Tile& t = tiles[static_cast<size_t>(active[static_cast<size_t>(j)])];
       const int64_t t1 = now_ns();
-      Area area;
+      Area& area = t.area;  // reused: its vectors keep their storage
       const RoundBlock& b = blocks[static_cast<size_t>(j)];
       take_choices(backend, choices[static_cast<size_t>(j)], t, b.bx, b.by, BL, area);
       code_block(t, area, BL, true);
@@ -1043,7 +1110,7 @@ void decode_block(Tile& t, int k, bool shared, int BL) {
     if (mode >= kModes || dec.overrun()) corrupt(px, py);
     int pred[kB * kB];
     predict_block(t.rec.data(), t.done.data(), t.w, t.h, x, y, N, mode, pred);
-    Learned l{N, std::vector<int>(static_cast<size_t>(N * N)), {}, {}};
+    Learned& l = t.learned.add(L);
     auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
       const int s = scale_of(lw, lh);
       *kind = 0;
@@ -1061,7 +1128,6 @@ void decode_block(Tile& t, int k, bool shared, int BL) {
     int v[kB * kB];
     for (int i = 0; i < N * N; ++i) v[i] = std::clamp(pred[i] + l.rres[static_cast<size_t>(i)], 0, 255);
     put_unit(t.rec, t.done, t.w, x, y, N, v);
-    t.learned.push_back(std::move(l));
   };
   area(area, bx, by, BL);
 }
