@@ -1986,10 +1986,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return log::format(
         "%lld blocks in %lld launches (%.1f blocks each), %.0f us a launch: %s %.0f us, the host's part and the "
         "wait %.0f us (%.2f s, summed over threads; on the host a launch waits %.0f us for the search's lock, holds it "
-        "%.0f us, launches in %.0f us and waits %.0f us for the device)%s",
+        "%.0f us (the dictionary's changes, %.0f KB, copied for the upload in %.0f us), launches in %.0f us (inputs "
+        "%.0f us, models %.0f us, the graph's launch call %.0f us) and waits %.0f "
+        "us for the device)%s",
         static_cast<long long>(blocks), static_cast<long long>(n), static_cast<double>(blocks) / n, wall / n * 1e6, gpu,
         kernel / n * 1e6, (wall - kernel) / n * 1e6, wall, lock_wait_ns_.load() * 1e-3 / n,
-        lock_hold_ns_.load() * 1e-3 / n, launch_ns_.load() * 1e-3 / n, sync_ns_.load() * 1e-3 / n, per_kernel.c_str());
+        lock_hold_ns_.load() * 1e-3 / n, upload_bytes_.load() * 1e-3 / n, upload_copy_ns_.load() * 1e-3 / n,
+        launch_ns_.load() * 1e-3 / n, inputs_ns_.load() * 1e-3 / n, models_ns_.load() * 1e-3 / n,
+        graph_launch_ns_.load() * 1e-3 / n, sync_ns_.load() * 1e-3 / n, per_kernel.c_str());
   }
 
   // Reserved lanes are kept for the next caller (their graphs and buffers with them).
@@ -2248,8 +2252,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       bc->s.sorted = &reinterpret_cast<const BlockConsts*>(g.consts.get())->so;
     }
     BlockInput* inputs = reinterpret_cast<BlockInput*>(g.stage_inputs->get());
+    const int64_t i0 = now_ns();
     for (int i = 0; i < n; ++i) fill_input(blocks[i], B, &inputs[i]);
+    const int64_t i1 = now_ns();
     send_model_changes(q, BL, lead, bc);
+    inputs_ns_ += i1 - i0;
+    models_ns_ += now_ns() - i1;
     lead.costs_id = 0;  // the unit search's costs cache no longer holds
     lead.kernel_start.record(st);
     if (how_ == MmpGpuSearch::Blocks && !profile_) {
@@ -2264,7 +2272,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         if (e != cudaSuccess) g.graphs.erase({BL, K, n, tiles});
         VFP_CUDA(e);
       }
+      const int64_t l0 = now_ns();
       VFP_CUDA(cudaGraphLaunch(ge, st));
+      graph_launch_ns_ += now_ns() - l0;
     } else {
       enqueue_round(g, BL, K, n, tiles, st);
     }
@@ -2958,6 +2968,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       lane.stage_upload_bytes = bytes;
     }
     grow(lane.upload, bytes, "MMP dictionary upload");
+    const int64_t c0 = now_ns();
     uint8_t* stage = static_cast<uint8_t*>(lane.stage_upload->get());
     std::memcpy(stage, items, sizeof(UploadItem) * n_items);
     if (!listed.empty()) std::memcpy(stage + index_at, listed.data(), listed.size() * sizeof(int));
@@ -2977,6 +2988,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
                         v.data + static_cast<size_t>(listed[static_cast<size_t>(it.idx_at + j)]) * n, n * 2);
         }
       }
+    upload_copy_ns_ += now_ns() - c0;
+    upload_bytes_ += static_cast<int64_t>(bytes);
     memcpy_h2d_async(lane.upload.get(), stage, bytes, st);
     upload_kernel<<<dim3(static_cast<unsigned>((most + kUploadWarps - 1) / kUploadWarps),
                          static_cast<unsigned>(n_items)),
@@ -3073,6 +3086,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // A round's host part: waiting for mu_, holding it (the dictionary's upload staged), the
   // rest of the staging and the launch, the wait for the device.
   std::atomic<int64_t> lock_wait_ns_{0}, lock_hold_ns_{0}, launch_ns_{0}, sync_ns_{0};
+  // Of launch_ns_: the blocks' inputs staged, the models' changes found and staged, the
+  // cudaGraphLaunch call.
+  std::atomic<int64_t> inputs_ns_{0}, models_ns_{0}, graph_launch_ns_{0};
+  // Of lock_hold_ns_: the dictionary's changed elements copied to the upload's staging, and
+  // the bytes uploaded.
+  std::atomic<int64_t> upload_copy_ns_{0}, upload_bytes_{0};
 };
 
 }  // namespace

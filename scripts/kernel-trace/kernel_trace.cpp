@@ -6,7 +6,9 @@
 //     KERNEL_TRACE_OUT=trace.csv CUDA_INJECTION64_PATH=$PWD/libkernel_trace.so vfpipe ...
 //     python3 kernel_trace.py trace.csv
 // One line per kernel: start ns, end ns, stream, thread blocks, threads a block,
-// registers a thread, mangled name.
+// registers a thread, mangled name. KERNEL_TRACE_API=1 adds a line per CUDA runtime call:
+// "api", start ns, end ns, thread id, the call's name (which calls block, and for how long,
+// with many threads driving one device).
 #include <cupti.h>
 
 #include <cstdio>
@@ -28,6 +30,14 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* record = nullptr;
   std::lock_guard<std::mutex> lock(g_mu);
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+      const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name) != CUPTI_SUCCESS || !name) name = "?";
+      std::fprintf(g_out, "api,%llu,%llu,%u,%s\n", static_cast<unsigned long long>(a->start),
+                   static_cast<unsigned long long>(a->end), a->threadId, name);
+      continue;
+    }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
     std::fprintf(g_out, "%llu,%llu,%u,%d,%d,%u,%s\n", static_cast<unsigned long long>(k->start),
@@ -51,6 +61,8 @@ extern "C" int InitializeInjection(void) {
   if (!g_out) return 0;
   cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (const char* api = std::getenv("KERNEL_TRACE_API"); api && api[0] == '1')
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
   std::atexit(finish);
   return 1;
 }

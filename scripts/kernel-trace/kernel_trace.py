@@ -26,11 +26,14 @@ def short(name):
 
 
 def main():
-    rows = []
+    rows, api, streams = [], [], collections.defaultdict(list)
     for line in open(sys.argv[1]):
         p = line.rstrip("\n").split(",", 6)
         if len(p) == 7:
             rows.append((int(p[0]), int(p[1]), int(p[3]), p[6]))
+            streams[int(p[2])].append((int(p[0]), int(p[1])))
+        elif len(p) == 5 and p[0] == "api":
+            api.append((int(p[1]), int(p[2]), int(p[3]), p[4]))
     if not rows:
         sys.exit("no kernels in the trace")
     t0 = min(r[0] for r in rows)
@@ -67,6 +70,49 @@ def main():
     print("largest (kernel, thread blocks):")
     for (name, grid), (n, ns) in sorted(total.items(), key=lambda x: -x[1][1])[:10]:
         print("  %-28s %6d blocks  %7d launches  %8.3f s  %8.1f us each" % (name, grid, n, ns * 1e-9, ns / n * 1e-3))
+    # On one stream each kernel follows the last: the idle time between them is the cost of
+    # a dependent step beyond its work (launch, scheduling, waiting for SMs).
+    gaps = []
+    for ks in streams.values():
+        ks.sort()
+        gaps += [b[0] - a[1] for a, b in zip(ks, ks[1:]) if b[0] >= lo and b[0] > a[1] and b[0] - a[1] < 1000000]
+    if gaps:
+        gaps.sort()
+        q = lambda f: gaps[min(len(gaps) - 1, int(f * len(gaps)))] * 1e-3
+        print("idle time between a stream's consecutive kernels (under 1 ms): %d gaps, median %.1f us, p90 %.1f us, "
+              "p99 %.1f us" % (len(gaps), q(0.5), q(0.9), q(0.99)))
+    if api:
+        summarize_api(api, lo, t1)
+
+
+def summarize_api(api, lo, t1):
+    """The runtime calls (KERNEL_TRACE_API=1) after the first tenth: each call's count and
+    time, and how much of the time threads spent inside the runtime at all."""
+    calls = collections.defaultdict(list)
+    threads = collections.defaultdict(int)
+    edges = []
+    for s, e, tid, name in api:
+        if s < lo or s > t1:
+            continue
+        calls[name].append(e - s)
+        if not name.startswith("cudaStreamSynchronize") and not name.startswith("cudaEventSynchronize"):
+            threads[tid] += e - s
+            edges += [(s, 1), (e, -1)]
+    span = t1 - lo
+    edges.sort()
+    inside, running, last = 0, 0, lo
+    for t, d in edges:
+        if running > 0:
+            inside += t - last
+        running += d
+        last = t
+    print("runtime calls (waits for the device left out of the shares): some thread inside the runtime %.1f%% "
+          "of the time, the threads' calls summed %.2f s a second" % (100 * inside / span, sum(threads.values()) / span))
+    print("  %-36s %8s %9s %8s %8s %9s" % ("call", "count", "total s", "mean us", "p99 us", "max us"))
+    for name, d in sorted(calls.items(), key=lambda x: -sum(x[1])):
+        d.sort()
+        print("  %-36s %8d %9.3f %8.1f %8.1f %9.1f" % (name, len(d), sum(d) * 1e-9, sum(d) / len(d) * 1e-3,
+                                                     d[min(len(d) - 1, int(0.99 * len(d)))] * 1e-3, d[-1] * 1e-3))
 
 
 if __name__ == "__main__":
