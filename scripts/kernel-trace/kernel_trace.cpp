@@ -6,9 +6,10 @@
 //     KERNEL_TRACE_OUT=trace.csv CUDA_INJECTION64_PATH=$PWD/libkernel_trace.so vfpipe ...
 //     python3 kernel_trace.py trace.csv
 // One line per kernel: start ns, end ns, stream, thread blocks, threads a block,
-// registers a thread, mangled name. KERNEL_TRACE_API=1 adds a line per CUDA runtime call:
-// "api", start ns, end ns, thread id, the call's name (which calls block, and for how long,
-// with many threads driving one device).
+// registers a thread, the launch's correlation id (a graph's kernels share their
+// cudaGraphLaunch's), mangled name. KERNEL_TRACE_API=1 adds a line per CUDA runtime call:
+// "api", start ns, end ns, thread id, correlation id, the call's name (which calls block,
+// and for how long, with many threads driving one device).
 #include <cupti.h>
 
 #include <cstdio>
@@ -34,15 +35,15 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
       const char* name = nullptr;
       if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name) != CUPTI_SUCCESS || !name) name = "?";
-      std::fprintf(g_out, "api,%llu,%llu,%u,%s\n", static_cast<unsigned long long>(a->start),
-                   static_cast<unsigned long long>(a->end), a->threadId, name);
+      std::fprintf(g_out, "api,%llu,%llu,%u,%u,%s\n", static_cast<unsigned long long>(a->start),
+                   static_cast<unsigned long long>(a->end), a->threadId, a->correlationId, name);
       continue;
     }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-    std::fprintf(g_out, "%llu,%llu,%u,%d,%d,%u,%s\n", static_cast<unsigned long long>(k->start),
+    std::fprintf(g_out, "%llu,%llu,%u,%d,%d,%u,%u,%s\n", static_cast<unsigned long long>(k->start),
                  static_cast<unsigned long long>(k->end), k->streamId, k->gridX * k->gridY * k->gridZ,
-                 k->blockX * k->blockY * k->blockZ, static_cast<unsigned>(k->registersPerThread),
+                 k->blockX * k->blockY * k->blockZ, static_cast<unsigned>(k->registersPerThread), k->correlationId,
                  k->name ? k->name : "?");
   }
   std::free(buffer);

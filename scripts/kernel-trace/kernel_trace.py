@@ -27,13 +27,15 @@ def short(name):
 
 def main():
     rows, api, streams = [], [], collections.defaultdict(list)
+    launches = collections.defaultdict(list)  # correlation id: its kernels (start, end)
     for line in open(sys.argv[1]):
-        p = line.rstrip("\n").split(",", 6)
-        if len(p) == 7:
-            rows.append((int(p[0]), int(p[1]), int(p[3]), p[6]))
+        p = line.rstrip("\n").split(",", 7)
+        if p[0] == "api":
+            api.append((int(p[1]), int(p[2]), int(p[3]), int(p[4]), p[5]))
+        elif len(p) == 8:
+            rows.append((int(p[0]), int(p[1]), int(p[3]), p[7]))
             streams[int(p[2])].append((int(p[0]), int(p[1])))
-        elif len(p) == 5 and p[0] == "api":
-            api.append((int(p[1]), int(p[2]), int(p[3]), p[4]))
+            launches[int(p[6])].append((int(p[0]), int(p[1])))
     if not rows:
         sys.exit("no kernels in the trace")
     t0 = min(r[0] for r in rows)
@@ -83,6 +85,7 @@ def main():
               "p99 %.1f us" % (len(gaps), q(0.5), q(0.9), q(0.99)))
     if api:
         summarize_api(api, lo, t1)
+        summarize_graphs(api, launches, lo)
 
 
 def summarize_api(api, lo, t1):
@@ -91,7 +94,7 @@ def summarize_api(api, lo, t1):
     calls = collections.defaultdict(list)
     threads = collections.defaultdict(int)
     edges = []
-    for s, e, tid, name in api:
+    for s, e, tid, _, name in api:
         if s < lo or s > t1:
             continue
         calls[name].append(e - s)
@@ -113,6 +116,34 @@ def summarize_api(api, lo, t1):
         d.sort()
         print("  %-36s %8d %9.3f %8.1f %8.1f %9.1f" % (name, len(d), sum(d) * 1e-9, sum(d) / len(d) * 1e-3,
                                                      d[min(len(d) - 1, int(0.99 * len(d)))] * 1e-3, d[-1] * 1e-3))
+
+
+def summarize_graphs(api, launches, lo):
+    """Each cudaGraphLaunch after the first tenth: from the call's start to its graph's first
+    kernel (the wait to start), from there to its last kernel's end (the span), and how much
+    of the span some kernel of the graph was running (the rest: its steps waiting)."""
+    wait, span, busy, n = [], [], [], 0
+    for s, e, _, corr, name in api:
+        if not name.startswith("cudaGraphLaunch") or s < lo or corr not in launches:
+            continue
+        ks = sorted(launches[corr])
+        first, last = ks[0][0], max(k[1] for k in ks)
+        covered, at = 0, first
+        for ks_, ke in ks:
+            if ke > at:
+                covered += ke - max(ks_, at)
+                at = ke
+        wait.append(first - s)
+        span.append(last - first)
+        busy.append(covered / max(1, last - first))
+        n += 1
+    if not n:
+        return
+    med = lambda v: sorted(v)[len(v) // 2]
+    p90 = lambda v: sorted(v)[int(0.9 * len(v))]
+    print("graph launches: %d; from the call to the first kernel median %.0f us (p90 %.0f), first kernel to last "
+          "kernel's end median %.0f us (p90 %.0f), some kernel of the graph running %.0f%% of that (median)" %
+          (n, med(wait) * 1e-3, p90(wait) * 1e-3, med(span) * 1e-3, p90(span) * 1e-3, 100 * med(busy)))
 
 
 if __name__ == "__main__":
