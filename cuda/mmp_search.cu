@@ -1861,7 +1861,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       std::lock_guard<std::mutex> lk(mu_);
       lp = thread_group().lanes[0].get();
       units_buffers(*lp);
-      tasks = &task_list(q.L, q.K, 1, kChainChunks, lp->stream.get());
+      tasks = &task_list(q.L, q.K, 1, kChainChunks);
       consts = reinterpret_cast<SearchConsts*>(lp->stage_consts->get());
       m = mirror(q.dict_id);
       sync_dictionary(*m, q.scales, q.leaf_bits, &consts->sc, *lp);
@@ -2022,6 +2022,21 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
  private:
+  // A stream made at its first use: only a group's leading lane runs kernels on its streams
+  // (one a lane, one a unit size), and making them for the other lanes too was most of a
+  // plane's first round (docs/perf.md, session 26). A lane is used by one thread at a time.
+  class LazyStream {
+   public:
+    StreamHandle get() const { return stream().get(); }
+    void synchronize() const { stream().synchronize(); }
+
+   private:
+    const Stream& stream() const {
+      if (!s_) s_ = std::make_unique<Stream>();
+      return *s_;
+    }
+    mutable std::unique_ptr<Stream> s_;
+  };
   struct RawEvent {  // without timing: ordering only
     RawEvent() { VFP_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
     ~RawEvent() { cudaEventDestroy(e); }
@@ -2059,7 +2074,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // A unit size's buffers: its residues, leaf tables and candidates. In a block search the
   // units of each size run on a stream of their own (the leading lane's).
   struct Level {
-    Stream stream;
+    LazyStream stream;
     DeviceBuffer residues, out_j, out_i, part_j, part_i, counters;
     DeviceBuffer cand_pred{static_cast<size_t>(kMaxResidues) * kMaxB * kMaxB, "MMP block search"};
     DeviceBuffer cand_mode{sizeof(int) * kMaxResidues, "MMP block search"};
@@ -2068,7 +2083,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // One block's device buffers (and, for the lane that leads a group, the streams, the index
   // models and costs, the dictionary's upload staging that the group's search uses).
   struct Lane {
-    Stream stream;
+    LazyStream stream;
     // The units search's staging and constants (allocated at its first use).
     std::unique_ptr<Pinned> stage_in, stage_j, stage_i, stage_consts;
     DeviceBuffer consts;
@@ -2187,17 +2202,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     const int64_t t0 = now_ns();
     set_device(device_);
     BlockConsts* bc = reinterpret_cast<BlockConsts*>(g.stage_consts.get());
+    if (g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
+    // The group is the caller's alone: its lanes and their buffers are made and grown outside
+    // the search's lock (a plane's first rounds make dozens of lanes).
+    while (g.lanes.size() < static_cast<size_t>(n)) g.lanes.push_back(std::make_unique<Lane>());
+    lead_buffers(*g.lanes[0]);
+    const TaskList* lists[6] = {};
+    const int64_t asked = now_ns();
     {
       std::lock_guard<std::mutex> lk(mu_);
       const int64_t acquired = now_ns();
-      lock_wait_ns_ += acquired - t0;
-      if (g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
-      while (g.lanes.size() < static_cast<size_t>(n)) g.lanes.push_back(std::make_unique<Lane>());
+      lock_wait_ns_ += acquired - asked;
       Lane& lead = *g.lanes[0];
-      lead_buffers(lead);
-      for (int i = 0; i < n; ++i)
-        for (int L = kMinLog; L <= BL; ++L)
-          size_leaf_buffers(*g.lanes[static_cast<size_t>(i)], task_list(L, K, n, tiles, lead.stream.get()), K, L);
+      for (int L = kMinLog; L <= BL; ++L) lists[L] = &task_list(L, K, n, tiles);
       if (q.pending) {  // the group's mirror has learnt what the caller's dictionary has not yet
         const std::shared_ptr<Mirror>& m = g.learning;
         if (!m || m->id != q.dict_id) throw Error(ErrorKind::Internal, "MMP GPU search: no dictionary learnt ahead");
@@ -2220,6 +2237,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       if (bc->learn.on) ensure_learning(lead);
       lock_hold_ns_ += now_ns() - acquired;
     }
+    for (int i = 0; i < n; ++i)
+      for (int L = kMinLog; L <= BL; ++L) size_leaf_buffers(*g.lanes[static_cast<size_t>(i)], *lists[L], K, L);
     const int64_t unlocked = now_ns();
     Lane& lead = *g.lanes[0];
     const StreamHandle st = lead.stream.get();
@@ -2805,7 +2824,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return std::clamp((max_elements + kSmallTile - 1) / kSmallTile, 1, kChainChunks);
   }
 
-  const TaskList& task_list(int L, int K, int blocks, int tiles, StreamHandle st) {
+  // Uploaded on a stream of its own: waiting on the caller's would wait, under the lock, for
+  // the caller's last round.
+  const TaskList& task_list(int L, int K, int blocks, int tiles) {
+    const StreamHandle st = tasks_stream_.get();
     const int regime = spread(blocks);
     TaskList& tl = tasks_[L][K][regime][tiles];
     if (tl.count) return tl;
@@ -2963,11 +2985,16 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     const size_t head = sizeof(UploadItem) * kScales;
     const size_t index_at = (head + samples * sizeof(int16_t) + 15) / 16 * 16;
     const size_t bytes = index_at + listed.size() * sizeof(int);
+    // Grown by doubling: a dictionary's first rounds upload more each time, and every
+    // reallocation frees pinned and device memory (cudaFreeHost / cudaFree wait for the
+    // device) and allocates again.
     if (lane.stage_upload_bytes < bytes) {
-      lane.stage_upload = std::make_unique<Pinned>(bytes);
-      lane.stage_upload_bytes = bytes;
+      const size_t room = std::max({bytes, 2 * lane.stage_upload_bytes, kMinUploadBytes});
+      lane.stage_upload = std::make_unique<Pinned>(room);
+      lane.stage_upload_bytes = room;
     }
-    grow(lane.upload, bytes, "MMP dictionary upload");
+    if (lane.upload.size() < bytes)
+      lane.upload = DeviceBuffer(std::max({bytes, 2 * lane.upload.size(), kMinUploadBytes}), "MMP dictionary upload");
     const int64_t c0 = now_ns();
     uint8_t* stage = static_cast<uint8_t*>(lane.stage_upload->get());
     std::memcpy(stage, items, sizeof(UploadItem) * n_items);
@@ -3055,6 +3082,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   static constexpr size_t kMaxMirrors = 64;
+  static constexpr size_t kMinUploadBytes = size_t{256} << 10;  // a dictionary upload's first staging
   MmpGpuSearch how_;
   mutable std::mutex mu_;
   int device_;
@@ -3070,6 +3098,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};
   TaskList tasks_[6][kMaxResidues + 1][3][kChainChunks + 1];  // by unit size, residues, spread(), small_tiles()
+  LazyStream tasks_stream_;                                   // the task lists' uploads (under mu_)
   std::list<std::shared_ptr<Mirror>> mirrors_;
   std::unordered_map<std::thread::id, std::unique_ptr<Group>> threads_;
   struct Reserved {
