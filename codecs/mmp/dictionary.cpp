@@ -89,17 +89,20 @@ bool Dictionary::old_before(const Scale& sc, int a, int b) {
   const uint32_t ua = sc.uses[static_cast<size_t>(a)], ub = sc.uses[static_cast<size_t>(b)];
   return ua != ub ? ua < ub : a < b;
 }
+// Element i into the heap's place `at`, which it remembers.
+void Dictionary::old_place(Scale& sc, size_t at, int i) {
+  sc.old[at] = i;
+  sc.old_at[static_cast<size_t>(i)] = static_cast<int>(at);
+}
 void Dictionary::old_up(Scale& sc, size_t at) {
   const int v = sc.old[at];
   while (at > 0) {
     const size_t parent = (at - 1) / 2;
     if (!old_before(sc, v, sc.old[parent])) break;
-    sc.old[at] = sc.old[parent];
-    sc.old_at[static_cast<size_t>(sc.old[at])] = static_cast<int>(at);
+    old_place(sc, at, sc.old[parent]);
     at = parent;
   }
-  sc.old[at] = v;
-  sc.old_at[static_cast<size_t>(v)] = static_cast<int>(at);
+  old_place(sc, at, v);
 }
 void Dictionary::old_down(Scale& sc, size_t at) {
   const int v = sc.old[at];
@@ -109,12 +112,10 @@ void Dictionary::old_down(Scale& sc, size_t at) {
     if (child >= n) break;
     if (child + 1 < n && old_before(sc, sc.old[child + 1], sc.old[child])) ++child;
     if (!old_before(sc, sc.old[child], v)) break;
-    sc.old[at] = sc.old[child];
-    sc.old_at[static_cast<size_t>(sc.old[at])] = static_cast<int>(at);
+    old_place(sc, at, sc.old[child]);
     at = child;
   }
-  sc.old[at] = v;
-  sc.old_at[static_cast<size_t>(v)] = static_cast<int>(at);
+  old_place(sc, at, v);
 }
 void Dictionary::old_push(Scale& sc, int i) {
   sc.old.push_back(i);

@@ -122,6 +122,7 @@ class Dictionary {
   int change_ring() const { return std::max(2 * max_, 4096); }
   void use(int s, int i);
   static bool old_before(const Scale& sc, int a, int b);
+  static void old_place(Scale& sc, size_t at, int i);
   static void old_up(Scale& sc, size_t at);
   static void old_down(Scale& sc, size_t at);
   static void old_push(Scale& sc, int i);
