@@ -25,6 +25,24 @@ def short(name):
     return last
 
 
+def quantile(ordered, f):
+    """The value a fraction f of the way up a sorted list."""
+    return ordered[min(len(ordered) - 1, int(f * len(ordered)))]
+
+
+def covered(intervals):
+    """How long at least one of the (start, end) intervals is open."""
+    total, at = 0, None
+    for s, e in sorted(intervals):
+        if at is None or s > at:
+            total += e - s
+            at = e
+        elif e > at:
+            total += e - at
+            at = e
+    return total
+
+
 def main():
     rows, api, streams = [], [], collections.defaultdict(list)
     launches = collections.defaultdict(list)  # correlation id: its kernels (start, end)
@@ -80,9 +98,9 @@ def main():
         gaps += [b[0] - a[1] for a, b in zip(ks, ks[1:]) if b[0] >= lo and b[0] > a[1] and b[0] - a[1] < 1000000]
     if gaps:
         gaps.sort()
-        q = lambda f: gaps[min(len(gaps) - 1, int(f * len(gaps)))] * 1e-3
         print("idle time between a stream's consecutive kernels (under 1 ms): %d gaps, median %.1f us, p90 %.1f us, "
-              "p99 %.1f us" % (len(gaps), q(0.5), q(0.9), q(0.99)))
+              "p99 %.1f us" % (len(gaps), quantile(gaps, 0.5) * 1e-3, quantile(gaps, 0.9) * 1e-3,
+                               quantile(gaps, 0.99) * 1e-3))
     if api:
         summarize_api(api, lo, t1)
         summarize_graphs(api, launches, lo)
@@ -93,29 +111,23 @@ def summarize_api(api, lo, t1):
     time, and how much of the time threads spent inside the runtime at all."""
     calls = collections.defaultdict(list)
     threads = collections.defaultdict(int)
-    edges = []
+    inside = []
     for s, e, tid, _, name in api:
         if s < lo or s > t1:
             continue
         calls[name].append(e - s)
         if not name.startswith("cudaStreamSynchronize") and not name.startswith("cudaEventSynchronize"):
             threads[tid] += e - s
-            edges += [(s, 1), (e, -1)]
+            inside.append((s, e))
     span = t1 - lo
-    edges.sort()
-    inside, running, last = 0, 0, lo
-    for t, d in edges:
-        if running > 0:
-            inside += t - last
-        running += d
-        last = t
+    inside = covered(inside)
     print("runtime calls (waits for the device left out of the shares): some thread inside the runtime %.1f%% "
           "of the time, the threads' calls summed %.2f s a second" % (100 * inside / span, sum(threads.values()) / span))
     print("  %-36s %8s %9s %8s %8s %9s" % ("call", "count", "total s", "mean us", "p99 us", "max us"))
     for name, d in sorted(calls.items(), key=lambda x: -sum(x[1])):
         d.sort()
         print("  %-36s %8d %9.3f %8.1f %8.1f %9.1f" % (name, len(d), sum(d) * 1e-9, sum(d) / len(d) * 1e-3,
-                                                     d[min(len(d) - 1, int(0.99 * len(d)))] * 1e-3, d[-1] * 1e-3))
+                                                     quantile(d, 0.99) * 1e-3, d[-1] * 1e-3))
 
 
 def summarize_graphs(api, launches, lo):
@@ -126,24 +138,19 @@ def summarize_graphs(api, launches, lo):
     for s, e, _, corr, name in api:
         if not name.startswith("cudaGraphLaunch") or s < lo or corr not in launches:
             continue
-        ks = sorted(launches[corr])
-        first, last = ks[0][0], max(k[1] for k in ks)
-        covered, at = 0, first
-        for ks_, ke in ks:
-            if ke > at:
-                covered += ke - max(ks_, at)
-                at = ke
+        ks = launches[corr]
+        first, last = min(k[0] for k in ks), max(k[1] for k in ks)
         wait.append(first - s)
         span.append(last - first)
-        busy.append(covered / max(1, last - first))
+        busy.append(covered(ks) / max(1, last - first))
         n += 1
     if not n:
         return
-    med = lambda v: sorted(v)[len(v) // 2]
-    p90 = lambda v: sorted(v)[int(0.9 * len(v))]
+    wait.sort(), span.sort(), busy.sort()
     print("graph launches: %d; from the call to the first kernel median %.0f us (p90 %.0f), first kernel to last "
           "kernel's end median %.0f us (p90 %.0f), some kernel of the graph running %.0f%% of that (median)" %
-          (n, med(wait) * 1e-3, p90(wait) * 1e-3, med(span) * 1e-3, p90(span) * 1e-3, 100 * med(busy)))
+          (n, quantile(wait, 0.5) * 1e-3, quantile(wait, 0.9) * 1e-3, quantile(span, 0.5) * 1e-3,
+           quantile(span, 0.9) * 1e-3, 100 * quantile(busy, 0.5)))
 
 
 if __name__ == "__main__":
