@@ -486,9 +486,6 @@ TEST(Display, CliWindowRunSplitView) {
   EXPECT_GT(jumps(0, 90), 10 * (jumps(110, 200) + 1));
 #endif
 }
-#else
-TEST(Display, NotBuilt) { GTEST_SKIP() << "built without GLFW/GLEW/EGL"; }
-#endif
 
 // A window slower than the stream skips frames: the HUD's rate stays the stream's (averaging
 // 1/dt over skipped frames microseconds apart would read ~195000 FPS), and --screenshot-every still
@@ -530,3 +527,6 @@ TEST(Display, SkippedFramesKeepRateAndScreenshots) {
   sink.end_of_stream();
   sink.close();
 }
+#else
+TEST(Display, NotBuilt) { GTEST_SKIP() << "built without GLFW/GLEW/EGL"; }
+#endif
