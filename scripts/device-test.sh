@@ -6,7 +6,8 @@
 # From the development machine, with the `device` tool:
 #     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
 #     device run --carry .deps -- bash scripts/device-test.sh
-# BENCHES="engine latency cpu cpuframes median conv wavelet deflate" (the default) selects the benchmarks to run;
+# BENCHES="engine latency cpu cpuframes median conv wavelet deflate" (the default) selects the benchmarks to run
+# (BENCHES="" runs none);
 # also "batch", "mmp" (MMP_DEVICES, and mmp-bench.sh's variables: TILES, SKIP_UNTILED, ...);
 # "batch" adds scripts/batch-bench.sh (vfpipe batch throughput against one run at a time);
 # "multigpu" scripts/multi-gpu-bench.sh (vfpipe batch on 1 and 2 GPUs: a machine with several).
@@ -82,7 +83,7 @@ rc_race=$(( rc_race | $? ))
 tail -4 "$OUT/racecheck_deflate.log"
 fi
 
-BENCHES=${BENCHES:-engine latency cpu cpuframes median conv wavelet deflate}
+BENCHES=${BENCHES-engine latency cpu cpuframes median conv wavelet deflate}
 want() { [[ " $BENCHES " == *" $1 "* ]]; }
 if want engine; then
 log "engine benchmark"
