@@ -2824,6 +2824,17 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return std::clamp((max_elements + kSmallTile - 1) / kSmallTile, 1, kChainChunks);
   }
 
+  // In a round of 8 or more blocks a small task's chunk searches at least two tiles: the
+  // round's blocks give the GPU parallelism enough, and with frames in flight the GPU's room
+  // for thread blocks, not a step's latency, sets the rate, so each block's setup (its
+  // segments, the scales' arguments) is better paid once for more elements (docs/perf.md,
+  // MMP log). VFP_MMP_ROUND_CHUNKS=c2,c3,c4,c5 (for measurements) caps the chunks of the
+  // units of 2^L at c_L instead.
+  int round_small_chunks(int L, int tiles) const {
+    const int cap = round_chunks_[static_cast<size_t>(L)];
+    return cap > 0 ? cap : std::max(1, tiles / 2);
+  }
+
   // Uploaded on a stream of its own: waiting on the caller's would wait, under the lock, for
   // the caller's last round.
   const TaskList& task_list(int L, int K, int blocks, int tiles) {
@@ -2850,12 +2861,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         const int n = 1 << (lw + lh);
         if (n <= kSmallMaxN) {
           // leaf_small_kernel: a full dictionary's tiles dealt to 16 blocks for the 4x4 units
-          // (on the critical path), fewer for the others (beside it; each block's setup counts).
-          const int chunks = std::min(spread_chunks(L == kMinLog       ? kChainChunks
-                                                    : L == kMinLog + 1 ? 8
-                                                                       : 4,
-                                                    regime),
-                                      tiles);
+          // (on the critical path), fewer for the others (beside it; each block's setup counts);
+          // in rounds, at least two tiles a chunk (round_small_chunks()).
+          const int chunks = std::min({spread_chunks(L == kMinLog       ? kChainChunks
+                                                     : L == kMinLog + 1 ? 8
+                                                                        : 4,
+                                                     regime),
+                                       tiles, regime ? round_small_chunks(L, tiles) : kChainChunks});
           // A block alone's 4x4 units: 16 segments a task, so that each thread takes at most
           // 32 elements of a tile (one segment a thread, the block's threads split the tile):
           // the slowest block sets the link's time.
@@ -3094,6 +3106,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // VFP_MMP_CHUNKS_BY_DICT=0: small tasks dealt to as many chunks as a full dictionary's
   // (for measurements).
   bool chunks_by_dict_ = round_switch("VFP_MMP_CHUNKS_BY_DICT") != RoundSwitch::Never;
+  std::array<int, 6> round_chunks_ = round_chunk_caps();  // by unit size; 0: the rule
+  static std::array<int, 6> round_chunk_caps() {
+    std::array<int, 6> caps{};
+    if (const char* e = std::getenv("VFP_MMP_ROUND_CHUNKS")) {
+      std::string v(e);
+      for (int L = kMinLog; L <= 5 && !v.empty(); ++L) {
+        caps[static_cast<size_t>(L)] = std::clamp(std::atoi(v.c_str()), 1, kChainChunks);
+        const size_t comma = v.find(',');
+        v = comma == std::string::npos ? std::string() : v.substr(comma + 1);
+      }
+    }
+    return caps;
+  }
   bool profile_ = std::getenv("VFP_MMP_PROFILE") && std::string(std::getenv("VFP_MMP_PROFILE")) == "1";
   std::map<std::string, double> profile_ms_;  // VFP_MMP_PROFILE: device ms by kernel (under mu_)
   DeviceBuffer log_table_{sizeof(double) * (mmp::kProbOne + 1), "MMP cost table"};
