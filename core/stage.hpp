@@ -68,6 +68,11 @@ class Stage {
   // by nobody else) until the future is ready. A stage that returns true here must also
   // run frames through run_cuda() alone (the engine uses it when it cannot overlap).
   virtual bool host_async() const { return false; }
+  // Frames in flight this stage needs on the CUDA backend to keep the GPU busy (0: no
+  // wish): one frame's host work (the MMP encoder's rounds) leaves the GPU mostly idle, so
+  // such a stage gains from many frames at once. A batch run's default depth takes it
+  // (docs/architecture.md); --depth overrides it.
+  virtual int frames_in_flight() const { return 0; }
   virtual std::shared_future<void> start_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx);
   virtual void finish_cuda(const ImageView& out, const StageContext& ctx);
 

@@ -399,4 +399,32 @@ TEST(Gpu, MmpStageSearchesOnTheGpu) {
   }
   std::filesystem::remove_all(dir);
 }
+
+// Without --depth a file through the mmp stage on the CUDA backend runs 8 frames in flight
+// (the stage's frames_in_flight()), fewer where conv stages need the constant-memory banks,
+// 3 with carried dictionaries, live, or with no such stage; --depth wins.
+TEST(Gpu, MmpStageSetsTheDefaultDepth) {
+  REQUIRE_GPU();
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_depth_gpu");
+  std::filesystem::create_directories(dir);
+  struct Case {
+    const char *filters, *extra;
+    int depth;
+  };
+  for (const Case& c : {Case{"mmp=lambda=40:tile=32", "", 8}, Case{"mmp=lambda=40:tile=32", "--depth 4", 4},
+                        Case{"mmp=lambda=40:tile=32:carry=1", "", 3}, Case{"mmp=lambda=40:tile=32", "--policy live", 3},
+                        Case{"conv=gauss:size=3,conv=gauss:size=3,conv=gauss:size=3,mmp=lambda=40:tile=32", "", 5},
+                        Case{"median=radius=1", "", 3}}) {
+    const std::string report = dir + "/r.json";
+    const test::CmdResult r =
+        test::run_cmd(bin + " run -q -i 'synthetic=size=64x64:frames=4:noise=gauss:sigma=3' -f '" + c.filters +
+                      "' --device cuda -o null --report " + report + " " + c.extra);
+    ASSERT_EQ(r.rc, 0) << c.filters << " " << c.extra << ": " << r.out;
+    const std::string json = test::read_file(report);
+    const size_t at = json.find("\"depth\"");
+    ASSERT_NE(at, std::string::npos) << json.substr(0, 300);
+    EXPECT_EQ(std::stoi(json.substr(json.find(':', at) + 1)), c.depth) << c.filters << " " << c.extra;
+  }
+  std::filesystem::remove_all(dir);
+}
 #endif

@@ -220,7 +220,7 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job, const
   std::unique_ptr<Sink> sink = open_output(a, backend, *src);
   Chain chain = Chain::build(std::move(stages), src->spec(), sink->accepted_formats(), forced_format(a));
   sink->open(chain.output());
-  EngineConfig cfg = engine_config(a, false, backend, *src);
+  EngineConfig cfg = engine_config(a, false, backend, *src, chain);
   cfg.stop = job.stop;
   cfg.max_records = 20000;  // per-stage statistics without holding every frame of a long clip
   int64_t total = src->frame_count();
@@ -440,7 +440,8 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   // CPU pipelines share the process's pool for the stages; a few at once keep the decoders
   // and encoders (their own threads) busy.
   const int cpu_jobs = b.jobs > 0 ? b.jobs : std::max(1, std::min(4, cpu_threads() / 2));
-  const int jobs_per_gpu = gpus.empty() ? 0 : fit_constant_banks(stages, a.depth, b.jobs_per_gpu);
+  const int depth = a.depth > 0 ? a.depth : default_depth(true, backend, stages_of(stages));
+  const int jobs_per_gpu = gpus.empty() ? 0 : fit_constant_banks(stages, depth, b.jobs_per_gpu);
 #if VFPIPE_HAVE_CUDA
   // Items of the same frame size reuse the last ones' frame memory: allocating and freeing
   // it serialises the lanes of every GPU in the driver (docs/batch.md, concurrency).

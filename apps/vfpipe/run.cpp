@@ -1,6 +1,7 @@
 // `vfpipe run`, `live` and `profile`: a source through the filter chain into a sink.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -97,9 +98,10 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--pix-fmt", a.pix_fmt,
                 "output pixel format (" + pix_fmt_list(8) + "; 16-bit: " + pix_fmt_list(16) + ")");
   c->add_option("-n,--frames", a.frames, "stop after N input frames");
-  c->add_option("--depth", a.depth, "frames in flight on the GPU (CUDA streams), 2..16")
-      ->check(CLI::Range(2, 16))
-      ->capture_default_str();
+  c->add_option("--depth", a.depth,
+                "frames in flight on the GPU (CUDA streams), 2..16 [default: 3; 8 for a file through the mmp stage "
+                "on the GPU]")
+      ->check(CLI::Range(2, 16));
   c->add_option("--completion", a.completion,
                 "CUDA: how a finished frame is noticed: event (a thread waits on its download event) or "
                 "hostfunc (a cudaLaunchHostFunc callback)")
@@ -411,12 +413,38 @@ void print_display_summary(const RunArgs& a, const DisplaySink& d) {
 
 }  // namespace
 
-EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const Source& src) {
+int default_depth(bool batch, Backend backend, const std::vector<const Stage*>& stages) {
+  constexpr int kDefault = 3, kMost = 16;
+  if (!batch || backend != Backend::CUDA) return kDefault;
+  int wish = kDefault, banks = 0;
+  for (const Stage* s : stages) {
+    wish = std::max(wish, std::min(kMost, s->frames_in_flight()));
+    banks += s->constant_banks_per_slot();
+  }
+  // Conv stages hold one of the GPU's 16 constant-memory banks per frame in flight: the
+  // wish yields to them (an explicit --depth fails with the banks' message instead).
+  if (banks > 0) wish = std::max(kDefault, std::min(wish, kMost / banks));
+  return wish;
+}
+
+std::vector<const Stage*> stages_of(const Chain& chain) {
+  std::vector<const Stage*> v;
+  for (size_t i = 0; i < chain.size(); ++i) v.push_back(chain.step(i).stage.get());
+  return v;
+}
+
+std::vector<const Stage*> stages_of(const std::vector<std::unique_ptr<Stage>>& stages) {
+  std::vector<const Stage*> v;
+  for (const auto& s : stages) v.push_back(s.get());
+  return v;
+}
+
+EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const Source& src, const Chain& chain) {
   EngineConfig cfg;
   cfg.backend = backend;
   std::string policy = a.policy.empty() ? (live || src.is_live() ? "live" : "batch") : a.policy;
   cfg.policy = policy == "live" ? Policy::Live : Policy::Batch;
-  cfg.depth = a.depth;
+  cfg.depth = a.depth > 0 ? a.depth : default_depth(cfg.policy == Policy::Batch, backend, stages_of(chain));
   cfg.completion = a.completion == "hostfunc" ? Completion::HostFunc : Completion::Event;
   cfg.queue = a.queue;
   cfg.max_frames = a.frames;
@@ -518,7 +546,7 @@ int run_command(RunArgs& a, bool live) {
   }
   sink->open(chain.output());
 
-  EngineConfig cfg = engine_config(a, live, backend, *src);
+  EngineConfig cfg = engine_config(a, live, backend, *src, chain);
   int64_t total = src->frame_count();
   if (a.frames >= 0 && (total < 0 || a.frames < total)) total = a.frames;
   Progress progress(!a.no_progress && !a.quiet && a.stats_every == 0, total, src->spec().fps.value());

@@ -11,6 +11,7 @@
 #include "core/frame.hpp"
 #include "core/stage.hpp"
 #include "io/open.hpp"
+#include "pipeline/chain.hpp"
 #include "pipeline/engine.hpp"
 
 namespace vfp {
@@ -25,7 +26,7 @@ struct RunArgs {
   std::string save_dir = ".";
   double fps = 0;
   int64_t frames = -1;
-  int depth = 3, queue = 4, warmup = 0, trace_frames = 600;
+  int depth = 0, queue = 4, warmup = 0, trace_frames = 600;  // depth 0: default_depth()
   std::string completion = "event";
   size_t profile_frames = 100000;
   bool report_frames = false, no_progress = false, quiet = false, verbose = false;
@@ -60,6 +61,11 @@ Backend choose_backend(const std::string& device, const std::vector<std::unique_
 SourceOptions source_options(const RunArgs& a, Backend backend);
 // Opens a.output for this source (the encoder's options, overwrite rule, single-image check).
 std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Source& src);
-EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const Source& src);
+// The frames in flight when --depth is not given: 3, or for a batch run (not live) on the
+// CUDA backend as many as the stages ask for (Stage::frames_in_flight(); at most 16).
+int default_depth(bool batch, Backend backend, const std::vector<const Stage*>& stages);
+std::vector<const Stage*> stages_of(const Chain& chain);
+std::vector<const Stage*> stages_of(const std::vector<std::unique_ptr<Stage>>& stages);
+EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const Source& src, const Chain& chain);
 
 }  // namespace vfp
