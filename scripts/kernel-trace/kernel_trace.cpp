@@ -7,7 +7,7 @@
 //     python3 kernel_trace.py trace.csv
 // One line per kernel: start ns, end ns, stream, thread blocks, threads a block,
 // registers a thread, the launch's correlation id (a graph's kernels share their
-// cudaGraphLaunch's), mangled name. KERNEL_TRACE_API=1 adds a line per CUDA runtime call:
+// cudaGraphLaunch's), shared memory a block (static + dynamic bytes), mangled name. KERNEL_TRACE_API=1 adds a line per CUDA runtime call:
 // "api", start ns, end ns, thread id, correlation id, the call's name (which calls block,
 // and for how long, with many threads driving one device).
 #include <cupti.h>
@@ -41,10 +41,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-    std::fprintf(g_out, "%llu,%llu,%u,%d,%d,%u,%u,%s\n", static_cast<unsigned long long>(k->start),
+    std::fprintf(g_out, "%llu,%llu,%u,%d,%d,%u,%u,%d,%s\n", static_cast<unsigned long long>(k->start),
                  static_cast<unsigned long long>(k->end), k->streamId, k->gridX * k->gridY * k->gridZ,
                  k->blockX * k->blockY * k->blockZ, static_cast<unsigned>(k->registersPerThread), k->correlationId,
-                 k->name ? k->name : "?");
+                 static_cast<int>(k->staticSharedMemory + k->dynamicSharedMemory), k->name ? k->name : "?");
   }
   std::free(buffer);
 }

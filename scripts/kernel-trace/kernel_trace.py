@@ -1,10 +1,20 @@
 #!/usr/bin/env python3
 """Summary of a kernel trace (kernel_trace.cpp's CSV): the share of time some kernel runs,
-how many run at once, and each kernel's total and mean time, leaving out the first
-tenth of the run (start-up).
+how many run at once, each kernel's total and mean time, and how much of the GPU's room
+for resident thread blocks each kernel holds, leaving out the first tenth of the run
+(start-up).
 
-    python3 scripts/kernel-trace/kernel_trace.py trace.csv
+    python3 scripts/kernel-trace/kernel_trace.py trace.csv [--sms 132]
+
+The room: a kernel's thread blocks that fit on an SM at once follow from its threads,
+registers and shared memory (an H100's SM: 2048 threads, 32 blocks, 64 K registers
+allocated 256 a warp, 228 KB of shared memory with 1 KB reserved a block); while it runs
+it holds min(its blocks, SMs x that) / (SMs x that) of the GPU's room for its blocks. That
+is an upper bound (a kernel's last blocks leave room behind them), so the shares compare
+kernels; summed over kernels and divided by the traced time it says how full the GPU's
+room was on average.
 """
+import argparse
 import collections
 import re
 import sys
@@ -43,17 +53,36 @@ def covered(intervals):
     return total
 
 
+def blocks_per_sm(threads, regs, smem):
+    """Thread blocks of a kernel resident on one SM at once (an H100's limits)."""
+    warps = (threads + 31) // 32
+    by_regs = 65536 // max(1, warps * ((max(regs, 1) * 32 + 255) // 256 * 256))
+    by_smem = 233472 // (smem + 1024) if smem is not None else 32
+    return max(1, min(32, 2048 // max(1, threads), by_regs, by_smem))
+
+
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--sms", type=int, default=132, help="the GPU's SMs (H100 SXM: 132)")
+    a = ap.parse_args()
     rows, api, streams = [], [], collections.defaultdict(list)
     launches = collections.defaultdict(list)  # correlation id: its kernels (start, end)
-    for line in open(sys.argv[1]):
-        p = line.rstrip("\n").split(",", 7)
+    room = []  # (kernel name, start, ns x the share of the room it held)
+    for line in open(a.trace):
+        p = line.rstrip("\n").split(",", 8)
         if p[0] == "api":
-            api.append((int(p[1]), int(p[2]), int(p[3]), int(p[4]), p[5]))
-        elif len(p) == 8:
-            rows.append((int(p[0]), int(p[1]), int(p[3]), p[7]))
-            streams[int(p[2])].append((int(p[0]), int(p[1])))
-            launches[int(p[6])].append((int(p[0]), int(p[1])))
+            api.append((int(p[1]), int(p[2]), int(p[3]), int(p[4]), ",".join(p[5:])))
+            continue
+        if len(p) == 8 or (len(p) == 9 and not p[7].lstrip("-").isdigit()):  # no shared memory recorded
+            p = p[:7] + [None, ",".join(p[7:])]
+        if len(p) == 9:
+            s, e, grid = int(p[0]), int(p[1]), int(p[3])
+            rows.append((s, e, grid, p[8]))
+            streams[int(p[2])].append((s, e))
+            launches[int(p[6])].append((s, e))
+            fit = a.sms * blocks_per_sm(int(p[4]), int(p[5]), None if p[7] is None else int(p[7]))
+            room.append((short(p[8]), s, (e - s) * min(grid, fit) / fit))
     if not rows:
         sys.exit("no kernels in the trace")
     t0 = min(r[0] for r in rows)
@@ -87,6 +116,15 @@ def main():
     all_ns = sum(by_name.values())
     for name, ns in sorted(by_name.items(), key=lambda x: -x[1]):
         print("  %-28s %8.3f s  %5.1f%%" % (name, ns * 1e-9, 100 * ns / all_ns))
+    held = collections.defaultdict(float)
+    for name, s, ns in room:
+        if s >= lo:
+            held[name] += ns
+    all_held = sum(held.values())
+    print("the room for resident thread blocks held, averaged over the traced time: %.0f%% (an upper bound); "
+          "by kernel:" % (100 * all_held / span))
+    for name, ns in sorted(held.items(), key=lambda x: -x[1])[:10]:
+        print("  %-28s %5.1f%% of the room held" % (name, 100 * ns / all_held))
     print("largest (kernel, thread blocks):")
     for (name, grid), (n, ns) in sorted(total.items(), key=lambda x: -x[1][1])[:10]:
         print("  %-28s %6d blocks  %7d launches  %8.3f s  %8.1f us each" % (name, grid, n, ns * 1e-9, ns / n * 1e-3))
