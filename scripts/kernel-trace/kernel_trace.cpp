@@ -7,9 +7,10 @@
 //     python3 kernel_trace.py trace.csv
 // One line per kernel: start ns, end ns, stream, thread blocks, threads a block,
 // registers a thread, the launch's correlation id (a graph's kernels share their
-// cudaGraphLaunch's), shared memory a block (static + dynamic bytes), mangled name. KERNEL_TRACE_API=1 adds a line per CUDA runtime call:
-// "api", start ns, end ns, thread id, correlation id, the call's name (which calls block,
-// and for how long, with many threads driving one device).
+// cudaGraphLaunch's), shared memory a block (static + dynamic bytes), mangled name.
+// KERNEL_TRACE_API=1 adds a line per CUDA runtime call: "api", start ns, end ns, thread
+// id, correlation id, the call's name (which calls block, and for how long, with many
+// threads driving one device).
 #include <cupti.h>
 
 #include <cstdio>
