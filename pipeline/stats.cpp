@@ -51,8 +51,10 @@ Summary RunReport::latency_summary() const {
 
 std::string RunReport::text() const {
   std::string r;
-  r += log::format("%lld frame%s in %.2f s: %.1f fps, backend %s (%s)%s\n", static_cast<long long>(frames_out),
-                   frames_out == 1 ? "" : "s", wall_s, fps(), backend.c_str(), device.c_str(),
+  // The GPU's frames in flight (--depth, or the chain's default) set its throughput.
+  const std::string in_flight = depth > 1 ? log::format(", %d frames in flight", depth) : "";
+  r += log::format("%lld frame%s in %.2f s: %.1f fps, backend %s (%s)%s%s\n", static_cast<long long>(frames_out),
+                   frames_out == 1 ? "" : "s", wall_s, fps(), backend.c_str(), device.c_str(), in_flight.c_str(),
                    interrupted ? ", interrupted" : "");
   r += "  input:  " + input + " (" + input_spec + ")\n";
   r += "  chain:  " + chain + "\n";

@@ -52,6 +52,10 @@ TEST(Stats, ReportSkipsWarmupAndSerialises) {
   std::string t = r.text();
   EXPECT_NE(t.find("end-to-end"), std::string::npos);
   EXPECT_NE(t.find("warm-up"), std::string::npos);
+  EXPECT_EQ(t.find("in flight"), std::string::npos);  // one frame at a time (the CPU backend)
+  r.backend = "cuda";
+  r.depth = 8;
+  EXPECT_NE(r.text().find("10.0 fps, backend cuda (CPU), 8 frames in flight\n"), std::string::npos) << r.text();
 }
 
 // The progress line: a bar with the share done, frames, fps, the speed against the stream's
