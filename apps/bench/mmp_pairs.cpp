@@ -74,7 +74,8 @@ class CountingSearch final : public mmp::LeafSearch {
     sc.norm.resize(static_cast<size_t>(count));
     for (int i = 0; i < count; ++i) {
       // The search's arithmetic (codecs/mmp/search.hpp): each product and sum rounded once.
-      sc.rate[static_cast<size_t>(i)] = q.lambda * (q.bits[static_cast<size_t>(s)][i] + q.leaf_bits[static_cast<size_t>(s)]);
+      sc.rate[static_cast<size_t>(i)] =
+          q.lambda * (q.bits[static_cast<size_t>(s)][i] + q.leaf_bits[static_cast<size_t>(s)]);
       int a = 0, b = 0;
       for (int t = 0; t < n; ++t) {
         const int d = data[static_cast<size_t>(i) * n + t];
@@ -109,8 +110,10 @@ class CountingSearch final : public mmp::LeafSearch {
           int bi = -1;
           for (int i = 0; i < count; ++i) {  // ties to the lower index: strict <
             long long dot = 0;
-            for (int t = 0; t < n; ++t) dot += static_cast<long long>(x[static_cast<size_t>(t)]) * data[static_cast<size_t>(i) * n + t];
-            const double j = static_cast<double>(sq + sc.norm[static_cast<size_t>(i)] - 2 * dot) + sc.rate[static_cast<size_t>(i)];
+            for (int t = 0; t < n; ++t)
+              dot += static_cast<long long>(x[static_cast<size_t>(t)]) * data[static_cast<size_t>(i) * n + t];
+            const double j =
+                static_cast<double>(sq + sc.norm[static_cast<size_t>(i)] - 2 * dot) + sc.rate[static_cast<size_t>(i)];
             if (j < bj) bj = j, bi = i;
           }
           const size_t o = static_cast<size_t>(k) * table + mmp::leaf_scale_offset(q.L, lw, lh) + ix + iy * nx;
@@ -164,8 +167,8 @@ int main(int argc, char** argv) {
     if (!src->read(f)) throw Error(ErrorKind::Input, input + ": no frames");
     const ImageView v = f.view();
     int w = src->spec().width, h = src->spec().height, x0 = 0, y0 = 0;
-    if (!crop.empty() && (std::sscanf(crop.c_str(), "%dx%d+%d+%d", &w, &h, &x0, &y0) != 4 || w < 1 || h < 1 ||
-                          x0 < 0 || y0 < 0 || x0 + w > src->spec().width || y0 + h > src->spec().height))
+    if (!crop.empty() && (std::sscanf(crop.c_str(), "%dx%d+%d+%d", &w, &h, &x0, &y0) != 4 || w < 1 || h < 1 || x0 < 0 ||
+                          y0 < 0 || x0 + w > src->spec().width || y0 + h > src->spec().height))
       throw Error(ErrorKind::Usage, "--crop: WxH+X+Y inside the frame, got '" + crop + "'");
     std::vector<uint8_t> luma(static_cast<size_t>(w) * h);
     for (int y = 0; y < h; ++y)
