@@ -10,8 +10,11 @@
 //   sum, warps      elements in order of sum, in runs of 32 (a warp's lanes): a run is
 //                   searched unless every element's bound exceeds the best J;
 //   rate, warps     the same runs in rate order.
-// The best J is the final one, so every figure is what a search that finds it first would
-// need: a floor for the rule, not a measured kernel.
+// Those use the final best J, so each is what a search that finds it first would need: a
+// floor for the rule, not a measured kernel. One rule is simulated as a kernel would run it:
+//   sum, walked     the 32 cheapest elements first (a seed J), then the runs of 32 in sum
+//                   order, from the run holding sum 0 outward (alternating sides), each
+//                   skipped when every element's bound exceeds the best J found so far.
 //     vfpipe-mmp-pairs clip.y4m --crop 512x256+704+400 --lambda 25 --tile 256
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -34,7 +37,7 @@ namespace {
 using namespace vfp;
 
 struct Counts {
-  double total = 0, rate_order = 0, sum_each = 0, sum_warps = 0, rate_warps = 0;
+  double total = 0, rate_order = 0, sum_each = 0, sum_warps = 0, rate_warps = 0, sum_walked = 0;
 };
 
 // The encoder calls search() from several threads at once (a round's tiles): each call
@@ -55,7 +58,7 @@ class CountingSearch final : public mmp::LeafSearch {
       Counts& c = counts[n];
       const Counts& d = sc.counts[n];
       c.total += d.total, c.rate_order += d.rate_order, c.sum_each += d.sum_each;
-      c.sum_warps += d.sum_warps, c.rate_warps += d.rate_warps;
+      c.sum_warps += d.sum_warps, c.rate_warps += d.rate_warps, c.sum_walked += d.sum_walked;
     }
   }
 
@@ -63,6 +66,7 @@ class CountingSearch final : public mmp::LeafSearch {
   struct Scratch {
     std::vector<double> rate;
     std::vector<int> sum, norm, by_sum, by_rate;
+    std::vector<double> j;  // the segment's J of every element
     std::array<Counts, 17> counts{};
   };
 
@@ -108,12 +112,14 @@ class CountingSearch final : public mmp::LeafSearch {
             }
           double bj = INFINITY;
           int bi = -1;
+          sc.j.resize(static_cast<size_t>(count));
           for (int i = 0; i < count; ++i) {  // ties to the lower index: strict <
             long long dot = 0;
             for (int t = 0; t < n; ++t)
               dot += static_cast<long long>(x[static_cast<size_t>(t)]) * data[static_cast<size_t>(i) * n + t];
             const double j =
                 static_cast<double>(sq + sc.norm[static_cast<size_t>(i)] - 2 * dot) + sc.rate[static_cast<size_t>(i)];
+            sc.j[static_cast<size_t>(i)] = j;
             if (j < bj) bj = j, bi = i;
           }
           const size_t o = static_cast<size_t>(k) * table + mmp::leaf_scale_offset(q.L, lw, lh) + ix + iy * nx;
@@ -141,6 +147,31 @@ class CountingSearch final : public mmp::LeafSearch {
       }
       c.sum_warps += by_sum ? m : 0;
       c.rate_warps += by_rate ? m : 0;
+    }
+    // The walk: a seed from the cheapest run, then the sum order's runs outward from sum 0.
+    double walk = INFINITY;
+    const int seed = std::min(32, count);
+    for (int t = 0; t < seed; ++t) walk = std::min(walk, sc.j[static_cast<size_t>(sc.by_rate[static_cast<size_t>(t)])]);
+    c.sum_walked += seed;
+    const int runs = (count + 31) / 32;
+    int zero = 0;
+    while (zero < count && sc.sum[static_cast<size_t>(sc.by_sum[static_cast<size_t>(zero)])] < 0) ++zero;
+    const int z = std::min(zero / 32, runs - 1);
+    for (int k = 0; k < runs; ++k) {
+      // k-th run of the walk: z, z+1, z-1, z+2, ... and the longer side's rest in order.
+      const int left = z, right = runs - 1 - z, both = std::min(left, right);
+      int r = z;
+      if (k > 0 && k <= 2 * both)
+        r = (k & 1) ? z + (k + 1) / 2 : z - k / 2;
+      else if (k > 0)
+        r = right > left ? z + (k - both) : z - (k - both);
+      const int from = r * 32, m = std::min(32, count - from);
+      bool need = false;
+      for (int t = 0; t < m; ++t) need = need || bound(sc.by_sum[static_cast<size_t>(from + t)]) <= walk;
+      if (!need) continue;
+      c.sum_walked += m;
+      for (int t = 0; t < m; ++t)
+        walk = std::min(walk, sc.j[static_cast<size_t>(sc.by_sum[static_cast<size_t>(from + t)])]);
     }
   }
 
@@ -185,13 +216,14 @@ int main(int argc, char** argv) {
     std::printf("%dx%d luma at %d,%d, lambda %g, tile %s, %d elements: %.4f bpp\n", w, h, x0, y0, lambda, tile.c_str(),
                 dict, 8.0 * static_cast<double>(r.bytes.size()) / (static_cast<double>(w) * h));
     std::printf("pairs searched, as a share of all (a floor: each segment's final best J known)\n");
-    std::printf("%8s %14s %11s %11s %11s %11s\n", "samples", "pairs", "rate order", "sum, each", "sum, warps",
-                "rate, warps");
+    std::printf("%8s %14s %11s %11s %11s %11s %11s\n", "samples", "pairs", "rate order", "sum, each", "sum, warps",
+                "rate, warps", "sum, walked");
     for (int n : {4, 8, 16}) {
       const Counts& c = search->counts[static_cast<size_t>(n)];
       if (c.total == 0) continue;
-      std::printf("%8d %14.0f %10.1f%% %10.1f%% %10.1f%% %10.1f%%\n", n, c.total, 100 * c.rate_order / c.total,
-                  100 * c.sum_each / c.total, 100 * c.sum_warps / c.total, 100 * c.rate_warps / c.total);
+      std::printf("%8d %14.0f %10.1f%% %10.1f%% %10.1f%% %10.1f%% %10.1f%%\n", n, c.total, 100 * c.rate_order / c.total,
+                  100 * c.sum_each / c.total, 100 * c.sum_warps / c.total, 100 * c.rate_warps / c.total,
+                  100 * c.sum_walked / c.total);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vfpipe-mmp-pairs: %s\n", e.what());
