@@ -11,14 +11,18 @@
 //                   searched unless every element's bound exceeds the best J;
 //   rate, warps     the same runs in rate order.
 // Those use the final best J, so each is what a search that finds it first would need: a
-// floor for the rule, not a measured kernel. One rule is simulated as a kernel would run it:
-//   sum, walked     the 32 cheapest elements first (a seed J), then the runs of 32 in sum
-//                   order, from the run holding sum 0 outward (alternating sides), each
-//                   skipped when every element's bound exceeds the best J found so far.
+// floor for the rule, not a measured kernel (rate order's is also what a walk cheapest
+// first needs: every element before the best costs at most the best J). One rule is
+// simulated as the GPU's kernel walks it, with the best J found so far:
+//   sum, walked     leaf_small_sum() in cuda/mmp_search.cu: the --seed cheapest elements
+//                   first, then runs of 32 in sum order from sum 0 outward (alternating
+//                   sides), a run skipped when the bound of its sums' interval and its
+//                   least rate exceeds the best J found so far.
 //     vfpipe-mmp-pairs clip.y4m --crop 512x256+704+400 --lambda 25 --tile 256
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -44,6 +48,7 @@ struct Counts {
 // works in its own Scratch and adds its counts under the lock.
 class CountingSearch final : public mmp::LeafSearch {
  public:
+  explicit CountingSearch(int seed) : seed_(seed) {}
   std::array<Counts, 17> counts{};  // by samples a segment (4, 8, 16)
 
   std::string name() const override { return "exhaustive, counting"; }
@@ -128,7 +133,7 @@ class CountingSearch final : public mmp::LeafSearch {
         }
   }
 
-  static void tally(Counts& c, const Scratch& sc, int n, int count, int sx, double bj) {
+  void tally(Counts& c, const Scratch& sc, int n, int count, int sx, double bj) const {
     const auto bound = [&](int i) {
       const double d = sx - sc.sum[static_cast<size_t>(i)];
       return d * d / n + sc.rate[static_cast<size_t>(i)];
@@ -148,33 +153,44 @@ class CountingSearch final : public mmp::LeafSearch {
       c.sum_warps += by_sum ? m : 0;
       c.rate_warps += by_rate ? m : 0;
     }
-    // The walk: a seed from the cheapest run, then the sum order's runs outward from sum 0.
+    // The walk of the GPU's sum-order search (leaf_small_sum()): the seed's cheapest
+    // elements, then tiles of 128 (4 runs of 32) in sum order from the tile holding sum 0
+    // outward, alternating sides; a run is skipped when ceil(d^2 / n) + floor(its least
+    // rate) exceeds floor(best J so far), d the distance from the segment's sum to the
+    // run's sums. Runs in sequence (the kernel's 4 warps lower the bound together).
     double walk = INFINITY;
-    const int seed = std::min(32, count);
+    const int seed = std::min(seed_, count);
     for (int t = 0; t < seed; ++t) walk = std::min(walk, sc.j[static_cast<size_t>(sc.by_rate[static_cast<size_t>(t)])]);
     c.sum_walked += seed;
-    const int runs = (count + 31) / 32;
+    const int tiles = (count + 127) / 128;
     int zero = 0;
     while (zero < count && sc.sum[static_cast<size_t>(sc.by_sum[static_cast<size_t>(zero)])] < 0) ++zero;
-    const int z = std::min(zero / 32, runs - 1);
-    for (int k = 0; k < runs; ++k) {
-      // k-th run of the walk: z, z+1, z-1, z+2, ... and the longer side's rest in order.
-      const int left = z, right = runs - 1 - z, both = std::min(left, right);
-      int r = z;
+    const int z = std::min(zero / 128, tiles - 1);
+    const int below = z, above = tiles - 1 - z, both = std::min(below, above);
+    for (int k = 0; k < tiles; ++k) {
+      int tile = z;
       if (k > 0 && k <= 2 * both)
-        r = (k & 1) ? z + (k + 1) / 2 : z - k / 2;
+        tile = (k & 1) ? z + (k + 1) / 2 : z - k / 2;
       else if (k > 0)
-        r = right > left ? z + (k - both) : z - (k - both);
-      const int from = r * 32, m = std::min(32, count - from);
-      bool need = false;
-      for (int t = 0; t < m; ++t) need = need || bound(sc.by_sum[static_cast<size_t>(from + t)]) <= walk;
-      if (!need) continue;
-      c.sum_walked += m;
-      for (int t = 0; t < m; ++t)
-        walk = std::min(walk, sc.j[static_cast<size_t>(sc.by_sum[static_cast<size_t>(from + t)])]);
+        tile = above > below ? z + (k - both) : z - (k - both);
+      for (int from = tile * 128; from < std::min(count, tile * 128 + 128); from += 32) {
+        const int m = std::min(32, count - from);
+        long long lo = LLONG_MAX, hi = LLONG_MIN, rmin = LLONG_MAX;
+        for (int t = 0; t < m; ++t) {
+          const size_t e = static_cast<size_t>(sc.by_sum[static_cast<size_t>(from + t)]);
+          lo = std::min<long long>(lo, sc.sum[e]), hi = std::max<long long>(hi, sc.sum[e]);
+          rmin = std::min(rmin, static_cast<long long>(std::floor(sc.rate[e])));
+        }
+        const long long d = std::max({0LL, lo - sx, sx - hi});
+        if (walk < 1e18 && (d * d + n - 1) / n + rmin > static_cast<long long>(std::floor(walk))) continue;
+        c.sum_walked += m;
+        for (int t = 0; t < m; ++t)
+          walk = std::min(walk, sc.j[static_cast<size_t>(sc.by_sum[static_cast<size_t>(from + t)])]);
+      }
     }
   }
 
+  int seed_;
   std::mutex mu_;
 };
 
@@ -191,6 +207,8 @@ int main(int argc, char** argv) {
   app.add_option("--lambda", lambda, "the encoder's lambda")->capture_default_str();
   app.add_option("--tile", tile, "tile size, WxH or N (0: untiled)")->capture_default_str();
   app.add_option("--dict", dict, "elements a scale (they replace their least used)")->capture_default_str();
+  int seed = 32;
+  app.add_option("--seed", seed, "sum, walked: the cheapest elements searched first")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     auto src = open_source(input, SourceOptions{});
@@ -210,7 +228,7 @@ int main(int argc, char** argv) {
     p.replace_least_used = true;
     mmp::parse_tile_size(tile, &p);
     mmp::check_tiles(p);
-    auto search = std::make_shared<CountingSearch>();
+    auto search = std::make_shared<CountingSearch>(std::max(0, seed));
     p.search = search;
     const mmp::PlaneResult r = mmp::encode_plane(luma.data(), w, h, p);
     std::printf("%dx%d luma at %d,%d, lambda %g, tile %s, %d elements: %.4f bpp\n", w, h, x0, y0, lambda, tile.c_str(),
