@@ -83,13 +83,28 @@ __device__ inline double bucket_rate(int k, double lambda, double leaf) {
 // An element's squared norm (below 2^20 up to 16 samples) and its index (12 bits) in one word.
 constexpr int kNormBits = 20;
 static_assert(16 * 255 * 255 < (1 << kNormBits) && kMaxIndex <= (1 << (32 - kNormBits)), "norm and index fit");
+// Sum order. A segment x's SSE against an element d is at least (sum x - sum d)^2 / n
+// (Cauchy-Schwarz on x - d), so elements whose sum lies far from the segment's cannot win:
+// the scales of 4 to 16 samples are also copied in order of their samples' sum (a counting
+// sort on sum buckets), and leaf_small_sum() skips whole runs of 32 of them by that bound.
 struct SortedScales {
   int16_t* data[kScales];    // the elements in rate order (null: the scale is not sorted)
   unsigned* norms[kScales];  // index << kNormBits | squared norm
   double* bits[kScales];
+  int16_t* sum_data[kScales];  // the same in sum order (null: not a sum_scale())
+  unsigned* sum_norms[kScales];
+  double* sum_bits[kScales];
+  int* zero;  // [kScales]: the sum order's first position whose sum is at least 0
 };
 __host__ __device__ constexpr int sample_count(int s) { return 1 << (s % 6 + s / 6); }
 __host__ __device__ constexpr bool sorted_scale(int s) { return s % 6 + s / 6 <= 4; }  // 1 to 16 samples
+__host__ __device__ constexpr bool sum_scale(int s) { return sorted_scale(s) && s % 6 + s / 6 >= 2; }
+// Sum buckets: sums of n samples in [-255 n, 255 n], 2^shift sums a bucket (n = 4, 8, 16:
+// buckets 0..1020; the sum 0 begins bucket 510). Bucket k holds the sums from
+// sum_bucket_low(k) to sum_bucket_low(k + 1) - 1; the end buckets also whatever the clamp puts there.
+__host__ __device__ constexpr int sum_shift(int n) { return n <= 4 ? 1 : n == 8 ? 2 : 3; }
+__device__ inline int sum_bucket(int sum, int n) { return min(max((sum + 255 * n) >> sum_shift(n), 0), 1023); }
+__device__ inline int sum_bucket_low(int k, int n) { return (k << sum_shift(n)) - 255 * n; }
 
 // What the leaf kernel reads per search, in device memory (a captured graph's kernels keep
 // their arguments; the dictionary's counts and the costs change from block to block).
@@ -566,9 +581,11 @@ __device__ inline void copy_samples(int16_t* to, const int16_t* from) {
   *reinterpret_cast<Samples*>(to) = *reinterpret_cast<const Samples*>(from);
 }
 
+// A scale's copy in rate order (blockIdx.y 0) or, for sum_scale()s, in sum order (1).
 __global__ void __launch_bounds__(1024) sort_scales_kernel(const SearchConsts* c, const double* bits, int BL) {
   const int s = blockIdx.x;
-  if (!sorted_scale(s) || s % 6 > BL || s / 6 > BL) return;
+  const bool by_sum = blockIdx.y == 1;
+  if (!sorted_scale(s) || s % 6 > BL || s / 6 > BL || (by_sum && !sum_scale(s))) return;
   const SortedScales& so = *c->sorted;
   const int count = c->sc.count[s], n = sample_count(s);
   const double* b = bits + static_cast<size_t>(s) * kMaxIndex;
@@ -579,8 +596,16 @@ __global__ void __launch_bounds__(1024) sort_scales_kernel(const SearchConsts* c
   // Many elements share a cost (indices never coded yet): the lanes of a warp with the same
   // bucket add to it once.
   const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
+  const int16_t* __restrict__ from_data = c->sc.data[s];
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
-    const int k = sort_bucket(b[i]);
+    int k;
+    if (by_sum) {
+      int sum = 0;
+      for (int q = 0; q < n; ++q) sum += from_data[static_cast<size_t>(i) * n + q];
+      k = sum_bucket(sum, n);
+    } else {
+      k = sort_bucket(b[i]);
+    }
     key[i] = static_cast<uint16_t>(k);
     const unsigned peers = __match_any_sync(__activemask(), k);
     if ((peers & below) == 0) atomicAdd(&start[k], __popc(peers));
@@ -596,14 +621,15 @@ __global__ void __launch_bounds__(1024) sort_scales_kernel(const SearchConsts* c
     __syncthreads();
   }
   start[threadIdx.x] -= own;
+  if (by_sum && static_cast<int>(threadIdx.x) == sum_bucket(0, n)) so.zero[s] = start[threadIdx.x];
   __syncthreads();
   // Every pointer in registers (the stores could alias the constants otherwise), each
   // element moved in one load and one store.
-  const int16_t* __restrict__ data = c->sc.data[s];
+  const int16_t* __restrict__ data = from_data;
   const int* __restrict__ norms = c->sc.norms[s];
-  int16_t* __restrict__ to_data = so.data[s];
-  unsigned* __restrict__ to_norms = so.norms[s];
-  double* __restrict__ to_bits = so.bits[s];
+  int16_t* __restrict__ to_data = by_sum ? so.sum_data[s] : so.data[s];
+  unsigned* __restrict__ to_norms = by_sum ? so.sum_norms[s] : so.norms[s];
+  double* __restrict__ to_bits = by_sum ? so.sum_bits[s] : so.bits[s];
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
     const int k = key[i];
     const unsigned peers = __match_any_sync(__activemask(), k);
@@ -865,12 +891,199 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
   }
 }
 
+// The sum-order search of segments of 4 to 16 samples (a round's SortedScales): each lane
+// of a warp holds one element of a run of 32 in registers and the warp takes the task's
+// rows in turn, reading each row's samples from shared memory as a broadcast. Before any
+// arithmetic a run is matched against every row at once (a lane tests two rows): a row
+// needs the run only if ceil(d^2 / n) + r is at most floor(its best J so far), d being the
+// distance from the row's sum to the run's sums and r the run's least rate (rounded down),
+// both integers; otherwise every element's J exceeds a J already found (SSE >= (sum x -
+// sum d)^2 / n, rate >= r, J = fl(SSE + rate) >= that integer), so it can neither win nor
+// tie. A chunk first searches the 32 cheapest elements (the rate order's first), which
+// gives every row a bound early, then walks the sum order's runs from sum 0 outward,
+// alternating sides; a side ends once no row can need anything beyond a run (the sums of
+// the runs beyond are bounded by their buckets). The rows' minima are (J, index) lexicographic over
+// every element not ruled out, so the answer is the exhaustive search's; the SSE is the
+// exact float arithmetic of small_rows().
+constexpr int kSumTile = kThreads;  // elements of a walk step: a run of 32 a warp
+constexpr int kWarps = kThreads / 32;
+static_assert(kWarps == 4, "the seed deals rows to warps by r % 4");
+struct SumShared {
+  float seg[kSmallRows * small_stride(kSmallMaxN)];
+  float sq[kSmallRows];
+  int sum[kSmallRows];
+  int limit[kSmallRows];          // floor of the row's best J so far (rows past the task's: INT_MIN)
+  double wj[kWarps][kSmallRows];  // each warp's minima
+  int wi[kWarps][kSmallRows];
+  // The walk's ends: no row needs a position below end[0] or at or above end[1] (each run of
+  // a walk tests what lies beyond it; warps may be at different distances from sum 0).
+  int end[2];
+};
+__device__ inline int j_floor_int(double j) { return j < 2.0e9 ? static_cast<int>(j) : INT_MAX; }  // j >= 0
+
+template <int NS>
+__device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double lambda, const SortedScales* sorted,
+                               SumShared& sh, double* row_j, int* row_i) {
+  constexpr int kStride = small_stride(NS), kLog = NS == 4 ? 2 : NS == 8 ? 3 : 4;
+  constexpr unsigned kAll = 0xffffffffu;
+  const Task& t = lt.t;
+  const int rows = t.count, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, count = sc.count;
+  const double leaf = sc.leaf_bits;
+  for (int idx = threadIdx.x; idx < rows * NS; idx += kThreads) {
+    const int r = idx / NS, q = idx % NS;
+    sh.seg[r * kStride + q] = static_cast<float>(lt.segment(r)[lt.in_segment(q)]);
+  }
+  if (threadIdx.x < kSmallRows) {
+    const int r = threadIdx.x;
+    int sum = 0, sq = 0;
+    if (r < rows) {
+      const int* segment = lt.segment(r);
+      for (int q = 0; q < NS; ++q) {
+        const int v = segment[lt.in_segment(q)];
+        sum += v, sq += v * v;
+      }
+    }
+    sh.sum[r] = sum, sh.sq[r] = static_cast<float>(sq);
+    sh.limit[r] = r < rows ? INT_MAX : INT_MIN;
+    for (int w = 0; w < kWarps; ++w) sh.wj[w][r] = CUDART_INF, sh.wi[w][r] = INT_MAX;
+  }
+  if (threadIdx.x < 2) sh.end[threadIdx.x] = threadIdx.x ? INT_MAX : INT_MIN;
+  __syncthreads();
+  volatile int* limit = sh.limit;  // lowered by every warp as it finds better elements
+  // No element costs less than the rate order's first bucket floor.
+  const int least_rate =
+      count > 0 ? min(j_floor_int(bucket_rate(sort_bucket(sorted->bits[lt.s][0]), lambda, leaf)), 1 << 30) : 0;
+  // The run of 32 at `from` of an order: every row of `rows_of` (a bit a row, the same for
+  // rows r and r + 32) that may need it searched; `side` >= 0:
+  // a walk's run, which moves that side's end when no row can need anything beyond it.
+  const auto run = [&](const int16_t* data, const unsigned* norms, const double* bits, int from, int side,
+                       unsigned rows_of) {
+    const int e = from + lane;
+    const bool valid = e < count;
+    SmallElem<NS> el{};
+    double b = 0.0;
+    unsigned word = 0;
+    if (valid) {
+      el = reinterpret_cast<const SmallElem<NS>*>(data)[e];
+      b = bits[e];
+      word = norms[e];
+    }
+    float x[NS];
+    int sum = 0;
+#pragma unroll
+    for (int q = 0; q < NS; ++q) x[q] = static_cast<float>(el.v[q]), sum += el.v[q];
+    const double rate = __dmul_rn(lambda, __dadd_rn(b, leaf));
+    const float norm = static_cast<float>(word & ((1u << kNormBits) - 1u));
+    const int index = static_cast<int>(word >> kNormBits);
+    const int rfloor = valid ? (rate < 1073741824.0 ? static_cast<int>(rate) : 1073741824) : INT_MAX;
+    const int lo = __reduce_min_sync(kAll, valid ? sum : INT_MAX);
+    const int hi = __reduce_max_sync(kAll, valid ? sum : INT_MIN);
+    const int rmin = __reduce_min_sync(kAll, rfloor);
+    const auto bound = [](int d, int r) { return ((d * d + NS - 1) >> kLog) + r; };
+    const auto needs = [&](int r) { return bound(max(0, max(lo - sh.sum[r], sh.sum[r] - hi)), rmin) <= limit[r]; };
+    const unsigned need0 = __ballot_sync(kAll, needs(lane)) & rows_of;
+    const unsigned need1 = __ballot_sync(kAll, needs(lane + 32)) & rows_of;
+    if (side >= 0) {
+      // The sums of every later run of this side lie beyond this run's outer bucket.
+      int edge;
+      if (side == 1) {
+        const int k = sum_bucket(hi, NS);
+        edge = k == 0 ? INT_MIN / 4 : sum_bucket_low(k, NS);
+      } else {
+        const int k = sum_bucket(lo, NS);
+        edge = k == 1023 ? INT_MAX / 4 : sum_bucket_low(k + 1, NS) - 1;
+      }
+      const auto beyond = [&](int r) {
+        const int d = side == 1 ? edge - sh.sum[r] : sh.sum[r] - edge;
+        return r < rows && (d < 0 || bound(d, least_rate) <= limit[r]);
+      };
+      if (!__any_sync(kAll, beyond(lane) || beyond(lane + 32)) && lane == 0) {
+        if (side == 1)
+          atomicMin(&sh.end[1], from + 32);
+        else
+          atomicMax(&sh.end[0], from);
+      }
+    }
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      unsigned m = h ? need1 : need0;
+      while (m) {
+        const int r = h * 32 + __ffs(m) - 1;
+        m &= m - 1;
+        const float* g = sh.seg + r * kStride;
+        float dot = 0.0f;
+#pragma unroll
+        for (int q = 0; q < NS; q += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(g + q);
+          dot = __fmaf_rn(x[q], v.x, dot);
+          dot = __fmaf_rn(x[q + 1], v.y, dot);
+          dot = __fmaf_rn(x[q + 2], v.z, dot);
+          dot = __fmaf_rn(x[q + 3], v.w, dot);
+        }
+        const float sse = __fmaf_rn(-2.0f, dot, __fadd_rn(sh.sq[r], norm));
+        const int lim = limit[r];
+        double j = CUDART_INF;
+        // j_limit()'s filter first (SSE is an exact integer here), then J itself.
+        if (valid && static_cast<int>(sse) <= lim) j = __dadd_rn(static_cast<double>(sse), rate);
+        const bool cand = j < static_cast<double>(lim) + 1.0;  // floor(J) <= lim
+        if (__any_sync(kAll, cand)) {
+          double bj = cand ? j : CUDART_INF;
+          int bi = cand ? index : INT_MAX;
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) take_min(bj, bi, __shfl_xor_sync(kAll, bj, o), __shfl_xor_sync(kAll, bi, o));
+          if (lane == 0) {
+            double wj = sh.wj[warp][r];
+            int wi = sh.wi[warp][r];
+            take_min(wj, wi, bj, bi);
+            sh.wj[warp][r] = wj, sh.wi[warp][r] = wi;
+            atomicMin(&sh.limit[r], j_floor_int(bj));
+          }
+        }
+      }
+    }
+  };
+  // The seed: the 32 cheapest elements, each warp for a quarter of the rows (a larger seed
+  // costs more than it saves with dictionaries of 512 elements: vfpipe-mmp-pairs --seed).
+  if (count > 0) run(sorted->data[lt.s], sorted->norms[lt.s], sorted->bits[lt.s], 0, -1, 0x11111111u << warp);
+  __syncthreads();
+  const int tiles = (count + kSumTile - 1) / kSumTile;
+  const int zt = min(sorted->zero[lt.s] / kSumTile, max(tiles - 1, 0));
+  const int below = zt, above = tiles - 1 - zt, both = min(below, above);
+  const int16_t* data = sorted->sum_data[lt.s];
+  const unsigned* norms = sorted->sum_norms[lt.s];
+  const double* bits = sorted->sum_bits[lt.s];
+  for (int k = t.chunk; k < tiles; k += t.chunks) {
+    // The walk's k-th tile: zt, zt + 1, zt - 1, zt + 2, ..., then the longer side's rest.
+    int tile = zt;
+    if (k > 0 && k <= 2 * both)
+      tile = (k & 1) ? zt + (k + 1) / 2 : zt - k / 2;
+    else if (k > 0)
+      tile = above > below ? zt + (k - both) : zt - (k - both);
+    const int side = tile > zt ? 1 : tile < zt ? 0 : -1;
+    const int from = tile * kSumTile + warp * 32;
+    if (from >= count) continue;
+    const volatile int* end = sh.end;
+    const bool past = side == 1 ? from >= end[1] : side == 0 ? from + 32 <= end[0] : false;
+    if (__any_sync(kAll, past)) continue;
+    run(data, norms, bits, from, side, kAll);
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    double j = sh.wj[0][threadIdx.x];
+    int i = sh.wi[0][threadIdx.x];
+    for (int w = 1; w < kWarps; ++w) take_min(j, i, sh.wj[w][threadIdx.x], sh.wi[w][threadIdx.x]);
+    row_j[threadIdx.x] = j, row_i[threadIdx.x] = i;
+  }
+}
+
 // At least 8 thread blocks an SM (64 registers a thread, not 80): the kernel's chains of
 // shared loads and multiply-adds are latency-bound, and a round's launch has blocks enough
 // to fill the extra room (docs/perf.md, MMP log).
-template <bool ordered>
+// Mode 0: index order; 1: rate order; 2: rate order, and sum order from 4 samples on.
+template <int mode>
 __global__ void __launch_bounds__(kThreads, 8)
     leaf_small_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
+  constexpr bool ordered = mode > 0;
   const LeafLane ll = leaf_lane_of(first, lanes);
   const double* bits = ll.bits;
   // Every scale's arguments in the same round trip as the task (which says the scale).
@@ -888,24 +1101,36 @@ __global__ void __launch_bounds__(kThreads, 8)
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
   __shared__ double row_j[kSmallRows];
   __shared__ int row_i[kSmallRows];
-  __shared__ SmallShared sh;
+  __shared__ union {
+    SmallShared small;
+    SumShared sum;
+  } sh;
   __syncthreads();
   const SmallScale& sc = scales[lt.s];
   switch (lt.n) {
     case 1:
-      small_rows<1, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
+      small_rows<1, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh.small, row_j, row_i);
       break;
     case 2:
-      small_rows<2, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
+      small_rows<2, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh.small, row_j, row_i);
       break;
     case 4:
-      small_rows<4, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
+      if constexpr (mode == 2)
+        small_rows_sum<4>(lt, sc, lambda, sorted, sh.sum, row_j, row_i);
+      else
+        small_rows<4, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh.small, row_j, row_i);
       break;
     case 8:
-      small_rows<8, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
+      if constexpr (mode == 2)
+        small_rows_sum<8>(lt, sc, lambda, sorted, sh.sum, row_j, row_i);
+      else
+        small_rows<8, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh.small, row_j, row_i);
       break;
     default:
-      small_rows<16, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh, row_j, row_i);
+      if constexpr (mode == 2)
+        small_rows_sum<16>(lt, sc, lambda, sorted, sh.sum, row_j, row_i);
+      else
+        small_rows<16, ordered>(lt, sc, lambda, bits, ans_j, ans_i, sorted, sh.small, row_j, row_i);
       break;
   }
   __syncthreads();
@@ -1894,7 +2119,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     memcpy_h2d_async(lane.consts.get(), consts, sizeof(SearchConsts), st);
     lane.kernel_start.record(st);
     // One search: the kernels take its arguments as a parameter (no array of them).
-    enqueue_leaf_search(*tasks, q.L, nullptr, leaf_lane(lane, lane.consts.get(), lane.bits.get(), q.L), 1, false, st);
+    enqueue_leaf_search(*tasks, q.L, nullptr, leaf_lane(lane, lane.consts.get(), lane.bits.get(), q.L), 1, 0, st);
     lane.kernel_end.record(st);
     memcpy_d2h_async(lane.stage_j->get(), lv.out_j.get(), out * sizeof(double), st);
     memcpy_d2h_async(lane.stage_i->get(), lv.out_i.get(), out * sizeof(int), st);
@@ -2486,9 +2711,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
 
   // The leaf kernels for residues of size 2^L, for n blocks (lanes: their arguments).
   // `first`: block 0's arguments (a kernel of one block takes them as a parameter).
-  // `ordered`: the search constants hold the round's rate order (SearchConsts::sorted).
-  void enqueue_leaf_search(const TaskList& tasks, int L, const LeafLane* lanes, const LeafLane& first, int n,
-                           bool ordered, StreamHandle st) {
+  // `order`: 0 index order; 1 the round's rate order (SearchConsts::sorted); 2 that and, from
+  // 4 samples on, its sum order.
+  void enqueue_leaf_search(const TaskList& tasks, int L, const LeafLane* lanes, const LeafLane& first, int n, int order,
+                           StreamHandle st) {
     const int N = 1 << L, table = mmp::leaf_table_size(L);
     const auto* list = reinterpret_cast<const Task*>(tasks.buf.get());
     const int large = tasks.count - tasks.small;
@@ -2497,10 +2723,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
              lanes, N, table);
     };
     if (tasks.small) {
-      if (ordered)
-        run(leaf_small_kernel<true>, list + large, tasks.small);
+      if (order == 2)
+        run(leaf_small_kernel<2>, list + large, tasks.small);
+      else if (order == 1)
+        run(leaf_small_kernel<1>, list + large, tasks.small);
       else
-        run(leaf_small_kernel<false>, list + large, tasks.small);
+        run(leaf_small_kernel<0>, list + large, tasks.small);
       VFP_CUDA_LAUNCHED("mmp leaf_small_kernel");
     }
     if (large) {
@@ -2663,12 +2891,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // not wait for it: the chain's first unit searches in index order beside the sort (on the
     // round's critical path the ordered search of one tile a chunk measured slower), the rest
     // in rate order, which saves issue slots when frames share the GPU.
-    const bool ordered = rate_order(n);
+    const bool ordered = rate_order(n), by_sum = ordered && sum_order(n);
     if (ordered) {
       const StreamHandle so = lead.levels[BL].stream.get();
       timed(g, "rate order", BL, so, [&] {
-        sort_scales_kernel<<<kScales, kSortBuckets, 0, so>>>(reinterpret_cast<const SearchConsts*>(g.consts.get()),
-                                                             reinterpret_cast<const double*>(lead.bits.get()), BL);
+        sort_scales_kernel<<<dim3(kScales, by_sum ? 2 : 1), kSortBuckets, 0, so>>>(
+            reinterpret_cast<const SearchConsts*>(g.consts.get()), reinterpret_cast<const double*>(lead.bits.get()),
+            BL);
         VFP_CUDA_LAUNCHED("mmp sort_scales_kernel");
       });
       VFP_CUDA(cudaEventRecord(lead.sorted.e, so));
@@ -2706,7 +2935,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         }
         timed(g, "leaf search", op.L, s, [&] {
           enqueue_leaf_search(tasks_[op.L][K][spread(n)][tiles], op.L, leaf + static_cast<size_t>(op.L) * g.capacity,
-                              g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, in_order, s);
+                              g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, in_order ? (by_sum ? 2 : 1) : 0,
+                              s);
         });
       } else if (op.kind == Op::Finish && op.L > kMinLog) {
         timed(g, "segmentation", op.L, s, [&] {
@@ -2769,10 +2999,15 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // A round-level switch, for measurements and tests: unset, on in rounds of 8 or more
   // blocks; `name`=0, never; `name`=all, in every round, a block alone too.
   enum class RoundSwitch { Never, LargeRounds, Always };
-  static RoundSwitch round_switch(const char* name) {
+  // "0": never, "all": every round, a block alone too, "1": rounds of 8 or more blocks;
+  // unset or anything else: `unset`.
+  static RoundSwitch round_switch(const char* name, RoundSwitch unset = RoundSwitch::LargeRounds) {
     const char* e = std::getenv(name);
     const std::string v(e ? e : "");
-    return v == "0" ? RoundSwitch::Never : v == "all" ? RoundSwitch::Always : RoundSwitch::LargeRounds;
+    return v == "0"     ? RoundSwitch::Never
+           : v == "all" ? RoundSwitch::Always
+           : v == "1"   ? RoundSwitch::LargeRounds
+                        : unset;
   }
   static bool on_in(RoundSwitch w, int n) {
     return w == RoundSwitch::Always || (w == RoundSwitch::LargeRounds && n >= 8);
@@ -2786,6 +3021,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // Whether such a round's 4x4 units (all but the first) search in rate order as well
   // (VFP_MMP_CHAIN_ORDER; only where rate_order(n)).
   bool chain_order(int n) const { return on_in(chain_order_, n); }
+  // Whether such a round's ordered searches take their scales of 4 to 16 samples in sum
+  // order (small_rows_sum(); VFP_MMP_SUM_ORDER=1 / all; only where rate_order(n)).
+  bool sum_order(int n) const { return on_in(sum_order_, n); }
   // The sorted scales' arrays in one allocation at `mem` (null: only the size), each 256-byte
   // aligned; returns the bytes.
   static size_t sorted_layout(unsigned char* mem, SortedScales* so) {
@@ -2796,14 +3034,18 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       return p;
     };
     for (int s = 0; s < kScales; ++s) {
-      if (!sorted_scale(s)) {
-        so->data[s] = nullptr, so->norms[s] = nullptr, so->bits[s] = nullptr;
-        continue;
-      }
+      so->data[s] = nullptr, so->norms[s] = nullptr, so->bits[s] = nullptr;
+      so->sum_data[s] = nullptr, so->sum_norms[s] = nullptr, so->sum_bits[s] = nullptr;
+      if (!sorted_scale(s)) continue;
       so->data[s] = reinterpret_cast<int16_t*>(take(sizeof(int16_t) * kMaxIndex * sample_count(s)));
       so->norms[s] = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * kMaxIndex));
       so->bits[s] = reinterpret_cast<double*>(take(sizeof(double) * kMaxIndex));
+      if (!sum_scale(s)) continue;
+      so->sum_data[s] = reinterpret_cast<int16_t*>(take(sizeof(int16_t) * kMaxIndex * sample_count(s)));
+      so->sum_norms[s] = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * kMaxIndex));
+      so->sum_bits[s] = reinterpret_cast<double*>(take(sizeof(double) * kMaxIndex));
     }
+    so->zero = reinterpret_cast<int*>(take(sizeof(int) * kScales));
     return at;
   }
 
@@ -3103,6 +3345,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   RoundSwitch answers_ = round_switch("VFP_MMP_ANSWERS");
   RoundSwitch rate_order_ = round_switch("VFP_MMP_RATE_ORDER");
   RoundSwitch chain_order_ = round_switch("VFP_MMP_CHAIN_ORDER");
+  // Off unless asked for: not yet measured on a GPU (docs/mmp.md, "Sum order").
+  RoundSwitch sum_order_ = round_switch("VFP_MMP_SUM_ORDER", RoundSwitch::Never);
   // VFP_MMP_CHUNKS_BY_DICT=0: small tasks dealt to as many chunks as a full dictionary's
   // (for measurements).
   bool chunks_by_dict_ = round_switch("VFP_MMP_CHUNKS_BY_DICT") != RoundSwitch::Never;

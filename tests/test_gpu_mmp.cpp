@@ -98,16 +98,19 @@ TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
     }
 }
 
-// The block search with answer tables and rate order in every round, a block alone too
-// ("all"), or in none ("0"); the backend reads the switches when it is made.
-static std::shared_ptr<mmp::LeafSearch> blocks_search_with(const char* tables_and_order) {
+// The block search with answer tables and rate order (and sum order, unless `sum` is "0")
+// in every round, a block alone too ("all"), or in none ("0"); the backend reads the
+// switches when it is made.
+static std::shared_ptr<mmp::LeafSearch> blocks_search_with(const char* tables_and_order, const char* sum = nullptr) {
   setenv("VFP_MMP_ANSWERS", tables_and_order, 1);
   setenv("VFP_MMP_RATE_ORDER", tables_and_order, 1);
   setenv("VFP_MMP_CHAIN_ORDER", tables_and_order, 1);
+  setenv("VFP_MMP_SUM_ORDER", sum ? sum : tables_and_order, 1);
   auto search = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   unsetenv("VFP_MMP_ANSWERS");
   unsetenv("VFP_MMP_RATE_ORDER");
   unsetenv("VFP_MMP_CHAIN_ORDER");
+  unsetenv("VFP_MMP_SUM_ORDER");
   return search;
 }
 
@@ -121,11 +124,13 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   setenv("VFP_MMP_ROUND_BLOCKS", "7", 1);
   const std::shared_ptr<mmp::LeafSearch> small_rounds = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
   unsetenv("VFP_MMP_ROUND_BLOCKS");
-  // Answer tables and rate order (the 4x4 units' too) for every round, a block alone too, and for none (by
-  // default rounds of 8 or more blocks look their 1- and 2-sample segments up in tables and
-  // search their small scales in rate order).
+  // Answer tables, rate and sum order (the 4x4 units' too) for every round, a block alone
+  // too, the same without sum order, and none of them (by default rounds of 8 or more blocks
+  // look their 1- and 2-sample segments up in tables and search their small scales in rate
+  // order; sum order only where VFP_MMP_SUM_ORDER asks for it).
   const std::shared_ptr<mmp::LeafSearch> tables = blocks_search_with("all");
   const std::shared_ptr<mmp::LeafSearch> no_tables = blocks_search_with("0");
+  const std::shared_ptr<mmp::LeafSearch> rate_only = blocks_search_with("all", "0");
   EXPECT_EQ(small_rounds->round_capacity(), 7);
   EXPECT_GT(gpus[0]->round_capacity(), 100);
   EXPECT_EQ(gpus[2]->round_capacity(), 0);
@@ -194,10 +199,13 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
                                       << " tile " << c.tile << " dict " << c.max_dict << " replace " << c.replace;
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
     }
-    for (const auto& t : {tables, no_tables}) {
+    for (const auto& t : {tables, no_tables, rate_only}) {
       p.search = t;
       const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
-      EXPECT_EQ(cpu.bytes, dev.bytes) << "answer tables and rate order " << (t == tables ? "everywhere" : "nowhere")
+      EXPECT_EQ(cpu.bytes, dev.bytes) << "answer tables, rate and sum order "
+                                      << (t == tables      ? "everywhere"
+                                          : t == no_tables ? "nowhere"
+                                                           : "but sum order")
                                       << ": " << c.w << "x" << c.h << " kind " << c.kind << " block "
                                       << (1 << c.block_log) << " tile " << c.tile;
     }
