@@ -20,6 +20,7 @@
 #include "codecs/mmp/mmp.hpp"
 #include "codecs/mmp/predict.hpp"
 #include "codecs/mmp/range_coder.hpp"
+#include "codecs/mmp/sum_order.hpp"
 #include "core/error.hpp"
 #include "core/frame.hpp"
 #include "core/gpu.hpp"
@@ -86,7 +87,8 @@ static_assert(16 * 255 * 255 < (1 << kNormBits) && kMaxIndex <= (1 << (32 - kNor
 // Sum order. A segment x's SSE against an element d is at least (sum x - sum d)^2 / n
 // (Cauchy-Schwarz on x - d), so elements whose sum lies far from the segment's cannot win:
 // the scales of 4 to 16 samples are also copied in order of their samples' sum (a counting
-// sort on sum buckets), and leaf_small_sum() skips whole runs of 32 of them by that bound.
+// sort on sum buckets), and small_rows_sum() skips whole runs of 32 of them by that bound
+// (the integer rules: codecs/mmp/sum_order.hpp).
 struct SortedScales {
   int16_t* data[kScales];    // the elements in rate order (null: the scale is not sorted)
   unsigned* norms[kScales];  // index << kNormBits | squared norm
@@ -99,12 +101,6 @@ struct SortedScales {
 __host__ __device__ constexpr int sample_count(int s) { return 1 << (s % 6 + s / 6); }
 __host__ __device__ constexpr bool sorted_scale(int s) { return s % 6 + s / 6 <= 4; }  // 1 to 16 samples
 __host__ __device__ constexpr bool sum_scale(int s) { return sorted_scale(s) && s % 6 + s / 6 >= 2; }
-// Sum buckets: sums of n samples in [-255 n, 255 n], 2^shift sums a bucket (n = 4, 8, 16:
-// buckets 0..1020; the sum 0 begins bucket 510). Bucket k holds the sums from
-// sum_bucket_low(k) to sum_bucket_low(k + 1) - 1; the end buckets also whatever the clamp puts there.
-__host__ __device__ constexpr int sum_shift(int n) { return n <= 4 ? 1 : n == 8 ? 2 : 3; }
-__device__ inline int sum_bucket(int sum, int n) { return min(max((sum + 255 * n) >> sum_shift(n), 0), 1023); }
-__device__ inline int sum_bucket_low(int k, int n) { return (k << sum_shift(n)) - 255 * n; }
 
 // What the leaf kernel reads per search, in device memory (a captured graph's kernels keep
 // their arguments; the dictionary's counts and the costs change from block to block).
@@ -602,7 +598,7 @@ __global__ void __launch_bounds__(1024) sort_scales_kernel(const SearchConsts* c
     if (by_sum) {
       int sum = 0;
       for (int q = 0; q < n; ++q) sum += from_data[static_cast<size_t>(i) * n + q];
-      k = sum_bucket(sum, n);
+      k = mmp::sum_order::bucket(sum, n);
     } else {
       k = sort_bucket(b[i]);
     }
@@ -621,7 +617,7 @@ __global__ void __launch_bounds__(1024) sort_scales_kernel(const SearchConsts* c
     __syncthreads();
   }
   start[threadIdx.x] -= own;
-  if (by_sum && static_cast<int>(threadIdx.x) == sum_bucket(0, n)) so.zero[s] = start[threadIdx.x];
+  if (by_sum && static_cast<int>(threadIdx.x) == mmp::sum_order::bucket(0, n)) so.zero[s] = start[threadIdx.x];
   __syncthreads();
   // Every pointer in registers (the stores could alias the constants otherwise), each
   // element moved in one load and one store.
@@ -905,9 +901,8 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
 // the runs beyond are bounded by their buckets). The rows' minima are (J, index) lexicographic over
 // every element not ruled out, so the answer is the exhaustive search's; the SSE is the
 // exact float arithmetic of small_rows().
-constexpr int kSumTile = kThreads;  // elements of a walk step: a run of 32 a warp
 constexpr int kWarps = kThreads / 32;
-static_assert(kWarps == 4, "the seed deals rows to warps by r % 4");
+static_assert(kWarps == 4 && mmp::sum_order::kTile == kThreads, "a run a warp; the seed deals rows by r % 4");
 struct SumShared {
   float seg[kSmallRows * small_stride(kSmallMaxN)];
   float sq[kSmallRows];
@@ -924,7 +919,8 @@ __device__ inline int j_floor_int(double j) { return j < 2.0e9 ? static_cast<int
 template <int NS>
 __device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double lambda, const SortedScales* sorted,
                                SumShared& sh, double* row_j, int* row_i) {
-  constexpr int kStride = small_stride(NS), kLog = NS == 4 ? 2 : NS == 8 ? 3 : 4;
+  namespace so = mmp::sum_order;
+  constexpr int kStride = small_stride(NS);
   constexpr unsigned kAll = 0xffffffffu;
   const Task& t = lt.t;
   const int rows = t.count, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, count = sc.count;
@@ -952,7 +948,7 @@ __device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double 
   volatile int* limit = sh.limit;  // lowered by every warp as it finds better elements
   // No element costs less than the rate order's first bucket floor.
   const int least_rate =
-      count > 0 ? min(j_floor_int(bucket_rate(sort_bucket(sorted->bits[lt.s][0]), lambda, leaf)), 1 << 30) : 0;
+      count > 0 ? so::rate_floor(bucket_rate(sort_bucket(sorted->bits[lt.s][0]), lambda, leaf)) : 0;
   // The run of 32 at `from` of an order: every row of `rows_of` (a bit a row, the same for
   // rows r and r + 32) that may need it searched; `side` >= 0:
   // a walk's run, which moves that side's end when no row can need anything beyond it.
@@ -975,27 +971,18 @@ __device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double 
     const double rate = __dmul_rn(lambda, __dadd_rn(b, leaf));
     const float norm = static_cast<float>(word & ((1u << kNormBits) - 1u));
     const int index = static_cast<int>(word >> kNormBits);
-    const int rfloor = valid ? (rate < 1073741824.0 ? static_cast<int>(rate) : 1073741824) : INT_MAX;
+    const int rfloor = valid ? so::rate_floor(rate) : INT_MAX;
     const int lo = __reduce_min_sync(kAll, valid ? sum : INT_MAX);
     const int hi = __reduce_max_sync(kAll, valid ? sum : INT_MIN);
     const int rmin = __reduce_min_sync(kAll, rfloor);
-    const auto bound = [](int d, int r) { return ((d * d + NS - 1) >> kLog) + r; };
-    const auto needs = [&](int r) { return bound(max(0, max(lo - sh.sum[r], sh.sum[r] - hi)), rmin) <= limit[r]; };
+    const auto needs = [&](int r) { return so::bound(so::distance(sh.sum[r], lo, hi), NS, rmin) <= limit[r]; };
     const unsigned need0 = __ballot_sync(kAll, needs(lane)) & rows_of;
     const unsigned need1 = __ballot_sync(kAll, needs(lane + 32)) & rows_of;
     if (side >= 0) {
       // The sums of every later run of this side lie beyond this run's outer bucket.
-      int edge;
-      if (side == 1) {
-        const int k = sum_bucket(hi, NS);
-        edge = k == 0 ? INT_MIN / 4 : sum_bucket_low(k, NS);
-      } else {
-        const int k = sum_bucket(lo, NS);
-        edge = k == 1023 ? INT_MAX / 4 : sum_bucket_low(k + 1, NS) - 1;
-      }
+      const int edge = so::beyond_edge(side, lo, hi, NS);
       const auto beyond = [&](int r) {
-        const int d = side == 1 ? edge - sh.sum[r] : sh.sum[r] - edge;
-        return r < rows && (d < 0 || bound(d, least_rate) <= limit[r]);
+        return r < rows && so::may_need_beyond(side, edge, sh.sum[r], NS, least_rate, limit[r]);
       };
       if (!__any_sync(kAll, beyond(lane) || beyond(lane + 32)) && lane == 0) {
         if (side == 1)
@@ -1046,21 +1033,15 @@ __device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double 
   // costs more than it saves with dictionaries of 512 elements: vfpipe-mmp-pairs --seed).
   if (count > 0) run(sorted->data[lt.s], sorted->norms[lt.s], sorted->bits[lt.s], 0, -1, 0x11111111u << warp);
   __syncthreads();
-  const int tiles = (count + kSumTile - 1) / kSumTile;
-  const int zt = min(sorted->zero[lt.s] / kSumTile, max(tiles - 1, 0));
-  const int below = zt, above = tiles - 1 - zt, both = min(below, above);
+  const int tiles = (count + so::kTile - 1) / so::kTile;
+  const int zt = min(sorted->zero[lt.s] / so::kTile, max(tiles - 1, 0));
   const int16_t* data = sorted->sum_data[lt.s];
   const unsigned* norms = sorted->sum_norms[lt.s];
   const double* bits = sorted->sum_bits[lt.s];
   for (int k = t.chunk; k < tiles; k += t.chunks) {
-    // The walk's k-th tile: zt, zt + 1, zt - 1, zt + 2, ..., then the longer side's rest.
-    int tile = zt;
-    if (k > 0 && k <= 2 * both)
-      tile = (k & 1) ? zt + (k + 1) / 2 : zt - k / 2;
-    else if (k > 0)
-      tile = above > below ? zt + (k - both) : zt - (k - both);
+    const int tile = so::walk_tile(k, zt, tiles);
     const int side = tile > zt ? 1 : tile < zt ? 0 : -1;
-    const int from = tile * kSumTile + warp * 32;
+    const int from = tile * so::kTile + warp * so::kRun;
     if (from >= count) continue;
     const volatile int* end = sh.end;
     const bool past = side == 1 ? from >= end[1] : side == 0 ? from + 32 <= end[0] : false;

@@ -14,7 +14,7 @@
 // floor for the rule, not a measured kernel (rate order's is also what a walk cheapest
 // first needs: every element before the best costs at most the best J). One rule is
 // simulated as the GPU's kernel walks it, with the best J found so far:
-//   sum, walked     leaf_small_sum() in cuda/mmp_search.cu: the --seed cheapest elements
+//   sum, walked     small_rows_sum() in cuda/mmp_search.cu: the --seed cheapest elements
 //                   first, then runs of 32 in sum order from sum 0 outward (alternating
 //                   sides), a run skipped when the bound of its sums' interval and its
 //                   least rate exceeds the best J found so far.
@@ -22,7 +22,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -32,6 +31,7 @@
 
 #include "codecs/mmp/mmp.hpp"
 #include "codecs/mmp/search.hpp"
+#include "codecs/mmp/sum_order.hpp"
 #include "core/error.hpp"
 #include "core/frame.hpp"
 #include "io/open.hpp"
@@ -153,41 +153,33 @@ class CountingSearch final : public mmp::LeafSearch {
       c.sum_warps += by_sum ? m : 0;
       c.rate_warps += by_rate ? m : 0;
     }
-    // The walk of the GPU's sum-order search (leaf_small_sum()): the seed's cheapest
-    // elements, then tiles of 128 (4 runs of 32) in sum order from the tile holding sum 0
-    // outward, alternating sides; a run is skipped when ceil(d^2 / n) + floor(its least
-    // rate) exceeds floor(best J so far), d the distance from the segment's sum to the
-    // run's sums. Runs in sequence (the kernel's 4 warps lower the bound together).
-    double walk = INFINITY;
+    // The walk of the GPU's sum-order search, its warps taking turns (the model of
+    // codecs/mmp/sum_order.hpp): the seed's cheapest elements, then the runs from sum 0 out.
+    namespace so = mmp::sum_order;
+    double seed_best = INFINITY;
     const int seed = std::min(seed_, count);
-    for (int t = 0; t < seed; ++t) walk = std::min(walk, sc.j[static_cast<size_t>(sc.by_rate[static_cast<size_t>(t)])]);
+    for (int t = 0; t < seed; ++t)
+      seed_best = std::min(seed_best, sc.j[static_cast<size_t>(sc.by_rate[static_cast<size_t>(t)])]);
     c.sum_walked += seed;
-    const int tiles = (count + 127) / 128;
     int zero = 0;
     while (zero < count && sc.sum[static_cast<size_t>(sc.by_sum[static_cast<size_t>(zero)])] < 0) ++zero;
-    const int z = std::min(zero / 128, tiles - 1);
-    const int below = z, above = tiles - 1 - z, both = std::min(below, above);
-    for (int k = 0; k < tiles; ++k) {
-      int tile = z;
-      if (k > 0 && k <= 2 * both)
-        tile = (k & 1) ? z + (k + 1) / 2 : z - k / 2;
-      else if (k > 0)
-        tile = above > below ? z + (k - both) : z - (k - both);
-      for (int from = tile * 128; from < std::min(count, tile * 128 + 128); from += 32) {
-        const int m = std::min(32, count - from);
-        long long lo = LLONG_MAX, hi = LLONG_MIN, rmin = LLONG_MAX;
-        for (int t = 0; t < m; ++t) {
-          const size_t e = static_cast<size_t>(sc.by_sum[static_cast<size_t>(from + t)]);
-          lo = std::min<long long>(lo, sc.sum[e]), hi = std::max<long long>(hi, sc.sum[e]);
-          rmin = std::min(rmin, static_cast<long long>(std::floor(sc.rate[e])));
-        }
-        const long long d = std::max({0LL, lo - sx, sx - hi});
-        if (walk < 1e18 && (d * d + n - 1) / n + rmin > static_cast<long long>(std::floor(walk))) continue;
-        c.sum_walked += m;
-        for (int t = 0; t < m; ++t)
-          walk = std::min(walk, sc.j[static_cast<size_t>(sc.by_sum[static_cast<size_t>(from + t)])]);
-      }
-    }
+    double least = INFINITY;
+    for (int i = 0; i < count; ++i) least = std::min(least, sc.rate[static_cast<size_t>(i)]);
+    const auto at = [&](int p) { return static_cast<size_t>(sc.by_sum[static_cast<size_t>(p)]); };
+    int turn = 0;
+    so::model_walk(
+        count, zero, n, sx, seed_best, count ? so::rate_floor(least) : 0, 0, 1, [&](int p) { return sc.sum[at(p)]; },
+        [&](int p) { return sc.rate[at(p)]; },
+        [&](int p) {
+          c.sum_walked += 1;
+          return sc.j[at(p)];
+        },
+        [&](unsigned ready) {  // round robin
+          while (!(ready >> turn & 1u)) turn = (turn + 1) % 4;
+          const int w = turn;
+          turn = (turn + 1) % 4;
+          return w;
+        });
   }
 
   int seed_;
