@@ -947,8 +947,7 @@ __device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double 
   __syncthreads();
   volatile int* limit = sh.limit;  // lowered by every warp as it finds better elements
   // No element costs less than the rate order's first bucket floor.
-  const int least_rate =
-      count > 0 ? so::rate_floor(bucket_rate(sort_bucket(sorted->bits[lt.s][0]), lambda, leaf)) : 0;
+  const int least_rate = count > 0 ? so::rate_floor(bucket_rate(sort_bucket(sorted->bits[lt.s][0]), lambda, leaf)) : 0;
   // The run of 32 at `from` of an order: every row of `rows_of` (a bit a row, the same for
   // rows r and r + 32) that may need it searched; `side` >= 0:
   // a walk's run, which moves that side's end when no row can need anything beyond it.
