@@ -5,6 +5,8 @@
 # time). The binaries keep this checkout's paths (the tests' data, vfpipe's own path);
 # scripts/device-carried.sh recreates them there. Prints the paths a call carries.
 #     scripts/build-for-device.sh [TARGET...]     (default: vfpipe vfpipe_gpu_tests)
+#     NO_FFMPEG=1 scripts/build-for-device.sh ...  (no FFmpeg: no video files or NVDEC, but no
+#                                                  FFmpeg build here either; Y4M still works)
 # then, with the device tool:
 #     run  command="bash scripts/device-carried.sh build-carry/tests/vfpipe_gpu_tests"
 #          carry=[build-carry/vfpipe, build-carry/tests/vfpipe_gpu_tests, .ff/prefix, .zk, ...]
@@ -12,14 +14,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d .deps ] || bash scripts/fetch-device-deps.sh
 [ -d .zk/usr ] || bash scripts/fetch-device-zkit.sh
-ls .ff/ffmpeg_*.orig.tar.xz > /dev/null 2>&1 || bash scripts/fetch-device-ffmpeg.sh
-ff_env=$(bash scripts/build-device-ffmpeg.sh | tail -1)
-case "$ff_env" in export*) eval "$ff_env" ;; *) echo "FFmpeg build failed" >&2; exit 1 ;; esac
-# libavcodec needs the kit's libx264 at run time: beside it, so that one folder travels.
-cp -P .ff/tools/usr/lib/x86_64-linux-gnu/libx264.so* .ff/prefix/lib/ 2> /dev/null || true
+libav=AUTO
+if [ "${NO_FFMPEG:-0}" = 1 ]; then
+  libav=OFF
+else
+  ls .ff/ffmpeg_*.orig.tar.xz > /dev/null 2>&1 || bash scripts/fetch-device-ffmpeg.sh
+  ff_env=$(bash scripts/build-device-ffmpeg.sh | tail -1)
+  case "$ff_env" in export*) eval "$ff_env" ;; *) echo "FFmpeg build failed" >&2; exit 1 ;; esac
+  # libavcodec needs the kit's libx264 at run time: beside it, so that one folder travels.
+  cp -P .ff/tools/usr/lib/x86_64-linux-gnu/libx264.so* .ff/prefix/lib/ 2> /dev/null || true
+fi
 export CMAKE_PREFIX_PATH=$PWD/.zk/usr
 cmake -S . -B build-carry -G Ninja -DCMAKE_BUILD_TYPE=Release -DVFPIPE_CUDA=ON -DVFPIPE_WITH_OPENCV=OFF \
-  -DVFPIPE_WITH_GL=OFF -DCMAKE_CUDA_ARCHITECTURES=90 -DVFPIPE_DEPS_DIR="$PWD/.deps" > /dev/null
+  -DVFPIPE_WITH_LIBAV=$libav -DVFPIPE_WITH_GL=OFF -DCMAKE_CUDA_ARCHITECTURES=90 -DVFPIPE_DEPS_DIR="$PWD/.deps" > /dev/null
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(vfpipe vfpipe_gpu_tests)
 ninja -C build-carry "${targets[@]}"
@@ -31,6 +38,7 @@ for t in "${targets[@]}"; do
   strip "$f"  # about 17 -> 16 MB each: the working tree travels in 64 MiB
   carry+=("$f")
 done
-carry+=(.ff/prefix .zk)
+[ "$libav" = OFF ] || carry+=(.ff/prefix)
+carry+=(.zk)
 echo "carry: ${carry[*]}"
 du -shc "${carry[@]}" | tail -1
