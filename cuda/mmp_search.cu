@@ -592,12 +592,12 @@ __global__ void __launch_bounds__(1024) sort_scales_kernel(const SearchConsts* c
   // Many elements share a cost (indices never coded yet): the lanes of a warp with the same
   // bucket add to it once.
   const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-  const int16_t* __restrict__ from_data = c->sc.data[s];
+  const int16_t* __restrict__ data = c->sc.data[s];
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
     int k;
     if (by_sum) {
       int sum = 0;
-      for (int q = 0; q < n; ++q) sum += from_data[static_cast<size_t>(i) * n + q];
+      for (int q = 0; q < n; ++q) sum += data[static_cast<size_t>(i) * n + q];
       k = mmp::sum_order::bucket(sum, n);
     } else {
       k = sort_bucket(b[i]);
@@ -621,7 +621,6 @@ __global__ void __launch_bounds__(1024) sort_scales_kernel(const SearchConsts* c
   __syncthreads();
   // Every pointer in registers (the stores could alias the constants otherwise), each
   // element moved in one load and one store.
-  const int16_t* __restrict__ data = from_data;
   const int* __restrict__ norms = c->sc.norms[s];
   int16_t* __restrict__ to_data = by_sum ? so.sum_data[s] : so.data[s];
   unsigned* __restrict__ to_norms = by_sum ? so.sum_norms[s] : so.norms[s];
@@ -686,6 +685,28 @@ template <int NS>
 struct alignas(NS >= 8 ? 16 : 2 * NS) SmallElem {
   int16_t v[NS];
 };
+
+// SSE = |a|^2 + |b|^2 - 2 a.b of NS samples held in registers (`a`, squared norm `a_sq`)
+// against a row of shared memory (`b`, 16-byte aligned where NS % 4 == 0), in exact float
+// arithmetic (see above): one multiply-add a sample, the row read in float4 loads.
+template <int NS>
+__device__ inline float small_sse(const float (&a)[NS], float a_sq, const float* b, float b_sq) {
+  float dot = 0.0f;
+  if constexpr (NS % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < NS; q += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(b + q);
+      dot = __fmaf_rn(a[q], v.x, dot);
+      dot = __fmaf_rn(a[q + 1], v.y, dot);
+      dot = __fmaf_rn(a[q + 2], v.z, dot);
+      dot = __fmaf_rn(a[q + 3], v.w, dot);
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < NS; ++q) dot = __fmaf_rn(a[q], b[q], dot);
+  }
+  return __fmaf_rn(-2.0f, dot, __fadd_rn(a_sq, b_sq));
+}
 
 template <int NS, bool ordered>
 __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lambda, const double* bits,
@@ -805,24 +826,7 @@ __device__ void small_rows(const LeafTask& lt, const SmallScale& sc, double lamb
     bool done = !mine;  // this thread's elements from here on cannot win or tie
     if (mine) {
       // The SSE of element e (exact: see above).
-      const auto sse_at = [&](int e) {
-        const float* x = tile + e * kStride;
-        float dot = 0.0f;
-        if constexpr (NS % 4 == 0) {
-#pragma unroll
-          for (int q = 0; q < NS; q += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(x + q);
-            dot = __fmaf_rn(seg[q], v.x, dot);
-            dot = __fmaf_rn(seg[q + 1], v.y, dot);
-            dot = __fmaf_rn(seg[q + 2], v.z, dot);
-            dot = __fmaf_rn(seg[q + 3], v.w, dot);
-          }
-        } else {
-#pragma unroll
-          for (int q = 0; q < NS; ++q) dot = __fmaf_rn(seg[q], x[q], dot);
-        }
-        return __fmaf_rn(-2.0f, dot, __fadd_rn(sq, norm[e]));
-      };
+      const auto sse_at = [&](int e) { return small_sse<NS>(seg, sq, tile + e * kStride, norm[e]); };
       const auto consider = [&](int e, float sse) {
         if (sse > limit) return;  // j_limit()'s filter
         take_min(bj, bi, __dadd_rn(static_cast<double>(sse), rate[e]), ordered ? sh.index[e] : base + e);
@@ -985,7 +989,7 @@ __device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double 
       };
       if (!__any_sync(kAll, beyond(lane) || beyond(lane + 32)) && lane == 0) {
         if (side == 1)
-          atomicMin(&sh.end[1], from + 32);
+          atomicMin(&sh.end[1], from + so::kRun);
         else
           atomicMax(&sh.end[0], from);
       }
@@ -996,17 +1000,7 @@ __device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double 
       while (m) {
         const int r = h * 32 + __ffs(m) - 1;
         m &= m - 1;
-        const float* g = sh.seg + r * kStride;
-        float dot = 0.0f;
-#pragma unroll
-        for (int q = 0; q < NS; q += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(g + q);
-          dot = __fmaf_rn(x[q], v.x, dot);
-          dot = __fmaf_rn(x[q + 1], v.y, dot);
-          dot = __fmaf_rn(x[q + 2], v.z, dot);
-          dot = __fmaf_rn(x[q + 3], v.w, dot);
-        }
-        const float sse = __fmaf_rn(-2.0f, dot, __fadd_rn(sh.sq[r], norm));
+        const float sse = small_sse<NS>(x, norm, sh.seg + r * kStride, sh.sq[r]);
         const int lim = limit[r];
         double j = CUDART_INF;
         // j_limit()'s filter first (SSE is an exact integer here), then J itself.
@@ -1043,7 +1037,7 @@ __device__ void small_rows_sum(const LeafTask& lt, const SmallScale& sc, double 
     const int from = tile * so::kTile + warp * so::kRun;
     if (from >= count) continue;
     const volatile int* end = sh.end;
-    const bool past = side == 1 ? from >= end[1] : side == 0 ? from + 32 <= end[0] : false;
+    const bool past = side == 1 ? from >= end[1] : side == 0 ? from + so::kRun <= end[0] : false;
     if (__any_sync(kAll, past)) continue;
     run(data, norms, bits, from, side, kAll);
   }
