@@ -465,6 +465,86 @@ TEST(Mmp, PostFilterDesignAndApplication) {
   }
 }
 
+// The post-filter's fast paths (separable activity sums, per-class sums in 32-bit runs, the
+// encoder's output from its design pass) against its definition in postfilter.hpp, written
+// out plainly: samples and activities clamped at the edges, classes split at the sorted
+// sums' quartile ranks. Sizes include 1x1 and planes wider than a 4096-sample run.
+namespace postdef {
+int at(const std::vector<uint8_t>& r, int w, int h, int x, int y) {
+  return r[static_cast<size_t>(std::clamp(y, 0, h - 1)) * w + std::clamp(x, 0, w - 1)];
+}
+std::vector<uint8_t> apply(const mmp::PostFilter& f, const std::vector<uint8_t>& r, int w, int h) {
+  const int off[mmp::kPostTaps][2] = {{0, 1}, {0, 2}, {1, 0}, {2, 0}, {1, 1}, {1, -1}};
+  std::vector<int> act(r.size()), sum(r.size());
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const int c = 2 * at(r, w, h, x, y);
+      act[static_cast<size_t>(y) * w + x] = std::abs(c - at(r, w, h, x - 1, y) - at(r, w, h, x + 1, y)) +
+                                            std::abs(c - at(r, w, h, x, y - 1) - at(r, w, h, x, y + 1));
+    }
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int dy = -1; dy <= 1; ++dy)
+        for (int dx = -1; dx <= 1; ++dx)
+          sum[static_cast<size_t>(y) * w + x] +=
+              act[static_cast<size_t>(std::clamp(y + dy, 0, h - 1)) * w + std::clamp(x + dx, 0, w - 1)];
+  std::vector<int> sorted = sum;
+  std::sort(sorted.begin(), sorted.end());
+  int t[3];
+  for (int q = 0; q < 3; ++q) t[q] = sorted[sorted.size() * (q + 1) / 4];
+  std::vector<uint8_t> out(r.size());
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const size_t i = static_cast<size_t>(y) * w + x;
+      const int c = (sum[i] > t[0]) + (sum[i] > t[1]) + (sum[i] > t[2]);
+      int acc = 1024 * r[i];
+      for (int k = 0; k < mmp::kPostTaps; ++k)
+        acc += f.taps[c][k] *
+               (at(r, w, h, x + off[k][1], y + off[k][0]) + at(r, w, h, x - off[k][1], y - off[k][0]) - 2 * r[i]);
+      out[i] = f.on[c] ? static_cast<uint8_t>(std::clamp((acc + 512) >> 10, 0, 255)) : r[i];
+    }
+  return out;
+}
+}  // namespace postdef
+
+TEST(Mmp, PostFilterFastPathsMatchTheDefinition) {
+  std::mt19937 rng(29);
+  const int sizes[][2] = {{1, 1}, {2, 1}, {1, 3}, {3, 7}, {37, 29}, {203, 117}, {4500, 5}};
+  for (const auto& sz : sizes)
+    for (const char* kind : {"random", "text", "photo"}) {
+      const int w = sz[0], h = sz[1];
+      SCOPED_TRACE(std::string(kind) + " " + std::to_string(w) + "x" + std::to_string(h));
+      const auto orig = plane(kind, w, h, 3);
+      // A coarse reconstruction: quantised, with noise.
+      std::vector<uint8_t> rec(orig.size());
+      for (size_t i = 0; i < rec.size(); ++i)
+        rec[i] = static_cast<uint8_t>(std::clamp(orig[i] / 16 * 16 + 8 + static_cast<int>(rng() % 13) - 6, 0, 255));
+      // Any taps, some classes off.
+      mmp::PostFilter f;
+      for (int c = 0; c < mmp::kPostClasses; ++c) {
+        f.on[c] = c != 2;
+        for (int k = 0; k < mmp::kPostTaps; ++k)
+          f.taps[c][k] = static_cast<int>(rng() % (2 * mmp::kPostTapMax + 1)) - mmp::kPostTapMax;
+      }
+      std::vector<uint8_t> out(rec.size());
+      mmp::apply_post_filter(f, rec.data(), w, h, out.data());
+      EXPECT_EQ(out, postdef::apply(f, rec, w, h));
+      // The encoder's filter, and its output from the design pass, at lambdas that keep all,
+      // some or none of the classes.
+      for (const double lambda : {0.0, 40.0, 1e9}) {
+        std::vector<uint8_t> designed(rec.size(), 0);
+        const mmp::PostFilter g = mmp::design_post_filter(rec.data(), orig.data(), w, h, lambda, designed.data());
+        EXPECT_EQ(designed, postdef::apply(g, rec, w, h)) << "lambda " << lambda;
+        const mmp::PostFilter g2 = mmp::design_post_filter(rec.data(), orig.data(), w, h, lambda);
+        for (int c = 0; c < mmp::kPostClasses; ++c) {
+          EXPECT_EQ(g.on[c], g2.on[c]);
+          if (lambda >= 1e9) EXPECT_FALSE(g.on[c]);
+          for (int k = 0; k < mmp::kPostTaps; ++k) EXPECT_EQ(g.taps[c][k], g2.taps[c][k]);
+        }
+      }
+    }
+}
+
 TEST(Mmp, PostFilterLowersErrorAndDecodesExactly) {
   const int w = 96, h = 80;
   const auto img = plane("photo", w, h, 21);

@@ -1305,9 +1305,8 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   RangeEncoder& pf_enc = p.tiled() ? pf_stream : *tiles[0].enc;
   if (p.post_filter) {
     const int64_t t0 = now_ns();
-    const PostFilter f = design_post_filter(decoded.data(), img, w, h, p.lambda);
+    const PostFilter f = design_post_filter(decoded.data(), img, w, h, p.lambda, res.recon.data());
     write_post_filter(pf_enc, f);
-    apply_post_filter(f, decoded.data(), w, h, res.recon.data());
     for (int c = 0; c < kPostClasses; ++c) res.post_filter_classes += f.on[c] ? 1 : 0;
     res.post_filter_s = 1e-9 * static_cast<double>(now_ns() - t0);
   } else {

@@ -24,48 +24,74 @@ struct Padded {
   std::vector<uint8_t> v;
   Padded(const uint8_t* r, int w, int h) : pw(w + 2 * kB), v(static_cast<size_t>(pw) * (h + 2 * kB)) {
     parallel_rows(h + 2 * kB, kMinRows, [&](int y0, int y1) {
-      for (int y = y0 - kB; y < y1 - kB; ++y)
-        for (int x = -kB; x < w + kB; ++x)
-          v[static_cast<size_t>(y + kB) * pw + (x + kB)] =
-              r[static_cast<size_t>(std::clamp(y, 0, h - 1)) * w + std::clamp(x, 0, w - 1)];
+      for (int py = y0; py < y1; ++py) {
+        const uint8_t* src = r + static_cast<size_t>(std::clamp(py - kB, 0, h - 1)) * w;
+        uint8_t* dst = &v[static_cast<size_t>(py) * pw];
+        std::fill(dst, dst + kB, src[0]);
+        std::copy(src, src + w, dst + kB);
+        std::fill(dst + kB + w, dst + pw, src[w - 1]);
+      }
     });
   }
-  int at(int x, int y) const { return v[static_cast<size_t>(y + kB) * pw + (x + kB)]; }
-  // r(+o_k) + r(-o_k) - 2 r0 at (x, y): what tap k multiplies.
-  int pair(int x, int y, int k) const {
-    const int dy = kOffsets[k][0], dx = kOffsets[k][1];
-    return at(x + dx, y + dy) + at(x - dx, y - dy) - 2 * at(x, y);
-  }
+  const uint8_t* row(int y) const { return &v[static_cast<size_t>(y + kB) * pw + kB]; }
 };
 
-// Activity class (0..3) of every pixel: the 3x3 sum of |2r - left - right| + |2r - up - down|,
-// split at the plane's quartiles (lower and upper quartile and median of the sums).
-// The quartiles are the values at ranks n/4, n/2, 3n/4 of the sorted sums, read from a
-// histogram (a sum is at most 9 * 2 * 510).
+// Tap k's offset in a padded row-major plane of pitch pw.
+inline int tap_step(int k, int pw) { return kOffsets[k][0] * pw + kOffsets[k][1]; }
+
+// r(+o_k) + r(-o_k) - 2 r0 for every tap at the sample `c` points to: what tap k multiplies.
+inline void pairs_at(const uint8_t* c, const int (&step)[kPostTaps], int (&u)[kPostTaps]) {
+  const int c2 = 2 * c[0];
+  for (int k = 0; k < kPostTaps; ++k) u[k] = c[step[k]] + c[-step[k]] - c2;
+}
+
+// Activity class (0..3) of every pixel: the 3x3 sum of |2r - left - right| + |2r - up - down|
+// (the activity replicated beyond the plane's edge, as the samples are), split at the
+// plane's quartiles (lower and upper quartile and median of the sums). The quartiles are
+// the values at ranks n/4, n/2, 3n/4 of the sorted sums, read from a histogram (a sum is at
+// most 9 * 2 * 510). The 3x3 sums are separable: a row's sums of three, then three rows'.
 std::vector<uint8_t> classify(const Padded& p, int w, int h) {
   constexpr int kMaxSum = 9 * 2 * 510;
-  std::vector<int> act(static_cast<size_t>(w) * h), sum(act.size());
+  const int aw = w + 2;  // the activity with a border of one, replicated
+  std::vector<int16_t> act(static_cast<size_t>(aw) * (h + 2)), row3(act.size());
+  std::vector<int16_t> sum(static_cast<size_t>(w) * h);
   parallel_rows(h, kMinRows, [&](int y0, int y1) {
-    for (int y = y0; y < y1; ++y)
+    for (int y = y0; y < y1; ++y) {
+      const uint8_t* r = p.row(y);
+      const uint8_t* up = r - p.pw;
+      const uint8_t* dn = r + p.pw;
+      int16_t* a = &act[static_cast<size_t>(y + 1) * aw + 1];
       for (int x = 0; x < w; ++x) {
-        const int c = 2 * p.at(x, y);
-        act[static_cast<size_t>(y) * w + x] =
-            std::abs(c - p.at(x - 1, y) - p.at(x + 1, y)) + std::abs(c - p.at(x, y - 1) - p.at(x, y + 1));
+        const int c = 2 * r[x];
+        a[x] = static_cast<int16_t>(std::abs(c - r[x - 1] - r[x + 1]) + std::abs(c - up[x] - dn[x]));
       }
+      a[-1] = a[0], a[w] = a[w - 1];
+    }
+  });
+  std::copy_n(&act[static_cast<size_t>(aw)], aw, &act[0]);
+  std::copy_n(&act[static_cast<size_t>(h) * aw], aw, &act[static_cast<size_t>(h + 1) * aw]);
+  parallel_rows(h + 2, kMinRows, [&](int y0, int y1) {
+    for (int y = y0; y < y1; ++y) {
+      const int16_t* a = &act[static_cast<size_t>(y) * aw + 1];
+      int16_t* o = &row3[static_cast<size_t>(y) * aw + 1];
+      for (int x = 0; x < w; ++x) o[x] = static_cast<int16_t>(a[x - 1] + a[x] + a[x + 1]);
+    }
   });
   std::vector<int64_t> hist(kMaxSum + 1, 0);
   std::mutex mu;
   parallel_rows(h, kMinRows, [&](int y0, int y1) {
-    std::vector<int64_t> local(kMaxSum + 1, 0);
-    for (int y = y0; y < y1; ++y)
+    std::vector<int> local(kMaxSum + 1, 0);
+    for (int y = y0; y < y1; ++y) {
+      const int16_t* a = &row3[static_cast<size_t>(y) * aw + 1];
+      const int16_t* b = a + aw;
+      const int16_t* c = b + aw;
+      int16_t* o = &sum[static_cast<size_t>(y) * w];
       for (int x = 0; x < w; ++x) {
-        int s = 0;
-        for (int dy = -1; dy <= 1; ++dy)
-          for (int dx = -1; dx <= 1; ++dx)
-            s += act[static_cast<size_t>(std::clamp(y + dy, 0, h - 1)) * w + std::clamp(x + dx, 0, w - 1)];
-        sum[static_cast<size_t>(y) * w + x] = s;
+        const int s = a[x] + b[x] + c[x];
+        o[x] = static_cast<int16_t>(s);
         ++local[static_cast<size_t>(s)];
       }
+    }
     std::lock_guard<std::mutex> lock(mu);
     for (int v = 0; v <= kMaxSum; ++v) hist[static_cast<size_t>(v)] += local[static_cast<size_t>(v)];
   });
@@ -78,14 +104,19 @@ std::vector<uint8_t> classify(const Padded& p, int w, int h) {
     t[q] = v;
   }
   std::vector<uint8_t> cls(sum.size());
-  for (size_t i = 0; i < sum.size(); ++i)
-    cls[i] = static_cast<uint8_t>((sum[i] > t[0]) + (sum[i] > t[1]) + (sum[i] > t[2]));
+  parallel_rows(h, kMinRows, [&](int y0, int y1) {
+    for (size_t i = static_cast<size_t>(y0) * w; i < static_cast<size_t>(y1) * w; ++i)
+      cls[i] = static_cast<uint8_t>((sum[i] > t[0]) + (sum[i] > t[1]) + (sum[i] > t[2]));
+  });
   return cls;
 }
 
-int filtered(const Padded& p, int x, int y, const int* taps) {
-  int acc = p.at(x, y) << kShift;
-  for (int k = 0; k < kPostTaps; ++k) acc += taps[k] * p.pair(x, y, k);
+// The filtered sample at `c` (a padded plane's sample) with the taps `taps`.
+inline int filtered(const uint8_t* c, const int (&step)[kPostTaps], const int* taps) {
+  int u[kPostTaps];
+  pairs_at(c, step, u);
+  int acc = c[0] << kShift;
+  for (int k = 0; k < kPostTaps; ++k) acc += taps[k] * u[k];
   return std::clamp((acc + (1 << (kShift - 1))) >> kShift, 0, 255);
 }
 
@@ -126,66 +157,107 @@ int post_filter_bits(const PostFilter& f) {
   return bits;
 }
 
-PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, int h, double lambda) {
+PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, int h, double lambda, uint8_t* out) {
   PostFilter f;
   if (w < 1 || h < 1) return f;
   const Padded p(rec, w, h);
   const std::vector<uint8_t> cls = classify(p, w, h);
-  // Normal equations per class for out - r0 = sum_k t_k * pair_k, against orig - r0. The
-  // sums are of integers, summed exactly in 64 bits (so in any order, on the pool's threads).
+  int step[kPostTaps];
+  for (int k = 0; k < kPostTaps; ++k) step[k] = tap_step(k, p.pw);
+  // Normal equations per class for out - r0 = sum_k t_k * pair_k, against orig - r0: the
+  // 21 distinct products of the symmetric matrix and the 6 right-hand sides. The sums are of
+  // integers, summed exactly (so in any order, on the pool's threads): in 32 bits over at
+  // most kRun samples (|pair| <= 510, |orig - r0| <= 255), then in 64.
+  constexpr int kSym = kPostTaps * (kPostTaps + 1) / 2, kTerms = kSym + kPostTaps;
+  constexpr int kRun = 4096;  // 4096 * 510 * 510 < 2^31
   struct Sums {
-    int64_t a[kPostClasses][kPostTaps * kPostTaps] = {}, b[kPostClasses][kPostTaps] = {};
+    int64_t t[kPostClasses][kTerms] = {};
     int64_t count[kPostClasses] = {};
   } sums;
   std::mutex mu;
   parallel_rows(h, kMinRows, [&](int y0, int y1) {
     Sums local;
-    for (int y = y0; y < y1; ++y)
-      for (int x = 0; x < w; ++x) {
-        const size_t i = static_cast<size_t>(y) * w + x;
-        const int c = cls[i];
-        int u[kPostTaps];
-        for (int k = 0; k < kPostTaps; ++k) u[k] = p.pair(x, y, k);
-        const int e = static_cast<int>(orig[i]) - rec[i];
-        for (int k = 0; k < kPostTaps; ++k) {
-          for (int j = 0; j < kPostTaps; ++j) local.a[c][k * kPostTaps + j] += static_cast<int64_t>(u[k]) * u[j];
-          local.b[c][k] += static_cast<int64_t>(u[k]) * e;
+    // A run's samples listed by class, so that each class's sums stay in registers.
+    std::vector<uint16_t> list(static_cast<size_t>(kPostClasses) * kRun);
+    for (int y = y0; y < y1; ++y) {
+      const uint8_t* r = p.row(y);
+      const uint8_t* o = orig + static_cast<size_t>(y) * w;
+      const uint8_t* cl = &cls[static_cast<size_t>(y) * w];
+      for (int x0 = 0; x0 < w; x0 += kRun) {
+        const int x1 = std::min(w, x0 + kRun);
+        int n_of[kPostClasses] = {};
+        for (int x = x0; x < x1; ++x)
+          list[static_cast<size_t>(cl[x]) * kRun + n_of[cl[x]]++] = static_cast<uint16_t>(x - x0);
+        for (int c = 0; c < kPostClasses; ++c) {
+          int32_t acc[kTerms] = {};
+          const uint16_t* xs = &list[static_cast<size_t>(c) * kRun];
+          for (int i = 0; i < n_of[c]; ++i) {
+            const int x = x0 + xs[i];
+            int u[kPostTaps];
+            pairs_at(r + x, step, u);
+            const int e = static_cast<int>(o[x]) - r[x];
+            int n = 0;
+            for (int k = 0; k < kPostTaps; ++k)
+              for (int j = k; j < kPostTaps; ++j) acc[n++] += u[k] * u[j];
+            for (int k = 0; k < kPostTaps; ++k) acc[kSym + k] += u[k] * e;
+          }
+          for (int n = 0; n < kTerms; ++n) local.t[c][n] += acc[n];
+          local.count[c] += n_of[c];
         }
-        ++local.count[c];
       }
+    }
     std::lock_guard<std::mutex> lock(mu);
     for (int c = 0; c < kPostClasses; ++c) {
-      for (int k = 0; k < kPostTaps * kPostTaps; ++k) sums.a[c][k] += local.a[c][k];
-      for (int k = 0; k < kPostTaps; ++k) sums.b[c][k] += local.b[c][k];
+      for (int n = 0; n < kTerms; ++n) sums.t[c][n] += local.t[c][n];
       sums.count[c] += local.count[c];
     }
   });
   for (int c = 0; c < kPostClasses; ++c) {
     double x[kPostTaps], a[kPostTaps * kPostTaps], b[kPostTaps];
-    for (int k = 0; k < kPostTaps * kPostTaps; ++k) a[k] = static_cast<double>(sums.a[c][k]);
-    for (int k = 0; k < kPostTaps; ++k) b[k] = static_cast<double>(sums.b[c][k]);
+    int n = 0;
+    for (int k = 0; k < kPostTaps; ++k)
+      for (int j = k; j < kPostTaps; ++j, ++n)
+        a[k * kPostTaps + j] = a[j * kPostTaps + k] = static_cast<double>(sums.t[c][n]);
+    for (int k = 0; k < kPostTaps; ++k) b[k] = static_cast<double>(sums.t[c][kSym + k]);
     if (sums.count[c] < 4 * kPostTaps || !solve(a, b, kPostTaps, x)) continue;
     for (int k = 0; k < kPostTaps; ++k)
       f.taps[c][k] = static_cast<int>(std::clamp<long>(std::lround(x[k] * (1 << kShift)), -kPostTapMax, kPostTapMax));
   }
-  // Keep a class's taps only where they lower SSE by more than their bits cost.
+  // Keep a class's taps only where they lower SSE by more than their bits cost; the
+  // filtered samples, computed for that, are the output where the class stays on.
+  std::vector<uint8_t> scratch(out ? 0 : static_cast<size_t>(w) * h);
+  uint8_t* filt = out ? out : scratch.data();
   int64_t gain[kPostClasses] = {};
   parallel_rows(h, kMinRows, [&](int y0, int y1) {
     int64_t local[kPostClasses] = {};
-    for (int y = y0; y < y1; ++y)
+    for (int y = y0; y < y1; ++y) {
+      const uint8_t* r = p.row(y);
+      const uint8_t* o = orig + static_cast<size_t>(y) * w;
+      const uint8_t* cl = &cls[static_cast<size_t>(y) * w];
+      uint8_t* fo = filt + static_cast<size_t>(y) * w;
       for (int x = 0; x < w; ++x) {
-        const size_t i = static_cast<size_t>(y) * w + x;
-        const int c = cls[i];
-        const int before = static_cast<int>(orig[i]) - rec[i];
-        const int after = static_cast<int>(orig[i]) - filtered(p, x, y, f.taps[c]);
+        const int c = cl[x];
+        const int v = filtered(r + x, step, f.taps[c]);
+        fo[x] = static_cast<uint8_t>(v);
+        const int before = static_cast<int>(o[x]) - r[x];
+        const int after = static_cast<int>(o[x]) - v;
         local[c] += before * before - after * after;
       }
+    }
     std::lock_guard<std::mutex> lock(mu);
     for (int c = 0; c < kPostClasses; ++c) gain[c] += local[c];
   });
-  for (int c = 0; c < kPostClasses; ++c) f.on[c] = static_cast<double>(gain[c]) > lambda * kPostTaps * kPostTapBits;
-  for (int c = 0; c < kPostClasses; ++c)
+  bool all_on = true;
+  for (int c = 0; c < kPostClasses; ++c) {
+    f.on[c] = static_cast<double>(gain[c]) > lambda * kPostTaps * kPostTapBits;
+    all_on = all_on && f.on[c];
     if (!f.on[c]) std::fill(f.taps[c], f.taps[c] + kPostTaps, 0);
+  }
+  if (out && !all_on)
+    parallel_rows(h, kMinRows, [&](int y0, int y1) {
+      for (size_t i = static_cast<size_t>(y0) * w; i < static_cast<size_t>(y1) * w; ++i)
+        if (!f.on[cls[i]]) out[i] = rec[i];
+    });
   return f;
 }
 
@@ -199,13 +271,16 @@ void apply_post_filter(const PostFilter& f, const uint8_t* rec, int w, int h, ui
   }
   const Padded p(rec, w, h);
   const std::vector<uint8_t> cls = classify(p, w, h);
+  int step[kPostTaps];
+  for (int k = 0; k < kPostTaps; ++k) step[k] = tap_step(k, p.pw);
   parallel_rows(h, kMinRows, [&](int y0, int y1) {
-    for (int y = y0; y < y1; ++y)
-      for (int x = 0; x < w; ++x) {
-        const size_t i = static_cast<size_t>(y) * w + x;
-        const int c = cls[i];
-        out[i] = f.on[c] ? static_cast<uint8_t>(filtered(p, x, y, f.taps[c])) : rec[i];
-      }
+    for (int y = y0; y < y1; ++y) {
+      const uint8_t* r = p.row(y);
+      const uint8_t* cl = &cls[static_cast<size_t>(y) * w];
+      uint8_t* o = out + static_cast<size_t>(y) * w;
+      for (int x = 0; x < w; ++x)
+        o[x] = f.on[cl[x]] ? static_cast<uint8_t>(filtered(r + x, step, f.taps[cl[x]])) : r[x];
+    }
   });
 }
 

@@ -33,8 +33,10 @@ struct PostFilter {
 int post_filter_bits(const PostFilter& f);
 
 // Encoder: the filter minimising SSE + lambda * bits against `orig`, class by class (a class
-// whose best taps do not pay for themselves stays off).
-PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, int h, double lambda);
+// whose best taps do not pay for themselves stays off). With `out` (not aliasing `rec`), also
+// writes what apply_post_filter() would with that filter, from the work the design did.
+PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, int h, double lambda,
+                              uint8_t* out = nullptr);
 
 // Filters the w x h plane `rec` into `out` (which must not alias it).
 void apply_post_filter(const PostFilter& f, const uint8_t* rec, int w, int h, uint8_t* out);
