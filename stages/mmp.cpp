@@ -10,9 +10,14 @@
 // going per slot (frames without carry are independent; with carry, or a bitstream file,
 // they finish in order). The search's device time is in the HUD note and the report.
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "codecs/mmp/container.hpp"
@@ -112,6 +117,8 @@ class MmpStage final : public Stage {
       }
       slots_.clear();
       for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<SlotBuffers>(spec_));
+      const char* e = std::getenv("VFP_MMP_STAGGER");
+      stagger_blocks_ = e && std::string(e) == "0" ? 0 : mmp::frame_blocks(spec_, params_) / std::max(1, slots);
     }
 #else
     (void)backend, (void)slots;
@@ -135,12 +142,19 @@ class MmpStage final : public Stage {
     cuda::memcpy_d2h_async(sb.down.data(), in.data[0], FrameLayout::of(spec_).total_bytes, ctx.stream);
     sb.downloaded.record(ctx.stream);
     std::shared_future<void> before = last_;
+    auto progress = std::make_shared<Progress>();
+    std::shared_ptr<const Progress> previous = std::exchange(last_progress_, progress);
     // The task lets go of `before` when it ends, so finished frames are not kept in a chain.
-    last_ = std::async(std::launch::async, [this, &sb, before, note = ctx.note, metrics = ctx.metrics,
-                                            device = cuda::current_device()]() mutable {
+    last_ = std::async(std::launch::async, [this, &sb, before, previous, progress, note = ctx.note,
+                                            metrics = ctx.metrics, device = cuda::current_device()]() mutable {
+              struct Done {  // however the encode ends, a frame waiting on this one goes on
+                Progress& p;
+                ~Done() { p.done = true; }
+              } done{*progress};
               cuda::set_device(device);
               sb.downloaded.synchronize();
-              encode(sb.down.view(), sb.up.view(), note, metrics, std::move(before));
+              wait_for_stagger(previous.get());
+              encode(sb.down.view(), sb.up.view(), note, metrics, std::move(before), &progress->blocks);
             }).share();
     return last_;
   }
@@ -183,10 +197,12 @@ class MmpStage final : public Stage {
   // backend); carried states and the bitstream file need the frames in order, so they wait
   // for it (and fail with it); independent frames only append their bytes after it.
   void encode(const ImageView& in, const ImageView& out, std::string* note,
-              std::vector<std::pair<std::string, double>>* metrics, std::shared_future<void> before) {
+              std::vector<std::pair<std::string, double>>* metrics, std::shared_future<void> before,
+              std::atomic<int64_t>* blocks_coded = nullptr) {
     std::atomic<int64_t> device_ns{0};
     mmp::Params p = writer_ ? writer_->params() : params_;
     p.device_ns = &device_ns;
+    p.blocks_coded = blocks_coded;
     const bool ordered = params_.carry;
     if (ordered && before.valid()) before.get();
     mmp::FrameStats st;
@@ -225,6 +241,22 @@ class MmpStage final : public Stage {
 #if VFPIPE_HAVE_CUDA
   // CUDA backend, per slot: the frame come down, its reconstruction going up, and the event
   // the encode waits for.
+  // A frame's encode as the next frame sees it.
+  struct Progress {
+    std::atomic<int64_t> blocks{0};
+    std::atomic<bool> done{false};
+  };
+  // Frames in flight start staggered: each waits until the frame before it has coded its
+  // share of a frame's blocks (a frame's blocks / the slots) or ended. Started together,
+  // the slots' frames would run in waves: every plane's costly first rounds at once, and
+  // the GPU short of work while a wave's planes end and its post-filters run on the host.
+  void wait_for_stagger(const Progress* previous) const {
+    if (!previous || stagger_blocks_ <= 0) return;
+    while (!previous->done && previous->blocks.load(std::memory_order_relaxed) < stagger_blocks_)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  std::shared_ptr<Progress> last_progress_;
+  int64_t stagger_blocks_ = 0;  // VFP_MMP_STAGGER=0: none
   struct SlotBuffers {
     explicit SlotBuffers(const FrameSpec& spec) : down(spec, true), up(spec, true) {}
     HostFrame down, up;

@@ -306,6 +306,28 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
     }
   }
 }
+// Params::blocks_coded (what the stage's staggered frames follow) counts every block of the
+// frame on the GPU paths too: untiled, in rounds of synchronized tiles, independent tiles.
+TEST(Gpu, MmpCountsTheBlocksItCodes) {
+  REQUIRE_GPU();
+  auto gpu = cuda::make_mmp_leaf_search();
+  const FrameSpec spec{PixelFormat::YUV420P, 67, 45, {25, 1}};
+  HostFrame frame(spec, false);
+  test::fill_random(frame, 5);
+  for (const int tile : {0, 32})
+    for (const mmp::TileMode mode : {mmp::TileMode::SyncAll, mmp::TileMode::Independent}) {
+      mmp::Params p;
+      p.lambda = 40;
+      p.search = gpu;
+      p.tile_w = p.tile_h = tile;
+      p.tile_mode = mode;
+      std::atomic<int64_t> blocks{0};
+      p.blocks_coded = &blocks;
+      mmp::encode_frame(frame.view(), p, nullptr, nullptr, nullptr);
+      EXPECT_EQ(blocks.load(), mmp::frame_blocks(spec, p)) << "tile " << tile;
+    }
+}
+
 // A replacing dictionary the GPU first sees after many changes (its change log has wrapped:
 // the mirror takes the whole scales) and then follows by the log: a carried state coded on
 // the CPU for a frame, then on the GPU, writes what the CPU alone writes, untiled and with
@@ -362,23 +384,24 @@ TEST(Gpu, MmpFramesInFlightOnTheGpu) {
 // search on the GPU, the reconstruction back up; depth 3, so slots are reused).
 // The stage through `vfpipe run` on the GPU gives the CPU's bitstream and frames: with
 // carry and a bitstream file (frames coded in order), with a file but no carry (frames in
-// flight, appended in order) and with neither.
+// flight, appended in order) and with neither; frames in flight staggered (the default)
+// or started together (VFP_MMP_STAGGER=0).
 TEST(Gpu, MmpStageSearchesOnTheGpu) {
   REQUIRE_GPU();
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_stage_gpu");
   std::filesystem::create_directories(dir);
   struct Run {
-    const char *name, *device, *search;
+    const char *name, *device, *search, *env;
   };
   for (const char* variant : {"carry", "file", "plain"}) {
     const std::string v = variant;
-    for (const Run& run :
-         {Run{"cpu", "cpu", ":search=cpu"}, Run{"cpu-search-cuda", "cpu", ":search=cuda"}, Run{"cuda", "cuda", ""}}) {
+    for (const Run& run : {Run{"cpu", "cpu", ":search=cpu", ""}, Run{"cpu-search-cuda", "cpu", ":search=cuda", ""},
+                           Run{"cuda", "cuda", "", ""}, Run{"cuda-unstaggered", "cuda", "", "VFP_MMP_STAGGER=0 "}}) {
       const std::string name = v + "-" + run.name;
       const std::string opts =
           (v == "carry" ? ":carry=1" : "") + (v == "plain" ? std::string() : ":file=" + dir + "/" + name + ".mmp");
       const test::CmdResult r = test::run_cmd(
-          bin +
+          run.env + bin +
           " run -i 'synthetic=size=96x64:frames=6:noise=gauss:sigma=3' -f 'median=radius=1,mmp=lambda=30:tile=32" +
           opts + run.search + ",conv=gauss:size=3' --depth 3 --device " + run.device + " -o " + dir + "/" + name +
           ".y4m --profile " + dir + "/" + name);
@@ -399,7 +422,7 @@ TEST(Gpu, MmpStageSearchesOnTheGpu) {
         EXPECT_GT(min_ms, 0.0) << r.out;  // each frame's own share, also with frames in flight
       }
     }
-    for (const char* other : {"cpu-search-cuda", "cuda"}) {
+    for (const char* other : {"cpu-search-cuda", "cuda", "cuda-unstaggered"}) {
       const std::string a = dir + "/" + v + "-cpu", b = dir + "/" + v + "-" + other;
       if (v != "plain") EXPECT_EQ(test::run_cmd("cmp " + a + ".mmp " + b + ".mmp").rc, 0) << b;
       EXPECT_EQ(test::run_cmd("cmp " + a + ".y4m " + b + ".y4m").rc, 0) << b;

@@ -565,6 +565,32 @@ TEST(Mmp, PostFilterLowersErrorAndDecodesExactly) {
   EXPECT_EQ(mmp::decode_plane(plain.bytes.data(), plain.bytes.size(), w, h, p), plain.recon);
 }
 
+// Params::blocks_coded counts every block of every plane as it is coded, whatever the tiling
+// (the CPU paths; Gpu.MmpCountsTheBlocksItCodes checks the GPU's), and ends at frame_blocks().
+TEST(Mmp, BlocksCodedCountsEveryBlockOfTheFrame) {
+  for (const PixelFormat f : {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P}) {
+    const FrameSpec spec{f, 53, 37, {25, 1}};
+    HostFrame frame(spec, false);
+    test::fill_random(frame, 17);
+    for (const int tile : {0, 32})
+      for (const mmp::TileMode mode :
+           {mmp::TileMode::SyncAll, mmp::TileMode::SyncDictionaries, mmp::TileMode::Independent}) {
+        mmp::Params p;
+        p.lambda = 60;
+        p.block_log = 3;
+        p.tile_w = p.tile_h = tile;
+        p.tile_mode = mode;
+        std::atomic<int64_t> blocks{0};
+        p.blocks_coded = &blocks;
+        mmp::encode_frame(frame.view(), p, nullptr, nullptr, nullptr);
+        // 53x37 luma in 8x8 blocks: 7 x 5; 4:2:0 chroma 27x19: 4 x 3 each.
+        const int64_t want = f == PixelFormat::GRAY8 ? 35 : f == PixelFormat::YUV420P ? 35 + 2 * 12 : 3 * 35;
+        EXPECT_EQ(mmp::frame_blocks(spec, p), want) << pix_fmt_name(f);
+        EXPECT_EQ(blocks.load(), want) << pix_fmt_name(f) << " tile " << tile;
+      }
+  }
+}
+
 TEST(Mmp, CrContinuesCbsDictionariesWhenShared) {
   FrameSpec s{PixelFormat::YUV420P, 64, 48, {25, 1}};
   HostFrame src(s, false);

@@ -61,6 +61,14 @@ Params plane_params(const Params& p, const ImageView& v, int plane) {
 }
 }  // namespace
 
+int64_t frame_blocks(const FrameSpec& spec, const Params& p) {
+  const FrameLayout lay = FrameLayout::of(spec);
+  const int64_t B = int64_t{1} << p.block_log;
+  int64_t n = 0;
+  for (int i = 0; i < lay.planes; ++i) n += (lay.plane[i].width + B - 1) / B * ((lay.plane[i].height + B - 1) / B);
+  return n;
+}
+
 void check_frame_tiles(const FrameSpec& spec, const Params& p, ErrorKind kind) {
   check_tiles(p);
   const FrameLayout lay = FrameLayout::of(spec);

@@ -52,6 +52,9 @@ FrameStats encode_frame(const ImageView& f, const Params& p, const ImageView* re
 // Throws vfp::Error (`kind`) when p's tiles do not fit frames of `spec` (check_tiles,
 // check_tile_count for every plane).
 void check_frame_tiles(const FrameSpec& spec, const Params& p, ErrorKind kind);
+// The blocks encode_frame() codes in a frame of `spec` (every plane's, padded to whole
+// blocks): what Params::blocks_coded reaches when the frame is done.
+int64_t frame_blocks(const FrameSpec& spec, const Params& p);
 
 // An open C stream that closes itself: also when a constructor throws after opening it.
 struct OwnedFile {

@@ -657,10 +657,11 @@ struct Tile {
   Models* models = nullptr;
   std::unique_ptr<RangeEncoder> enc;
   std::unique_ptr<RangeDecoder> dec;
-  LearnedUnits learned;  // the last block's units
-  Area area;             // the last block's choices (code_rounds_batched())
-  Overlay overlay;       // SyncAll: the block's private probabilities and bits
-  PlaneResult stats;     // counters only
+  LearnedUnits learned;                          // the last block's units
+  Area area;                                     // the last block's choices (code_rounds_batched())
+  Overlay overlay;                               // SyncAll: the block's private probabilities and bits
+  PlaneResult stats;                             // counters only
+  std::atomic<int64_t>* blocks_coded = nullptr;  // Params::blocks_coded
 };
 
 // The tile grid of a W x H padded plane: tiles in raster order, each W x H clipped to the
@@ -848,6 +849,7 @@ void code_block(Tile& t, const Area& area, int BL, bool shared) {
   SymbolWriter out{*t.enc, shared ? &t.overlay : nullptr};
   emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
   ++t.stats.blocks;
+  if (t.blocks_coded) t.blocks_coded->fetch_add(1, std::memory_order_relaxed);
 }
 
 void search_block_on(LeafSearch& backend, Tile& t, int bx, int by, const Params& p, Area& area) {
@@ -1256,6 +1258,7 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
       std::memcpy(&t.src[static_cast<size_t>(y) * t.w], &src[static_cast<size_t>(t.y0 + y) * W + t.x0],
                   static_cast<size_t>(t.w));
     t.enc = std::make_unique<RangeEncoder>();
+    t.blocks_coded = p.blocks_coded;
   }
   // SyncAll tiles share one model set, unchanged during a round: one table of index costs a round.
   const bool shared_models = p.tiled() && p.tile_mode == TileMode::SyncAll;

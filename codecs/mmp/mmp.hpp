@@ -101,6 +101,9 @@ struct Params {
   // Encoder only: where the search also adds its device time (ns) for this encode, so that
   // frames encoded at once each get their own; null: none.
   std::atomic<int64_t>* device_ns = nullptr;
+  // Encoder only: counts the blocks coded (every plane's, as they are coded), so that a
+  // caller can follow an encode's progress; null: none.
+  std::atomic<int64_t>* blocks_coded = nullptr;
 };
 
 // A plane's tile size from the frame's (luma) tile size: shifted by the plane's
