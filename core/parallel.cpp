@@ -18,6 +18,13 @@ namespace {
 std::mutex g_mu;
 std::unique_ptr<tbb::global_control> g_limit;  // process-wide: TBB enforces it for every arena
 std::atomic<int> g_threads{0};                 // 0 = not set: every available core
+bool g_chosen = false;                         // a positive count was set (under g_mu)
+
+void set_limit(int t) {  // under g_mu
+  g_limit.reset();
+  g_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(t));
+  g_threads = t;
+}
 }  // namespace
 
 int available_cores() {
@@ -33,10 +40,15 @@ int available_cores() {
 void set_cpu_threads(int n) {
   if (n < 0) throw Error(ErrorKind::Usage, log::format("--threads %d: give 0 (all cores) or a positive count", n));
   std::lock_guard<std::mutex> lk(g_mu);
-  g_limit.reset();
-  const int t = n == 0 ? available_cores() : n;
-  g_limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(t));
-  g_threads = t;
+  set_limit(n == 0 ? available_cores() : n);
+  g_chosen = n > 0;
+}
+
+int limit_default_cpu_threads(int n) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  n = std::max(1, n);
+  if (!g_chosen && n < cpu_threads()) set_limit(n);
+  return cpu_threads();
 }
 
 PoolShare::PoolShare(int reserve)

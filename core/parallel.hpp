@@ -17,6 +17,10 @@ namespace vfp {
 // Limits the pool to `n` threads (the caller's thread included); 0 = every core the process
 // may use. Call before work starts (the CLI's --threads). Throws Error(Usage) for n < 0.
 void set_cpu_threads(int n);
+// Lowers the pool to `n` threads (at least 1) unless a positive count was set (the CLI's
+// --threads N): for a stage whose other threads need cores of their own. Returns the limit
+// in force afterwards.
+int limit_default_cpu_threads(int n);
 // The limit in force (every core the process may use when never set).
 int cpu_threads();
 // The number of cores this process may run on (its CPU affinity mask).

@@ -28,10 +28,7 @@ DATA=${2:-.bench-data}
 LAMBDA=${LAMBDA:-60}
 TILES=${TILES:-128 64}
 FRAMES=${FRAMES:-1}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-PY=python3
-$PY -c "import numpy" 2> /dev/null || PY=/usr/bin/python3
+. scripts/device-env.sh
 $PY scripts/mmp-clip.py "$T/clip.y4m" --frames "$FRAMES" --mosaic "$DATA/mosaic.npz"
 echo "cores: $(nproc)   lambda $LAMBDA   $(date -u +%F)"
 DEVICES=${DEVICES:-cpu}

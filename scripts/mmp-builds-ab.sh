@@ -13,10 +13,7 @@ OUT=${OUT:-$PWD/device-out}
 RUNS=${RUNS:-2}
 FRAMES=${FRAMES:-60}
 mkdir -p "$OUT"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-PY=python3
-$PY -c "import numpy" 2> /dev/null || PY=/usr/bin/python3
+. scripts/device-env.sh
 nvidia-smi -L
 bins=()
 for b in "$@"; do

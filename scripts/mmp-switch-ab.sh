@@ -21,10 +21,7 @@ TESTS=${TESTS:-build-carry/tests/vfpipe_gpu_tests}
 DATA=${DATA:-.bench-data}
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-PY=python3
-$PY -c "import numpy" 2> /dev/null || PY=/usr/bin/python3
+. scripts/device-env.sh
 nvidia-smi -L
 rc=0
 step() {  # step NAME LOG COMMAND...: runs it, prints its status and time

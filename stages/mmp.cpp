@@ -24,6 +24,7 @@
 #include "codecs/mmp/search.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/parallel.hpp"
 #include "core/registry.hpp"
 #include "stages/builtin.hpp"
 #if VFPIPE_HAVE_CUDA
@@ -117,6 +118,13 @@ class MmpStage final : public Stage {
       }
       slots_.clear();
       for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<SlotBuffers>(spec_));
+      // Each frame in flight holds a thread of its own that waits (spinning) for its luma
+      // plane's rounds, so the pool (the rounds' coding and dictionary updates, the chroma
+      // planes) gets the cores left: on 16 cores with 8 frames in flight, 8 pool threads ran
+      // the 1080p clip 6-16% faster than 16, and 6 slower (docs/perf.md): at least half the
+      // cores. --threads N overrides it.
+      const int cores = available_cores();
+      if (!params_.carry) pool_threads_ = limit_default_cpu_threads(std::max(cores / 2, cores - slots));
       const char* e = std::getenv("VFP_MMP_STAGGER");
       stagger_blocks_ = e && std::string(e) == "0" ? 0 : mmp::frame_blocks(spec_, params_) / std::max(1, slots);
     }
@@ -172,12 +180,14 @@ class MmpStage final : public Stage {
     if (frames_ == 0) return "";
     const double px = static_cast<double>(spec_.width) * spec_.height;
     return log::format(
-        "mmp (lambda %g): %lld frames, %.0f bits/frame, %.4f bpp, PSNR %.2f dB, %.3f s/frame encode%s (%s)%s%s",
+        "mmp (lambda %g): %lld frames, %.0f bits/frame, %.4f bpp, PSNR %.2f dB, %.3f s/frame encode%s (%s)%s%s%s",
         params_.lambda, static_cast<long long>(frames_), total_.bits / frames_, total_.bits / frames_ / px,
         total_.psnr(), total_.seconds / frames_,
         // Summed over the search's threads: with tiles it can exceed the frame's time.
         params_.search ? log::format(", GPU search time %.3f s", gpu_s_ / frames_).c_str() : "",
-        total_.breakdown(static_cast<double>(frames_)).c_str(), file_.empty() ? "" : ", bitstream ", file_.c_str());
+        total_.breakdown(static_cast<double>(frames_)).c_str(),
+        pool_threads_ > 0 ? log::format(", %d CPU pool threads", pool_threads_).c_str() : "",
+        file_.empty() ? "" : ", bitstream ", file_.c_str());
   }
   std::string label() const override {
     // The options that trade bits for speed, where they differ from the defaults: runs
@@ -238,9 +248,8 @@ class MmpStage final : public Stage {
   std::string search_;
   std::unique_ptr<mmp::Writer> writer_;
   mmp::PlaneStates states_;
+  int pool_threads_ = 0;  // the pool's threads once the stage limited it (0: not)
 #if VFPIPE_HAVE_CUDA
-  // CUDA backend, per slot: the frame come down, its reconstruction going up, and the event
-  // the encode waits for.
   // A frame's encode as the next frame sees it.
   struct Progress {
     std::atomic<int64_t> blocks{0};
@@ -257,6 +266,8 @@ class MmpStage final : public Stage {
   }
   std::shared_ptr<Progress> last_progress_;
   int64_t stagger_blocks_ = 0;  // VFP_MMP_STAGGER=0: none
+  // CUDA backend, per slot: the frame come down, its reconstruction going up, and the event
+  // the encode waits for.
   struct SlotBuffers {
     explicit SlotBuffers(const FrameSpec& spec) : down(spec, true), up(spec, true) {}
     HostFrame down, up;

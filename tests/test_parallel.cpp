@@ -121,6 +121,28 @@ TEST(Parallel, SigmaEstimateMatchesNthElement) {
     }
 }
 
+// A stage may lower the pool's default (the mmp stage on the GPU leaves cores to the threads
+// that wait for its frames), never a count the user chose, and never raise it.
+TEST(Parallel, DefaultThreadsCanBeLoweredButNotAChosenCount) {
+  ThreadsGuard g;
+  const int all = available_cores();
+  set_cpu_threads(0);
+  EXPECT_EQ(cpu_threads(), all);
+  EXPECT_EQ(limit_default_cpu_threads(all + 4), all);  // never raised
+  EXPECT_EQ(limit_default_cpu_threads(0), 1);          // at least one
+  EXPECT_EQ(cpu_threads(), 1);
+  set_cpu_threads(0);
+  if (all > 1) {
+    EXPECT_EQ(limit_default_cpu_threads(all - 1), all - 1);
+    std::atomic<int> ran{0};
+    parallel_rows(64, 1, [&](int y0, int y1) { ran += y1 - y0; });
+    EXPECT_EQ(ran.load(), 64);
+  }
+  set_cpu_threads(3);  // chosen: kept
+  EXPECT_EQ(limit_default_cpu_threads(1), 3);
+  EXPECT_EQ(cpu_threads(), 3);
+}
+
 TEST(Parallel, SyntheticFramesDoNotDependOnThreads) {
   ThreadsGuard g;
   for (const char* spec : {"synthetic=size=1921x1081:noise=gauss:sigma=20", "synthetic=size=3x7:noise=saltpepper",
