@@ -8,6 +8,8 @@
 // One line per kernel: start ns, end ns, stream, thread blocks, threads a block,
 // registers a thread, the launch's correlation id (a graph's kernels share their
 // cudaGraphLaunch's), shared memory a block (static + dynamic bytes), mangled name.
+// KERNEL_TRACE_COPIES=1 adds a line per copy: "copy", start ns, end ns, stream, bytes, copy
+// kind (CUpti_ActivityMemcpyKind: 1 host to device, 2 device to host), correlation id.
 // KERNEL_TRACE_API=1 adds a line per CUDA runtime call: "api", start ns, end ns, thread
 // id, correlation id, the call's name (which calls block, and for how long, with many
 // threads driving one device).
@@ -40,6 +42,13 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
                    static_cast<unsigned long long>(a->end), a->threadId, a->correlationId, name);
       continue;
     }
+    if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      std::fprintf(g_out, "copy,%llu,%llu,%u,%llu,%u,%u\n", static_cast<unsigned long long>(m->start),
+                   static_cast<unsigned long long>(m->end), m->streamId, static_cast<unsigned long long>(m->bytes),
+                   static_cast<unsigned>(m->copyKind), m->correlationId);
+      continue;
+    }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
     std::fprintf(g_out, "%llu,%llu,%u,%d,%d,%u,%u,%d,%s\n", static_cast<unsigned long long>(k->start),
@@ -63,6 +72,8 @@ extern "C" int InitializeInjection(void) {
   if (!g_out) return 0;
   cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (const char* copies = std::getenv("KERNEL_TRACE_COPIES"); copies && copies[0] == '1')
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
   if (const char* api = std::getenv("KERNEL_TRACE_API"); api && api[0] == '1')
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
   std::atexit(finish);

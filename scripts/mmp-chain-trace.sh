@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the GPU host: where a round's graph spends its time, alone and with frames in flight.
+# Traces the kernels (scripts/kernel-trace/, built here against the device's CUPTI) of
+# `mmp encode --frames-in-flight 1` on 6 frames of the issue's clip and of the stage on 24
+# frames (8 in flight), then for each configuration given, and prints
+# scripts/kernel-trace/chain_gaps.py's summary of each.
+#     bash scripts/device-carried.sh bash scripts/mmp-chain-trace.sh ['LABEL|VAR=V,...' ...]
+# VFP (build-carry/vfpipe) the binary, DATA (.bench-data) the folder with mosaic.npz, OUT
+# the results (each trace's summaries).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+VFP=${VFP:-build-carry/vfpipe}
+DATA=${DATA:-.bench-data}
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+. scripts/device-env.sh
+cuda=/usr/local/cuda
+g++ -O2 -shared -fPIC -o "$T/libkernel_trace.so" scripts/kernel-trace/kernel_trace.cpp -I$cuda/include \
+  -I$cuda/extras/CUPTI/include -L$cuda/lib64 -L$cuda/extras/CUPTI/lib64 -lcupti || exit 1
+$PY scripts/mmp-clip.py "$T/clip6.y4m" --frames 6 --mosaic "$DATA/mosaic.npz" > /dev/null
+$PY scripts/mmp-clip.py "$T/clip24.y4m" --frames 24 --mosaic "$DATA/mosaic.npz" > /dev/null
+traced() {  # traced LABEL ENVS COMMAND...: runs it traced, prints the summaries
+  local label=$1 envs=$2 e
+  shift 2
+  local ev=()
+  IFS=, read -ra ev <<< "$envs"
+  for e in "${!ev[@]}"; do [ -n "${ev[$e]}" ] || unset 'ev[e]'; done
+  env "${ev[@]}" KERNEL_TRACE_COPIES=1 KERNEL_TRACE_OUT="$T/$label.csv" CUDA_INJECTION64_PATH="$T/libkernel_trace.so" \
+    LD_LIBRARY_PATH="$cuda/extras/CUPTI/lib64:$cuda/lib64:${LD_LIBRARY_PATH:-}" "$@" 2>&1 |
+    grep -E 'frames in|per frame' | tail -1 | sed "s/^/$label: /"
+  $PY scripts/kernel-trace/chain_gaps.py "$T/$label.csv" | tee "$OUT/$label-chain.txt"
+  $PY scripts/kernel-trace/kernel_trace.py "$T/$label.csv" > "$OUT/$label-kernels.txt" 2>&1
+  head -3 "$OUT/$label-kernels.txt"
+  rm -f "$T/$label.csv"
+}
+traced alone "" "$VFP" mmp encode -y "$T/clip6.y4m" -o "$T/a.mmp" --lambda 25 --tile 256 --device cuda \
+  --frames-in-flight 1
+traced stage "" "$VFP" run -i "$T/clip24.y4m" -f mmp=lambda=25:tile=256x256 --device cuda -o null
+for c in "$@"; do
+  IFS='|' read -r label envs <<< "$c"
+  traced "stage-$label" "$envs" "$VFP" run -i "$T/clip24.y4m" -f mmp=lambda=25:tile=256x256 --device cuda -o null
+done
