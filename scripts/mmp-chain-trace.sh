@@ -6,7 +6,8 @@
 # scripts/kernel-trace/chain_gaps.py's summary of each.
 #     bash scripts/device-carried.sh bash scripts/mmp-chain-trace.sh ['LABEL|VAR=V,...' ...]
 # VFP (build-carry/vfpipe) the binary, DATA (.bench-data) the folder with mosaic.npz, OUT
-# the results (each trace's summaries).
+# the results (each trace's summaries). API=1 also traces the runtime calls (the graph
+# launch call's end to the graph's start; the tracer slows the calls).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 VFP=${VFP:-build-carry/vfpipe}
@@ -25,7 +26,7 @@ traced() {  # traced LABEL ENVS COMMAND...: runs it traced, prints the summaries
   local ev=()
   IFS=, read -ra ev <<< "$envs"
   for e in "${!ev[@]}"; do [ -n "${ev[$e]}" ] || unset 'ev[e]'; done
-  env "${ev[@]}" KERNEL_TRACE_COPIES=1 KERNEL_TRACE_OUT="$T/$label.csv" CUDA_INJECTION64_PATH="$T/libkernel_trace.so" \
+  env "${ev[@]}" KERNEL_TRACE_COPIES=1 KERNEL_TRACE_API="${API:-0}" KERNEL_TRACE_OUT="$T/$label.csv" CUDA_INJECTION64_PATH="$T/libkernel_trace.so" \
     LD_LIBRARY_PATH="$cuda/extras/CUPTI/lib64:$cuda/lib64:${LD_LIBRARY_PATH:-}" "$@" 2>&1 |
     grep -E 'frames in|per frame' | tail -1 | sed "s/^/$label: /"
   $PY scripts/kernel-trace/chain_gaps.py "$T/$label.csv" | tee "$OUT/$label-chain.txt"

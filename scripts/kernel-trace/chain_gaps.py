@@ -22,13 +22,18 @@ def main():
     a = ap.parse_args()
     graphs = collections.defaultdict(list)
     copies = collections.defaultdict(list)  # by correlation id: (start, end, bytes, kind)
+    launches = {}  # KERNEL_TRACE_API=1: each graph launch call's (start, end) by correlation id
     t_min, t_max = None, None
     for line in open(a.trace):
         p = line.rstrip("\n").split(",")
         if p[0] == "copy":
             copies[int(p[6])].append((int(p[1]), int(p[2]), int(p[4]), int(p[5])))
             continue
-        if p[0] == "api" or len(p) < 9:
+        if p[0] == "api":
+            if p[5].startswith("cudaGraphLaunch"):
+                launches[int(p[4])] = (int(p[1]), int(p[2]))
+            continue
+        if len(p) < 9:
             continue
         s, e, blocks, corr = int(p[0]), int(p[1]), int(p[3]), int(p[6])
         graphs[corr].append((s, e, blocks, short(p[8])))
@@ -48,6 +53,10 @@ def main():
         stats["the chain"].append(links[-1][1] - links[0][0])
         stats["after the chain"].append(max(k[1] for k in ks) - links[-1][1])
         stats["links in a graph"].append(len(links))
+        if corr in launches:  # from the launch call's return to the graph's first copy or kernel
+            first = min([ks[0][0]] + [c[0] for c in copies.get(corr, [])])
+            stats["launch call"].append(launches[corr][1] - launches[corr][0])
+            stats["launch call's end to the graph's start"].append(first - launches[corr][1])
         cs = sorted(copies.get(corr, []))
         if cs:  # KERNEL_TRACE_COPIES=1: the graph's own copies (inputs up, choices down)
             first_k, last_k = ks[0][0], max(k[1] for k in ks)
