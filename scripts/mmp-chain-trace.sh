@@ -7,10 +7,14 @@
 #     bash scripts/device-carried.sh bash scripts/mmp-chain-trace.sh ['LABEL|VAR=V,...' ...]
 # VFP (build-carry/vfpipe) the binary, DATA (.bench-data) the folder with mosaic.npz, OUT
 # the results (each trace's summaries). API=1 also traces the runtime calls (the graph
-# launch call's end to the graph's start; the tracer slows the calls).
+# launch call's end to the graph's start; the tracer slows the calls). FILTER
+# (mmp=lambda=25:tile=256x256) is the stage's filter, ENCODE (empty) more options of the
+# `mmp encode` run (e.g. `--dict 64 --modes 1` to match a FILTER with dict=64:modes=1).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 VFP=${VFP:-build-carry/vfpipe}
+FILTER=${FILTER:-mmp=lambda=25:tile=256x256}
+ENCODE=${ENCODE:-}
 DATA=${DATA:-.bench-data}
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -34,10 +38,11 @@ traced() {  # traced LABEL ENVS COMMAND...: runs it traced, prints the summaries
   head -3 "$OUT/$label-kernels.txt"
   rm -f "$T/$label.csv"
 }
+# shellcheck disable=SC2086
 traced alone "" "$VFP" mmp encode -y "$T/clip6.y4m" -o "$T/a.mmp" --lambda 25 --tile 256 --device cuda \
-  --frames-in-flight 1
-traced stage "" "$VFP" run -i "$T/clip24.y4m" -f mmp=lambda=25:tile=256x256 --device cuda -o null
+  --frames-in-flight 1 $ENCODE
+traced stage "" "$VFP" run -i "$T/clip24.y4m" -f "$FILTER" --device cuda -o null
 for c in "$@"; do
   IFS='|' read -r label envs <<< "$c"
-  traced "stage-$label" "$envs" "$VFP" run -i "$T/clip24.y4m" -f mmp=lambda=25:tile=256x256 --device cuda -o null
+  traced "stage-$label" "$envs" "$VFP" run -i "$T/clip24.y4m" -f "$FILTER" --device cuda -o null
 done
