@@ -19,20 +19,16 @@ DATA=${DATA:-.bench-data}
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
 . scripts/device-env.sh
-cuda=/usr/local/cuda
-g++ -O2 -shared -fPIC -o "$T/libkernel_trace.so" scripts/kernel-trace/kernel_trace.cpp -I$cuda/include \
-  -I$cuda/extras/CUPTI/include -L$cuda/lib64 -L$cuda/extras/CUPTI/lib64 -lcupti || exit 1
+build_kernel_tracer || exit 1
 $PY scripts/mmp-clip.py "$T/clip6.y4m" --frames 6 --mosaic "$DATA/mosaic.npz" > /dev/null
 $PY scripts/mmp-clip.py "$T/clip24.y4m" --frames 24 --mosaic "$DATA/mosaic.npz" > /dev/null
 traced() {  # traced LABEL ENVS COMMAND...: runs it traced, prints the summaries
-  local label=$1 envs=$2 e
+  local label=$1 ev
+  mapfile -t ev < <(envs_of "$2")
   shift 2
-  local ev=()
-  IFS=, read -ra ev <<< "$envs"
-  for e in "${!ev[@]}"; do [ -n "${ev[$e]}" ] || unset 'ev[e]'; done
-  env "${ev[@]}" KERNEL_TRACE_COPIES=1 KERNEL_TRACE_API="${API:-0}" KERNEL_TRACE_OUT="$T/$label.csv" CUDA_INJECTION64_PATH="$T/libkernel_trace.so" \
-    LD_LIBRARY_PATH="$cuda/extras/CUPTI/lib64:$cuda/lib64:${LD_LIBRARY_PATH:-}" "$@" 2>&1 |
-    grep -E 'frames in|per frame' | tail -1 | sed "s/^/$label: /"
+  env "${ev[@]}" KERNEL_TRACE_COPIES=1 KERNEL_TRACE_API="${API:-0}" KERNEL_TRACE_OUT="$T/$label.csv" \
+    CUDA_INJECTION64_PATH="$T/libkernel_trace.so" LD_LIBRARY_PATH="$TRACE_LIBS:${LD_LIBRARY_PATH:-}" "$@" 2>&1 |
+    grep -E 'frames in|[0-9] s per frame' | head -1 | sed "s/^/$label: /"
   $PY scripts/kernel-trace/chain_gaps.py "$T/$label.csv" | tee "$OUT/$label-chain.txt"
   $PY scripts/kernel-trace/kernel_trace.py "$T/$label.csv" > "$OUT/$label-kernels.txt" 2>&1
   head -3 "$OUT/$label-kernels.txt"

@@ -4,7 +4,7 @@
 # machine's drift hits every configuration alike, with each run's user CPU time; then each
 # configuration's `mmp encode` bytes compared with the first's.
 #     bash scripts/device-carried.sh bash scripts/mmp-configs-ab.sh 'base||' \
-#       'pool|VFP_MMP_CHROMA_ON_POOL=1|' 't12||--threads 12'
+#       'together|VFP_MMP_STAGGER=0|' 't12||--threads 12'
 # Each argument is LABEL|ENV|ARGS: ENV a comma-separated list of VAR=VALUE (may be empty),
 # ARGS options of `vfpipe run` (split on spaces). VFP (build-carry/vfpipe) the binary,
 # RUNS (2) runs each, FRAMES (60) frames of the clip, DATA (.bench-data) the folder
@@ -22,12 +22,6 @@ mkdir -p "$OUT"
 nvidia-smi -L
 $PY scripts/mmp-clip.py "$T/clip.y4m" --frames "$FRAMES" --mosaic "$DATA/mosaic.npz" > /dev/null
 $PY scripts/mmp-clip.py "$T/clip4.y4m" --frames 4 --mosaic "$DATA/mosaic.npz" > /dev/null
-envs_of() {  # the ENV field as arguments of env(1), one a line
-  local IFS=,
-  local e
-  for e in $1; do [ -n "$e" ] && printf '%s\n' "$e"; done
-  return 0
-}
 TIMEFORMAT='user %U s'
 for ((i = 0; i < RUNS; ++i)); do
   for c in "$@"; do

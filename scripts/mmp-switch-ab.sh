@@ -65,13 +65,11 @@ else
   rc=1
 fi
 if [ "${TRACE:-0}" = 1 ]; then
-  cuda=/usr/local/cuda
-  if g++ -O2 -shared -fPIC -o "$T/libkernel_trace.so" scripts/kernel-trace/kernel_trace.cpp -I$cuda/include \
-    -I$cuda/extras/CUPTI/include -L$cuda/lib64 -L$cuda/extras/CUPTI/lib64 -lcupti; then
+  if build_kernel_tracer; then
     $PY scripts/mmp-clip.py "$T/clip24.y4m" --frames 24 --mosaic "$DATA/mosaic.npz" > /dev/null
     for v in "$ON" "$OFF"; do
       env "$VAR=$v" KERNEL_TRACE_OUT="$T/trace-$v.csv" CUDA_INJECTION64_PATH="$T/libkernel_trace.so" \
-        LD_LIBRARY_PATH="$cuda/extras/CUPTI/lib64:$cuda/lib64:${LD_LIBRARY_PATH:-}" \
+        LD_LIBRARY_PATH="$TRACE_LIBS:${LD_LIBRARY_PATH:-}" \
         "$VFP" run -i "$T/clip24.y4m" -f mmp=lambda=25:tile=256x256 --device cuda -o null 2>&1 | grep -E 'frames in' |
         sed "s/^/traced $VAR=$v: /"
       $PY scripts/kernel-trace/kernel_trace.py "$T/trace-$v.csv" > "$OUT/trace-$v.txt" 2>&1

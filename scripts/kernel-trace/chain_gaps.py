@@ -48,18 +48,18 @@ def main():
         links = [k for k in ks if k[3] == "chain_kernel"]
         if len(links) < 2 or links[0][2] < a.min_blocks or ks[0][0] < skip:
             continue
-        stats["span"].append(max(k[1] for k in ks) - ks[0][0])
-        stats["before the chain"].append(links[0][0] - ks[0][0])
+        first_k, last_k = ks[0][0], max(k[1] for k in ks)
+        stats["span"].append(last_k - first_k)
+        stats["before the chain"].append(links[0][0] - first_k)
         stats["the chain"].append(links[-1][1] - links[0][0])
-        stats["after the chain"].append(max(k[1] for k in ks) - links[-1][1])
+        stats["after the chain"].append(last_k - links[-1][1])
         stats["links in a graph"].append(len(links))
         if corr in launches:  # from the launch call's return to the graph's first copy or kernel
-            first = min([ks[0][0]] + [c[0] for c in copies.get(corr, [])])
+            first = min([first_k] + [c[0] for c in copies.get(corr, [])])
             stats["launch call"].append(launches[corr][1] - launches[corr][0])
             stats["launch call's end to the graph's start"].append(first - launches[corr][1])
         cs = sorted(copies.get(corr, []))
         if cs:  # KERNEL_TRACE_COPIES=1: the graph's own copies (inputs up, choices down)
-            first_k, last_k = ks[0][0], max(k[1] for k in ks)
             up = [c for c in cs if c[1] <= first_k]
             down = [c for c in cs if c[0] >= last_k]
             stats["with its copies: span"].append(max(last_k, cs[-1][1]) - min(first_k, cs[0][0]))
