@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "codecs/mmp/mmp.hpp"
+#include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/predict.hpp"
 #include "codecs/mmp/range_coder.hpp"
 #include "codecs/mmp/sum_order.hpp"
@@ -25,6 +26,7 @@
 #include "core/frame.hpp"
 #include "core/gpu.hpp"
 #include "core/log.hpp"
+#include "cuda/mmp_postfilter.hpp"
 
 namespace vfp::cuda {
 
@@ -2162,6 +2164,23 @@ class GpuLeafSearch final : public mmp::LeafSearch {
 
   bool learns_blocks() const override { return how_ != MmpGpuSearch::Units; }
 
+  // The post-filter on the device (cuda/mmp_postfilter.hpp): one designer a calling thread
+  // at a time, kept for the next plane.
+  bool design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, int h, double lambda, mmp::PostFilter* f,
+                          uint8_t* out) override {
+    set_device(device_);
+    std::unique_ptr<MmpPostFilter> pf;
+    {
+      std::lock_guard<std::mutex> lk(post_filters_mu_);
+      if (!post_filters_.empty()) pf = std::move(post_filters_.back()), post_filters_.pop_back();
+    }
+    if (!pf) pf = std::make_unique<MmpPostFilter>();
+    *f = pf->design(rec, orig, w, h, lambda, out);
+    std::lock_guard<std::mutex> lk(post_filters_mu_);
+    post_filters_.push_back(std::move(pf));
+    return true;
+  }
+
   double device_seconds() const override { return static_cast<double>(kernel_ns_.load()) * 1e-9; }
 
   std::string stats() const override {
@@ -2221,6 +2240,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
  private:
+  std::mutex post_filters_mu_;
+  std::vector<std::unique_ptr<MmpPostFilter>> post_filters_;
   // A stream made at its first use: only a group's leading lane runs kernels on its streams
   // (one a lane, one a unit size), and making them for the other lanes too was most of a
   // plane's first round (docs/perf.md, session 26). A lane is used by one thread at a time.

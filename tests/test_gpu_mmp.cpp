@@ -15,6 +15,7 @@
 
 #include "codecs/mmp/container.hpp"
 #include "codecs/mmp/mmp.hpp"
+#include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/search.hpp"
 #include "core/frame.hpp"
 #include "gpu_test_util.hpp"
@@ -306,6 +307,56 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
     }
   }
 }
+// The post-filter designed on the device (cuda/mmp_postfilter.hpp) against the CPU's
+// design_post_filter(): the same classes on, the same taps, the same filtered plane, on
+// reconstructions of every kind (blurred and noisy, flat, exact), odd sizes from 1x1 up to
+// 1921x1081, and lambdas that keep every class, some or none. Few launches a plane: also
+// run under the sanitizers.
+TEST(Gpu, MmpPostFilterOnTheDeviceMatchesTheCpu) {
+  REQUIRE_GPU();
+  auto gpu = cuda::make_mmp_leaf_search();
+  struct Case {
+    int w, h, kind;
+  };
+  int some_on = 0, some_off = 0;
+  for (const Case c : {Case{1, 1, 0}, Case{2, 1, 2}, Case{1, 5, 0}, Case{3, 7, 1}, Case{5, 3, 2}, Case{64, 48, 2},
+                       Case{97, 61, 0}, Case{97, 61, 1}, Case{80, 80, 3}, Case{120, 66, 4}, Case{1921, 1081, 2}})
+    for (int degrade = 0; degrade < 3; ++degrade)
+      for (double lambda : {0.0, 20.0, 300.0, 5000.0}) {
+        const auto orig = test_plane(c.kind, c.w, c.h, static_cast<uint32_t>(c.w * 31 + c.h + degrade));
+        // The reconstruction: a 3-tap blur plus noise (degrade 1), noise alone (2), or exact (0).
+        std::vector<uint8_t> rec(orig.size());
+        std::mt19937 rng(static_cast<uint32_t>(c.w + 7 * degrade));
+        for (int y = 0; y < c.h; ++y)
+          for (int x = 0; x < c.w; ++x) {
+            const size_t i = static_cast<size_t>(y) * c.w + x;
+            int v = orig[i];
+            if (degrade == 1) {
+              const int l = orig[static_cast<size_t>(y) * c.w + std::max(x - 1, 0)];
+              const int r = orig[static_cast<size_t>(y) * c.w + std::min(x + 1, c.w - 1)];
+              v = (l + 2 * v + r + 2) / 4 + static_cast<int>(rng() % 7) - 3;
+            } else if (degrade == 2) {
+              v += static_cast<int>(rng() % 13) - 6;
+            }
+            rec[i] = static_cast<uint8_t>(std::clamp(v, 0, 255));
+          }
+        std::vector<uint8_t> want(orig.size()), got(orig.size(), 0xA5);
+        const mmp::PostFilter a = mmp::design_post_filter(rec.data(), orig.data(), c.w, c.h, lambda, want.data());
+        mmp::PostFilter b;
+        ASSERT_TRUE(gpu->design_post_filter(rec.data(), orig.data(), c.w, c.h, lambda, &b, got.data()));
+        const std::string what = std::to_string(c.w) + "x" + std::to_string(c.h) + " kind " + std::to_string(c.kind) +
+                                 " degrade " + std::to_string(degrade) + " lambda " + std::to_string(lambda);
+        for (int k = 0; k < mmp::kPostClasses; ++k) {
+          EXPECT_EQ(a.on[k], b.on[k]) << what << " class " << k;
+          for (int t = 0; t < mmp::kPostTaps; ++t) EXPECT_EQ(a.taps[k][t], b.taps[k][t]) << what << " class " << k;
+          some_on += a.on[k], some_off += !a.on[k];
+        }
+        ASSERT_TRUE(want == got) << what;
+      }
+  EXPECT_GT(some_on, 20);  // the cases do exercise both outcomes
+  EXPECT_GT(some_off, 20);
+}
+
 // Params::blocks_coded (what the stage's staggered frames follow) counts every block of the
 // frame on the GPU paths too: untiled, in rounds of synchronized tiles, independent tiles.
 TEST(Gpu, MmpCountsTheBlocksItCodes) {

@@ -1017,6 +1017,16 @@ RoundTrace& round_trace() {
   return t;
 }
 
+// Whether a search backend with a device also designs the post-filter there (the same
+// filter and output); VFP_MMP_POST_FILTER_GPU=0 keeps it on the CPU, for measurements.
+bool post_filter_on_device() {
+  static const bool on = [] {
+    const char* e = std::getenv("VFP_MMP_POST_FILTER_GPU");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 // Synchronized tiles that share the models too (SyncAll) on a backend that searches rounds:
 // each round's blocks in one search (each kernel launched once for all of them), then
 // coded in parallel, each into its tile's stream through its overlay, then the round's
@@ -1308,7 +1318,10 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   RangeEncoder& pf_enc = p.tiled() ? pf_stream : *tiles[0].enc;
   if (p.post_filter) {
     const int64_t t0 = now_ns();
-    const PostFilter f = design_post_filter(decoded.data(), img, w, h, p.lambda, res.recon.data());
+    PostFilter f;
+    if (!(p.search && post_filter_on_device() &&
+          p.search->design_post_filter(decoded.data(), img, w, h, p.lambda, &f, res.recon.data())))
+      f = design_post_filter(decoded.data(), img, w, h, p.lambda, res.recon.data());
     write_post_filter(pf_enc, f);
     for (int c = 0; c < kPostClasses; ++c) res.post_filter_classes += f.on[c] ? 1 : 0;
     res.post_filter_s = 1e-9 * static_cast<double>(now_ns() - t0);

@@ -51,7 +51,7 @@ inline void pairs_at(const uint8_t* c, const int (&step)[kPostTaps], int (&u)[kP
 // the values at ranks n/4, n/2, 3n/4 of the sorted sums, read from a histogram (a sum is at
 // most 9 * 2 * 510). The 3x3 sums are separable: a row's sums of three, then three rows'.
 std::vector<uint8_t> classify(const Padded& p, int w, int h) {
-  constexpr int kMaxSum = 9 * 2 * 510;
+  constexpr int kMaxSum = kPostMaxActivity;
   const int aw = w + 2;  // the activity with a border of one, replicated
   std::vector<int16_t> act(static_cast<size_t>(aw) * (h + 2)), row3(act.size());
   std::vector<int16_t> sum(static_cast<size_t>(w) * h);
@@ -151,6 +151,29 @@ bool solve(double* a, double* b, int n, double* x) {
 
 }  // namespace
 
+PostFilter post_filter_taps(const PostFilterSums& s) {
+  PostFilter f;
+  for (int c = 0; c < kPostClasses; ++c) {
+    double x[kPostTaps], a[kPostTaps * kPostTaps], b[kPostTaps];
+    int n = 0;
+    for (int k = 0; k < kPostTaps; ++k)
+      for (int j = k; j < kPostTaps; ++j, ++n)
+        a[k * kPostTaps + j] = a[j * kPostTaps + k] = static_cast<double>(s.t[c][n]);
+    for (int k = 0; k < kPostTaps; ++k) b[k] = static_cast<double>(s.t[c][kPostSym + k]);
+    if (s.count[c] < 4 * kPostTaps || !solve(a, b, kPostTaps, x)) continue;
+    for (int k = 0; k < kPostTaps; ++k)
+      f.taps[c][k] = static_cast<int>(std::clamp<long>(std::lround(x[k] * (1 << kShift)), -kPostTapMax, kPostTapMax));
+  }
+  return f;
+}
+
+void post_filter_keep(const int64_t (&gain)[kPostClasses], double lambda, PostFilter* f) {
+  for (int c = 0; c < kPostClasses; ++c) {
+    f->on[c] = static_cast<double>(gain[c]) > lambda * kPostTaps * kPostTapBits;
+    if (!f->on[c]) std::fill(f->taps[c], f->taps[c] + kPostTaps, 0);
+  }
+}
+
 int post_filter_bits(const PostFilter& f) {
   int bits = 0;
   for (int c = 0; c < kPostClasses; ++c) bits += 1 + (f.on[c] ? kPostTaps * kPostTapBits : 0);
@@ -168,15 +191,12 @@ PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, in
   // 21 distinct products of the symmetric matrix and the 6 right-hand sides. The sums are of
   // integers, summed exactly (so in any order, on the pool's threads): in 32 bits over at
   // most kRun samples (|pair| <= 510, |orig - r0| <= 255), then in 64.
-  constexpr int kSym = kPostTaps * (kPostTaps + 1) / 2, kTerms = kSym + kPostTaps;
+  constexpr int kSym = kPostSym, kTerms = kPostTerms;
   constexpr int kRun = 4096;  // 4096 * 510 * 510 < 2^31
-  struct Sums {
-    int64_t t[kPostClasses][kTerms] = {};
-    int64_t count[kPostClasses] = {};
-  } sums;
+  PostFilterSums sums;
   std::mutex mu;
   parallel_rows(h, kMinRows, [&](int y0, int y1) {
-    Sums local;
+    PostFilterSums local;
     // A run's samples listed by class, so that each class's sums stay in registers.
     std::vector<uint16_t> list(static_cast<size_t>(kPostClasses) * kRun);
     for (int y = y0; y < y1; ++y) {
@@ -212,17 +232,7 @@ PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, in
       sums.count[c] += local.count[c];
     }
   });
-  for (int c = 0; c < kPostClasses; ++c) {
-    double x[kPostTaps], a[kPostTaps * kPostTaps], b[kPostTaps];
-    int n = 0;
-    for (int k = 0; k < kPostTaps; ++k)
-      for (int j = k; j < kPostTaps; ++j, ++n)
-        a[k * kPostTaps + j] = a[j * kPostTaps + k] = static_cast<double>(sums.t[c][n]);
-    for (int k = 0; k < kPostTaps; ++k) b[k] = static_cast<double>(sums.t[c][kSym + k]);
-    if (sums.count[c] < 4 * kPostTaps || !solve(a, b, kPostTaps, x)) continue;
-    for (int k = 0; k < kPostTaps; ++k)
-      f.taps[c][k] = static_cast<int>(std::clamp<long>(std::lround(x[k] * (1 << kShift)), -kPostTapMax, kPostTapMax));
-  }
+  f = post_filter_taps(sums);
   // Keep a class's taps only where they lower SSE by more than their bits cost; the
   // filtered samples, computed for that, are the output where the class stays on.
   std::vector<uint8_t> scratch(out ? 0 : static_cast<size_t>(w) * h);
@@ -247,12 +257,9 @@ PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, in
     std::lock_guard<std::mutex> lock(mu);
     for (int c = 0; c < kPostClasses; ++c) gain[c] += local[c];
   });
+  post_filter_keep(gain, lambda, &f);
   bool all_on = true;
-  for (int c = 0; c < kPostClasses; ++c) {
-    f.on[c] = static_cast<double>(gain[c]) > lambda * kPostTaps * kPostTapBits;
-    all_on = all_on && f.on[c];
-    if (!f.on[c]) std::fill(f.taps[c], f.taps[c] + kPostTaps, 0);
-  }
+  for (int c = 0; c < kPostClasses; ++c) all_on = all_on && f.on[c];
   if (out && !all_on)
     parallel_rows(h, kMinRows, [&](int y0, int y1) {
       for (size_t i = static_cast<size_t>(y0) * w; i < static_cast<size_t>(y1) * w; ++i)

@@ -38,6 +38,26 @@ int post_filter_bits(const PostFilter& f);
 PostFilter design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, int h, double lambda,
                               uint8_t* out = nullptr);
 
+// The design's exact integer statistics, which design_post_filter() sums over the plane (in
+// any order: they are integers). Per class: the normal equations' 21 distinct products of
+// the tap pairs u_k = r(+o_k) + r(-o_k) - 2 r0, their 6 products with the error orig - r0,
+// and the class's sample count. A device that sums the same integers gets the same filter
+// from post_filter_taps() and post_filter_keep().
+constexpr int kPostSym = kPostTaps * (kPostTaps + 1) / 2, kPostTerms = kPostSym + kPostTaps;
+struct PostFilterSums {
+  int64_t t[kPostClasses][kPostTerms] = {};
+  int64_t count[kPostClasses] = {};
+};
+// The most a sample's 3x3 activity sum can be (the classes' histogram has one more bin).
+constexpr int kPostMaxActivity = 9 * 2 * 510;
+
+// Each class's taps from its sums: least squares, rounded to 1/1024 and clamped; no taps
+// for a class of fewer than 4 samples a tap or a singular system. Every class is left off.
+PostFilter post_filter_taps(const PostFilterSums& s);
+// Turns class c on where its taps lower the SSE (gain[c]: SSE before minus SSE after over
+// the class's samples) by more than their bits cost at `lambda`; zeroes the others' taps.
+void post_filter_keep(const int64_t (&gain)[kPostClasses], double lambda, PostFilter* f);
+
 // Filters the w x h plane `rec` into `out` (which must not alias it).
 void apply_post_filter(const PostFilter& f, const uint8_t* rec, int w, int h, uint8_t* out);
 

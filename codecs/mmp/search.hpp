@@ -21,6 +21,8 @@
 
 namespace vfp::mmp {
 
+struct PostFilter;
+
 constexpr int kSearchScales = 36;  // (log2 32 + 1)^2 element scales, s = lw + 6 * lh
 
 // One scale of a dictionary as the search sees it: `count` elements of 2^lw x 2^lh
@@ -157,6 +159,15 @@ class LeafSearch {
   virtual int round_capacity() const { return 0; }  // 0: no round search
   virtual void search_round(const BlockQuery& shared, const RoundBlock* blocks, int n, BlockChoices* out) {
     (void)shared, (void)blocks, (void)n, (void)out;
+  }
+  // The plane's post-filter designed and applied where the backend's device is: exactly
+  // design_post_filter()'s filter and output (postfilter.hpp), or false where the backend
+  // has no such device (the caller then designs it on the CPU). Safe to call from several
+  // threads.
+  virtual bool design_post_filter(const uint8_t* rec, const uint8_t* orig, int w, int h, double lambda, PostFilter* f,
+                                  uint8_t* out) {
+    (void)rec, (void)orig, (void)w, (void)h, (void)lambda, (void)f, (void)out;
+    return false;
   }
   // True if the backend can learn a block's new elements itself (BlockQuery::learn).
   virtual bool learns_blocks() const { return false; }
