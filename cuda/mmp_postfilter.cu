@@ -20,8 +20,8 @@ constexpr int kMaxBlocks = 1024;  // grid-stride loops: enough to fill the GPU, 
 // What the kernels share, in one device allocation cleared once a plane (the taps are
 // written by the host before the second half).
 struct Small {
-  unsigned hist[kBins];  // the 3x3 activity sums' histogram
-  int t[4];              // the class thresholds (the quartiles)
+  unsigned hist[kBins];                  // the 3x3 activity sums' histogram
+  int t[4];                              // the class thresholds (the quartiles)
   long long sums[kClasses][kTerms + 1];  // the normal equations' sums, then the count
   long long gain[kClasses];
   int taps[kClasses][kTaps];
@@ -67,8 +67,8 @@ __global__ void activity_kernel(const uint8_t* r, int w, int h, int16_t* act) {
 }
 
 // Each sample's 3x3 sum of the activity (replicated beyond the edge), and their histogram.
-__global__ void __launch_bounds__(kThreads) activity_sums_kernel(const int16_t* act, int w, int h, int16_t* sum,
-                                                                 Small* sm) {
+__global__ void __launch_bounds__(kThreads)
+    activity_sums_kernel(const int16_t* act, int w, int h, int16_t* sum, Small* sm) {
   __shared__ unsigned hist[kBins];
   for (int v = threadIdx.x; v < kBins; v += blockDim.x) hist[v] = 0;
   __syncthreads();
@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(1024) thresholds_kernel(Small* sm, long long n
 
 // The normal equations' integer sums of class blockIdx.y: the 21 products u_k u_j (k <= j),
 // the 6 products u_k (orig - r0), and the count.
-__global__ void __launch_bounds__(kThreads) normal_sums_kernel(const uint8_t* r, const uint8_t* o,
-                                                               const int16_t* sum, int w, int h, Small* sm) {
+__global__ void __launch_bounds__(kThreads)
+    normal_sums_kernel(const uint8_t* r, const uint8_t* o, const int16_t* sum, int w, int h, Small* sm) {
   const int cls = blockIdx.y;
   const int t[3] = {sm->t[0], sm->t[1], sm->t[2]};
   long long acc[kTerms + 1] = {};
@@ -160,9 +160,8 @@ __global__ void __launch_bounds__(kThreads) normal_sums_kernel(const uint8_t* r,
 
 // Every sample filtered with its class's taps (postfilter.cpp's filtered()), into `out`, and
 // each class's SSE before minus after.
-__global__ void __launch_bounds__(kThreads) filter_gain_kernel(const uint8_t* r, const uint8_t* o,
-                                                               const int16_t* sum, int w, int h, Small* sm,
-                                                               uint8_t* out) {
+__global__ void __launch_bounds__(kThreads)
+    filter_gain_kernel(const uint8_t* r, const uint8_t* o, const int16_t* sum, int w, int h, Small* sm, uint8_t* out) {
   __shared__ int taps[kClasses][kTaps];
   __shared__ int t[3];
   __shared__ unsigned long long block[kClasses];
@@ -201,12 +200,13 @@ __global__ void __launch_bounds__(kThreads) filter_gain_kernel(const uint8_t* r,
 
 // The classes kept (post_filter_keep()'s rule, its double arithmetic unfused), and the
 // unfiltered sample back wherever its class is off.
-__global__ void __launch_bounds__(kThreads) keep_kernel(const uint8_t* r, const int16_t* sum, int w, int h,
-                                                        double lambda, Small* sm, uint8_t* out) {
+__global__ void __launch_bounds__(kThreads)
+    keep_kernel(const uint8_t* r, const int16_t* sum, int w, int h, double lambda, Small* sm, uint8_t* out) {
   __shared__ int on[kClasses];
   __shared__ int t[3];
   if (threadIdx.x < kClasses) {
-    const double price = __dmul_rn(__dmul_rn(lambda, static_cast<double>(kTaps)), static_cast<double>(mmp::kPostTapBits));
+    const double price =
+        __dmul_rn(__dmul_rn(lambda, static_cast<double>(kTaps)), static_cast<double>(mmp::kPostTapBits));
     on[threadIdx.x] = __ll2double_rn(sm->gain[threadIdx.x]) > price;
     if (blockIdx.x == 0) sm->on[threadIdx.x] = on[threadIdx.x];
   }

@@ -1173,7 +1173,7 @@ __device__ inline void table_insert(int* table, uint64_t h, int i) {
 struct UploadItem {
   int16_t* data;
   int* norms;  // each element's sum of squared samples
-  int* table;  // the scale's duplicate table and hashes (null: not kept, no learning here)
+  int* table;  // the scale's duplicate table (null: not kept: a replacing dictionary)
   uint64_t* hashes;
   int n, from, to;
   size_t at;
@@ -1199,7 +1199,7 @@ __global__ void __launch_bounds__(32 * kUploadWarps)
     const int v = e[q];
     d[q] = static_cast<int16_t>(v);
     sq += v * v;
-    if (it.table) h += sample_hash(q, v);
+    h += sample_hash(q, v);
   }
   for (int o = 16; o > 0; o >>= 1) {
     sq += __shfl_xor_sync(0xffffffffu, sq, o);
@@ -1207,9 +1207,8 @@ __global__ void __launch_bounds__(32 * kUploadWarps)
   }
   if (lane != 0) return;
   it.norms[i] = sq;
-  if (!it.table) return;  // no duplicate check here (a replacing dictionary learns on the host)
-  it.hashes[i] = h;
-  table_insert(it.table, h, i);
+  it.hashes[i] = h;  // a replacing dictionary's too: the device may take it over (learn_replace_kernel)
+  if (it.table) table_insert(it.table, h, i);
 }
 
 // ---- The whole block on the device ----------------------------------------------------
@@ -1257,14 +1256,20 @@ struct BlockConsts : BlockHead {
   uint64_t probs_changed;
   int n_diffs;
   uint32_t diffs[kMaxDiffs];
-  // The dictionary's learning on the device (search.hpp's BlockQuery::learn; rounds of one
-  // block only): where the new elements go, and the scales' limit.
+  // The dictionary's learning on the device (search.hpp's BlockQuery::learn): where the new
+  // elements go, and the scales' limit. `on`: 0 none; 1 a block alone appends while there is
+  // room (a dictionary that stops when full: the duplicate tables); 2 the round's blocks, in
+  // order, into a dictionary that replaces its least used (the uses, births and clocks).
   struct {
     int on, max;
     int16_t* data[kScales];
     int* norms[kScales];
     int* table[kScales];
     uint64_t* hashes[kScales];
+    unsigned* uses[kScales];
+    unsigned long long* born[kScales];
+    unsigned long long* clock;  // [kScales]
+    int* counts;                // [kScales]: the held dictionary's element counts, which the round starts from
   } learn;
 };
 
@@ -1310,6 +1315,8 @@ struct BlockWork {
   int16_t* slot_rres;  // kMaxSlots x 1024: the chosen candidate's residue (its leaves' samples)
   LearnNode* learn;    // the block's new elements in the dictionaries' order, learn_n of them
   int* learn_n;
+  uint32_t* learn_uses;  // learning in rounds: the block's leaves (scale << 16 | index), learn_nuses
+  int* learn_nuses;
   int16_t* learn_stage;  // each new element at each scale (stage_at())
   uint64_t* learn_h;     // [scale][kMaxNew]: each new element's hash at each scale,
   int* learn_norm;       // its squared norm,
@@ -1764,7 +1771,7 @@ __device__ void pack_block(const BlockWork& w) {
   __syncthreads();
   if (threadIdx.x == 0) {
     int32_t* out = block + 1;
-    int n = 0;
+    int n = 0, n_uses = 0;
     for (int it = 0; it < items; ++it) {
       if (item[it] < 0) {
         out[n++] = -1 - item[it];
@@ -1786,7 +1793,11 @@ __device__ void pack_block(const BlockWork& w) {
         const int k = kind[at];
         out[n++] = k << 16 | (index[at] & 0xFFFF);
         ++nodes;
-        if (k == 0) continue;
+        if (k == 0) {
+          if (c.learn.on == 2)
+            w.learn_uses[n_uses++] = static_cast<uint32_t>(g.lw + 6 * g.lh) << 16 | (index[at] & 0xFFFF);
+          continue;
+        }
         if (k == 1 && g.lw > 0) {  // the left half is coded first
           segs[ns++] = {g.lw - 1, g.lh, g.x0 + (1 << (g.lw - 1)), g.y0};
           segs[ns++] = {g.lw - 1, g.lh, g.x0, g.y0};
@@ -1798,6 +1809,7 @@ __device__ void pack_block(const BlockWork& w) {
       out[count_at] = nodes;
     }
     block[0] = n;
+    if (c.learn.on == 2) *w.learn_nuses = n_uses;
     if (c.learn.on) {  // the new elements: units in coding order, internal nodes in post-order
       int nl = 0;
       for (int u = 0; u < units; ++u) {
@@ -1865,7 +1877,7 @@ constexpr size_t kStageSamples = static_cast<size_t>(kMaxNew) * 63 * 63;  // eve
 constexpr int kLearnBlocks = 16;
 __device__ void learn_check_block(const BlockWork& w) {
   const BlockConsts& c = *w.c;
-  if (!c.learn.on) return;
+  if (c.learn.on != 1) return;
   constexpr int kWarps = 8;
   __shared__ int16_t src[kWarps][kMaxB * kMaxB], mid[kWarps][kMaxB * kMaxB];
   const int n_new = *w.learn_n, lw2 = blockIdx.y % (c.BL + 1), lh2 = blockIdx.y / (c.BL + 1);
@@ -1954,7 +1966,7 @@ __global__ void learn_check_kernel(const __grid_constant__ Works ws) {
 // Grid: scales of the block.
 __device__ void learn_insert_block(const BlockWork& w) {
   const BlockConsts& c = *w.c;
-  if (!c.learn.on) return;
+  if (c.learn.on != 1) return;
   const int n_new = *w.learn_n, lw2 = blockIdx.x % (c.BL + 1), lh2 = blockIdx.x / (c.BL + 1);
   const int s = lw2 + 6 * lh2, n2 = 1 << (lw2 + lh2), j = threadIdx.x, count = c.s.sc.count[s];
   constexpr int kSlots = 2 * kMaxNew;
@@ -2027,6 +2039,225 @@ __global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(const __grid_cons
     learn_insert_block(block_work(ws.all));
 }
 
+// ---- Learning in rounds: a dictionary that replaces its least used ----------------------
+//
+// Dictionary::add() of a round's lesson, on the device's copy of a dictionary the device
+// holds (LeafSearch::hold_dictionary()): first the round's leaves count as uses of their
+// elements, then each block's new elements in the round's block order (tile order), each
+// block's in the dictionaries' order (units in coding order, internal nodes in post-order),
+// each resized to every scale by resize_into()'s arithmetic, enter a scale unless it holds
+// an equal element: appended while the scale has room, else in place of the learnt element
+// (index >= 64) with the fewest uses, ties to the lower index, among those old enough (born
+// more than (max - 64) / 2 clock ticks ago; the clock ticks at every element that is not a
+// duplicate, stored or not), with no uses and born now; dropped when none is old enough.
+// The host's young queue and heap of old elements come to this: an element is old exactly
+// when its birth is that far behind the clock, and the heap's top is the least (uses,
+// index) among them.
+constexpr int kFlat = 64;  // the flat elements every scale starts with (Dictionary::kFlat)
+
+// The round's uses. Grid: the round's blocks (z).
+__device__ void learn_uses_block(const BlockWork& w) {
+  const BlockConsts& c = *w.c;
+  if (c.learn.on != 2) return;
+  const int n = *w.learn_nuses;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const uint32_t u = w.learn_uses[i];
+    atomicAdd(&c.learn.uses[u >> 16][u & 0xFFFF], 1u);
+  }
+}
+
+__global__ void learn_uses_kernel(const __grid_constant__ Works ws) {
+  if (gridDim.z == 1)
+    learn_uses_block(ws.first);
+  else
+    learn_uses_block(block_work(ws.all));
+}
+
+// The round's new elements into one scale per thread block, in order. The round's blocks'
+// element lists are gathered first; then the warps resize kReplaceWarps elements at once,
+// across blocks (rows then columns, from the block's residue in device memory), with their
+// hashes and squared norms; then the whole thread block takes them one by one (the host
+// codes the round meanwhile: the choices went down before). The scale's hashes, uses and births sit in shared memory
+// for the kernel's length, so that each element's duplicate check over the scale's hashes (contents compared where one
+// matches) and, for a full scale, the least (uses, index) among the old enough elements
+// are one pass of the threads and one barrier. Every thread keeps the entries and samples
+// it reads itself (index i and sample q with i, q = its rank modulo the thread count), so
+// storing an element needs no barrier. The scale's count goes to the mirror's. Grid:
+// the block size's scales; dynamic shared memory replace_shared(): sized to the
+// dictionary, the block and the round, so that the kernel finds room on SMs busy with
+// other rounds' searches.
+constexpr int kReplaceWarps = 8;
+constexpr int kReplaceThreads = 32 * kReplaceWarps;
+constexpr int kRoundLearnBlocks = 1024;  // the most blocks a round learns from (the round's capacity)
+__host__ __device__ constexpr size_t replace_shared(int max, int BL, int n_blocks) {
+  return (2 * sizeof(unsigned long long) + sizeof(unsigned)) * static_cast<size_t>(max) +             // ages
+         (sizeof(int) + sizeof(LearnNode*) + sizeof(int16_t*)) * static_cast<size_t>(n_blocks + 1) +  // lists
+         2 * sizeof(int16_t) * kReplaceWarps * (size_t{1} << (2 * BL));                               // mid, elem
+}
+__global__ void __launch_bounds__(kReplaceThreads)
+    learn_replace_kernel(const __grid_constant__ Works ws, int n_blocks) {
+  const BlockConsts& c = *ws.first.c;
+  if (c.learn.on != 2) return;
+  const int BL = c.BL, lw2 = blockIdx.x % (BL + 1), lh2 = blockIdx.x / (BL + 1);
+  const int s = lw2 + 6 * lh2, w2 = 1 << lw2, n2 = 1 << (lw2 + lh2);
+  const int max = c.learn.max, B2 = 1 << (2 * BL);
+  extern __shared__ unsigned long long ages[];  // replace_shared(max, BL, n_blocks): 8-byte items first
+  unsigned long long* sh_hash = ages;
+  unsigned long long* sh_born = ages + max;
+  const LearnNode** list = reinterpret_cast<const LearnNode**>(ages + 2 * max);  // each block's new elements
+  const int16_t** rres_of = reinterpret_cast<const int16_t**>(list + n_blocks + 1);
+  unsigned* sh_uses = reinterpret_cast<unsigned*>(rres_of + n_blocks + 1);
+  int* first = reinterpret_cast<int*>(sh_uses + max);  // block j's first element in the round
+  int16_t* mid = reinterpret_cast<int16_t*>(first + n_blocks + 1);
+  int16_t* elem = mid + kReplaceWarps * B2;
+  __shared__ unsigned long long e_hash[kReplaceWarps], least[2][kReplaceWarps];
+  __shared__ int e_norm[kReplaceWarps], cands[2][kReplaceWarps];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int16_t* data = c.learn.data[s];
+  uint64_t* hashes = c.learn.hashes[s];
+  int* norms = c.learn.norms[s];
+  unsigned* uses = c.learn.uses[s];
+  unsigned long long* born = c.learn.born[s];
+  const auto window = static_cast<unsigned long long>((max - kFlat) / 2);
+  int count = c.s.sc.count[s];
+  unsigned long long clock = c.learn.clock[s];
+  for (int i = threadIdx.x; i < count; i += blockDim.x)
+    sh_hash[i] = hashes[i], sh_born[i] = born[i], sh_uses[i] = uses[i];
+  for (int j = threadIdx.x; j < n_blocks; j += blockDim.x) {
+    const BlockWork* wj = j == 0 ? &ws.first : ws.all + j;
+    list[j] = wj->learn, rres_of[j] = wj->slot_rres, first[j + 1] = *wj->learn_n;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    first[0] = 0;
+    for (int j = 0; j < n_blocks; ++j) first[j + 1] += first[j];
+  }
+  __syncthreads();
+  const int total = first[n_blocks];
+  int parity = 0;  // the reductions' buffers alternate: a thread may be one element ahead
+  for (int e0 = 0; e0 < total; e0 += kReplaceWarps) {
+    if (e0 + warp < total) {
+      const int e = e0 + warp;
+      int lo = 0, hi = n_blocks - 1;  // the block whose elements hold e
+      while (lo < hi) {
+        const int m = (lo + hi + 1) >> 1;
+        if (first[m] <= e)
+          lo = m;
+        else
+          hi = m - 1;
+      }
+      const LearnNode nd = list[lo][e - first[lo]];
+      const int N = 1 << nd.L, h1 = 1 << nd.lh;
+      const int16_t* rres = rres_of[lo] + static_cast<size_t>(nd.slot) * kMaxB * kMaxB;
+      int16_t* mp = mid + warp * B2;
+      int16_t* out = elem + warp * B2;
+      for (int q = lane; q < h1 * w2; q += 32) {  // h1 rows of w2
+        const int y1 = q >> lw2, x2 = q & (w2 - 1);
+        const int16_t* row = rres + (nd.y0 + y1) * N + nd.x0;
+        int v;
+        if (lw2 >= nd.lw) {
+          v = row[x2 >> (lw2 - nd.lw)];
+        } else {
+          const int d = nd.lw - lw2, k = 1 << d;
+          int sum = 0;
+          for (int i = 0; i < k; ++i) sum += row[(x2 << d) + i];
+          v = (2 * sum + k) >> (d + 1);
+        }
+        mp[q] = static_cast<int16_t>(v);
+      }
+      __syncwarp();
+      uint64_t h = 0;
+      int sq = 0;
+      for (int q = lane; q < n2; q += 32) {
+        const int y2 = q >> lw2, x2 = q & (w2 - 1);
+        int v;
+        if (lh2 >= nd.lh) {
+          v = mp[(y2 >> (lh2 - nd.lh)) * w2 + x2];
+        } else {
+          const int d = nd.lh - lh2, k = 1 << d;
+          int sum = 0;
+          for (int i = 0; i < k; ++i) sum += mp[((y2 << d) + i) * w2 + x2];
+          v = (2 * sum + k) >> (d + 1);
+        }
+        out[q] = static_cast<int16_t>(v);
+        h += sample_hash(q, v);
+        sq += v * v;
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        h += __shfl_xor_sync(0xffffffffu, h, o);
+        sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      }
+      if (lane == 0) e_hash[warp] = h, e_norm[warp] = sq;
+    }
+    __syncthreads();
+    const int batch = min(kReplaceWarps, total - e0);
+    for (int b = 0; b < batch; ++b) {
+      const unsigned long long h = e_hash[b];
+      const int16_t* mine = elem + b * B2;
+      // One pass: the scale's elements of the same hash (candidates for a duplicate), and
+      // the victim should the element be stored into a full scale (the clock has ticked
+      // for it by then). Then the candidates' contents, each by all the threads.
+      int cand = INT_MAX;
+      unsigned long long key = ~0ull;
+      for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        if (sh_hash[i] == h) cand = min(cand, i);
+        if (i >= kFlat && sh_born[i] + window < clock + 1)
+          key = min(key, static_cast<unsigned long long>(sh_uses[i]) << 32 | static_cast<unsigned>(i));
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        key = min(key, __shfl_xor_sync(0xffffffffu, key, o));
+        cand = min(cand, __shfl_xor_sync(0xffffffffu, cand, o));
+      }
+      if (lane == 0) least[parity][warp] = key, cands[parity][warp] = cand;
+      __syncthreads();
+      cand = INT_MAX;
+      key = ~0ull;
+      for (int v = 0; v < kReplaceWarps; ++v) cand = min(cand, cands[parity][v]), key = min(key, least[parity][v]);
+      parity ^= 1;
+      bool dup = false;
+      while (cand < count) {  // nearly always one candidate, or none
+        const int16_t* other = data + static_cast<size_t>(cand) * n2;
+        bool differs = false;
+        for (int q = threadIdx.x; q < n2; q += blockDim.x) differs |= other[q] != mine[q];
+        if (!__syncthreads_or(differs)) {
+          dup = true;
+          break;
+        }
+        int next = cand + 1;  // a hash collision: the next element of the same hash
+        while (next < count && sh_hash[next] != h) ++next;
+        cand = next;
+      }
+      if (dup) continue;
+      ++clock;
+      int idx;
+      if (count < max) {
+        idx = count++;
+      } else {
+        if (key == ~0ull) continue;  // nothing old enough: the element is dropped
+        idx = static_cast<int>(key & 0xFFFFFFFFu);
+      }
+      // Each thread writes what it reads itself: the samples q and the entry idx it owns.
+      for (int q = threadIdx.x; q < n2; q += blockDim.x) data[static_cast<size_t>(idx) * n2 + q] = mine[q];
+      if (idx % static_cast<int>(blockDim.x) == static_cast<int>(threadIdx.x)) {
+        sh_hash[idx] = h;
+        sh_uses[idx] = 0;
+        sh_born[idx] = clock;
+        norms[idx] = e_norm[b];
+      }
+    }
+    __syncthreads();  // the staged elements are free for the next batch
+  }
+  for (int i = threadIdx.x; i < count; i += blockDim.x)
+    hashes[i] = sh_hash[i], born[i] = sh_born[i], uses[i] = sh_uses[i];
+  if (threadIdx.x == 0) c.learn.clock[s] = clock, c.learn.counts[s] = count;
+}
+
+// A held dictionary's element counts into the round's constants (the host does not wait
+// for the last round's learning, so it does not know them): the graph's first kernel.
+__global__ void take_counts_kernel(BlockConsts* c) {
+  if (c->learn.on == 2 && threadIdx.x < kScales) c->s.sc.count[threadIdx.x] = c->learn.counts[threadIdx.x];
+}
+
 // Launches `kernel` on `st` with `args` converted to its parameters' types.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, StreamHandle st, Args... args) {
@@ -2036,6 +2267,9 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, StreamHandle st, A
 class GpuLeafSearch final : public mmp::LeafSearch {
  public:
   explicit GpuLeafSearch(MmpGpuSearch how) : how_(how), device_(current_device()) {
+    // A scale's ages in shared memory, more than the default 48 KB.
+    VFP_CUDA(cudaFuncSetAttribute(learn_replace_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(replace_shared(kMaxIndex, 5, kRoundLearnBlocks))));
     // The CPU's -log2 table, entry by entry through bit_cost(): the device sums the same doubles.
     std::vector<double> t(mmp::kProbOne + 1);
     for (int p = 0; p <= mmp::kProbOne; ++p)
@@ -2135,7 +2369,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
                     mmp::BlockChoices* out) override {
     if (n < 1 || n > round_capacity())
       throw Error(ErrorKind::Usage, log::format("MMP GPU search: rounds of 1..%d blocks", round_capacity()));
-    if (shared.learn) throw Error(ErrorKind::Internal, "MMP GPU search: a round cannot learn on the device");
+    if (shared.learn && !shared.scales[0].changes)
+      throw Error(ErrorKind::Internal, "MMP GPU search: rounds learn only a dictionary that replaces its least used");
     Group* g = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -2163,6 +2398,39 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   bool learns_blocks() const override { return how_ != MmpGpuSearch::Units; }
+  bool learns_rounds() const override { return how_ != MmpGpuSearch::Units; }
+
+  // A held dictionary leaves the list of mirrors (whose oldest are dropped): the handle,
+  // which the caller's Dictionary keeps, is its only owner besides the rounds in flight.
+  std::shared_ptr<void> hold_dictionary(uint64_t dict_id) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::shared_ptr<Mirror> m = mirror(dict_id);
+    if (!m->held) {
+      m->held = true;
+      mirrors_.remove(m);
+      held_[dict_id] = m;
+    }
+    return m;
+  }
+
+  int64_t held_elements(uint64_t dict_id) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    const auto it = held_.find(dict_id);
+    const std::shared_ptr<Mirror> m = it == held_.end() ? nullptr : it->second.lock();
+    if (!m) return -1;
+    if (!m->aged) {
+      int64_t total = 0;
+      for (int s = 0; s < kScales; ++s) total += m->count[s];
+      return total;
+    }
+    set_device(device_);
+    VFP_CUDA(cudaEventSynchronize(m->ready.e));  // the last round's learning
+    int counts[kScales];
+    VFP_CUDA(cudaMemcpy(counts, m->counts.get(), sizeof counts, cudaMemcpyDeviceToHost));
+    int64_t total = 0;
+    for (int c : counts) total += c;
+    return total;
+  }
 
   // The post-filter on the device (cuda/mmp_postfilter.hpp): one designer a calling thread
   // at a time, kept for the next plane.
@@ -2273,6 +2541,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     uint64_t generation[kScales] = {};  // a replacing dictionary's changes mirrored (ScaleView)
     int count_before[kScales] = {};     // before the last block learnt on the device
     RawEvent ready;                     // the last upload into it, or block that learnt
+    // A dictionary the device holds (hold_dictionary()) and learns in rounds: each element's
+    // uses and birth, each scale's clock (Dictionary's), set up at its first round.
+    DeviceBuffer uses[kScales], born[kScales], clock, counts;
+    bool held = false, aged = false;
   };
   struct Pinned {
     Pinned() : p(nullptr) {}
@@ -2291,6 +2563,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   static constexpr size_t kOutBytes = sizeof(int32_t) * out_ints(5);
   // The most blocks a round searches at once (its lanes' buffers: about 1.4 MB a block).
   static constexpr int kMaxRound = 1024;
+  static_assert(kMaxRound <= kRoundLearnBlocks, "a round's learning gathers every block's elements");
   // A unit size's buffers: its residues, leaf tables and candidates. In a block search the
   // units of each size run on a stream of their own (the leading lane's).
   struct Level {
@@ -2326,7 +2599,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer area_split{kMaxSlots, "MMP block search"};
     DeviceBuffer slot_rres{sizeof(int16_t) * kMaxSlots * kMaxB * kMaxB, "MMP block search"};
     // The dictionary's learning (blocks searched alone), allocated at first use.
-    DeviceBuffer learn, learn_n, learn_stage, learn_h, learn_norm, learn_dup;
+    DeviceBuffer learn, learn_n, learn_uses, learn_nuses, learn_stage, learn_h, learn_norm, learn_dup;
     RawEvent put;
     RawEvent sorted;                       // the round's rate order is ready
     std::unique_ptr<Pinned> stage_upload;  // new dictionary elements
@@ -2353,7 +2626,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::vector<BlockWork> works_host;
     std::vector<uint64_t> built_gen;  // the lanes' gen when the arguments were built
     // Graphs by (block size, candidates, blocks, small_tiles()).
-    std::map<std::tuple<int, int, int, int>, cudaGraphExec_t> graphs;
+    // BL, K, n, tiles, and where the round learns (BlockConsts::learn.on 2) the elements a
+    // scale holds (0 otherwise): the learning's shared memory depends on it.
+    std::map<std::tuple<int, int, int, int, int>, cudaGraphExec_t> graphs;
     // The answer tables and their chunks' partial minima (allocated before a graph that
     // builds them is captured; never moved).
     DeviceBuffer ans_j, ans_i, ans_part_j, ans_part_i;
@@ -2361,6 +2636,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // The round between start_round() and finish_round(), and the mirror it searched (and,
     // when it learnt, changed).
     bool in_flight = false, learned = false;
+    // A held dictionary learnt in the round: the host takes the choices at `choices` and
+    // codes them while the device learns (`learning_tail`: that learning may still run).
+    bool learned_rounds = false, learning_tail = false;
+    Event choices;
     int block_log = 0, n = 0;
     int64_t t0 = 0;
     std::atomic<int64_t>* device_ns = nullptr;  // the round's query's (BlockQuery::device_ns)
@@ -2413,9 +2692,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       if (b.bx % B || b.by % B || b.bx < 0 || b.by < 0 || b.bx + B > b.W || b.by + B > b.H)
         throw Error(ErrorKind::Usage, "MMP GPU search: a block outside its tile");
     }
-    const bool learn = q.learn && n == 1;
-    if (learn && q.scales[0].changes)  // the device's learning only appends (Dictionary's stop rule)
-      throw Error(ErrorKind::Internal, "MMP GPU search: a replacing dictionary cannot learn on the device");
+    // Learning: a replacing dictionary the device holds learns the round (any number of
+    // blocks); one that stops when full, a block alone (its duplicate tables).
+    const bool learn_rounds = q.learn && q.scales[0].changes != nullptr;
+    const bool learn = q.learn && n == 1 && !learn_rounds;
     int most = q.max_elements;  // a scale never holds more; the counts make sure of it
     for (const mmp::ScaleView& v : q.scales) most = std::max(most, v.count);
     const int tiles = chunks_by_dict_ ? small_tiles(most) : kChainChunks;
@@ -2423,6 +2703,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     set_device(device_);
     BlockConsts* bc = reinterpret_cast<BlockConsts*>(g.stage_consts.get());
     if (g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
+    if (g.learning_tail) {  // the last round's learning may still read the group's buffers
+      g.lanes[0]->stream.synchronize();
+      g.learning_tail = false;
+    }
     // The group is the caller's alone: its lanes and their buffers are made and grown outside
     // the search's lock (a plane's first rounds make dozens of lanes).
     while (g.lanes.size() < static_cast<size_t>(n)) g.lanes.push_back(std::make_unique<Lane>());
@@ -2435,7 +2719,28 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       lock_wait_ns_ += acquired - asked;
       Lane& lead = *g.lanes[0];
       for (int L = kMinLog; L <= BL; ++L) lists[L] = &task_list(L, K, n, tiles);
-      if (q.pending) {  // the group's mirror has learnt what the caller's dictionary has not yet
+      if (learn_rounds) {
+        const auto held = held_.find(q.dict_id);
+        std::shared_ptr<Mirror> m = held == held_.end() ? nullptr : held->second.lock();
+        if (!m) throw Error(ErrorKind::Internal, "MMP GPU search: rounds learn only into a held dictionary");
+        if (!m->aged) {  // its first round: the dictionary as the host has it, which has learnt nothing
+          for (int lh = 0; lh <= BL; ++lh)
+            for (int lw = 0; lw <= BL; ++lw)
+              if (q.scales[static_cast<size_t>(lw + 6 * lh)].count > kFlat)
+                throw Error(ErrorKind::Internal, "MMP GPU search: a dictionary that learnt on the host cannot be held");
+          sync_dictionary(*m, q.scales, q.leaf_bits, &bc->s.sc, lead);
+          start_ages(*m, q, BL, lead.stream.get());
+          m->aged = true;
+        } else {
+          VFP_CUDA(cudaStreamWaitEvent(lead.stream.get(), m->ready.e, 0));
+          scale_args(*m, q.leaf_bits, &bc->s.sc);
+        }
+        g.learning = m;
+        if (!learn_args(*m, BL, q.max_elements, bc))
+          throw Error(ErrorKind::Internal, "MMP GPU search: a held dictionary without its scales");
+        bc->learn.on = 2;
+        for (int i = 0; i < n; ++i) ensure_learn_nodes(*g.lanes[static_cast<size_t>(i)]);
+      } else if (q.pending) {  // the group's mirror has learnt what the caller's dictionary has not yet
         const std::shared_ptr<Mirror>& m = g.learning;
         if (!m || m->id != q.dict_id) throw Error(ErrorKind::Internal, "MMP GPU search: no dictionary learnt ahead");
         for (int lh = 0; lh <= BL; ++lh)
@@ -2453,8 +2758,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       }
       // Learning needs every scale of the block on the device (a dictionary holds elements
       // in each from the start; one of no room, max_elements 0, has none and learns none).
-      bc->learn.on = learn && learn_args(*g.learning, BL, q.max_elements, bc) ? 1 : 0;
-      if (bc->learn.on) ensure_learning(lead);
+      if (!learn_rounds) {
+        bc->learn.on = learn && learn_args(*g.learning, BL, q.max_elements, bc) ? 1 : 0;
+        if (bc->learn.on) ensure_learning(lead);
+      }
       lock_hold_ns_ += now_ns() - acquired;
     }
     for (int i = 0; i < n; ++i)
@@ -2500,22 +2807,23 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     lead.costs_id = 0;  // the unit search's costs cache no longer holds
     lead.kernel_start.record(st);
     if (how_ == MmpGpuSearch::Blocks && !profile_) {
-      cudaGraphExec_t& ge = g.graphs[{BL, K, n, tiles}];
+      const int learn_max = learn_rounds ? bc->learn.max : 0;
+      cudaGraphExec_t& ge = g.graphs[{BL, K, n, tiles, learn_max}];
       if (!ge) {
         VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        enqueue_round(g, BL, K, n, tiles, st);
+        enqueue_round(g, BL, K, n, tiles, learn_rounds, learn_max, st);
         cudaGraph_t graph = nullptr;
         VFP_CUDA(cudaStreamEndCapture(st, &graph));
         const cudaError_t e = cudaGraphInstantiate(&ge, graph, 0);
         cudaGraphDestroy(graph);
-        if (e != cudaSuccess) g.graphs.erase({BL, K, n, tiles});
+        if (e != cudaSuccess) g.graphs.erase({BL, K, n, tiles, learn_max});
         VFP_CUDA(e);
       }
       const int64_t l0 = now_ns();
       VFP_CUDA(cudaGraphLaunch(ge, st));
       graph_launch_ns_ += now_ns() - l0;
     } else {
-      enqueue_round(g, BL, K, n, tiles, st);
+      enqueue_round(g, BL, K, n, tiles, learn_rounds, learn_rounds ? bc->learn.max : 0, st);
     }
     lead.kernel_end.record(st);
     launch_ns_ += now_ns() - unlocked;
@@ -2524,7 +2832,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     g.in_flight = true;
     g.block_log = BL;
     g.n = n;
-    g.learned = learns;
+    g.learned = learns && !learn_rounds;
+    g.learned_rounds = learn_rounds;
     g.t0 = t0;
     g.device_ns = q.device_ns;
   }
@@ -2535,7 +2844,15 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     Lane& lead = *g.lanes[0];
     const int BL = g.block_log, B = 1 << BL;
     const int64_t w0 = now_ns();
-    lead.stream.synchronize();
+    // A round that learns a held dictionary is done for the host once its choices are down
+    // (the learning goes on; the next round on the device waits for it, the next on this
+    // group's stream anyway). With the profile on, the marks need the whole round.
+    const bool tail = g.learned_rounds && !profile_;
+    if (tail)
+      g.choices.synchronize();
+    else
+      lead.stream.synchronize();
+    g.learning_tail = tail;
     sync_ns_ += now_ns() - w0;
     const int32_t* all = reinterpret_cast<const int32_t*>(g.stage_out->get());
     for (int i = 0; i < g.n; ++i) {
@@ -2556,7 +2873,15 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           m.count[s] = all[counts_at(BL) + s];
         }
     }
-    const auto ns = static_cast<int64_t>(Event::elapsed_ms(lead.kernel_start, lead.kernel_end) * 1e6);
+    // The device time up to the choices (the learning after them overlaps the host's coding).
+    float ms = 0;
+    if (!tail) {
+      ms = Event::elapsed_ms(lead.kernel_start, lead.kernel_end);
+    } else if (cudaEventElapsedTime(&ms, lead.kernel_start.get(), g.choices.get()) != cudaSuccess) {
+      cudaGetLastError();  // no time between a stream's event and a graph's node: not counted
+      ms = 0;
+    }
+    const auto ns = static_cast<int64_t>(ms * 1e6);
     kernel_ns_ += ns;
     if (g.device_ns) *g.device_ns += ns;
     wall_ns_ += now_ns() - g.t0;
@@ -2609,11 +2934,20 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     l.consts = DeviceBuffer(sizeof(SearchConsts), "MMP search constants");
   }
 
-  // The learning's buffers of a lane (allocated before a graph that uses them is captured).
-  static void ensure_learning(Lane& l) {
+  // The learning's buffers of a lane (allocated before a graph that uses them is captured):
+  // the block's new elements and leaves (learning in rounds), and the staging of a block
+  // that learns alone.
+  static void ensure_learn_nodes(Lane& l) {
     if (l.learn.get()) return;
     l.learn = DeviceBuffer(sizeof(LearnNode) * kMaxNew, "MMP dictionary learning");
     l.learn_n = DeviceBuffer(sizeof(int), "MMP dictionary learning");
+    l.learn_uses = DeviceBuffer(sizeof(uint32_t) * kMaxNew, "MMP dictionary learning");
+    l.learn_nuses = DeviceBuffer(sizeof(int), "MMP dictionary learning");
+    ++l.gen;
+  }
+  static void ensure_learning(Lane& l) {
+    ensure_learn_nodes(l);
+    if (l.learn_stage.get()) return;
     l.learn_stage = DeviceBuffer(sizeof(int16_t) * kStageSamples, "MMP dictionary learning");
     l.learn_h = DeviceBuffer(sizeof(uint64_t) * kScales * kMaxNew, "MMP dictionary learning");
     l.learn_norm = DeviceBuffer(sizeof(int) * kScales * kMaxNew, "MMP dictionary learning");
@@ -2757,6 +3091,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     w.slot_rres = reinterpret_cast<int16_t*>(l.slot_rres.get());
     w.learn = reinterpret_cast<LearnNode*>(l.learn.get());
     w.learn_n = reinterpret_cast<int*>(l.learn_n.get());
+    w.learn_uses = reinterpret_cast<uint32_t*>(l.learn_uses.get());
+    w.learn_nuses = reinterpret_cast<int*>(l.learn_nuses.get());
     w.learn_stage = reinterpret_cast<int16_t*>(l.learn_stage.get());
     w.learn_h = reinterpret_cast<uint64_t*>(l.learn_h.get());
     w.learn_norm = reinterpret_cast<int*>(l.learn_norm.get());
@@ -2857,12 +3193,17 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // CPU's order (the `put` event), a write waits until every unit before it has read the
   // window (their `prepared` events), and a decision waits for its unit's choice (its
   // `finished` event). So the larger units' searches overlap the chain of 4x4 units.
-  void enqueue_round(Group& g, int BL, int K, int n, int tiles, StreamHandle st) {
+  // learn_max: the elements a scale holds where the round learns (learn_rounds).
+  void enqueue_round(Group& g, int BL, int K, int n, int tiles, bool learn_rounds, int learn_max, StreamHandle st) {
     Lane& lead = *g.lanes[0];
     const Works ws{g.works_host[0], reinterpret_cast<const BlockWork*>(g.works.get())};
     const auto* leaf = reinterpret_cast<const LeafLane*>(g.leaf.get());
     const dim3 blocks(1, 1, static_cast<unsigned>(n));
     memcpy_h2d_async(g.consts.get(), g.stage_consts.get(), sizeof(BlockConsts), st);
+    if (learn_rounds) {
+      take_counts_kernel<<<1, 64, 0, st>>>(reinterpret_cast<BlockConsts*>(g.consts.get()));
+      VFP_CUDA_LAUNCHED("mmp take_counts_kernel");
+    }
     memcpy_h2d_async(g.inputs.get(), g.stage_inputs->get(), sizeof(BlockInput) * n, st);
     timed(g, "index costs", 0, st, [&] {
       index_costs_kernel<<<dim3(kMaxIndex / 256, static_cast<unsigned>((BL + 1) * (BL + 1))), 256, 0, st>>>(ws);
@@ -2984,7 +3325,25 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         VFP_CUDA_LAUNCHED("mmp learn_insert_kernel");
       });
     }
-    memcpy_d2h_async(g.stage_out->get(), g.out.get(), sizeof(int32_t) * out_ints(BL) * n, chain);
+    if (learn_rounds) {  // a held dictionary learns the round: its uses, then its new elements
+      // The choices go down first: the host codes them while the device learns.
+      memcpy_d2h_async(g.stage_out->get(), g.out.get(), sizeof(int32_t) * out_ints(BL) * n, chain);
+      // In a capture, an event record node of the graph (a plain record there only orders
+      // the captured streams); launched one by one, a plain record.
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      VFP_CUDA(cudaStreamIsCapturing(chain, &capturing));
+      VFP_CUDA(cudaEventRecordWithFlags(
+          g.choices.get(), chain,
+          capturing == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault));
+      const unsigned scales = static_cast<unsigned>((BL + 1) * (BL + 1));
+      timed(g, "learning", 0, chain, [&] {
+        launch(learn_uses_kernel, blocks, dim3(256), chain, ws);
+        VFP_CUDA_LAUNCHED("mmp learn_uses_kernel");
+        learn_replace_kernel<<<scales, kReplaceThreads, replace_shared(learn_max, BL, n), chain>>>(ws, n);
+        VFP_CUDA_LAUNCHED("mmp learn_replace_kernel");
+      });
+    }
+    if (!learn_rounds) memcpy_d2h_async(g.stage_out->get(), g.out.get(), sizeof(int32_t) * out_ints(BL) * n, chain);
     for (int L = kMinLog; L <= BL; ++L) {  // every stream joins the round's stream again
       VFP_CUDA(cudaEventRecord(lead.levels[L].end.e, lead.levels[L].stream.get()));
       VFP_CUDA(cudaStreamWaitEvent(st, lead.levels[L].end.e, 0));
@@ -3147,6 +3506,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   std::shared_ptr<Mirror> mirror(uint64_t dict_id) {
+    if (const auto h = held_.find(dict_id); h != held_.end()) {
+      if (std::shared_ptr<Mirror> m = h->second.lock()) return m;
+      held_.erase(h);  // its dictionary is gone
+    }
     for (auto it = mirrors_.begin(); it != mirrors_.end(); ++it)
       if ((*it)->id == dict_id) {
         mirrors_.splice(mirrors_.begin(), mirrors_, it);  // most recently used first
@@ -3291,6 +3654,27 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // Where the block's learning writes: the mirror's scales (each allocated, as every scale of
   // a dictionary holds its flat elements from the start).
   // False when a scale of the block has no device storage yet.
+  // A held dictionary's ages at its first round: no uses, every element born at 0 (only
+  // the flat elements are there, which are never replaced), each scale's clock the host's.
+  static void start_ages(Mirror& m, const mmp::BlockQuery& q, int BL, StreamHandle st) {
+    if (!m.clock.get()) m.clock = DeviceBuffer(sizeof(unsigned long long) * kScales, "MMP dictionary ages");
+    if (!m.counts.get()) m.counts = DeviceBuffer(sizeof(int) * kScales, "MMP dictionary ages");
+    unsigned long long clocks[kScales] = {};
+    for (int lh = 0; lh <= BL; ++lh)
+      for (int lw = 0; lw <= BL; ++lw) {
+        const int s = lw + 6 * lh;
+        clocks[s] = q.scales[static_cast<size_t>(s)].clock;
+        if (!m.uses[s].get()) {
+          m.uses[s] = DeviceBuffer(sizeof(unsigned) * kMaxIndex, "MMP dictionary ages");
+          m.born[s] = DeviceBuffer(sizeof(unsigned long long) * kMaxIndex, "MMP dictionary ages");
+        }
+        memset_async(m.uses[s].get(), 0, m.uses[s].size(), st);
+        memset_async(m.born[s].get(), 0, m.born[s].size(), st);
+      }
+    VFP_CUDA(cudaMemcpyAsync(m.clock.get(), clocks, sizeof clocks, cudaMemcpyHostToDevice, st));
+    VFP_CUDA(cudaMemcpyAsync(m.counts.get(), m.count, sizeof m.count, cudaMemcpyHostToDevice, st));
+    VFP_CUDA(cudaStreamSynchronize(st));  // `clocks` is on this stack
+  }
   static bool learn_args(const Mirror& m, int BL, int max_elements, BlockConsts* bc) {
     bc->learn.max = std::min(max_elements, kMaxIndex);
     for (int s = 0; s < kScales; ++s) {
@@ -3298,7 +3682,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       bc->learn.norms[s] = reinterpret_cast<int*>(m.norms[s].get());
       bc->learn.table[s] = reinterpret_cast<int*>(m.table[s].get());
       bc->learn.hashes[s] = reinterpret_cast<uint64_t*>(m.hashes[s].get());
+      bc->learn.uses[s] = reinterpret_cast<unsigned*>(m.uses[s].get());
+      bc->learn.born[s] = reinterpret_cast<unsigned long long*>(m.born[s].get());
     }
+    bc->learn.clock = reinterpret_cast<unsigned long long*>(m.clock.get());
+    bc->learn.counts = reinterpret_cast<int*>(m.counts.get());
     for (int lh = 0; lh <= BL; ++lh)
       for (int lw = 0; lw <= BL; ++lw)
         if (!m.data[lw + 6 * lh].get()) return false;
@@ -3364,6 +3752,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   TaskList tasks_[6][kMaxResidues + 1][3][kChainChunks + 1];  // by unit size, residues, spread(), small_tiles()
   LazyStream tasks_stream_;                                   // the task lists' uploads (under mu_)
   std::list<std::shared_ptr<Mirror>> mirrors_;
+  std::unordered_map<uint64_t, std::weak_ptr<Mirror>> held_;  // held dictionaries (hold_dictionary())
   std::unordered_map<std::thread::id, std::unique_ptr<Group>> threads_;
   struct Reserved {
     std::unique_ptr<Group> group;

@@ -307,6 +307,91 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
     }
   }
 }
+// Rounds of synchronized tiles learning on the device (LeafSearch::learns_rounds(), asked
+// for with VFP_MMP_DEVICE_LEARN=1): a replacing dictionary's update (uses, duplicates, the least used old element
+// replaced, the clocks) runs on the GPU's copy, which the plane's Dictionary then holds. The bytes, the reconstruction
+// and the element counts are the CPU's and those of the same search learning on the host, for every block size, small
+// dictionaries that replace from the first rounds on, rounds of one tile and of many, several lambdas and kinds; and
+// across frames with carried dictionaries and shared chroma (Cb's held dictionary goes on in Cr and in the next
+// frames). A held dictionary cannot continue on the CPU.
+TEST(Gpu, MmpRoundsLearnOnTheDevice) {
+  REQUIRE_GPU();
+  auto gpu = cuda::make_mmp_leaf_search();
+  ASSERT_TRUE(gpu->learns_rounds());
+  struct Case {
+    int w, h, kind, block_log, tile, max_dict;
+    double lambda;
+  };
+  for (const Case c : {Case{40, 8, 2, 3, 8, 64, 25}, Case{96, 80, 2, 4, 32, 90, 30}, Case{161, 97, 0, 4, 64, 72, 40},
+                       Case{136, 72, 1, 3, 8, 100, 10}, Case{99, 67, 4, 5, 32, 130, 20},
+                       Case{128, 128, 2, 4, 128, 80, 5}, Case{120, 90, 2, 4, 32, 512, 30}}) {
+    const auto img = test_plane(c.kind, c.w, c.h, 21);
+    mmp::Params p;
+    p.lambda = c.lambda;
+    p.block_log = c.block_log;
+    p.tile_w = p.tile_h = c.tile;
+    p.max_dict = c.max_dict;
+    const std::string what = std::to_string(c.w) + "x" + std::to_string(c.h) + " kind " + std::to_string(c.kind) +
+                             " block " + std::to_string(1 << c.block_log) + " tile " + std::to_string(c.tile) +
+                             " dict " + std::to_string(c.max_dict);
+    const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), c.w, c.h, p);
+    p.search = gpu;
+    const mmp::PlaneResult host = mmp::encode_plane(img.data(), c.w, c.h, p);
+    setenv("VFP_MMP_DEVICE_LEARN", "1", 1);
+    const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
+    unsetenv("VFP_MMP_DEVICE_LEARN");
+    EXPECT_TRUE(dev.device_learning) << what;
+    EXPECT_FALSE(host.device_learning) << what;
+    EXPECT_FALSE(cpu.device_learning) << what;
+    EXPECT_EQ(cpu.bytes, dev.bytes) << what;
+    EXPECT_EQ(cpu.recon, dev.recon) << what;
+    EXPECT_EQ(cpu.dict_elements, dev.dict_elements) << what;
+    EXPECT_EQ(cpu.bytes, host.bytes) << what;
+  }
+  // Frames: carried dictionaries (held from the first frame on) and shared chroma.
+  setenv("VFP_MMP_DEVICE_LEARN", "1", 1);
+  for (PixelFormat f : {PixelFormat::GRAY8, PixelFormat::YUV420P}) {
+    for (bool carry : {false, true}) {
+      const FrameSpec spec{f, 99, 70, {25, 1}};
+      HostFrame frame(spec, false);
+      mmp::Params p;
+      p.lambda = 30;
+      p.carry = carry;
+      p.max_dict = 96;
+      p.tile_w = p.tile_h = 32;
+      mmp::PlaneStates cpu_states, gpu_states;
+      for (int i = 0; i < 3; ++i) {
+        const ImageView v = frame.view();
+        for (int pl = 0; pl < plane_count(f); ++pl) {
+          const auto img = test_plane(2, v.pw[pl], v.ph[pl], static_cast<uint32_t>(31 * i + pl));
+          for (int y = 0; y < v.ph[pl]; ++y)
+            std::memcpy(v.row(pl, y), img.data() + static_cast<size_t>(y) * v.pw[pl], static_cast<size_t>(v.pw[pl]));
+        }
+        std::vector<std::vector<uint8_t>> a, b;
+        p.search = nullptr;
+        mmp::encode_frame(v, p, nullptr, &a, carry ? &cpu_states : nullptr);
+        p.search = gpu;
+        mmp::encode_frame(v, p, nullptr, &b, carry ? &gpu_states : nullptr);
+        EXPECT_EQ(a, b) << pix_fmt_name(f) << " carry " << carry << " frame " << i;
+      }
+      if (carry) {  // the carried state lives on the device now
+        const FrameSpec one{f, 99, 70, {25, 1}};
+        HostFrame more(one, false);
+        std::vector<std::vector<uint8_t>> c;
+        p.search = nullptr;
+        try {
+          mmp::encode_frame(more.view(), p, nullptr, &c, &gpu_states);
+          ADD_FAILURE() << "a held dictionary went on on the CPU";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Usage);
+          EXPECT_NE(std::string(e.what()).find("GPU"), std::string::npos) << e.what();
+        }
+      }
+    }
+  }
+  unsetenv("VFP_MMP_DEVICE_LEARN");
+}
+
 // The post-filter designed on the device (cuda/mmp_postfilter.hpp) against the CPU's
 // design_post_filter(): the same classes on, the same taps, the same filtered plane, on
 // reconstructions of every kind (blurred and noisy, flat, exact), odd sizes from 1x1 up to

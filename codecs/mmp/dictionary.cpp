@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/error.hpp"
 #include "core/parallel.hpp"
 
 namespace vfp::mmp {
@@ -35,7 +36,8 @@ Dictionary::Dictionary(int max, int log, bool replace) : id_(next_id()), max_(ma
 ScaleView Dictionary::view(int s) const {
   const Scale& sc = scales_[static_cast<size_t>(s)];
   ScaleView v{sc.count, sc.size, sc.data.data()};
-  if (replace_) v.changes = sc.changes.data(), v.change_ring = change_ring(), v.generation = sc.generation;
+  if (replace_)
+    v.changes = sc.changes.data(), v.change_ring = change_ring(), v.generation = sc.generation, v.clock = sc.clock;
   return v;
 }
 
@@ -51,6 +53,7 @@ void Dictionary::keep_sum_order() {
 }
 
 void Dictionary::add(const Lesson& lesson) {
+  if (device_) throw Error(ErrorKind::Internal, "MMP: a dictionary that learns on the GPU was asked to learn here");
   if (replace_)
     for (uint32_t u : lesson.uses) use(static_cast<int>(u >> 16), static_cast<int>(u & 0xFFFF));
   const auto& batch = lesson.elements;

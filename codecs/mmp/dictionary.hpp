@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -85,6 +86,18 @@ class Dictionary {
   // into every other. Scales are independent, so they are filled in parallel; the result is
   // the serial one.
   void add(const Lesson& lesson);
+  // The device's handle where a search backend holds this dictionary
+  // (LeafSearch::hold_dictionary()): the backend's copy learns, and this one stays as it was
+  // when the backend took it (add() then throws). The handle keeps the backend's copy alive
+  // as long as this dictionary.
+  void hold_on_device(std::shared_ptr<void> handle) { device_ = std::move(handle); }
+  bool held_on_device() const { return device_ != nullptr; }
+  // True while no element beyond the flat ones came.
+  bool fresh() const {
+    for (const Scale& sc : scales_)
+      if (sc.count > kFlat) return false;
+    return true;
+  }
   int64_t total() const {
     int64_t t = 0;
     for (const Scale& sc : scales_) t += sc.count;
@@ -135,6 +148,7 @@ class Dictionary {
   int max_, log_;
   bool replace_;
   std::array<Scale, kScales> scales_;
+  std::shared_ptr<void> device_;
 };
 
 }  // namespace vfp::mmp

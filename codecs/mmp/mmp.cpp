@@ -283,21 +283,23 @@ struct Area {
 // stream, or the search's plan): `decide(x0, y0, lw, lh, &kind, &index)` gives
 // each node's decision in pre-order; fills the residue reconstruction (stride 2^L) and collects the
 // internal nodes (post-order), whose concatenations become new dictionary
-// elements.
+// elements. Without a dictionary (null) only the tree is walked.
 struct Internal {
   int x0, y0, lw, lh;
 };
 
 template <typename Decide>
-void walk(int N, int x0, int y0, int lw, int lh, Decide&& decide, const Dictionary& d, int* rres,
+void walk(int N, int x0, int y0, int lw, int lh, Decide&& decide, const Dictionary* d, int* rres,
           std::vector<Internal>& inner, int64_t& leaves) {
   int kind = 0, index = 0;
   decide(x0, y0, lw, lh, &kind, &index);
   if (kind == 0) {
-    const int16_t* e = d.elem(scale_of(lw, lh), index);
-    const int w = 1 << lw, h = 1 << lh;
-    for (int y = 0; y < h; ++y)
-      for (int x = 0; x < w; ++x) rres[(y0 + y) * N + x0 + x] = e[y * w + x];
+    if (d) {  // null: a dictionary that learns on the device needs no residue here
+      const int16_t* e = d->elem(scale_of(lw, lh), index);
+      const int w = 1 << lw, h = 1 << lh;
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) rres[(y0 + y) * N + x0 + x] = e[y * w + x];
+    }
     ++leaves;
     return;
   }
@@ -485,7 +487,7 @@ class BlockSearch {
         };
         std::vector<Internal> inner;  // learned only once the block is coded
         int64_t leaves = 0;
-        walk(N, 0, 0, L, L, from_plan, d_, rres, inner, leaves);
+        walk(N, 0, 0, L, L, from_plan, &d_, rres, inner, leaves);
         for (int i = 0; i < N * N; ++i) recon[i] = std::clamp(pred[i] + rres[i], 0, 255);
       }
     }
@@ -608,10 +610,10 @@ void replay(Overlay& ov) {
   ov.clear();
 }
 
-// Codes an area's prediction tree and units; collects what the block's update
-// learns.
+// Codes an area's prediction tree and units; collects what the block's update learns
+// (nothing with `d` null: the dictionary learns on the device).
 void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& res, LearnedUnits& learned,
-               const Dictionary& d) {
+               const Dictionary* d) {
   if (L > kMinLog) out.bit(m.psplit[static_cast<size_t>(L - kMinLog - 1)], a.split ? 1 : 0);
   if (a.split && L > kMinLog) {
     for (const Area& k : a.kids) emit_area(k, L - 1, out, m, res, learned, d);
@@ -699,13 +701,15 @@ void for_tiles(const std::vector<int>& ids, Body&& body) {
 }
 
 // The end of a round of synchronized tiles: the round's new elements enter the shared
-// dictionaries in tile order, and with shared models (SyncAll) the tiles' private model
+// dictionaries in tile order (unless the device learnt them), and with shared models (SyncAll) the tiles' private model
 // changes are replayed in the same order. `batch` is scratch.
 void end_round(std::vector<Tile>& tiles, const std::vector<int>& active, bool shared_models, Lesson& batch) {
   const int64_t t0 = now_ns();
-  batch.clear();
-  for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
-  tiles[0].dict->add(batch);
+  if (!tiles[0].dict->held_on_device()) {  // else the device learnt the round's elements
+    batch.clear();
+    for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
+    tiles[0].dict->add(batch);
+  }
   if (shared_models) {
     for (int i : active) replay(tiles[static_cast<size_t>(i)].overlay);
     tiles[0].models->touch_all();  // the tiles share one model set
@@ -847,7 +851,7 @@ void take_choices(const LeafSearch& backend, const BlockChoices& c, Tile& t, int
 void code_block(Tile& t, const Area& area, int BL, bool shared) {
   t.learned.clear();
   SymbolWriter out{*t.enc, shared ? &t.overlay : nullptr};
-  emit_area(area, BL, out, *t.models, t.stats, t.learned, *t.dict);
+  emit_area(area, BL, out, *t.models, t.stats, t.learned, t.dict->held_on_device() ? nullptr : t.dict);
   ++t.stats.blocks;
   if (t.blocks_coded) t.blocks_coded->fetch_add(1, std::memory_order_relaxed);
 }
@@ -1017,6 +1021,15 @@ RoundTrace& round_trace() {
   return t;
 }
 
+// Whether rounds may start learning on a backend's device: VFP_MMP_DEVICE_LEARN=1 (off by
+// default: on the H100 the stage with 8 frames in flight ran 13% slower with it, `mmp
+// encode` with 2 in flight 10% faster; docs/perf.md). A dictionary the device holds
+// already goes on learning there.
+bool device_learning_allowed() {
+  const char* e = std::getenv("VFP_MMP_DEVICE_LEARN");
+  return e && std::string(e) == "1";
+}
+
 // Whether a search backend with a device also designs the post-filter there (the same
 // filter and output); VFP_MMP_POST_FILTER_GPU=0 keeps it on the CPU, for measurements.
 bool post_filter_on_device() {
@@ -1037,6 +1050,18 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
   const int cap = backend.round_capacity();
   if (cap <= 0 || p.tile_mode != TileMode::SyncAll) return false;
   if (const char* e = std::getenv("VFP_MMP_ROUNDS"); e && std::string(e) == "0") return false;
+  // The rounds learn on the device where the backend can (LeafSearch::learns_rounds()) and
+  // it is asked for (device_learning_allowed()): a replacing dictionary, every round one
+  // search, and a dictionary the backend holds already or that has learnt nothing yet. The
+  // host's copy then stays as it was, and the backend keeps the real one.
+  Dictionary& dict = *tiles[0].dict;
+  const bool fits = p.replace_least_used && backend.learns_rounds() && static_cast<int>(tiles.size()) <= cap;
+  if (dict.held_on_device() && !fits)
+    throw Error(ErrorKind::Usage, "MMP: this plane's dictionaries learnt on the " + backend.name() +
+                                      " search, which cannot continue them here (more tiles than a round takes)");
+  if (fits && !dict.held_on_device() && dict.fresh() && device_learning_allowed())
+    dict.hold_on_device(backend.hold_dictionary(dict.id()));
+  const bool device_learns = dict.held_on_device();
   const int BL = p.block_log, B = 1 << BL;
   const int rounds = round_count(tiles);
   std::vector<int> active, slots;
@@ -1049,7 +1074,8 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
     const int64_t t0 = now_ns();
     const auto corner = [&](const Tile& t) { return std::pair<int, int>((k % t.blocks_x) * B, (k / t.blocks_x) * B); };
     Tile& first = tiles[static_cast<size_t>(active[0])];
-    const BlockQuery q = block_query(first, corner(first).first, corner(first).second, p);  // the plane's models
+    BlockQuery q = block_query(first, corner(first).first, corner(first).second, p);  // the plane's models
+    q.learn = device_learns;
     const int n = static_cast<int>(active.size());
     blocks.resize(static_cast<size_t>(n));
     choices.resize(static_cast<size_t>(n));
@@ -1135,7 +1161,7 @@ void decode_block(Tile& t, int k, bool shared, int BL) {
       *index = static_cast<int>(i);
       l.leaves.push_back(static_cast<uint32_t>(s) << 16 | i);
     };
-    walk(N, 0, 0, L, L, decide, dict, l.rres.data(), l.inner, t.stats.leaves);
+    walk(N, 0, 0, L, L, decide, &dict, l.rres.data(), l.inner, t.stats.leaves);
     if (dec.overrun()) corrupt(px, py);
     int v[kB * kB];
     for (int i = 0; i < N * N; ++i) v[i] = std::clamp(pred[i] + l.rres[static_cast<size_t>(i)], 0, 255);
@@ -1260,6 +1286,10 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
   std::vector<Tile> tiles = make_tiles(W, H, p, ErrorKind::Usage);
   std::unique_ptr<PlaneState> fresh;
   PlaneState::Impl& st = attach_state(tiles, p, state, fresh);
+  for (const auto& d : st.dicts)
+    if (d->held_on_device() && !(p.search && p.search->learns_rounds()))
+      throw Error(ErrorKind::Usage,
+                  "MMP: this plane's carried dictionaries learnt on the GPU and cannot continue on the CPU");
   if (!p.search && !p.exhaustive)  // the CPU's pruned search
     for (auto& d : st.dicts) d->keep_sum_order();
   for (Tile& t : tiles) {
@@ -1346,7 +1376,11 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
     const double d = static_cast<double>(res.recon[i]) - img[i];
     res.sse += d * d;
   }
-  for (const auto& d : fresh ? fresh->impl().dicts : state->impl().dicts) res.dict_elements += d->total();
+  for (const auto& d : fresh ? fresh->impl().dicts : state->impl().dicts)
+    if (d->held_on_device())
+      res.dict_elements += p.search->held_elements(d->id()), res.device_learning = true;
+    else
+      res.dict_elements += d->total();
   return res;
 }
 

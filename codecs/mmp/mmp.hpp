@@ -146,11 +146,12 @@ struct PlaneResult {
   std::vector<uint8_t> recon;  // the decoder's output, w*h
   double sse = 0;
   int64_t blocks = 0, leaves = 0, dict_elements = 0;
-  int64_t modes[kModes] = {};   // prediction units per mode
-  int64_t unit_sizes[4] = {};   // prediction units of 32x32, 16x16, 8x8, 4x4
-  int64_t splits[2] = {0, 0};   // segment splits into left|right, top/bottom
-  int post_filter_classes = 0;  // activity classes the post-filter changes (0..4)
-  int tiles = 1;                // tiles of the plane (1 untiled)
+  int64_t modes[kModes] = {};    // prediction units per mode
+  int64_t unit_sizes[4] = {};    // prediction units of 32x32, 16x16, 8x8, 4x4
+  int64_t splits[2] = {0, 0};    // segment splits into left|right, top/bottom
+  int post_filter_classes = 0;   // activity classes the post-filter changes (0..4)
+  int tiles = 1;                 // tiles of the plane (1 untiled)
+  bool device_learning = false;  // its dictionaries learnt on the search's device (LeafSearch::learns_rounds())
   // Where the encoder's time went, in seconds summed over threads: the blocks' search (on
   // Params::search's backend), their range coding with the model updates, the dictionary
   // updates, the post-filter's design and application.

@@ -37,6 +37,9 @@ struct ScaleView {
   const int* changes = nullptr;  // null: appended only
   int change_ring = 0;
   uint64_t generation = 0;
+  // A replacing dictionary's clock (Dictionary's: new elements offered that were not
+  // duplicates), which a backend that learns needs to age the elements as the host does.
+  uint64_t clock = 0;
 };
 
 struct LeafQuery {
@@ -89,7 +92,10 @@ struct BlockQuery {
   std::array<std::array<double, 2>, kSearchScales> dir_bits{};  // left|right, top/bottom
   double mode_bits[4][11] = {};                                 // [L - 2][mode]: a mode's cost in a unit of 2^L
   double psplit_bits[3][2] = {};  // [L - 3][split]: the prediction-tree flag of a 2^L area
-  // Learning on the backend (learns_blocks()), for a dictionary only this caller changes:
+  // Learning on the backend. In search_round() (learns_rounds()): the round's new elements
+  // and uses go into the backend's copy of a held dictionary (hold_dictionary()), which is
+  // then the dictionary. In start_block() (learns_blocks()), for a dictionary only this
+  // caller changes that stops when full:
   // `learn` asks the backend to add the block's new elements to its copy of the dictionary
   // itself (Dictionary::add()'s rule, up to max_elements a scale); `pending` says that the
   // caller has not yet added the previous block's to its own (`scales` is the dictionary
@@ -168,6 +174,26 @@ class LeafSearch {
                                   uint8_t* out) {
     (void)rec, (void)orig, (void)w, (void)h, (void)lambda, (void)f, (void)out;
     return false;
+  }
+  // Rounds that learn on the backend (synchronized tiles with shared models, a dictionary
+  // that replaces its least used): true if search_round() with `shared.learn` also adds the
+  // round's new elements to the backend's copy of the dictionary, after the round's uses,
+  // by Dictionary::add()'s rule, so that the host has no update to do. The caller first
+  // takes the dictionary's handle (hold_dictionary()); from then on the backend's copy is the
+  // dictionary and the caller's Dictionary stays as it was (it keeps the handle:
+  // Dictionary::held_on_device()).
+  virtual bool learns_rounds() const { return false; }
+  // The backend's copy of dictionary `dict_id` made the one that learns: a handle that keeps
+  // it alive (the caller's Dictionary holds it). The caller's dictionary must not have
+  // learnt anything yet (only its flat elements) unless the backend holds it already.
+  virtual std::shared_ptr<void> hold_dictionary(uint64_t dict_id) {
+    (void)dict_id;
+    return nullptr;
+  }
+  // The elements of a held dictionary, all scales (-1: the backend holds no such dictionary).
+  virtual int64_t held_elements(uint64_t dict_id) {
+    (void)dict_id;
+    return -1;
   }
   // True if the backend can learn a block's new elements itself (BlockQuery::learn).
   virtual bool learns_blocks() const { return false; }
