@@ -2077,15 +2077,15 @@ __global__ void learn_uses_kernel(const __grid_constant__ Works ws) {
 // element lists are gathered first; then the warps resize kReplaceWarps elements at once,
 // across blocks (rows then columns, from the block's residue in device memory), with their
 // hashes and squared norms; then the whole thread block takes them one by one (the host
-// codes the round meanwhile: the choices went down before). The scale's hashes, uses and births sit in shared memory
-// for the kernel's length, so that each element's duplicate check over the scale's hashes (contents compared where one
-// matches) and, for a full scale, the least (uses, index) among the old enough elements
-// are one pass of the threads and one barrier. Every thread keeps the entries and samples
-// it reads itself (index i and sample q with i, q = its rank modulo the thread count), so
-// storing an element needs no barrier. The scale's count goes to the mirror's. Grid:
-// the block size's scales; dynamic shared memory replace_shared(): sized to the
-// dictionary, the block and the round, so that the kernel finds room on SMs busy with
-// other rounds' searches.
+// codes the round meanwhile: the choices went down before). The scale's hashes, uses and
+// births sit in shared memory for the kernel's length, so that each element's duplicate
+// check over the scale's hashes (contents compared where one matches) and, for a full
+// scale, the least (uses, index) among the old enough elements are one pass of the threads
+// and one barrier. Every thread keeps the entries and samples it reads itself (index i and
+// sample q with i, q = its rank modulo the thread count), so storing an element needs no
+// barrier. The scale's count goes to the mirror's. Grid: the block size's scales; dynamic
+// shared memory replace_shared(): sized to the dictionary, the block and the round, so
+// that the kernel finds room on SMs busy with other rounds' searches.
 constexpr int kReplaceWarps = 8;
 constexpr int kReplaceThreads = 32 * kReplaceWarps;
 constexpr int kRoundLearnBlocks = 1024;  // the most blocks a round learns from (the round's capacity)
@@ -3530,6 +3530,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // device, not on the host.
   void sync_dictionary(Mirror& m, const std::array<mmp::ScaleView, kScales>& scales,
                        const std::array<double, kScales>& leaf_bits, ScaleArgs* args, Lane& lane) {
+    if (m.held && m.aged)  // the host's copy stopped when the device took the dictionary
+      throw Error(ErrorKind::Internal, "MMP GPU search: a held dictionary cannot be copied from the host again");
     const StreamHandle st = lane.stream.get();
     VFP_CUDA(cudaStreamWaitEvent(st, m.ready.e, 0));
     *args = ScaleArgs{};

@@ -1303,6 +1303,7 @@ TEST(Mmp, FullScaleReplacesItsLeastUsedOldEnoughElement) {
       }
       const mmp::ScaleView v = d.view(0);
       ASSERT_EQ(v.generation, log.size());
+      ASSERT_EQ(v.clock, clock);  // what a device that takes the dictionary ages it by
       ASSERT_GE(v.change_ring, 2 * max);
       for (uint64_t g = log.size() > static_cast<size_t>(v.change_ring) ? log.size() - v.change_ring : 0;
            g < log.size(); ++g)
@@ -1315,6 +1316,31 @@ TEST(Mmp, FullScaleReplacesItsLeastUsedOldEnoughElement) {
     }
     std::printf("max %d: %d replaced, %d dropped\n", max, replaced, dropped);
   }
+}
+
+// A dictionary handed to a search backend's device (LeafSearch::hold_dictionary()): fresh
+// while it holds only its flat elements, and once held it refuses to learn on the host,
+// whose copy stopped (the device's learning itself is tested on the GPU).
+TEST(Mmp, DictionaryHeldOnADeviceRefusesToLearn) {
+  mmp::Dictionary d(100, 2, true);
+  EXPECT_TRUE(d.fresh());
+  EXPECT_FALSE(d.held_on_device());
+  for (int s = 0; s < mmp::kScales; ++s) EXPECT_EQ(d.view(s).clock, d.count(s) > 0 ? 64u : 0u);
+  mmp::Lesson lesson;
+  int16_t* e = lesson.add(1, 1);
+  for (int i = 0; i < 4; ++i) e[i] = static_cast<int16_t>(5 * i - 7);
+  d.add(lesson);
+  EXPECT_FALSE(d.fresh());
+  mmp::Dictionary h(100, 2, true);
+  h.hold_on_device(std::make_shared<int>(0));
+  EXPECT_TRUE(h.held_on_device());
+  try {
+    h.add(lesson);
+    ADD_FAILURE() << "a held dictionary learnt on the host";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::Internal);
+  }
+  EXPECT_TRUE(h.fresh());
 }
 
 // Replacement on every scale of a 16x16 block's dictionaries: no scale ever holds two equal

@@ -1048,8 +1048,16 @@ bool post_filter_on_device() {
 bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
   LeafSearch& backend = *p.search;
   const int cap = backend.round_capacity();
-  if (cap <= 0 || p.tile_mode != TileMode::SyncAll) return false;
-  if (const char* e = std::getenv("VFP_MMP_ROUNDS"); e && std::string(e) == "0") return false;
+  const bool rounds_off = [] {
+    const char* e = std::getenv("VFP_MMP_ROUNDS");
+    return e && std::string(e) == "0";
+  }();
+  if (cap <= 0 || p.tile_mode != TileMode::SyncAll || rounds_off) {
+    if (tiles[0].dict->held_on_device())  // only these rounds go on with it
+      throw Error(ErrorKind::Usage, "MMP: this plane's dictionaries learnt on the " + backend.name() +
+                                        " search in rounds of synchronized tiles, and cannot continue otherwise");
+    return false;
+  }
   // The rounds learn on the device where the backend can (LeafSearch::learns_rounds()) and
   // it is asked for (device_learning_allowed()): a replacing dictionary, every round one
   // search, and a dictionary the backend holds already or that has learnt nothing yet. The
