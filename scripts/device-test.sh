@@ -71,9 +71,9 @@ compute-sanitizer --tool memcheck --error-exitcode 9 build-device/tests/vfpipe_g
 rc_san=$?
 tail -8 "$OUT/sanitizer.log"
 
-log "wavelet and conv kernels under compute-sanitizer (racecheck: shared-memory tiles, border tables, histograms)"
+log "wavelet, conv and MMP kernels under compute-sanitizer (racecheck: shared-memory tiles, border tables, histograms)"
 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/vfpipe_gpu_tests \
-  --gtest_filter='GpuWavelet.ForwardAndInverse*:GpuWavelet.NoiseEstimate*:GpuConv.*:Gpu.MmpLeafSearchKernel*:Gpu.MmpBlockSearch*:-GpuConv.TwoDimensional*' > "$OUT/racecheck.log" 2>&1
+  --gtest_filter='GpuWavelet.ForwardAndInverse*:GpuWavelet.NoiseEstimate*:GpuConv.*:Gpu.MmpLeafSearchKernel*:Gpu.MmpBlockSearch*:Gpu.MmpPostFilter*:-GpuConv.TwoDimensional*' > "$OUT/racecheck.log" 2>&1
 rc_race=$?
 tail -4 "$OUT/racecheck.log"
 log "DEFLATE kernels under compute-sanitizer (racecheck: shared head tables, histograms, staging lines)"
