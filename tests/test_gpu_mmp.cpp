@@ -46,6 +46,15 @@ std::vector<uint8_t> test_plane(int kind, int w, int h, uint32_t seed) {
   return v;
 }
 
+// Every plane of `v` photo-like (test_plane kind 2), plane p from seed `seed` + p.
+void fill_photo_like(const ImageView& v, uint32_t seed) {
+  for (int pl = 0; pl < plane_count(v.format); ++pl) {
+    const auto img = test_plane(2, v.pw[pl], v.ph[pl], seed + static_cast<uint32_t>(pl));
+    for (int y = 0; y < v.ph[pl]; ++y)
+      std::memcpy(v.row(pl, y), img.data() + static_cast<size_t>(y) * v.pw[pl], static_cast<size_t>(v.pw[pl]));
+  }
+}
+
 }  // namespace
 
 // The kernel alone, on made-up queries: random dictionaries with duplicated elements (equal
@@ -292,11 +301,7 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
       mmp::PlaneStates cpu_states, gpu_states;
       for (int i = 0; i < 3; ++i) {
         const ImageView v = frame.view();
-        for (int pl = 0; pl < plane_count(f); ++pl) {
-          const auto img = test_plane(2, v.pw[pl], v.ph[pl], static_cast<uint32_t>(10 * i + pl));
-          for (int y = 0; y < v.ph[pl]; ++y)
-            std::memcpy(v.row(pl, y), img.data() + static_cast<size_t>(y) * v.pw[pl], static_cast<size_t>(v.pw[pl]));
-        }
+        fill_photo_like(v, static_cast<uint32_t>(10 * i));
         std::vector<std::vector<uint8_t>> a, b;
         p.search = nullptr;
         mmp::encode_frame(v, p, nullptr, &a, carry ? &cpu_states : nullptr);
@@ -362,11 +367,7 @@ TEST(Gpu, MmpRoundsLearnOnTheDevice) {
       mmp::PlaneStates cpu_states, gpu_states;
       for (int i = 0; i < 3; ++i) {
         const ImageView v = frame.view();
-        for (int pl = 0; pl < plane_count(f); ++pl) {
-          const auto img = test_plane(2, v.pw[pl], v.ph[pl], static_cast<uint32_t>(31 * i + pl));
-          for (int y = 0; y < v.ph[pl]; ++y)
-            std::memcpy(v.row(pl, y), img.data() + static_cast<size_t>(y) * v.pw[pl], static_cast<size_t>(v.pw[pl]));
-        }
+        fill_photo_like(v, static_cast<uint32_t>(31 * i));
         std::vector<std::vector<uint8_t>> a, b;
         p.search = nullptr;
         mmp::encode_frame(v, p, nullptr, &a, carry ? &cpu_states : nullptr);
