@@ -1869,6 +1869,56 @@ __host__ __device__ constexpr size_t stage_at(int lw, int lh, int j) {
 }
 constexpr size_t kStageSamples = static_cast<size_t>(kMaxNew) * 63 * 63;  // every scale of a 32x32 block
 
+// New element e (2^lw x 2^lh samples at src, rows stride apart) resized to 2^lw2 x 2^lh2 by
+// resize_into()'s arithmetic, by one warp: the horizontal pass into mid (repeating, or the
+// rounded mean of 2^d samples), then the vertical one into out. Returns the resized
+// element's hash and squared norm, the same in every lane.
+struct Resized {
+  uint64_t hash;
+  int norm;
+};
+__device__ Resized resize_element(const int16_t* src, int stride, int lw, int lh, int lw2, int lh2, int16_t* mid,
+                                  int16_t* out, int lane) {
+  const int w2 = 1 << lw2, n2 = 1 << (lw2 + lh2), h1 = 1 << lh;
+  for (int q = lane; q < h1 * w2; q += 32) {  // h1 rows of w2
+    const int y1 = q >> lw2, x2 = q & (w2 - 1);
+    const int16_t* row = src + y1 * stride;
+    int v;
+    if (lw2 >= lw) {
+      v = row[x2 >> (lw2 - lw)];
+    } else {
+      const int d = lw - lw2, k = 1 << d;
+      int sum = 0;
+      for (int i = 0; i < k; ++i) sum += row[(x2 << d) + i];
+      v = (2 * sum + k) >> (d + 1);
+    }
+    mid[q] = static_cast<int16_t>(v);
+  }
+  __syncwarp();
+  uint64_t h = 0;
+  int sq = 0;
+  for (int q = lane; q < n2; q += 32) {
+    const int y2 = q >> lw2, x2 = q & (w2 - 1);
+    int v;
+    if (lh2 >= lh) {
+      v = mid[(y2 >> (lh2 - lh)) * w2 + x2];
+    } else {
+      const int d = lh - lh2, k = 1 << d;
+      int sum = 0;
+      for (int i = 0; i < k; ++i) sum += mid[((y2 << d) + i) * w2 + x2];
+      v = (2 * sum + k) >> (d + 1);
+    }
+    out[q] = static_cast<int16_t>(v);
+    h += sample_hash(q, v);
+    sq += v * v;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    h += __shfl_xor_sync(0xffffffffu, h, o);
+    sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  }
+  return {h, sq};
+}
+
 // Each new element resized to each scale (resize_into()'s arithmetic: the horizontal pass,
 // repeating or taking the rounded mean of 2^d samples, then the vertical one) into the
 // staging, with its hash and squared norm, and whether the scale holds it already. A warp
@@ -1881,7 +1931,7 @@ __device__ void learn_check_block(const BlockWork& w) {
   constexpr int kWarps = 8;
   __shared__ int16_t src[kWarps][kMaxB * kMaxB], mid[kWarps][kMaxB * kMaxB];
   const int n_new = *w.learn_n, lw2 = blockIdx.y % (c.BL + 1), lh2 = blockIdx.y / (c.BL + 1);
-  const int s = lw2 + 6 * lh2, w2 = 1 << lw2, n2 = 1 << (lw2 + lh2);
+  const int s = lw2 + 6 * lh2, n2 = 1 << (lw2 + lh2);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int16_t* data = c.learn.data[s];
   const int* table = c.learn.table[s];
@@ -1894,42 +1944,10 @@ __device__ void learn_check_block(const BlockWork& w) {
     const int16_t* rres = w.slot_rres + static_cast<size_t>(e.slot) * kMaxB * kMaxB;
     for (int q = lane; q < w1 * h1; q += 32) sp[q] = rres[(e.y0 + (q >> e.lw)) * N + e.x0 + (q & (w1 - 1))];
     __syncwarp();
-    for (int q = lane; q < h1 * w2; q += 32) {  // h1 rows of w2
-      const int y1 = q >> lw2, x2 = q & (w2 - 1);
-      int v;
-      if (lw2 >= e.lw) {
-        v = sp[y1 * w1 + (x2 >> (lw2 - e.lw))];
-      } else {
-        const int d = e.lw - lw2, k = 1 << d;
-        int sum = 0;
-        for (int i = 0; i < k; ++i) sum += sp[y1 * w1 + (x2 << d) + i];
-        v = (2 * sum + k) >> (d + 1);
-      }
-      mp[q] = static_cast<int16_t>(v);
-    }
-    __syncwarp();
     int16_t* out = w.learn_stage + stage_at(lw2, lh2, j);
-    uint64_t h = 0;
-    int sq = 0;
-    for (int q = lane; q < n2; q += 32) {
-      const int y2 = q >> lw2, x2 = q & (w2 - 1);
-      int v;
-      if (lh2 >= e.lh) {
-        v = mp[(y2 >> (lh2 - e.lh)) * w2 + x2];
-      } else {
-        const int d = e.lh - lh2, k = 1 << d;
-        int sum = 0;
-        for (int i = 0; i < k; ++i) sum += mp[((y2 << d) + i) * w2 + x2];
-        v = (2 * sum + k) >> (d + 1);
-      }
-      out[q] = static_cast<int16_t>(v);
-      h += sample_hash(q, v);
-      sq += v * v;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      h += __shfl_xor_sync(0xffffffffu, h, o);
-      sq += __shfl_xor_sync(0xffffffffu, sq, o);
-    }
+    const Resized r = resize_element(sp, w1, e.lw, e.lh, lw2, lh2, mp, out, lane);
+    const uint64_t h = r.hash;
+    const int sq = r.norm;
     __syncwarp();  // the warp's staged samples are visible to all its lanes
     int dup = 0;
     for (unsigned at = static_cast<unsigned>(h) & (kTableSize - 1);; at = (at + 1) & (kTableSize - 1)) {
@@ -2099,7 +2117,7 @@ __global__ void __launch_bounds__(kReplaceThreads)
   const BlockConsts& c = *ws.first.c;
   if (c.learn.on != 2) return;
   const int BL = c.BL, lw2 = blockIdx.x % (BL + 1), lh2 = blockIdx.x / (BL + 1);
-  const int s = lw2 + 6 * lh2, w2 = 1 << lw2, n2 = 1 << (lw2 + lh2);
+  const int s = lw2 + 6 * lh2, n2 = 1 << (lw2 + lh2);
   const int max = c.learn.max, B2 = 1 << (2 * BL);
   extern __shared__ unsigned long long ages[];  // replace_shared(max, BL, n_blocks): 8-byte items first
   unsigned long long* sh_hash = ages;
@@ -2147,47 +2165,11 @@ __global__ void __launch_bounds__(kReplaceThreads)
           hi = m - 1;
       }
       const LearnNode nd = list[lo][e - first[lo]];
-      const int N = 1 << nd.L, h1 = 1 << nd.lh;
+      const int N = 1 << nd.L;
       const int16_t* rres = rres_of[lo] + static_cast<size_t>(nd.slot) * kMaxB * kMaxB;
-      int16_t* mp = mid + warp * B2;
-      int16_t* out = elem + warp * B2;
-      for (int q = lane; q < h1 * w2; q += 32) {  // h1 rows of w2
-        const int y1 = q >> lw2, x2 = q & (w2 - 1);
-        const int16_t* row = rres + (nd.y0 + y1) * N + nd.x0;
-        int v;
-        if (lw2 >= nd.lw) {
-          v = row[x2 >> (lw2 - nd.lw)];
-        } else {
-          const int d = nd.lw - lw2, k = 1 << d;
-          int sum = 0;
-          for (int i = 0; i < k; ++i) sum += row[(x2 << d) + i];
-          v = (2 * sum + k) >> (d + 1);
-        }
-        mp[q] = static_cast<int16_t>(v);
-      }
-      __syncwarp();
-      uint64_t h = 0;
-      int sq = 0;
-      for (int q = lane; q < n2; q += 32) {
-        const int y2 = q >> lw2, x2 = q & (w2 - 1);
-        int v;
-        if (lh2 >= nd.lh) {
-          v = mp[(y2 >> (lh2 - nd.lh)) * w2 + x2];
-        } else {
-          const int d = nd.lh - lh2, k = 1 << d;
-          int sum = 0;
-          for (int i = 0; i < k; ++i) sum += mp[((y2 << d) + i) * w2 + x2];
-          v = (2 * sum + k) >> (d + 1);
-        }
-        out[q] = static_cast<int16_t>(v);
-        h += sample_hash(q, v);
-        sq += v * v;
-      }
-      for (int o = 16; o > 0; o >>= 1) {
-        h += __shfl_xor_sync(0xffffffffu, h, o);
-        sq += __shfl_xor_sync(0xffffffffu, sq, o);
-      }
-      if (lane == 0) e_hash[warp] = h, e_norm[warp] = sq;
+      const Resized r = resize_element(rres + nd.y0 * N + nd.x0, N, nd.lw, nd.lh, lw2, lh2, mid + warp * B2,
+                                       elem + warp * B2, lane);
+      if (lane == 0) e_hash[warp] = r.hash, e_norm[warp] = r.norm;
     }
     __syncthreads();
     const int batch = min(kReplaceWarps, total - e0);
