@@ -2167,8 +2167,8 @@ __global__ void __launch_bounds__(kReplaceThreads)
       const LearnNode nd = list[lo][e - first[lo]];
       const int N = 1 << nd.L;
       const int16_t* rres = rres_of[lo] + static_cast<size_t>(nd.slot) * kMaxB * kMaxB;
-      const Resized r = resize_element(rres + nd.y0 * N + nd.x0, N, nd.lw, nd.lh, lw2, lh2, mid + warp * B2,
-                                       elem + warp * B2, lane);
+      const Resized r =
+          resize_element(rres + nd.y0 * N + nd.x0, N, nd.lw, nd.lh, lw2, lh2, mid + warp * B2, elem + warp * B2, lane);
       if (lane == 0) e_hash[warp] = r.hash, e_norm[warp] = r.norm;
     }
     __syncthreads();
