@@ -1880,6 +1880,7 @@ struct Resized {
 __device__ Resized resize_element(const int16_t* src, int stride, int lw, int lh, int lw2, int lh2, int16_t* mid,
                                   int16_t* out, int lane) {
   const int w2 = 1 << lw2, n2 = 1 << (lw2 + lh2), h1 = 1 << lh;
+  __syncwarp();                               // mid and out are free: the warp's last call is done with them
   for (int q = lane; q < h1 * w2; q += 32) {  // h1 rows of w2
     const int y1 = q >> lw2, x2 = q & (w2 - 1);
     const int16_t* row = src + y1 * stride;
@@ -2356,11 +2357,25 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     Group* g = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      for (RoundGroup& r : rounds_)
-        if (!r.busy) {
-          g = r.group.get(), r.busy = true;
-          break;
-        }
+      // Where the rounds learn on the device, a free group whose last round learnt this
+      // dictionary (the device orders them anyway), else one whose learning is done: a
+      // group still learning another plane's round would make this one wait for it.
+      const auto take = [&](auto&& ok) {
+        for (RoundGroup& r : rounds_)
+          if (!r.busy && ok(*r.group)) {
+            g = r.group.get(), r.busy = true;
+            return;
+          }
+      };
+      if (shared.learn) {
+        take([&](const Group& c) { return c.last_dict == shared.dict_id; });
+        if (!g)
+          take([&](const Group& c) {
+            return !c.learning_tail || cudaStreamQuery(c.lanes[0]->stream.get()) == cudaSuccess;
+          });
+      } else {
+        take([](const Group&) { return true; });
+      }
       if (!g) {
         rounds_.push_back({std::make_unique<Group>(), true});
         g = rounds_.back().group.get();
@@ -2622,6 +2637,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // codes them while the device learns (`learning_tail`: that learning may still run).
     bool learned_rounds = false, learning_tail = false;
     Event choices;
+    // The last round's dictionary and shape (BL, K, n, tiles, learn_max): a round of the same
+    // shape allocates and rebuilds nothing, so it may follow a learning tail in stream order
+    // alone, without the host waiting for it.
+    uint64_t last_dict = 0;
+    std::tuple<int, int, int, int, int> last_shape{};
     int block_log = 0, n = 0;
     int64_t t0 = 0;
     std::atomic<int64_t>* device_ns = nullptr;  // the round's query's (BlockQuery::device_ns)
@@ -2685,10 +2705,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     set_device(device_);
     BlockConsts* bc = reinterpret_cast<BlockConsts*>(g.stage_consts.get());
     if (g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
-    if (g.learning_tail) {  // the last round's learning may still read the group's buffers
-      g.lanes[0]->stream.synchronize();
-      g.learning_tail = false;
-    }
+    // The last round's learning may still read the group's buffers: a round of another shape
+    // may move them (or write its arguments with a plain copy), so the host waits for it.
+    const int learn_max_now = learn_rounds ? q.max_elements : 0;
+    const auto shape = std::make_tuple(BL, K, n, tiles, learn_max_now);
+    if (g.learning_tail && shape != g.last_shape) g.lanes[0]->stream.synchronize();
+    g.learning_tail = false;
+    g.last_shape = shape;
+    g.last_dict = q.dict_id;
     // The group is the caller's alone: its lanes and their buffers are made and grown outside
     // the search's lock (a plane's first rounds make dozens of lanes).
     while (g.lanes.size() < static_cast<size_t>(n)) g.lanes.push_back(std::make_unique<Lane>());

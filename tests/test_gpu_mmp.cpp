@@ -329,7 +329,8 @@ TEST(Gpu, MmpRoundsLearnOnTheDevice) {
   };
   for (const Case c : {Case{40, 8, 2, 3, 8, 64, 25}, Case{96, 80, 2, 4, 32, 90, 30}, Case{161, 97, 0, 4, 64, 72, 40},
                        Case{136, 72, 1, 3, 8, 100, 10}, Case{99, 67, 4, 5, 32, 130, 20},
-                       Case{128, 128, 2, 4, 128, 80, 5}, Case{120, 90, 2, 4, 32, 512, 30}}) {
+                       Case{128, 128, 2, 4, 128, 80, 5}, Case{120, 90, 2, 4, 32, 512, 30},
+                       Case{128, 64, 0, 3, 8, 300, 5}}) {  // the last: rounds of 128 blocks, many elements each
     const auto img = test_plane(c.kind, c.w, c.h, 21);
     mmp::Params p;
     p.lambda = c.lambda;
