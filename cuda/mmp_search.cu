@@ -2237,6 +2237,9 @@ __global__ void __launch_bounds__(kReplaceThreads)
 
 // A held dictionary's element counts into the round's constants (the host does not wait
 // for the last round's learning, so it does not know them): the graph's first kernel.
+// Does nothing: VFP_MMP_EXTRA_KERNELS (for measurements) adds launches of it to every round.
+__global__ void empty_kernel() {}
+
 __global__ void take_counts_kernel(BlockConsts* c) {
   if (c->learn.on == 2 && threadIdx.x < kScales) c->s.sc.count[threadIdx.x] = c->learn.counts[threadIdx.x];
 }
@@ -3246,6 +3249,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       for (int L = kMinLog + 1; L < BL; ++L)
         VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.sorted.e, 0));
     }
+    // Launches that do nothing, beside the round's work on the largest units' stream (for
+    // measurements: what a kernel launch costs a round when many rounds share the GPU).
+    for (int k = 0; k < extra_kernels_; ++k) {
+      empty_kernel<<<1, 32, 0, lead.levels[BL].stream.get()>>>();
+      VFP_CUDA_LAUNCHED("mmp empty_kernel");
+    }
     std::vector<Op> ops;
     area_ops(&ops, 0, 0, 0, BL);
     const StreamHandle chain = lead.levels[kMinLog].stream.get();
@@ -3733,6 +3742,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   int device_;
   int mma_min_L_ = tensor_from_L();
   int round_blocks_ = round_blocks();
+  // VFP_MMP_EXTRA_KERNELS=k (for measurements): k launches that do nothing in every round.
+  int extra_kernels_ = [] {
+    const char* e = std::getenv("VFP_MMP_EXTRA_KERNELS");
+    return e ? std::clamp(std::atoi(e), 0, 1000) : 0;
+  }();
   RoundSwitch answers_ = round_switch("VFP_MMP_ANSWERS");
   RoundSwitch rate_order_ = round_switch("VFP_MMP_RATE_ORDER");
   RoundSwitch chain_order_ = round_switch("VFP_MMP_CHAIN_ORDER");

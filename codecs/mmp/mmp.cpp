@@ -1022,8 +1022,8 @@ RoundTrace& round_trace() {
 }
 
 // Whether rounds may start learning on a backend's device: VFP_MMP_DEVICE_LEARN=1 (off by
-// default: on the H100 the stage with 8 frames in flight ran 13% slower with it, `mmp
-// encode` with 2 in flight 10% faster; docs/perf.md). A dictionary the device holds
+// default: on the H100 the stage with 8 frames in flight ran 3-5% slower with it, `mmp
+// encode` with 2 in flight 10-25% faster; docs/perf.md). A dictionary the device holds
 // already goes on learning there.
 bool device_learning_allowed() {
   const char* e = std::getenv("VFP_MMP_DEVICE_LEARN");
