@@ -2235,11 +2235,11 @@ __global__ void __launch_bounds__(kReplaceThreads)
   if (threadIdx.x == 0) c.learn.clock[s] = clock, c.learn.counts[s] = count;
 }
 
-// A held dictionary's element counts into the round's constants (the host does not wait
-// for the last round's learning, so it does not know them): the graph's first kernel.
 // Does nothing: VFP_MMP_EXTRA_KERNELS (for measurements) adds launches of it to every round.
 __global__ void empty_kernel() {}
 
+// A held dictionary's element counts into the round's constants (the host does not wait
+// for the last round's learning, so it does not know them): the graph's first kernel.
 __global__ void take_counts_kernel(BlockConsts* c) {
   if (c->learn.on == 2 && threadIdx.x < kScales) c->s.sc.count[threadIdx.x] = c->learn.counts[threadIdx.x];
 }
