@@ -40,7 +40,7 @@ struct MmpSettings {
   std::string file;
   bool carry = false, independent_chroma = false, post_filter = true;
   int block = 16, modes = 4, dict = mmp::Params{}.max_dict;
-  std::string tile = "0", tile_mode = "sync", search = "auto",
+  std::string tile = "0", tile_mode = "sync", tile_scan = "raster", search = "auto",
               dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
 };
 
@@ -65,6 +65,10 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.text("tile", &S::tile, "0", "tiles of WxH luma samples (or N), coded in parallel; 0 = untiled");
     t.choice("tile_mode", &S::tile_mode, "sync", {"sync", "sync-dict", "independent"},
              "what tiles share: dictionaries and models (sync), dictionaries only, nothing");
+    t.choice("tile_scan", &S::tile_scan, "raster", {"raster", "wavefront"},
+             "the order of synchronized tiles' rounds: raster, or wavefront (every block whose left, top and "
+             "top-right neighbours are done: a 512x512 tile in 94 rounds instead of 1024, about 0.09 dB; the "
+             "real-time setting)");
     t.choice(
         "search", &S::search, "auto", {"auto", "cpu", "cuda"},
         "where the encoder's search runs: auto (the GPU on the CUDA backend, else the CPU), cpu, or cuda "
@@ -88,13 +92,17 @@ class MmpStage final : public Stage {
     params_.replace_least_used = s.dict_full == "replace";
     params_.block_log = mmp::block_log_of_size(s.block);
     if (params_.block_log < 0) throw OptionError("block", "mmp: block=" + std::to_string(s.block) + " (8, 16 or 32)");
+    // Choices: always one of the names.
+    mmp::parse_tile_mode(s.tile_mode, &params_.tile_mode);
+    mmp::parse_tile_scan(s.tile_scan, &params_.tile_scan);
     try {
       mmp::parse_tile_size(s.tile, &params_);
       mmp::check_tiles(params_);
     } catch (const Error& e) {
-      throw OptionError("tile", e.what());
+      const bool scan = params_.tile_scan == mmp::TileScan::Wavefront &&
+                        (!params_.tiled() || params_.tile_mode == mmp::TileMode::Independent);
+      throw OptionError(scan ? "tile_scan" : "tile", e.what());
     }
-    mmp::parse_tile_mode(s.tile_mode, &params_.tile_mode);  // a choice: always one of the names
     if (s.search == "cuda") {
 #if VFPIPE_HAVE_CUDA
       params_.search = cuda::make_mmp_leaf_search();  // a clear error without a usable GPU
@@ -198,6 +206,13 @@ class MmpStage final : public Stage {
     if (params_.max_dict != mmp::Params{}.max_dict) trade += log::format(", dict=%d", params_.max_dict);
     if (params_.replace_least_used != mmp::Params{}.replace_least_used)
       trade += params_.replace_least_used ? ", dict_full=replace" : ", dict_full=stop";
+    if (params_.tiled()) {
+      trade += log::format(", tile=%dx%d", params_.tile_w, params_.tile_h);
+      if (params_.tile_mode != mmp::Params{}.tile_mode)
+        trade += std::string(", tile_mode=") + mmp::tile_mode_name(params_.tile_mode);
+      if (params_.tile_scan != mmp::Params{}.tile_scan)
+        trade += std::string(", tile_scan=") + mmp::tile_scan_name(params_.tile_scan);
+    }
     return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(),
                        params_.search ? ", search on the GPU" : "");
   }

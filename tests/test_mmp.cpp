@@ -627,7 +627,8 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
   // Independent / carried frames, 16 / 8 / 32 blocks, untiled and in tiles of each mode;
   // small dictionaries that fill up: replacing their least used elements (carried untiled,
   // and tiled) and stopping (tiled).
-  for (int variant = 0; variant < 10; ++variant) {
+  // Variants 10 and 11: wavefront rounds (sync, sync-dict) in tiles of 4 x 3 blocks.
+  for (int variant = 0; variant < 12; ++variant) {
     mmp::Params p;
     if (variant >= 7) {
       p.max_dict = 70;
@@ -639,6 +640,12 @@ TEST(Mmp, FuzzedFilesAreDecodedOrRejected) {
     if (variant > 3 && variant != 7) {
       p.tile_w = p.tile_h = 16;
       p.tile_mode = static_cast<mmp::TileMode>(variant >= 8 ? 2 : variant - 4);
+    }
+    if (variant >= 10) {
+      p.block_log = 3;
+      p.tile_w = 32, p.tile_h = 24;
+      p.tile_mode = variant == 10 ? mmp::TileMode::SyncAll : mmp::TileMode::SyncDictionaries;
+      p.tile_scan = mmp::TileScan::Wavefront;
     }
     const std::string f = dir + "/seed.mmp";
     {
@@ -926,7 +933,8 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
   };
   for (const Setting& s : {Setting{"default", "", ""}, Setting{"modes1", ":modes=1", " --modes 1"},
                            Setting{"dict72", ":dict=72", " --dict 72"},
-                           Setting{"stop", ":dict=72:dict_full=stop", " --dict 72 --dict-full stop"}}) {
+                           Setting{"stop", ":dict=72:dict_full=stop", " --dict 72 --dict-full stop"},
+                           Setting{"wavefront", ":tile=32x32:tile_scan=wavefront", " --tile 32x32 --tile-scan wavefront"}}) {
     const std::string stream = dir + "/s_" + s.name + ".mmp";
     const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30" + s.stage + ":file=" + stream +
                                   "' -o " + dir + "/rec_" + s.name + ".y4m -y --device cpu");
@@ -953,14 +961,26 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
   const auto info_s = test::run_cmd(bin + " mmp info " + dir + "/s_stop.mmp");
   EXPECT_NE(info_s.out.find("72 dictionary elements per scale (a full scale takes no more)"), std::string::npos)
       << info_s.out;
-  for (const std::string bad : {"modes=12", "dict=32", "dict=5000", "dict_full=lru"}) {
+  const auto info_w = test::run_cmd(bin + " mmp info " + dir + "/s_wavefront.mmp");
+  EXPECT_NE(info_w.out.find("tiles: 32x32 (luma samples), sync (dictionaries and models shared, updated in rounds), "
+                            "wavefront rounds"),
+            std::string::npos)
+      << info_w.out;
+  for (const std::string bad : {"modes=12", "dict=32", "dict=5000", "dict_full=lru", "tile_scan=zigzag",
+                                "tile_scan=wavefront", "tile=32:tile_mode=independent:tile_scan=wavefront"}) {
     const auto r = test::run_cmd(bin + " run -i synthetic -f 'mmp=" + bad + "' --device cpu");
     EXPECT_EQ(r.rc, 2) << r.out;
-    EXPECT_NE(r.out.find(bad.substr(0, bad.find('='))), std::string::npos) << r.out;
+    const std::string last = bad.substr(bad.rfind(':') + 1);
+    EXPECT_NE(r.out.find(last.substr(0, last.find('='))), std::string::npos) << r.out;
   }
   const auto cli = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/x.mmp -y --dict 63");
   EXPECT_NE(cli.rc, 0) << cli.out;
   EXPECT_NE(cli.out.find("--dict"), std::string::npos) << cli.out;
+  const auto untiled_wavefront =
+      test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/x.mmp -y --tile-scan wavefront");
+  EXPECT_EQ(untiled_wavefront.rc, 2) << untiled_wavefront.out;
+  EXPECT_NE(untiled_wavefront.out.find("wavefront"), std::string::npos) << untiled_wavefront.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.mmp"));
 }
 
 // The stage leaves a note per frame in the run's records (the HUD's line): bits, bpp, PSNR.
@@ -1109,6 +1129,79 @@ TEST(Mmp, TiledBytesDoNotDependOnTheThreadCount) {
   }
 }
 
+// Wavefront rounds (docs/mmp.md, "Wavefront rounds"): in both synchronized modes, at odd
+// sizes, every block size and tiles of several blocks each way, the decoder gives the
+// encoder's reconstruction, whatever the thread count, with carried state and the
+// exhaustive backend's bytes. Tiles one block high have the raster order's rounds, and so
+// its bytes; taller ones code otherwise.
+TEST(Mmp, WavefrontRoundsDecodeExactly) {
+  auto search = std::make_shared<test::ExhaustiveSearch>();
+  const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {37, 21}, {70, 45}, {100, 90}};
+  int cases = 0, differ = 0;
+  for (mmp::TileMode mode : {mmp::TileMode::SyncDictionaries, mmp::TileMode::SyncAll})
+    for (const auto& [w, h] : sizes)
+      for (int bl = 3; bl <= 5; ++bl) {
+        const auto img = plane((w + bl) % 2 ? "photo" : "text", w, h, static_cast<uint32_t>(w * 3 + bl));
+        mmp::Params p;
+        p.lambda = 25;
+        p.block_log = bl;
+        p.tile_mode = mode;
+        p.tile_scan = mmp::TileScan::Wavefront;
+        p.max_dict = bl == 4 ? 72 : 512;  // a dictionary that fills up and replaces, too
+        p.post_filter = (w + bl) % 2 == 0;
+        p.tile_w = 4 << bl, p.tile_h = 3 << bl;  // 4 x 3 blocks: up to 2 blocks a round per tile
+        const std::string what =
+            std::string(mmp::tile_mode_name(mode)) + " " + std::to_string(w) + "x" + std::to_string(h) + " block " +
+            std::to_string(1 << bl);
+        mmp::PlaneState enc(p), dec(p), one_state(p), ex_state(p);
+        for (int frame = 0; frame < 2; ++frame) {  // the second continues the first's state
+          const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p, &enc);
+          ASSERT_EQ(mmp::decode_plane(r.bytes.data(), r.bytes.size(), w, h, p, &dec), r.recon) << what;
+          set_cpu_threads(1);
+          const mmp::PlaneResult one = mmp::encode_plane(img.data(), w, h, p, &one_state);
+          set_cpu_threads(0);
+          EXPECT_EQ(one.bytes, r.bytes) << what;
+          mmp::Params q = p;
+          q.search = search;
+          EXPECT_EQ(mmp::encode_plane(img.data(), w, h, q, &ex_state).bytes, r.bytes) << what;
+        }
+        mmp::Params raster = p;
+        raster.tile_scan = mmp::TileScan::Raster;
+        const mmp::PlaneResult wf = mmp::encode_plane(img.data(), w, h, p);
+        const mmp::PlaneResult ra = mmp::encode_plane(img.data(), w, h, raster);
+        if (h <= (1 << bl)) EXPECT_EQ(wf.bytes, ra.bytes) << what;  // one block high: the same rounds
+        if (wf.bytes != ra.bytes) ++differ;
+        ++cases;
+      }
+  EXPECT_EQ(cases, 30);
+  EXPECT_GE(differ, 8);  // the taller planes (2 sizes x 3 blocks, 2 modes; some at 32x32 blocks coincide)
+}
+
+// One block row of tiles per round in the wavefront, two block columns apart: the plane's
+// rounds are fewer than its tiles' blocks, and the rounds' blocks are coded in parallel.
+TEST(Mmp, WavefrontBytesDoNotDependOnTheThreadCount) {
+  const int w = 192, h = 160;
+  const auto img = plane("photo", w, h, 12);
+  for (mmp::TileMode mode : {mmp::TileMode::SyncDictionaries, mmp::TileMode::SyncAll}) {
+    mmp::Params p;
+    p.lambda = 20;
+    p.block_log = 3;
+    p.tile_mode = mode;
+    p.tile_scan = mmp::TileScan::Wavefront;
+    p.tile_w = p.tile_h = 64;
+    set_cpu_threads(1);
+    const mmp::PlaneResult one = mmp::encode_plane(img.data(), w, h, p);
+    set_cpu_threads(4);
+    const mmp::PlaneResult four = mmp::encode_plane(img.data(), w, h, p);
+    const auto back = mmp::decode_plane(one.bytes.data(), one.bytes.size(), w, h, p);
+    set_cpu_threads(0);
+    EXPECT_EQ(one.bytes, four.bytes) << mmp::tile_mode_name(mode);
+    EXPECT_EQ(back, one.recon);
+    EXPECT_EQ(one.tiles, 9);
+    EXPECT_EQ(one.blocks, 24 * 20);
+  }
+}
+
 // What the modes share shows in the cost: on a plane whose pattern repeats across tiles,
 // shared dictionaries and models (sync) code it for less J = SSE + lambda * bits than
 // dictionaries only (sync-dict), and both for less than independent tiles; untiled is the
@@ -1153,6 +1246,20 @@ TEST(Mmp, TileSizesAndModesAreParsedAndChecked) {
   EXPECT_TRUE(mmp::parse_tile_mode("sync-dict", &m));
   EXPECT_EQ(m, mmp::TileMode::SyncDictionaries);
   EXPECT_FALSE(mmp::parse_tile_mode("rounds", &m));
+  mmp::TileScan scan;
+  EXPECT_TRUE(mmp::parse_tile_scan("wavefront", &scan));
+  EXPECT_EQ(scan, mmp::TileScan::Wavefront);
+  EXPECT_TRUE(mmp::parse_tile_scan("raster", &scan));
+  EXPECT_EQ(scan, mmp::TileScan::Raster);
+  EXPECT_FALSE(mmp::parse_tile_scan("zigzag", &scan));
+  // A wavefront orders synchronized tiles' rounds: untiled planes and independent tiles have none.
+  mmp::Params wf;
+  wf.tile_scan = mmp::TileScan::Wavefront;
+  EXPECT_THROW(mmp::check_tiles(wf), Error);
+  wf.tile_w = wf.tile_h = 64;
+  mmp::check_tiles(wf);
+  wf.tile_mode = mmp::TileMode::Independent;
+  EXPECT_THROW(mmp::check_tiles(wf), Error);
   // Chroma tiles: the luma size shifted by the subsampling, rounded up to whole blocks.
   EXPECT_EQ(mmp::plane_tile_size(128, 1, 4), 64);
   EXPECT_EQ(mmp::plane_tile_size(16, 1, 4), 16);
@@ -1209,6 +1316,51 @@ TEST(Mmp, CorruptTileTablesAreRejected) {
   }
 }
 
+// The tile header's mode byte: bits 0-1 the mode, bit 2 the wavefront; a wavefront of
+// independent tiles or any other bit is rejected with a clear error.
+TEST(Mmp, TileModeBytesAreChecked) {
+  const std::string dir = test::tmp_path("mmp_mode_byte");
+  std::filesystem::create_directories(dir);
+  FrameSpec s{PixelFormat::GRAY8, 40, 24, {25, 1}};
+  HostFrame src(s, false), back(s, false);
+  test::fill_random(src, 6);
+  mmp::Params p;
+  p.lambda = 30;
+  p.block_log = 3;
+  p.tile_w = p.tile_h = 32;
+  p.tile_scan = mmp::TileScan::Wavefront;
+  const std::string f = dir + "/w.mmp";
+  {
+    mmp::Writer wr(f, s, p);
+    wr.write(src.view());
+  }
+  std::string bytes = test::read_file(f);
+  const auto write = [&](const std::string& b) { std::ofstream(f, std::ios::binary) << b; };
+  constexpr size_t kModeByte = 35 + 8;  // after the fixed header and the tile size
+  ASSERT_GT(bytes.size(), kModeByte);
+  EXPECT_EQ(bytes[kModeByte], 2 | 4);  // sync, wavefront
+  for (const int bad : {4, 3, 8, 0x86}) {
+    std::string b = bytes;
+    b[kModeByte] = static_cast<char>(bad);
+    write(b);
+    try {
+      mmp::Reader rd(f);
+      ADD_FAILURE() << "mode byte " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tile"), std::string::npos) << e.what();
+    }
+  }
+  bytes[kModeByte] = 1 | 4;  // sync-dict, wavefront: another valid stream, decoded without a crash
+  write(bytes);
+  try {
+    mmp::Reader rd(f);
+    EXPECT_EQ(rd.params().tile_mode, mmp::TileMode::SyncDictionaries);
+    EXPECT_EQ(rd.params().tile_scan, mmp::TileScan::Wavefront);
+    rd.read(back);
+  } catch (const Error&) {  // its data was written for shared models: an error is as good
+  }
+}
+
 // The container records the tile grid and mode (version 3); colour planes get chroma tiles
 // scaled by the subsampling; carried state keeps the tiles' dictionaries across frames.
 TEST(Mmp, TiledContainerRoundTripsWithCarryAndColour) {
@@ -1224,6 +1376,7 @@ TEST(Mmp, TiledContainerRoundTripsWithCarryAndColour) {
     p.max_dict = 4096;  // room for all the first frame teaches (random samples)
     p.tile_w = 32, p.tile_h = 48;
     p.tile_mode = fmt == PixelFormat::GRAY8 ? mmp::TileMode::Independent : mmp::TileMode::SyncAll;
+    if (fmt == PixelFormat::YUV444P) p.tile_scan = mmp::TileScan::Wavefront;
     const std::string f = dir + "/t.mmp";
     std::deque<HostFrame> recs;  // HostFrame does not move
     const std::vector<double> bits = write_frames(f, p, src, 3, recs);
@@ -1232,6 +1385,7 @@ TEST(Mmp, TiledContainerRoundTripsWithCarryAndColour) {
     EXPECT_EQ(rd.params().tile_w, 32);
     EXPECT_EQ(rd.params().tile_h, 48);
     EXPECT_EQ(rd.params().tile_mode, p.tile_mode);
+    EXPECT_EQ(rd.params().tile_scan, p.tile_scan);
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(rd.read(back));
       EXPECT_TRUE(back.same_pixels(recs[static_cast<size_t>(i)])) << pix_fmt_name(fmt) << " frame " << i;

@@ -27,7 +27,7 @@ namespace vfp {
 namespace {
 
 struct MmpArgs {
-  std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", device = "auto", gpu_search = "blocks";
+  std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", tile_scan = "raster", device = "auto", gpu_search = "blocks";
   std::string dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
   double lambda = 32;
   int64_t frames = -1;
@@ -95,6 +95,8 @@ int mmp_encode_command(const MmpArgs& a) {
   mmp::parse_tile_size(a.tile, &p);
   if (!mmp::parse_tile_mode(a.tile_mode, &p.tile_mode))
     throw Error(ErrorKind::Usage, "--tile-mode: '" + a.tile_mode + "' (independent, sync-dict or sync)");
+  if (!mmp::parse_tile_scan(a.tile_scan, &p.tile_scan))
+    throw Error(ErrorKind::Usage, "--tile-scan: '" + a.tile_scan + "' (raster or wavefront)");
   mmp::check_tiles(p);
   // Before the search starts (a GPU's context, or the warning that there is none).
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
@@ -212,11 +214,12 @@ int mmp_info_command(const MmpArgs& a) {
                                                          : "each plane with dictionaries of its own");
   std::printf("blocks: %dx%d\n", 1 << r.params().block_log, 1 << r.params().block_log);
   if (r.params().tiled())
-    std::printf("tiles: %dx%d (luma samples), %s\n", r.params().tile_w, r.params().tile_h,
+    std::printf("tiles: %dx%d (luma samples), %s%s\n", r.params().tile_w, r.params().tile_h,
                 r.params().tile_mode == mmp::TileMode::Independent ? "independent (own dictionaries and models)"
                 : r.params().tile_mode == mmp::TileMode::SyncDictionaries
                     ? "sync-dict (dictionaries shared, updated in rounds; models per tile)"
-                    : "sync (dictionaries and models shared, updated in rounds)");
+                    : "sync (dictionaries and models shared, updated in rounds)",
+                r.params().tile_scan == mmp::TileScan::Wavefront ? ", wavefront rounds" : "");
   else
     std::printf("tiles: none\n");
   std::printf("post-filter: %s\n", r.params().post_filter ? "on (each plane's taps in its stream)" : "off");
@@ -311,6 +314,13 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
                    "what tiles share: sync (dictionaries and models, updated in rounds: the fewest bits), "
                    "sync-dict (dictionaries only), independent (nothing)")
       ->check(CLI::IsMember({"sync", "sync-dict", "independent"}))
+      ->capture_default_str();
+  mmp_enc
+      ->add_option("--tile-scan", mmp_args.tile_scan,
+                   "the order of synchronized tiles' rounds: raster (round k codes each tile's block k) or "
+                   "wavefront (each round codes every block whose left, top and top-right neighbours are done: "
+                   "a 512x512 tile takes 94 rounds instead of 1024, about 0.09 dB; the real-time setting)")
+      ->check(CLI::IsMember({"raster", "wavefront"}))
       ->capture_default_str();
   auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
   mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();

@@ -29,7 +29,8 @@ uint32_t get_u32(const uint8_t* p) {
          static_cast<uint32_t>(p[3]) << 24;
 }
 constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4 + 1;
-constexpr size_t kTileHeaderBytes = 4 + 4 + 1;  // version 3: tile width, height (luma), mode
+// Version 3: tile width, height (luma), and a byte of the tile mode (bits 0-1) and scan (bit 2).
+constexpr size_t kTileHeaderBytes = 4 + 4 + 1;
 // The block size in the flags byte, bits 3-4: 0 = 16x16 (what files before the option
 // hold), 1 = 8x8, 2 = 32x32.
 int block_code(int block_log) { return block_log == 4 ? 0 : block_log == 3 ? 1 : 2; }
@@ -115,7 +116,7 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   if (p.tiled()) {
     put_u32(h, static_cast<uint32_t>(p.tile_w));
     put_u32(h, static_cast<uint32_t>(p.tile_h));
-    h.push_back(static_cast<uint8_t>(p.tile_mode));
+    h.push_back(static_cast<uint8_t>(static_cast<int>(p.tile_mode) | static_cast<int>(p.tile_scan) << 2));
   }
   put(h.data(), h.size());
 }
@@ -260,8 +261,10 @@ Reader::Reader(const std::string& path) : path_(path) {
       throw Error(ErrorKind::Input, path + ": truncated .mmp header");
     params_.tile_w = static_cast<int>(std::min<uint32_t>(get_u32(t), 1u << 30));
     params_.tile_h = static_cast<int>(std::min<uint32_t>(get_u32(t + 4), 1u << 30));
-    if (t[8] > 2) throw Error(ErrorKind::Input, path + ": unknown tile mode " + std::to_string(t[8]));
-    params_.tile_mode = static_cast<TileMode>(t[8]);
+    if ((t[8] & 3) > 2 || t[8] > 7)
+      throw Error(ErrorKind::Input, path + ": unknown tile mode " + std::to_string(t[8]));
+    params_.tile_mode = static_cast<TileMode>(t[8] & 3);
+    params_.tile_scan = static_cast<TileScan>(t[8] >> 2);
     if (!params_.tiled()) throw Error(ErrorKind::Input, path + ": a version 3 file without tiles");
     try {
       check_frame_tiles(spec_, params_, ErrorKind::Input);

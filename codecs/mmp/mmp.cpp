@@ -649,6 +649,15 @@ void emit_area(const Area& a, int L, SymbolWriter& out, Models& m, PlaneResult& 
               "MMP: corrupt or truncated data (block at " + std::to_string(bx) + "," + std::to_string(by) + ")");
 }
 
+// What coding a block leaves for its dictionary update and, where the models stay as they
+// were during a round, for their adaptation at the round's end; kept from block to block
+// for its storage.
+struct BlockWork {
+  LearnedUnits learned;  // the block's units
+  Area area;             // its choices, as a backend's search returned them
+  Overlay overlay;       // models frozen in the round: the block's private probabilities and bits
+};
+
 // One tile of a plane (an untiled plane is one tile of the whole padded plane), in its own
 // coordinates: prediction sees only the tile's decoded samples, as at a plane's edges.
 struct Tile {
@@ -659,9 +668,7 @@ struct Tile {
   Models* models = nullptr;
   std::unique_ptr<RangeEncoder> enc;
   std::unique_ptr<RangeDecoder> dec;
-  LearnedUnits learned;                          // the last block's units
-  Area area;                                     // the last block's choices (code_rounds_batched())
-  Overlay overlay;                               // SyncAll: the block's private probabilities and bits
+  BlockWork work;                                // a tile coded alone: its last block's
   PlaneResult stats;                             // counters only
   std::atomic<int64_t>* blocks_coded = nullptr;  // Params::blocks_coded
 };
@@ -700,72 +707,117 @@ void for_tiles(const std::vector<int>& ids, Body&& body) {
   tbb::parallel_for(size_t{0}, ids.size(), [&](size_t k) { body(ids[k]); });
 }
 
+// A block of a round of synchronized tiles: its tile and its index in the tile (raster
+// order of the tile's blocks).
+struct RoundItem {
+  int tile, k;
+};
+using Rounds = std::vector<std::vector<RoundItem>>;
+
+// The rounds of synchronized tiles (TileScan), each in tile then block order: the order in
+// which a round's blocks write their tiles' streams and its learning is merged.
+Rounds round_schedule(const std::vector<Tile>& tiles, TileScan scan) {
+  Rounds rounds;
+  for (size_t i = 0; i < tiles.size(); ++i)
+    for (int k = 0; k < tiles[i].blocks; ++k) {
+      const int bx = k % tiles[i].blocks_x, by = k / tiles[i].blocks_x;
+      const size_t r = static_cast<size_t>(scan == TileScan::Wavefront ? bx + 2 * by : k);
+      if (r >= rounds.size()) rounds.resize(r + 1);
+      rounds[r].push_back({static_cast<int>(i), k});
+    }
+  return rounds;
+}
+size_t most_blocks_a_round(const Rounds& rounds) {
+  size_t most = 0;
+  for (const auto& r : rounds) most = std::max(most, r.size());
+  return most;
+}
+
+// Whether a round's blocks code with the models as the round found them (an overlay a
+// block, replayed at the round's end): shared models (SyncAll), or a wavefront, whose
+// rounds take several blocks of a tile at once.
+bool models_frozen_in_rounds(const Params& p) {
+  return p.tile_mode == TileMode::SyncAll || p.tile_scan == TileScan::Wavefront;
+}
+
+// Runs body(j) for the items [begin, end) of a round: a tile's blocks one after another
+// in order (they write one stream), the tiles in parallel on the process-wide pool.
+template <typename Body>
+void for_round_items(const std::vector<RoundItem>& items, size_t begin, size_t end, Body&& body) {
+  std::vector<int> starts;
+  for (size_t j = begin; j < end; ++j)
+    if (j == begin || items[j].tile != items[j - 1].tile) starts.push_back(static_cast<int>(j));
+  for_tiles(starts, [&](int j0) {
+    for (size_t j = static_cast<size_t>(j0); j < end && items[j].tile == items[static_cast<size_t>(j0)].tile; ++j)
+      body(static_cast<int>(j));
+  });
+}
+
 // The end of a round of synchronized tiles: the round's new elements enter the shared
-// dictionaries in tile order (unless the device learnt them), and with shared models (SyncAll) the tiles' private model
-// changes are replayed in the same order. `batch` is scratch.
-void end_round(std::vector<Tile>& tiles, const std::vector<int>& active, bool shared_models, Lesson& batch) {
+// dictionaries in the round's order (unless the device learnt them), and where the models
+// stayed frozen, the blocks' private model changes are replayed in the same order. `work`
+// holds the round's blocks' (item j's at j); `batch` is scratch.
+void end_round(std::vector<Tile>& tiles, const std::vector<RoundItem>& items, std::vector<BlockWork>& work,
+               const Params& p, Lesson& batch) {
   const int64_t t0 = now_ns();
   if (!tiles[0].dict->held_on_device()) {  // else the device learnt the round's elements
     batch.clear();
-    for (int i : active) collect(tiles[static_cast<size_t>(i)].learned, batch);
+    for (size_t j = 0; j < items.size(); ++j) collect(work[j].learned, batch);
     tiles[0].dict->add(batch);
   }
-  if (shared_models) {
-    for (int i : active) replay(tiles[static_cast<size_t>(i)].overlay);
-    tiles[0].models->touch_all();  // the tiles share one model set
+  if (models_frozen_in_rounds(p)) {
+    for (size_t j = 0; j < items.size(); ++j) replay(work[j].overlay);
+    if (p.tile_mode == TileMode::SyncAll)
+      tiles[0].models->touch_all();  // the tiles share one model set
+    else
+      for (size_t j = 0; j < items.size(); ++j)
+        if (j == 0 || items[j].tile != items[j - 1].tile) tiles[static_cast<size_t>(items[j].tile)].models->touch_all();
   }
   tiles[0].stats.learning_s += 1e-9 * static_cast<double>(now_ns() - t0);
 }
 
-// Synchronized tiles are coded in rounds, as many as the largest tile has blocks; round k
-// takes block k of every tile that has one, in tile order.
-int round_count(const std::vector<Tile>& tiles) {
-  int rounds = 0;
-  for (const Tile& t : tiles) rounds = std::max(rounds, t.blocks);
-  return rounds;
-}
-void round_tiles(const std::vector<Tile>& tiles, int k, std::vector<int>* active) {
-  active->clear();
-  for (size_t i = 0; i < tiles.size(); ++i)
-    if (k < tiles[i].blocks) active->push_back(static_cast<int>(i));
-}
+// The corner (samples) of block k of a tile.
+std::pair<int, int> block_corner(const Tile& t, int k, int B) { return {(k % t.blocks_x) * B, (k / t.blocks_x) * B}; }
 
 // Seconds between two now_ns() readings.
 double seconds_between(int64_t from, int64_t to) { return 1e-9 * static_cast<double>(to - from); }
 
 // Codes the tiles' blocks: each tile start to finish where it owns what it learns (untiled,
-// Independent), else in rounds, the round's blocks in parallel and its learning merged in
-// tile order. `code(tile, k, shared)` codes block k of a tile and leaves its units in
-// tile.learned.
-// `round_start(k)` runs before round k.
+// Independent), else in rounds (round_schedule()), the round's tiles in parallel and its
+// learning merged in the round's order. `code(tile, k, work, frozen)` codes block k of a
+// tile and leaves its units in work.learned (frozen: the models change only through
+// work.overlay). `round_start(r)` runs before round r.
 template <typename Code, typename RoundStart>
 void code_tiles(std::vector<Tile>& tiles, const Params& p, Code&& code, RoundStart&& round_start) {
-  std::vector<int> all(tiles.size());
-  for (size_t i = 0; i < tiles.size(); ++i) all[i] = static_cast<int>(i);
   if (!p.tiled() || p.tile_mode == TileMode::Independent) {
+    std::vector<int> all(tiles.size());
+    for (size_t i = 0; i < tiles.size(); ++i) all[i] = static_cast<int>(i);
     for_tiles(all, [&](int i) {
       Tile& t = tiles[static_cast<size_t>(i)];
       Lesson batch;
       for (int k = 0; k < t.blocks; ++k) {
-        code(t, k, false);
+        code(t, k, t.work, false);
         const int64_t t0 = now_ns();
         batch.clear();
-        collect(t.learned, batch);
+        collect(t.work.learned, batch);
         t.dict->add(batch);
         t.stats.learning_s += 1e-9 * static_cast<double>(now_ns() - t0);
       }
     });
     return;
   }
-  const bool shared_models = p.tile_mode == TileMode::SyncAll;
-  const int rounds = round_count(tiles);
+  const bool frozen = models_frozen_in_rounds(p);
+  const Rounds rounds = round_schedule(tiles, p.tile_scan);
+  std::vector<BlockWork> work(most_blocks_a_round(rounds));
   Lesson batch;
-  std::vector<int> active;
-  for (int k = 0; k < rounds; ++k) {
-    round_tiles(tiles, k, &active);
-    round_start(k);
-    for_tiles(active, [&](int i) { code(tiles[static_cast<size_t>(i)], k, shared_models); });
-    end_round(tiles, active, shared_models, batch);
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const std::vector<RoundItem>& items = rounds[r];
+    round_start(static_cast<int>(r));
+    for_round_items(items, 0, items.size(), [&](int j) {
+      const RoundItem& it = items[static_cast<size_t>(j)];
+      code(tiles[static_cast<size_t>(it.tile)], it.k, work[static_cast<size_t>(j)], frozen);
+    });
+    end_round(tiles, items, work, p, batch);
   }
 }
 
@@ -846,12 +898,12 @@ void take_choices(const LeafSearch& backend, const BlockChoices& c, Tile& t, int
     }
 }
 
-// Range-codes a searched block's choices (shared: through the tile's overlay of the shared
-// models) and keeps what its dictionary update learns in t.learned.
-void code_block(Tile& t, const Area& area, int BL, bool shared) {
-  t.learned.clear();
-  SymbolWriter out{*t.enc, shared ? &t.overlay : nullptr};
-  emit_area(area, BL, out, *t.models, t.stats, t.learned, t.dict->held_on_device() ? nullptr : t.dict);
+// Range-codes a searched block's choices (frozen: through work.overlay of the models) and
+// keeps what its dictionary update learns in work.learned.
+void code_block(Tile& t, const Area& area, int BL, BlockWork& work, bool frozen) {
+  work.learned.clear();
+  SymbolWriter out{*t.enc, frozen ? &work.overlay : nullptr};
+  emit_area(area, BL, out, *t.models, t.stats, work.learned, t.dict->held_on_device() ? nullptr : t.dict);
   ++t.stats.blocks;
   if (t.blocks_coded) t.blocks_coded->fetch_add(1, std::memory_order_relaxed);
 }
@@ -889,7 +941,7 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
       Area area;
       take_choices(backend, c, t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, BL, area);
       const int64_t t1 = now_ns();
-      code_block(t, area, BL, false);
+      code_block(t, area, BL, t.work, false);
       const int64_t t2 = now_ns();
       if (k + 1 < t.blocks) {
         backend.start_block(query(k + 1, true));
@@ -897,7 +949,7 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
       }
       const int64_t t3 = now_ns();
       batch.clear();
-      collect(t.learned, batch);
+      collect(t.work.learned, batch);
       // Isolated: while it waits for its parallel scales, this thread must not take up another
       // tile or plane (a task of the same pool), whose search would need the backend's lane
       // that this block holds.
@@ -931,12 +983,14 @@ int blocks_in_flight() {
 // finished and coded, so that the device searches many tiles' blocks at once rather than
 // one per thread. The bytes are code_tiles()'s: every block of a round is searched with
 // the dictionaries and models as the round found them, each tile codes into its own stream
-// and models, and the round's learning is merged in tile order.
+// and models, and the round's learning is merged in the round's order.
 // False (nothing done) when the backend has no lanes to lend.
 bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
   LeafSearch& backend = *p.search;
   const int BL = p.block_log, B = 1 << BL;
-  const int width = static_cast<int>(std::min<size_t>(tiles.size(), static_cast<size_t>(blocks_in_flight())));
+  const Rounds rounds = round_schedule(tiles, p.tile_scan);
+  const size_t most = most_blocks_a_round(rounds);
+  const int width = static_cast<int>(std::min<size_t>(std::max<size_t>(most, 1), static_cast<size_t>(blocks_in_flight())));
   const int first = backend.reserve_lanes(width);
   if (first < 0) return false;
   struct Lease {
@@ -944,49 +998,50 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
     int first, n;
     ~Lease() { backend.release_lanes(first, n); }
   } lease{backend, first, width};
-  const bool shared_models = p.tile_mode == TileMode::SyncAll;
-  const int rounds = round_count(tiles);
-  std::vector<int> active, slots;
+  const bool frozen = models_frozen_in_rounds(p);
+  std::vector<BlockWork> work(most);
   Lesson batch;
   std::vector<std::atomic<bool>> in_flight(static_cast<size_t>(width));
-  for (int k = 0; k < rounds; ++k) {
-    round_tiles(tiles, k, &active);
-    // Waves of equal size (135 tiles: 45, 45, 45, not 64, 64, 7): a wave lasts about as
+  for (const std::vector<RoundItem>& items : rounds) {
+    // Waves of equal size (135 blocks: 45, 45, 45, not 64, 64, 7): a wave lasts about as
     // long as its slowest block, however few blocks it has.
-    if (active.empty()) continue;
-    const size_t waves = (active.size() + static_cast<size_t>(width) - 1) / static_cast<size_t>(width);
-    const size_t step = (active.size() + waves - 1) / waves;
-    for (size_t w0 = 0; w0 < active.size(); w0 += step) {
-      slots.resize(std::min(active.size() - w0, step));
-      for (size_t j = 0; j < slots.size(); ++j) slots[j] = static_cast<int>(j);
-      const auto tile_of = [&](int j) -> Tile& {
-        return tiles[static_cast<size_t>(active[w0 + static_cast<size_t>(j)])];
-      };
+    if (items.empty()) continue;
+    const size_t waves = (items.size() + static_cast<size_t>(width) - 1) / static_cast<size_t>(width);
+    const size_t step = (items.size() + waves - 1) / waves;
+    for (size_t w0 = 0; w0 < items.size(); w0 += step) {
+      const size_t w1 = std::min(items.size(), w0 + step);
+      const auto lane_of = [&](int j) { return static_cast<size_t>(j) - w0; };
       try {
-        for_tiles(slots, [&](int j) {
-          Tile& t = tile_of(j);
+        std::vector<int> starts(w1 - w0);
+        for (size_t j = w0; j < w1; ++j) starts[j - w0] = static_cast<int>(j);
+        for_tiles(starts, [&](int j) {
+          const RoundItem& it = items[static_cast<size_t>(j)];
+          Tile& t = tiles[static_cast<size_t>(it.tile)];
           const int64_t t0 = now_ns();
-          BlockQuery q = block_query(t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, p);
-          q.lane = first + j;
+          const auto [bx, by] = block_corner(t, it.k, B);
+          BlockQuery q = block_query(t, bx, by, p);
+          q.lane = first + static_cast<int>(lane_of(j));
           backend.start_block(q);
-          in_flight[static_cast<size_t>(j)] = true;
+          in_flight[lane_of(j)] = true;
           t.stats.search_s += seconds_between(t0, now_ns());
         });
-        for_tiles(slots, [&](int j) {
-          Tile& t = tile_of(j);
+        for_round_items(items, w0, w1, [&](int j) {
+          const RoundItem& it = items[static_cast<size_t>(j)];
+          Tile& t = tiles[static_cast<size_t>(it.tile)];
+          BlockWork& bw = work[static_cast<size_t>(j)];
           const int64_t t0 = now_ns();
           BlockChoices c;
-          in_flight[static_cast<size_t>(j)] = false;
-          backend.finish_block(&c, first + j);
-          Area area;
-          take_choices(backend, c, t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, BL, area);
+          in_flight[lane_of(j)] = false;
+          backend.finish_block(&c, first + static_cast<int>(lane_of(j)));
+          const auto [bx, by] = block_corner(t, it.k, B);
+          take_choices(backend, c, t, bx, by, BL, bw.area);
           const int64_t t1 = now_ns();
-          code_block(t, area, BL, shared_models);
+          code_block(t, bw.area, BL, bw, frozen);
           t.stats.search_s += seconds_between(t0, t1);
           t.stats.coding_s += seconds_between(t1, now_ns());
         });
       } catch (...) {
-        for (size_t j = 0; j < slots.size(); ++j)
+        for (size_t j = 0; j < w1 - w0; ++j)
           if (in_flight[j].exchange(false)) {  // the backend's lanes must not stay busy
             BlockChoices ignored;
             try {
@@ -997,7 +1052,7 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
         throw;
       }
     }
-    end_round(tiles, active, shared_models, batch);
+    end_round(tiles, items, work, p, batch);
   }
   return true;
 }
@@ -1062,68 +1117,69 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
   // it is asked for (device_learning_allowed()): a replacing dictionary, every round one
   // search, and a dictionary the backend holds already or that has learnt nothing yet. The
   // host's copy then stays as it was, and the backend keeps the real one.
+  const Rounds rounds = round_schedule(tiles, p.tile_scan);
+  const size_t most = most_blocks_a_round(rounds);
   Dictionary& dict = *tiles[0].dict;
-  const bool fits = p.replace_least_used && backend.learns_rounds() && static_cast<int>(tiles.size()) <= cap;
+  const bool fits = p.replace_least_used && backend.learns_rounds() && most <= static_cast<size_t>(cap);
   if (dict.held_on_device() && !fits)
     throw Error(ErrorKind::Usage, "MMP: this plane's dictionaries learnt on the " + backend.name() +
-                                      " search, which cannot continue them here (more tiles than a round takes)");
+                                      " search, which cannot continue them here (more blocks a round than a search takes)");
   if (fits && !dict.held_on_device() && dict.fresh() && device_learning_allowed())
     dict.hold_on_device(backend.hold_dictionary(dict.id()));
   const bool device_learns = dict.held_on_device();
   const int BL = p.block_log, B = 1 << BL;
-  const int rounds = round_count(tiles);
-  std::vector<int> active, slots;
   Lesson batch;
   std::vector<RoundBlock> blocks;
   std::vector<BlockChoices> choices;
-  for (int k = 0; k < rounds; ++k) {
-    round_tiles(tiles, k, &active);
-    if (active.empty()) continue;
+  std::vector<BlockWork> work(most);
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const std::vector<RoundItem>& items = rounds[r];
+    if (items.empty()) continue;
     const int64_t t0 = now_ns();
-    const auto corner = [&](const Tile& t) { return std::pair<int, int>((k % t.blocks_x) * B, (k / t.blocks_x) * B); };
-    Tile& first = tiles[static_cast<size_t>(active[0])];
-    BlockQuery q = block_query(first, corner(first).first, corner(first).second, p);  // the plane's models
+    Tile& first = tiles[static_cast<size_t>(items[0].tile)];
+    const auto [fx, fy] = block_corner(first, items[0].k, B);
+    BlockQuery q = block_query(first, fx, fy, p);  // the plane's models
     q.learn = device_learns;
-    const int n = static_cast<int>(active.size());
+    const int n = static_cast<int>(items.size());
     blocks.resize(static_cast<size_t>(n));
     choices.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) {
-      const Tile& t = tiles[static_cast<size_t>(active[static_cast<size_t>(j)])];
+      const RoundItem& it = items[static_cast<size_t>(j)];
+      const Tile& t = tiles[static_cast<size_t>(it.tile)];
       RoundBlock& b = blocks[static_cast<size_t>(j)];
-      std::tie(b.bx, b.by) = corner(t);
+      std::tie(b.bx, b.by) = block_corner(t, it.k, B);
       b.W = t.w, b.H = t.h, b.src = t.src.data(), b.rec = t.rec.data(), b.done = t.done.data();
     }
     for (int j0 = 0; j0 < n; j0 += cap)
       backend.search_round(q, blocks.data() + j0, std::min(cap, n - j0), choices.data() + j0);
     const int64_t searched = now_ns();
     first.stats.search_s += seconds_between(t0, searched);
-    slots.resize(static_cast<size_t>(n));
-    for (int j = 0; j < n; ++j) slots[static_cast<size_t>(j)] = j;
-    for_tiles(slots, [&](int j) {
-      Tile& t = tiles[static_cast<size_t>(active[static_cast<size_t>(j)])];
+    for_round_items(items, 0, items.size(), [&](int j) {
+      Tile& t = tiles[static_cast<size_t>(items[static_cast<size_t>(j)].tile)];
+      BlockWork& bw = work[static_cast<size_t>(j)];
       const int64_t t1 = now_ns();
-      Area& area = t.area;  // reused: its vectors keep their storage
       const RoundBlock& b = blocks[static_cast<size_t>(j)];
-      take_choices(backend, choices[static_cast<size_t>(j)], t, b.bx, b.by, BL, area);
-      code_block(t, area, BL, true);
+      take_choices(backend, choices[static_cast<size_t>(j)], t, b.bx, b.by, BL, bw.area);
+      code_block(t, bw.area, BL, bw, true);
       t.stats.coding_s += seconds_between(t1, now_ns());
     });
     const int64_t coded = now_ns();
-    end_round(tiles, active, true, batch);
+    end_round(tiles, items, work, p, batch);
     if (RoundTrace& tr = round_trace(); tr.f) {
       std::lock_guard<std::mutex> lk(tr.mu);
-      std::fprintf(tr.f, "%p %d %d %lld %lld %lld %lld\n", static_cast<void*>(&tiles), k, n, static_cast<long long>(t0),
-                   static_cast<long long>(searched), static_cast<long long>(coded), static_cast<long long>(now_ns()));
+      std::fprintf(tr.f, "%p %d %d %lld %lld %lld %lld\n", static_cast<void*>(&tiles), static_cast<int>(r), n,
+                   static_cast<long long>(t0), static_cast<long long>(searched), static_cast<long long>(coded),
+                   static_cast<long long>(now_ns()));
     }
   }
   return true;
 }
 
 // `ic`: the index costs of the block's models (null when the backend searches whole blocks).
-void encode_block(Tile& t, int k, bool shared, const IndexCosts* ic, const Params& p) {
+void encode_block(Tile& t, int k, BlockWork& work, bool frozen, const IndexCosts* ic, const Params& p) {
   const int BL = p.block_log, B = 1 << BL;
-  const int bx = (k % t.blocks_x) * B, by = (k / t.blocks_x) * B;
-  Area area;
+  const auto [bx, by] = block_corner(t, k, B);
+  Area& area = work.area;
   const int64_t t0 = now_ns();
   if (!ic) {
     search_block_on(*p.search, t, bx, by, p, area);
@@ -1132,19 +1188,20 @@ void encode_block(Tile& t, int k, bool shared, const IndexCosts* ic, const Param
     search.area(bx, by, BL, area);  // leaves the block's reconstruction in t.rec
   }
   const int64_t t1 = now_ns();
-  code_block(t, area, BL, shared);
+  code_block(t, area, BL, work, frozen);
   t.stats.search_s += 1e-9 * static_cast<double>(t1 - t0);
   t.stats.coding_s += 1e-9 * static_cast<double>(now_ns() - t1);
 }
 
-void decode_block(Tile& t, int k, bool shared, int BL) {
-  const int B = 1 << BL, bx = (k % t.blocks_x) * B, by = (k / t.blocks_x) * B;
+void decode_block(Tile& t, int k, BlockWork& work, bool frozen, int BL) {
+  const int B = 1 << BL;
+  const auto [bx, by] = block_corner(t, k, B);
   const int px = t.x0 + bx, py = t.y0 + by;  // in the plane, for the error message
   RangeDecoder& dec = *t.dec;
-  SymbolReader in{dec, shared ? &t.overlay : nullptr};
+  SymbolReader in{dec, frozen ? &work.overlay : nullptr};
   Models& models = *t.models;
   const Dictionary& dict = *t.dict;
-  t.learned.clear();
+  work.learned.clear();
   // The block's prediction tree, depth first in Z order, as the encoder wrote it.
   auto area = [&](auto&& self, int x, int y, int L) -> void {
     const int N = 1 << L;
@@ -1156,7 +1213,7 @@ void decode_block(Tile& t, int k, bool shared, int BL) {
     if (mode >= kModes || dec.overrun()) corrupt(px, py);
     int pred[kB * kB];
     predict_block(t.rec.data(), t.done.data(), t.w, t.h, x, y, N, mode, pred);
-    Learned& l = t.learned.add(L);
+    Learned& l = work.learned.add(L);
     auto decide = [&](int, int, int lw, int lh, int* kind, int* index) {
       const int s = scale_of(lw, lh);
       *kind = 0;
@@ -1219,6 +1276,14 @@ bool parse_tile_mode(const std::string& s, TileMode* out) {
   return false;
 }
 
+const char* tile_scan_name(TileScan s) { return s == TileScan::Wavefront ? "wavefront" : "raster"; }
+
+bool parse_tile_scan(const std::string& s, TileScan* out) {
+  for (TileScan v : {TileScan::Raster, TileScan::Wavefront})
+    if (s == tile_scan_name(v)) return *out = v, true;
+  return false;
+}
+
 void check_tile_count(int w, int h, const Params& p, ErrorKind kind) {
   if (!p.tiled()) return;
   const int B = 1 << checked_block_log(p);
@@ -1258,6 +1323,11 @@ int plane_tile_size(int luma_tile, int shift, int block_log) {
 
 void check_tiles(const Params& p) {
   const int B = 1 << checked_block_log(p);
+  if (static_cast<int>(p.tile_scan) > 1) throw Error(ErrorKind::Usage, "MMP: unknown tile scan");
+  if (p.tile_scan == TileScan::Wavefront && (!p.tiled() || p.tile_mode == TileMode::Independent))
+    throw Error(ErrorKind::Usage,
+                "MMP: a wavefront tile scan orders the rounds of synchronized tiles: it needs tiles (e.g. 512x512) "
+                "and tile mode sync or sync-dict");
   if (p.tile_w == 0 && p.tile_h == 0) return;
   for (int t : {p.tile_w, p.tile_h})
     if (t <= 0 || t % B != 0 || t > 16384)
@@ -1322,12 +1392,12 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
                (code_rounds_batched(tiles, p) || code_rounds_in_flight(tiles, p)))) {
     code_tiles(
         tiles, p,
-        [&](Tile& t, int k, bool shared) {
-          if (whole_blocks) return encode_block(t, k, shared, nullptr, p);
-          if (shared_models) return encode_block(t, k, shared, &shared_ic, p);
+        [&](Tile& t, int k, BlockWork& work, bool frozen) {
+          if (whole_blocks) return encode_block(t, k, work, frozen, nullptr, p);
+          if (shared_models) return encode_block(t, k, work, frozen, &shared_ic, p);
           thread_local IndexCosts ic;
           index_costs(*t.models, *t.dict, BL, ic);
-          encode_block(t, k, shared, &ic, p);
+          encode_block(t, k, work, frozen, &ic, p);
         },
         [&](int) {
           if (shared_models && !whole_blocks) index_costs(*tiles[0].models, *tiles[0].dict, BL, shared_ic);
@@ -1428,7 +1498,8 @@ std::vector<uint8_t> decode_plane(const uint8_t* data, size_t n, int w, int h, c
       corrupt(W, H);
   }
   code_tiles(
-      tiles, p, [&](Tile& t, int k, bool shared) { decode_block(t, k, shared, BL); }, [](int) {});
+      tiles, p, [&](Tile& t, int k, BlockWork& work, bool frozen) { decode_block(t, k, work, frozen, BL); },
+      [](int) {});
   std::vector<uint8_t> out(static_cast<size_t>(w) * h);
   for (const Tile& t : tiles)
     for (int y = 0; y < t.h && t.y0 + y < h; ++y)

@@ -58,6 +58,21 @@ const char* tile_mode_name(TileMode m);
 // "independent", "sync-dict", "sync"; false for anything else.
 bool parse_tile_mode(const std::string& s, TileMode* out);
 
+// The order of the rounds of synchronized tiles (docs/mmp.md, "Wavefront rounds").
+enum class TileScan : uint8_t {
+  // Round k codes block k (raster order) of every tile: as many rounds as a tile has blocks.
+  Raster = 0,
+  // Round r codes every block (x, y) (in blocks) with x + 2y = r of every tile, whose left,
+  // top and top-right neighbours were decoded in earlier rounds: a 32x32-block tile takes
+  // 94 rounds instead of 1024. Every block of a round codes against the dictionaries and
+  // models as they stood at the round's start; then the round's learning is merged in tile,
+  // then block order.
+  Wavefront = 1,
+};
+const char* tile_scan_name(TileScan s);
+// "raster", "wavefront"; false for anything else.
+bool parse_tile_scan(const std::string& s, TileScan* out);
+
 struct Params {
   double lambda = 32;  // Lagrangian multiplier of J = SSE + lambda * bits
   int block_log = 4;   // block size 2^block_log: 8, 16 (default) or 32; in the container
@@ -94,6 +109,8 @@ struct Params {
   // its subsampling (plane_tile_size()).
   int tile_w = 0, tile_h = 0;
   TileMode tile_mode = TileMode::SyncAll;
+  // In the container (with the tile mode): the order of the rounds of synchronized tiles.
+  TileScan tile_scan = TileScan::Raster;
   bool tiled() const { return tile_w > 0 && tile_h > 0; }
   // Encoder only: where the leaf search runs (codecs/mmp/search.hpp); null: this CPU. The
   // bytes are the same either way.
@@ -117,7 +134,7 @@ void check_tile_count(int w, int h, const Params& p, ErrorKind kind);
 // against the block size.
 void parse_tile_size(const std::string& text, Params* p);
 // Throws vfp::Error (Usage) when a tile size is not 0 x 0 or positive multiples of the
-// block size up to 16384.
+// block size up to 16384, or a wavefront scan is asked of planes without synchronized tiles.
 void check_tiles(const Params& p);
 
 // Returns p.block_log; throws vfp::Error (Usage) when it is not 3, 4 or 5.
