@@ -931,10 +931,11 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
   struct Setting {
     std::string name, stage, cli;
   };
-  for (const Setting& s : {Setting{"default", "", ""}, Setting{"modes1", ":modes=1", " --modes 1"},
-                           Setting{"dict72", ":dict=72", " --dict 72"},
-                           Setting{"stop", ":dict=72:dict_full=stop", " --dict 72 --dict-full stop"},
-                           Setting{"wavefront", ":tile=32x32:tile_scan=wavefront", " --tile 32x32 --tile-scan wavefront"}}) {
+  for (const Setting& s :
+       {Setting{"default", "", ""}, Setting{"modes1", ":modes=1", " --modes 1"},
+        Setting{"dict72", ":dict=72", " --dict 72"},
+        Setting{"stop", ":dict=72:dict_full=stop", " --dict 72 --dict-full stop"},
+        Setting{"wavefront", ":tile=32x32:tile_scan=wavefront", " --tile 32x32 --tile-scan wavefront"}}) {
     const std::string stream = dir + "/s_" + s.name + ".mmp";
     const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30" + s.stage + ":file=" + stream +
                                   "' -o " + dir + "/rec_" + s.name + ".y4m -y --device cpu");
@@ -1150,9 +1151,8 @@ TEST(Mmp, WavefrontRoundsDecodeExactly) {
         p.max_dict = bl == 4 ? 72 : 512;  // a dictionary that fills up and replaces, too
         p.post_filter = (w + bl) % 2 == 0;
         p.tile_w = 4 << bl, p.tile_h = 3 << bl;  // 4 x 3 blocks: up to 2 blocks a round per tile
-        const std::string what =
-            std::string(mmp::tile_mode_name(mode)) + " " + std::to_string(w) + "x" + std::to_string(h) + " block " +
-            std::to_string(1 << bl);
+        const std::string what = std::string(mmp::tile_mode_name(mode)) + " " + std::to_string(w) + "x" +
+                                 std::to_string(h) + " block " + std::to_string(1 << bl);
         mmp::PlaneState enc(p), dec(p), one_state(p), ex_state(p);
         for (int frame = 0; frame < 2; ++frame) {  // the second continues the first's state
           const mmp::PlaneResult r = mmp::encode_plane(img.data(), w, h, p, &enc);

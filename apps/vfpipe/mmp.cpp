@@ -27,7 +27,8 @@ namespace vfp {
 namespace {
 
 struct MmpArgs {
-  std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", tile_scan = "raster", device = "auto", gpu_search = "blocks";
+  std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", tile_scan = "raster", device = "auto",
+                                      gpu_search = "blocks";
   std::string dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
   double lambda = 32;
   int64_t frames = -1;

@@ -261,8 +261,7 @@ Reader::Reader(const std::string& path) : path_(path) {
       throw Error(ErrorKind::Input, path + ": truncated .mmp header");
     params_.tile_w = static_cast<int>(std::min<uint32_t>(get_u32(t), 1u << 30));
     params_.tile_h = static_cast<int>(std::min<uint32_t>(get_u32(t + 4), 1u << 30));
-    if ((t[8] & 3) > 2 || t[8] > 7)
-      throw Error(ErrorKind::Input, path + ": unknown tile mode " + std::to_string(t[8]));
+    if ((t[8] & 3) > 2 || t[8] > 7) throw Error(ErrorKind::Input, path + ": unknown tile mode " + std::to_string(t[8]));
     params_.tile_mode = static_cast<TileMode>(t[8] & 3);
     params_.tile_scan = static_cast<TileScan>(t[8] >> 2);
     if (!params_.tiled()) throw Error(ErrorKind::Input, path + ": a version 3 file without tiles");

@@ -990,7 +990,8 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
   const int BL = p.block_log, B = 1 << BL;
   const Rounds rounds = round_schedule(tiles, p.tile_scan);
   const size_t most = most_blocks_a_round(rounds);
-  const int width = static_cast<int>(std::min<size_t>(std::max<size_t>(most, 1), static_cast<size_t>(blocks_in_flight())));
+  const int width =
+      static_cast<int>(std::min<size_t>(std::max<size_t>(most, 1), static_cast<size_t>(blocks_in_flight())));
   const int first = backend.reserve_lanes(width);
   if (first < 0) return false;
   struct Lease {
@@ -1122,8 +1123,9 @@ bool code_rounds_batched(std::vector<Tile>& tiles, const Params& p) {
   Dictionary& dict = *tiles[0].dict;
   const bool fits = p.replace_least_used && backend.learns_rounds() && most <= static_cast<size_t>(cap);
   if (dict.held_on_device() && !fits)
-    throw Error(ErrorKind::Usage, "MMP: this plane's dictionaries learnt on the " + backend.name() +
-                                      " search, which cannot continue them here (more blocks a round than a search takes)");
+    throw Error(ErrorKind::Usage,
+                "MMP: this plane's dictionaries learnt on the " + backend.name() +
+                    " search, which cannot continue them here (more blocks a round than a search takes)");
   if (fits && !dict.held_on_device() && dict.fresh() && device_learning_allowed())
     dict.hold_on_device(backend.hold_dictionary(dict.id()));
   const bool device_learns = dict.held_on_device();
