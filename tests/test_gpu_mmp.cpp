@@ -155,6 +155,7 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     // (small: the dictionaries fill up, and the device's learning stops as the CPU's).
     int max_dict = mmp::Params{}.max_dict;
     bool replace = mmp::Params{}.replace_least_used;
+    mmp::TileScan scan = mmp::TileScan::Raster;
   };
   const Case cases[] = {
       {1, 1, 0, 4, 4, 30, 0, mmp::TileMode::SyncAll, true},
@@ -188,6 +189,14 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
       {161, 97, 2, 4, 4, 40, 64, mmp::TileMode::SyncAll, true, 72, true},
       {136, 72, 2, 3, 4, 30, 8, mmp::TileMode::SyncAll, true, 300, true},
       {136, 72, 1, 3, 4, 30, 8, mmp::TileMode::SyncDictionaries, false, 90, true},
+      // Wavefront rounds: several blocks of a tile in a round (in both sync modes; replacing
+      // and stopping dictionaries; rounds of up to 40 blocks).
+      {161, 97, 2, 4, 4, 40, 64, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Wavefront},
+      {136, 72, 1, 3, 4, 30, 32, mmp::TileMode::SyncAll, true, 90, true, mmp::TileScan::Wavefront},
+      {136, 72, 0, 3, 11, 20, 32, mmp::TileMode::SyncAll, false, 300, false, mmp::TileScan::Wavefront},
+      {136, 72, 2, 3, 4, 30, 32, mmp::TileMode::SyncDictionaries, true, 90, true, mmp::TileScan::Wavefront},
+      {320, 96, 2, 3, 4, 30, 64, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Wavefront},
+      {99, 67, 4, 5, 4, 20, 96, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Wavefront},
   };
   for (const Case& c : cases) {
     const auto img = test_plane(c.kind, c.w, c.h, 7);
@@ -200,13 +209,15 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     p.post_filter = c.post;
     p.max_dict = c.max_dict;
     p.replace_least_used = c.replace;
+    p.tile_scan = c.scan;
     const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), c.w, c.h, p);
     for (size_t g = 0; g < std::size(gpus); ++g) {
       p.search = gpus[g];
       const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
       EXPECT_EQ(cpu.bytes, dev.bytes) << "GPU use " << g << ": " << c.w << "x" << c.h << " kind " << c.kind << " block "
                                       << (1 << c.block_log) << " modes " << c.modes << " lambda " << c.lambda
-                                      << " tile " << c.tile << " dict " << c.max_dict << " replace " << c.replace;
+                                      << " tile " << c.tile << " dict " << c.max_dict << " replace " << c.replace
+                                      << " scan " << mmp::tile_scan_name(c.scan);
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
     }
     for (const auto& t : {tables, no_tables, rate_only}) {
@@ -326,20 +337,25 @@ TEST(Gpu, MmpRoundsLearnOnTheDevice) {
   struct Case {
     int w, h, kind, block_log, tile, max_dict;
     double lambda;
+    mmp::TileScan scan = mmp::TileScan::Raster;
   };
-  for (const Case c : {Case{40, 8, 2, 3, 8, 64, 25}, Case{96, 80, 2, 4, 32, 90, 30}, Case{161, 97, 0, 4, 64, 72, 40},
-                       Case{136, 72, 1, 3, 8, 100, 10}, Case{99, 67, 4, 5, 32, 130, 20},
-                       Case{128, 128, 2, 4, 128, 80, 5}, Case{120, 90, 2, 4, 32, 512, 30},
-                       Case{128, 64, 0, 3, 8, 300, 5}}) {  // the last: rounds of 128 blocks, many elements each
+  for (const Case c :
+       {Case{40, 8, 2, 3, 8, 64, 25}, Case{96, 80, 2, 4, 32, 90, 30}, Case{161, 97, 0, 4, 64, 72, 40},
+        Case{136, 72, 1, 3, 8, 100, 10}, Case{99, 67, 4, 5, 32, 130, 20}, Case{128, 128, 2, 4, 128, 80, 5},
+        Case{120, 90, 2, 4, 32, 512, 30}, Case{128, 64, 0, 3, 8, 300, 5},  // rounds of 128 blocks, many elements each
+        // Wavefront rounds: several blocks of a tile learnt in a round.
+        Case{161, 97, 0, 4, 64, 72, 40, mmp::TileScan::Wavefront},
+        Case{256, 128, 2, 3, 64, 300, 10, mmp::TileScan::Wavefront}}) {
     const auto img = test_plane(c.kind, c.w, c.h, 21);
     mmp::Params p;
     p.lambda = c.lambda;
     p.block_log = c.block_log;
     p.tile_w = p.tile_h = c.tile;
     p.max_dict = c.max_dict;
+    p.tile_scan = c.scan;
     const std::string what = std::to_string(c.w) + "x" + std::to_string(c.h) + " kind " + std::to_string(c.kind) +
                              " block " + std::to_string(1 << c.block_log) + " tile " + std::to_string(c.tile) +
-                             " dict " + std::to_string(c.max_dict);
+                             " dict " + std::to_string(c.max_dict) + " " + mmp::tile_scan_name(c.scan);
     const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), c.w, c.h, p);
     p.search = gpu;
     const mmp::PlaneResult host = mmp::encode_plane(img.data(), c.w, c.h, p);
@@ -503,14 +519,21 @@ TEST(Gpu, MmpFramesInFlightOnTheGpu) {
   std::filesystem::create_directories(dir);
   const std::string y4m = dir + "/in.y4m";
   ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=160x96:frames=4:noise=gauss:sigma=5' -o " + y4m).rc, 0);
-  for (const char* tile : {"32", "0"}) {
+  for (const std::string tile : {"32", "0", "64 --tile-scan wavefront"}) {
     std::string first;
     for (const char* n : {"1", "4"}) {
-      const std::string out = dir + "/t" + tile + "_" + n + ".mmp";
+      const std::string out = dir + "/t" + tile.substr(0, 2) + "_" + n + ".mmp";
       const auto r = test::run_cmd(bin + " mmp encode " + y4m + " -o " + out + " --lambda 30 --device cuda --tile " +
                                    tile + " --frames-in-flight " + n);
       ASSERT_EQ(r.rc, 0) << r.out;
-      if (first.empty()) first = test::read_file(out);
+      if (first.empty()) {  // and the CPU's bytes
+        first = test::read_file(out);
+        const std::string cpu = dir + "/cpu.mmp";
+        ASSERT_EQ(
+            test::run_cmd(bin + " mmp encode " + y4m + " -o " + cpu + " -y --lambda 30 --device cpu --tile " + tile).rc,
+            0);
+        EXPECT_EQ(test::read_file(cpu), first) << "tile " << tile;
+      }
       EXPECT_EQ(test::read_file(out), first) << "tile " << tile << ", --frames-in-flight " << n;
     }
   }
