@@ -9,12 +9,14 @@
 # the results (each trace's summaries). API=1 also traces the runtime calls (the graph
 # launch call's end to the graph's start; the tracer slows the calls). FILTER
 # (mmp=lambda=25:tile=256x256) is the stage's filter, ENCODE (empty) more options of the
-# `mmp encode` run (e.g. `--dict 64 --modes 1` to match a FILTER with dict=64:modes=1).
+# `mmp encode` run (e.g. `--dict 64 --modes 1` to match a FILTER with dict=64:modes=1), TILES
+# (--tile 256) its tiling (e.g. `--tile 512 --tile-scan wavefront`).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 VFP=${VFP:-build-carry/vfpipe}
 FILTER=${FILTER:-mmp=lambda=25:tile=256x256}
 ENCODE=${ENCODE:-}
+TILES=${TILES:---tile 256}
 DATA=${DATA:-.bench-data}
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -35,7 +37,7 @@ traced() {  # traced LABEL ENVS COMMAND...: runs it traced, prints the summaries
   rm -f "$T/$label.csv"
 }
 # shellcheck disable=SC2086
-traced alone "" "$VFP" mmp encode -y "$T/clip6.y4m" -o "$T/a.mmp" --lambda 25 --tile 256 --device cuda \
+traced alone "" "$VFP" mmp encode -y "$T/clip6.y4m" -o "$T/a.mmp" --lambda 25 $TILES --device cuda \
   --frames-in-flight 1 $ENCODE
 traced stage "" "$VFP" run -i "$T/clip24.y4m" -f "$FILTER" --device cuda -o null
 for c in "$@"; do
