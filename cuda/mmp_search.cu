@@ -2377,7 +2377,15 @@ class GpuLeafSearch final : public mmp::LeafSearch {
             return !c.learning_tail || cudaStreamQuery(c.lanes[0]->stream.get()) == cudaSuccess;
           });
       } else {
-        take([](const Group&) { return true; });
+        // A group that has run a round of this size before has its graph: a wavefront's
+        // rounds come in dozens of sizes, each a graph to instantiate in every group.
+        take([&](const Group& c) {
+          for (const auto& [key, exec] : c.graphs)
+            if (std::get<0>(key) == shared.block_log && std::get<1>(key) == shared.candidates && std::get<2>(key) == n)
+              return true;
+          return false;
+        });
+        if (!g) take([](const Group&) { return true; });
       }
       if (!g) {
         rounds_.push_back({std::make_unique<Group>(), true});

@@ -5,13 +5,16 @@
 #     bash scripts/device-carried.sh bash scripts/mmp-builds-ab.sh build-carry/var/*.xz
 # Each argument is a vfpipe binary, or one compressed with xz (unpacked next to the first
 # argument's folder). RUNS (2) runs each; FRAMES (60) frames of the clip; DATA (.bench-data)
-# holds mosaic.npz; OUT the results. Extra environment for every run goes in the caller's.
+# holds mosaic.npz; OUT the results; FILTER (mmp=lambda=25:tile=256x256) the stage, ARGS more
+# options of `vfpipe run` (e.g. `--depth 3`). Extra environment for every run goes in the caller's.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 DATA=${DATA:-.bench-data}
 OUT=${OUT:-$PWD/device-out}
 RUNS=${RUNS:-2}
 FRAMES=${FRAMES:-60}
+FILTER=${FILTER:-mmp=lambda=25:tile=256x256}
+ARGS=${ARGS:-}
 mkdir -p "$OUT"
 . scripts/device-env.sh
 nvidia-smi -L
@@ -29,7 +32,8 @@ $PY scripts/mmp-clip.py "$T/clip.y4m" --frames "$FRAMES" --mosaic "$DATA/mosaic.
 $PY scripts/mmp-clip.py "$T/clip4.y4m" --frames 4 --mosaic "$DATA/mosaic.npz" > /dev/null
 for ((i = 0; i < RUNS; ++i)); do
   for b in "${bins[@]}"; do
-    "$b" run -i "$T/clip.y4m" -f mmp=lambda=25:tile=256x256 --device cuda -o null 2>&1 | grep -E 'frames in' |
+    # shellcheck disable=SC2086
+    "$b" run -i "$T/clip.y4m" -f "$FILTER" $ARGS --device cuda -o null 2>&1 | grep -E 'frames in' |
       sed "s|^|$(basename "$b"): |"
   done
 done
