@@ -1161,9 +1161,11 @@ TEST(Mmp, WavefrontRoundsDecodeExactly) {
           const mmp::PlaneResult one = mmp::encode_plane(img.data(), w, h, p, &one_state);
           set_cpu_threads(0);
           EXPECT_EQ(one.bytes, r.bytes) << what;
-          mmp::Params q = p;
-          q.search = search;
-          EXPECT_EQ(mmp::encode_plane(img.data(), w, h, q, &ex_state).bytes, r.bytes) << what;
+          if (w * h <= 70 * 45) {  // (slow)
+            mmp::Params q = p;
+            q.search = search;
+            EXPECT_EQ(mmp::encode_plane(img.data(), w, h, q, &ex_state).bytes, r.bytes) << what;
+          }
         }
         mmp::Params raster = p;
         raster.tile_scan = mmp::TileScan::Raster;
