@@ -65,10 +65,11 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.text("tile", &S::tile, "0", "tiles of WxH luma samples (or N), coded in parallel; 0 = untiled");
     t.choice("tile_mode", &S::tile_mode, "sync", {"sync", "sync-dict", "independent"},
              "what tiles share: dictionaries and models (sync), dictionaries only, nothing");
-    t.choice("tile_scan", &S::tile_scan, "raster", {"raster", "wavefront"},
-             "the order of synchronized tiles' rounds: raster, or wavefront (every block whose left, top and "
-             "top-right neighbours are done: a 512x512 tile in 94 rounds instead of 1024, about 0.09 dB; the "
-             "real-time setting)");
+    t.choice(
+        "tile_scan", &S::tile_scan, "raster", {"raster", "wavefront"},
+        "the order of synchronized tiles' rounds: raster, or wavefront (every block whose left, top and "
+        "top-right neighbours are done: a 512x512 tile in 94 rounds instead of 1024, about 0.09 dB; on the GPU the "
+        "low-latency setting)");
     t.choice(
         "search", &S::search, "auto", {"auto", "cpu", "cuda"},
         "where the encoder's search runs: auto (the GPU on the CUDA backend, else the CPU), cpu, or cuda "

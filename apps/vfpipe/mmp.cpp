@@ -320,7 +320,7 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
       ->add_option("--tile-scan", mmp_args.tile_scan,
                    "the order of synchronized tiles' rounds: raster (round k codes each tile's block k) or "
                    "wavefront (each round codes every block whose left, top and top-right neighbours are done: "
-                   "a 512x512 tile takes 94 rounds instead of 1024, about 0.09 dB; the real-time setting)")
+                   "a 512x512 tile takes 94 rounds instead of 1024, about 0.09 dB; on the GPU the low-latency setting)")
       ->check(CLI::IsMember({"raster", "wavefront"}))
       ->capture_default_str();
   auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
