@@ -13,8 +13,8 @@ Bjontegaard delta PSNR (and rate) of each tiling against untiled.
         # bpp and PSNR (all planes) as vfpipe reports them
 
 A config is `untiled` or MODE:SIZE (MODE: sync, sync-dict, independent; SIZE: N or WxH),
-optionally followed by `+dictN` (--dict N) and `+replace` (--dict-full replace), e.g.
-`sync:256+dict512+replace`.
+optionally followed by `+dictN` (--dict N), `+replace` (--dict-full replace) and `+wavefront`
+(--tile-scan wavefront), e.g. `sync:256+dict512+replace`, `sync:512+wavefront`.
 """
 import argparse
 import importlib.util
@@ -59,6 +59,8 @@ def config_args(config):
             args += ["--dict", e[4:]]
         elif e == "replace":
             args += ["--dict-full", "replace"]
+        elif e == "wavefront":
+            args += ["--tile-scan", "wavefront"]
         else:
             sys.exit(f"unknown config part '{e}' in '{config}'")
     return args
