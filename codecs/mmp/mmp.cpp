@@ -923,7 +923,8 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
   LeafSearch& backend = *p.search;
   const int BL = p.block_log, B = 1 << BL;
   const auto query = [&](int k, bool pending) {
-    BlockQuery q = block_query(t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, p);
+    const auto [bx, by] = block_corner(t, k, B);
+    BlockQuery q = block_query(t, bx, by, p);
     q.learn = true, q.pending = pending;
     return q;
   };
@@ -939,7 +940,8 @@ void encode_tile_learning_on_backend(Tile& t, const Params& p) {
       in_flight = false;
       backend.finish_block(&c, -1);
       Area area;
-      take_choices(backend, c, t, (k % t.blocks_x) * B, (k / t.blocks_x) * B, BL, area);
+      const auto [bx, by] = block_corner(t, k, B);
+      take_choices(backend, c, t, bx, by, BL, area);
       const int64_t t1 = now_ns();
       code_block(t, area, BL, t.work, false);
       const int64_t t2 = now_ns();
@@ -1013,9 +1015,9 @@ bool code_rounds_in_flight(std::vector<Tile>& tiles, const Params& p) {
       const size_t w1 = std::min(items.size(), w0 + step);
       const auto lane_of = [&](int j) { return static_cast<size_t>(j) - w0; };
       try {
-        std::vector<int> starts(w1 - w0);
-        for (size_t j = w0; j < w1; ++j) starts[j - w0] = static_cast<int>(j);
-        for_tiles(starts, [&](int j) {
+        std::vector<int> wave(w1 - w0);  // the wave's items
+        for (size_t j = w0; j < w1; ++j) wave[j - w0] = static_cast<int>(j);
+        for_tiles(wave, [&](int j) {
           const RoundItem& it = items[static_cast<size_t>(j)];
           Tile& t = tiles[static_cast<size_t>(it.tile)];
           const int64_t t0 = now_ns();
