@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -58,6 +59,17 @@ const DeviceInfo& probe() {
       info.reason = "cudaGetDeviceProperties failed";
       cudaGetLastError();
       return;
+    }
+    // How host threads wait for the device (VFP_CUDA_SCHEDULE=spin|yield|blocking; unset:
+    // the runtime's choice, which spins while there are fewer contexts than cores). Spinning
+    // answers soonest; yielding or sleeping leaves the cores to other host work.
+    if (const char* e = std::getenv("VFP_CUDA_SCHEDULE")) {
+      const std::string v(e);
+      const unsigned flags = v == "spin"       ? cudaDeviceScheduleSpin
+                             : v == "yield"    ? cudaDeviceScheduleYield
+                             : v == "blocking" ? cudaDeviceScheduleBlockingSync
+                                               : cudaDeviceScheduleAuto;
+      if (cudaSetDeviceFlags(flags) != cudaSuccess) cudaGetLastError();
     }
     // A context must actually come up (e.g. the binary may lack code for this GPU).
     if ((err = cudaFree(nullptr)) != cudaSuccess) {

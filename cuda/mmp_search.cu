@@ -1630,7 +1630,12 @@ __device__ void finish_unit(const BlockWork& w, const BlockHead& c, int K, int c
   if (threadIdx.x == 0) {
     w.slot_j[slot] = best_j;
     w.slot_mode[slot] = best_mode;
-    if (put) w.area_j[slot] = best_j;
+    // A unit decided at once: above 4x4 (the chain's units when the smallest prediction unit
+    // is larger) its area is never split, and its J carries the flag's 0 as decide_area()'s.
+    if (put)
+      w.area_j[slot] =
+          L > kMinLog ? __dadd_rn(best_j, __dmul_rn(c.s.lambda, c.psplit_bits[L - kMinLog - 1][0])) : best_j;
+    if (put && L > kMinLog) w.area_split[slot] = 0;
   }
   if (put) put_unit(w.in, ux, uy, L, recon);
 }
@@ -1672,6 +1677,7 @@ __device__ void decide_area(const BlockWork& w, const BlockHead& c, int slot, in
 // reads what these wrote.
 struct ChainLink {
   int BL, K, chunks;  // chunks: of the 4x4 units' leaf tables (finish_unit())
+  int L;              // the chain's units are 2^L (larger than 4x4 with a larger smallest unit)
   int slot, ux, uy;
   int decides;
   int d_slot[3], d_ux[3], d_uy[3], d_L[3];
@@ -1679,24 +1685,30 @@ struct ChainLink {
 };
 constexpr int kSmallTable = 7 * 7;  // leaf-table entries of a 4x4 unit
 
+// Small: a chain of 4x4 units (tables and predictions sized for them); else of 8x8 or
+// 16x16 units (finish_unit() takes as many candidates a pass as two 16x16 tables hold).
+constexpr int kMaxChainLog = 4;
+template <bool Small>
 __device__ void chain_block(const BlockWork& w, const ChainLink& a) {
   const BlockHead& c = stage_head(w);
-  finish_unit<kSmallTable * kMaxResidues>(w, c, a.K, a.chunks, a.slot, a.ux, a.uy, kMinLog, 1);
+  constexpr int kTable = Small ? kSmallTable * kMaxResidues : 2 * 31 * 31;
+  finish_unit<kTable>(w, c, a.K, a.chunks, a.slot, a.ux, a.uy, a.L, 1);
   for (int d = 0; d < a.decides; ++d) {
     __syncthreads();
     decide_area(w, c, a.d_slot[d], a.d_ux[d], a.d_uy[d], a.d_L[d]);
   }
   if (a.next) {
     __syncthreads();
-    prepare_unit<1 << kMinLog>(w, c, a.BL, a.next_ux, a.next_uy, kMinLog);
+    prepare_unit<1 << (Small ? kMinLog : kMaxChainLog)>(w, c, a.BL, a.next_ux, a.next_uy, a.L);
   }
 }
 
+template <bool Small>
 __global__ void chain_kernel(const __grid_constant__ Works ws, ChainLink a) {
   if (gridDim.z == 1)
-    chain_block(ws.first, a);
+    chain_block<Small>(ws.first, a);
   else
-    chain_block(block_work(ws.all), a);
+    chain_block<Small>(block_work(ws.all), a);
 }
 
 // The block's choices in the order the encoder codes them (search.hpp's BlockChoices), and
@@ -2244,6 +2256,9 @@ __global__ void take_counts_kernel(BlockConsts* c) {
   if (c->learn.on == 2 && threadIdx.x < kScales) c->s.sc.count[threadIdx.x] = c->learn.counts[threadIdx.x];
 }
 
+// A graph's block size and smallest unit in one key.
+constexpr int graph_bl(int BL, int ML) { return BL | ML << 4; }
+
 // Launches `kernel` on `st` with `args` converted to its parameters' types.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, StreamHandle st, Args... args) {
@@ -2381,7 +2396,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         // rounds come in dozens of sizes, each a graph to instantiate in every group.
         take([&](const Group& c) {
           for (const auto& [key, exec] : c.graphs)
-            if (std::get<0>(key) == shared.block_log && std::get<1>(key) == shared.candidates && std::get<2>(key) == n)
+            if (std::get<0>(key) == graph_bl(shared.block_log, shared.min_unit_log) &&
+                std::get<1>(key) == shared.candidates && std::get<2>(key) == n)
               return true;
           return false;
         });
@@ -2634,7 +2650,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::vector<BlockWork> works_host;
     std::vector<uint64_t> built_gen;  // the lanes' gen when the arguments were built
     // Graphs by (block size, candidates, blocks, small_tiles()).
-    // BL, K, n, tiles, and where the round learns (BlockConsts::learn.on 2) the elements a
+    // graph_bl(BL, ML), K, n, tiles, and where the round learns (BlockConsts::learn.on 2) the elements a
     // scale holds (0 otherwise): the learning's shared memory depends on it.
     std::map<std::tuple<int, int, int, int, int>, cudaGraphExec_t> graphs;
     // The answer tables and their chunks' partial minima (allocated before a graph that
@@ -2697,9 +2713,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // first, on the same stream, unless the device learnt them itself (BlockQuery::learn,
   // rounds of one).
   void start_round(Group& g, const mmp::BlockQuery& q, const mmp::RoundBlock* blocks, int n) {
-    const int BL = q.block_log, B = 1 << BL, K = q.candidates;
-    if (BL < 3 || BL > 5 || K < 1 || K > kMaxResidues)
-      throw Error(ErrorKind::Usage, "MMP GPU search: blocks of 8..32 samples, 1..11 candidates");
+    const int BL = q.block_log, B = 1 << BL, K = q.candidates, ML = q.min_unit_log;
+    if (BL < 3 || BL > 5 || K < 1 || K > kMaxResidues || ML < kMinLog || ML > std::min(BL, kMaxChainLog))
+      throw Error(ErrorKind::Usage,
+                  "MMP GPU search: blocks of 8..32 samples, 1..11 candidates, smallest units of 4..16 samples");
+    const int shape_bl = graph_bl(BL, ML);
     for (int i = 0; i < n; ++i) {
       const mmp::RoundBlock& b = blocks[i];
       if (b.bx % B || b.by % B || b.bx < 0 || b.by < 0 || b.bx + B > b.W || b.by + B > b.H)
@@ -2719,7 +2737,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // The last round's learning may still read the group's buffers: a round of another shape
     // may move them (or write its arguments with a plain copy), so the host waits for it.
     const int learn_max_now = learn_rounds ? q.max_elements : 0;
-    const auto shape = std::make_tuple(BL, K, n, tiles, learn_max_now);
+    const auto shape = std::make_tuple(shape_bl, K, n, tiles, learn_max_now);
     if (g.learning_tail && shape != g.last_shape) g.lanes[0]->stream.synchronize();
     g.learning_tail = false;
     g.last_shape = shape;
@@ -2825,22 +2843,22 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     lead.kernel_start.record(st);
     if (how_ == MmpGpuSearch::Blocks && !profile_) {
       const int learn_max = learn_rounds ? bc->learn.max : 0;
-      cudaGraphExec_t& ge = g.graphs[{BL, K, n, tiles, learn_max}];
+      cudaGraphExec_t& ge = g.graphs[{shape_bl, K, n, tiles, learn_max}];
       if (!ge) {
         VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        enqueue_round(g, BL, K, n, tiles, learn_rounds, learn_max, st);
+        enqueue_round(g, BL, ML, K, n, tiles, learn_rounds, learn_max, st);
         cudaGraph_t graph = nullptr;
         VFP_CUDA(cudaStreamEndCapture(st, &graph));
         const cudaError_t e = cudaGraphInstantiate(&ge, graph, 0);
         cudaGraphDestroy(graph);
-        if (e != cudaSuccess) g.graphs.erase({BL, K, n, tiles, learn_max});
+        if (e != cudaSuccess) g.graphs.erase({shape_bl, K, n, tiles, learn_max});
         VFP_CUDA(e);
       }
       const int64_t l0 = now_ns();
       VFP_CUDA(cudaGraphLaunch(ge, st));
       graph_launch_ns_ += now_ns() - l0;
     } else {
-      enqueue_round(g, BL, K, n, tiles, learn_rounds, learn_rounds ? bc->learn.max : 0, st);
+      enqueue_round(g, BL, ML, K, n, tiles, learn_rounds, learn_rounds ? bc->learn.max : 0, st);
     }
     lead.kernel_end.record(st);
     launch_ns_ += now_ns() - unlocked;
@@ -3174,13 +3192,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     int L, slot, ux, uy;
     bool linked = false;  // a 4x4 unit's prepare, run by the chain link before it
   };
-  static void area_ops(std::vector<Op>* ops, int slot, int ux, int uy, int L) {
+  // ML: the smallest unit, 2^ML (the quadtree's slots stay those of the full tree to 4x4).
+  static void area_ops(std::vector<Op>* ops, int slot, int ux, int uy, int L, int ML) {
     ops->push_back({Op::Prepare, L, slot, ux, uy});
     ops->push_back({Op::Leaf, L, slot, ux, uy});
     ops->push_back({Op::Finish, L, slot, ux, uy});
-    if (L == kMinLog) return;
+    if (L == ML) return;
     const int half = 1 << (L - 1), sub = subtree_units(L - 1);
-    for (int q = 0; q < 4; ++q) area_ops(ops, slot + 1 + q * sub, ux + (q & 1) * half, uy + (q >> 1) * half, L - 1);
+    for (int q = 0; q < 4; ++q) area_ops(ops, slot + 1 + q * sub, ux + (q & 1) * half, uy + (q >> 1) * half, L - 1, ML);
     ops->push_back({Op::Decide, L, slot, ux, uy});
   }
 
@@ -3211,7 +3230,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // window (their `prepared` events), and a decision waits for its unit's choice (its
   // `finished` event). So the larger units' searches overlap the chain of 4x4 units.
   // learn_max: the elements a scale holds where the round learns (learn_rounds).
-  void enqueue_round(Group& g, int BL, int K, int n, int tiles, bool learn_rounds, int learn_max, StreamHandle st) {
+  // ML: the smallest prediction unit's log (BlockQuery::min_unit_log): the chain's units.
+  void enqueue_round(Group& g, int BL, int ML, int K, int n, int tiles, bool learn_rounds, int learn_max,
+                     StreamHandle st) {
     Lane& lead = *g.lanes[0];
     const Works ws{g.works_host[0], reinterpret_cast<const BlockWork*>(g.works.get())};
     const auto* leaf = reinterpret_cast<const LeafLane*>(g.leaf.get());
@@ -3254,8 +3275,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         VFP_CUDA_LAUNCHED("mmp sort_scales_kernel");
       });
       VFP_CUDA(cudaEventRecord(lead.sorted.e, so));
-      for (int L = kMinLog + 1; L < BL; ++L)
-        VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.sorted.e, 0));
+      for (int L = ML + 1; L < BL; ++L) VFP_CUDA(cudaStreamWaitEvent(lead.levels[L].stream.get(), lead.sorted.e, 0));
     }
     // Launches that do nothing, beside the round's work on the largest units' stream (for
     // measurements: what a kernel launch costs a round when many rounds share the GPU).
@@ -3264,8 +3284,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       VFP_CUDA_LAUNCHED("mmp empty_kernel");
     }
     std::vector<Op> ops;
-    area_ops(&ops, 0, 0, 0, BL);
-    const StreamHandle chain = lead.levels[kMinLog].stream.get();
+    area_ops(&ops, 0, 0, 0, BL, ML);
+    const StreamHandle chain = lead.levels[ML].stream.get();
     bool prepared[6] = {};
     // The wait for the sort sits before the second 4x4 unit's search: by then the first
     // unit's search and link have taken longer than the sort.
@@ -3282,13 +3302,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           launch(unit_prepare_kernel, blocks, dim3(256), s, ws, BL, op.ux, op.uy, op.L);
           VFP_CUDA_LAUNCHED("mmp unit_prepare_kernel");
         });
-        if (op.L > kMinLog) {  // the chain's own units are read in stream order
+        if (op.L > ML) {  // the chain's own units are read in stream order
           VFP_CUDA(cudaEventRecord(lv.prepared.e, s));
           prepared[op.L] = true;
         }
       } else if (op.kind == Op::Leaf) {
-        bool in_order = ordered && op.L > kMinLog;
-        if (op.L == kMinLog && chain_ordered && chain_units++ > 0) {
+        bool in_order = ordered && op.L > ML;
+        if (op.L == ML && chain_ordered && chain_units++ > 0) {
           if (chain_units == 2) VFP_CUDA(cudaStreamWaitEvent(chain, lead.sorted.e, 0));
           in_order = true;
         }
@@ -3297,16 +3317,18 @@ class GpuLeafSearch final : public mmp::LeafSearch {
                               g.leaf_host[static_cast<size_t>(op.L) * g.capacity], n, in_order ? (by_sum ? 2 : 1) : 0,
                               s);
         });
-      } else if (op.kind == Op::Finish && op.L > kMinLog) {
+      } else if (op.kind == Op::Finish && op.L > ML) {
         timed(g, "segmentation", op.L, s, [&] {
           launch(unit_finish_kernel, blocks, dim3(256), s, ws, K, op.slot, op.ux, op.uy, op.L);
           VFP_CUDA_LAUNCHED("mmp unit_finish_kernel");
         });
         VFP_CUDA(cudaEventRecord(lv.finished.e, s));
-      } else if (op.kind == Op::Finish) {  // a 4x4 unit: a chain link
+      } else if (op.kind == Op::Finish) {  // a unit of the smallest size: a chain link
         ChainLink link{};
         const TaskList& chain_tasks = tasks_[kMinLog][K][spread(n)][tiles];
-        link.BL = BL, link.K = K, link.chunks = chain_tasks.chunked ? chain_tasks.max_chunks : 1;
+        // Only the 4x4 units' searches leave their chunks for the link to combine.
+        link.BL = BL, link.K = K, link.L = ML;
+        link.chunks = ML == kMinLog && chain_tasks.chunked ? chain_tasks.max_chunks : 1;
         link.slot = op.slot, link.ux = op.ux, link.uy = op.uy;
         size_t j = i + 1;
         for (; j < ops.size() && ops[j].kind == Op::Decide; ++j) {  // every decision follows a 4x4 unit's
@@ -3316,15 +3338,18 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           VFP_CUDA(cudaStreamWaitEvent(chain, lead.levels[d.L].finished.e, 0));
         }
         for (size_t k = j; k < ops.size(); ++k)  // no write comes between: only larger units' steps
-          if (ops[k].kind == Op::Prepare && ops[k].L == kMinLog) {
+          if (ops[k].kind == Op::Prepare && ops[k].L == ML) {
             ops[k].linked = true;
             link.next = 1, link.next_ux = ops[k].ux, link.next_uy = ops[k].uy;
             break;
           }
-        for (int L = kMinLog + 1; L <= BL; ++L)
+        for (int L = ML + 1; L <= BL; ++L)
           if (prepared[L]) VFP_CUDA(cudaStreamWaitEvent(chain, lead.levels[L].prepared.e, 0));
         timed(g, "chain link", 0, chain, [&] {
-          launch(chain_kernel, blocks, dim3(256), chain, ws, link);
+          if (ML == kMinLog)
+            launch(chain_kernel<true>, blocks, dim3(256), chain, ws, link);
+          else
+            launch(chain_kernel<false>, blocks, dim3(256), chain, ws, link);
           VFP_CUDA_LAUNCHED("mmp chain_kernel");
         });
         VFP_CUDA(cudaEventRecord(lead.put.e, chain));

@@ -13,8 +13,9 @@ Bjontegaard delta PSNR (and rate) of each tiling against untiled.
         # bpp and PSNR (all planes) as vfpipe reports them
 
 A config is `untiled` or MODE:SIZE (MODE: sync, sync-dict, independent; SIZE: N or WxH),
-optionally followed by `+dictN` (--dict N), `+replace` (--dict-full replace) and `+wavefront`
-(--tile-scan wavefront), e.g. `sync:256+dict512+replace`, `sync:512+wavefront`.
+optionally followed by `+dictN` (--dict N), `+replace` (--dict-full replace), `+wavefront`
+(--tile-scan wavefront) and `+minuN` (--min-unit N), e.g. `sync:256+dict512+replace`,
+`sync:512+wavefront`, `sync:256+minu8`.
 """
 import argparse
 import importlib.util
@@ -61,6 +62,8 @@ def config_args(config):
             args += ["--dict-full", "replace"]
         elif e == "wavefront":
             args += ["--tile-scan", "wavefront"]
+        elif e.startswith("minu"):
+            args += ["--min-unit", e[4:]]
         else:
             sys.exit(f"unknown config part '{e}' in '{config}'")
     return args

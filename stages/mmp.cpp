@@ -39,7 +39,7 @@ struct MmpSettings {
   double lambda = 32;
   std::string file;
   bool carry = false, independent_chroma = false, post_filter = true;
-  int block = 16, modes = 4, dict = mmp::Params{}.max_dict;
+  int block = 16, modes = 4, min_unit = 4, dict = mmp::Params{}.max_dict;
   std::string tile = "0", tile_mode = "sync", tile_scan = "raster", search = "auto",
               dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
 };
@@ -57,6 +57,9 @@ const OptionTable<MmpSettings>& mmp_options() {
     t.integer("modes", &S::modes, 4, 1, mmp::kModes,
               "prediction modes searched fully per unit, best by prediction error first (fewer: faster, slightly "
               "more bits; mmp encode's --modes)");
+    t.integer("min_unit", &S::min_unit, 4, 4, 16,
+              "smallest prediction unit: 4, 8 or 16 samples a side (larger: fewer units that wait for each other, "
+              "a faster GPU search, some more bits; mmp encode's --min-unit)");
     t.integer("dict", &S::dict, mmp::Params{}.max_dict, 64, 4096,
               "dictionary elements per scale (fewer: a faster search, more bits; mmp encode's --dict)");
     t.choice("dict_full", &S::dict_full, mmp::Params{}.replace_least_used ? "replace" : "stop", {"replace", "stop"},
@@ -89,6 +92,9 @@ class MmpStage final : public Stage {
     params_.shared_chroma = !s.independent_chroma;
     params_.post_filter = s.post_filter;
     params_.mode_candidates = s.modes;
+    if (s.min_unit != 4 && s.min_unit != 8 && s.min_unit != 16)
+      throw OptionError("min_unit", "mmp: min_unit=" + std::to_string(s.min_unit) + " (4, 8 or 16)");
+    params_.min_unit = s.min_unit;
     params_.max_dict = s.dict;
     params_.replace_least_used = s.dict_full == "replace";
     params_.block_log = mmp::block_log_of_size(s.block);
@@ -204,6 +210,7 @@ class MmpStage final : public Stage {
     std::string trade;
     if (params_.mode_candidates != mmp::Params{}.mode_candidates)
       trade += log::format(", modes=%d", params_.mode_candidates);
+    if (params_.min_unit != mmp::Params{}.min_unit) trade += log::format(", min_unit=%d", params_.min_unit);
     if (params_.max_dict != mmp::Params{}.max_dict) trade += log::format(", dict=%d", params_.max_dict);
     if (params_.replace_least_used != mmp::Params{}.replace_least_used)
       trade += params_.replace_least_used ? ", dict_full=replace" : ", dict_full=stop";

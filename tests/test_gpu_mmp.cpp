@@ -156,6 +156,7 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     int max_dict = mmp::Params{}.max_dict;
     bool replace = mmp::Params{}.replace_least_used;
     mmp::TileScan scan = mmp::TileScan::Raster;
+    int min_unit = 4;  // the encoder's smallest prediction unit
   };
   const Case cases[] = {
       {1, 1, 0, 4, 4, 30, 0, mmp::TileMode::SyncAll, true},
@@ -197,6 +198,15 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
       {136, 72, 2, 3, 4, 30, 32, mmp::TileMode::SyncDictionaries, true, 90, true, mmp::TileScan::Wavefront},
       {320, 96, 2, 3, 4, 30, 64, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Wavefront},
       {99, 67, 4, 5, 4, 20, 96, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Wavefront},
+      // A larger smallest prediction unit: the chain of 8x8 or 16x16 units (untiled, rounds
+      // of tiles, a wavefront; blocks of 8, 16 and 32; as large as the block).
+      {70, 45, 2, 4, 4, 30, 0, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Raster, 8},
+      {161, 97, 2, 4, 4, 40, 64, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Raster, 8},
+      {136, 72, 0, 3, 11, 20, 32, mmp::TileMode::SyncAll, false, 300, false, mmp::TileScan::Wavefront, 8},
+      {99, 67, 4, 5, 4, 20, 96, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Raster, 8},
+      {99, 67, 1, 5, 3, 20, 64, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Raster, 16},
+      {96, 80, 2, 4, 4, 30, 32, mmp::TileMode::SyncAll, true, 512, true, mmp::TileScan::Raster, 16},
+      {37, 29, 0, 4, 11, 200, 0, mmp::TileMode::SyncAll, false, 512, true, mmp::TileScan::Raster, 16},
   };
   for (const Case& c : cases) {
     const auto img = test_plane(c.kind, c.w, c.h, 7);
@@ -210,6 +220,7 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
     p.max_dict = c.max_dict;
     p.replace_least_used = c.replace;
     p.tile_scan = c.scan;
+    p.min_unit = c.min_unit;
     const mmp::PlaneResult cpu = mmp::encode_plane(img.data(), c.w, c.h, p);
     for (size_t g = 0; g < std::size(gpus); ++g) {
       p.search = gpus[g];
@@ -217,7 +228,7 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
       EXPECT_EQ(cpu.bytes, dev.bytes) << "GPU use " << g << ": " << c.w << "x" << c.h << " kind " << c.kind << " block "
                                       << (1 << c.block_log) << " modes " << c.modes << " lambda " << c.lambda
                                       << " tile " << c.tile << " dict " << c.max_dict << " replace " << c.replace
-                                      << " scan " << mmp::tile_scan_name(c.scan);
+                                      << " scan " << mmp::tile_scan_name(c.scan) << " min unit " << c.min_unit;
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
     }
     for (const auto& t : {tables, no_tables, rate_only}) {

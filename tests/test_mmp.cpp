@@ -905,6 +905,9 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   const auto bad = test::run_cmd(std::string(VFPIPE_BIN) + " run -i synthetic -f 'mmp=block=12' --device cpu");
   EXPECT_EQ(bad.rc, 2) << bad.out;
   EXPECT_NE(bad.out.find("block=12 (8, 16 or 32)"), std::string::npos) << bad.out;
+  const auto bad_unit = test::run_cmd(std::string(VFPIPE_BIN) + " run -i synthetic -f 'mmp=min_unit=12' --device cpu");
+  EXPECT_EQ(bad_unit.rc, 2) << bad_unit.out;
+  EXPECT_NE(bad_unit.out.find("min_unit=12 (4, 8 or 16)"), std::string::npos) << bad_unit.out;
   // search=cuda where no GPU is usable: one clear error before the first frame (on a GPU
   // host Gpu.MmpStageSearchesOnTheGpu checks the bytes).
   const std::string info = test::run_cmd(std::string(VFPIPE_BIN) + " info").out;
@@ -916,8 +919,8 @@ TEST(Mmp, PipelineStageOutputsTheDecodedFrames) {
   }
 }
 
-// The stage's modes= and dict= are mmp encode's --modes and --dict: the same bitstream for
-// the same input; fewer modes or a smaller dictionary give another file, which decodes to
+// The stage's modes=, dict=, min_unit= are mmp encode's --modes, --dict, --min-unit: the same
+// bitstream for the same input; fewer modes, a smaller dictionary or larger units give another file, which decodes to
 // the frames the stage passed on (the decoder fills its dictionaries as far as the
 // header's size, as the encoder did); out of range, a clear error naming the option.
 TEST(Mmp, StageModesAndDictAreTheEncoders) {
@@ -935,7 +938,8 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
        {Setting{"default", "", ""}, Setting{"modes1", ":modes=1", " --modes 1"},
         Setting{"dict72", ":dict=72", " --dict 72"},
         Setting{"stop", ":dict=72:dict_full=stop", " --dict 72 --dict-full stop"},
-        Setting{"wavefront", ":tile=32x32:tile_scan=wavefront", " --tile 32x32 --tile-scan wavefront"}}) {
+        Setting{"wavefront", ":tile=32x32:tile_scan=wavefront", " --tile 32x32 --tile-scan wavefront"},
+        Setting{"unit16", ":min_unit=16", " --min-unit 16"}}) {
     const std::string stream = dir + "/s_" + s.name + ".mmp";
     const auto st = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=30" + s.stage + ":file=" + stream +
                                   "' -o " + dir + "/rec_" + s.name + ".y4m -y --device cpu");
@@ -955,6 +959,7 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
   }
   EXPECT_NE(read(dir + "/s_modes1.mmp"), read(dir + "/s_default.mmp"));
   EXPECT_NE(read(dir + "/s_dict72.mmp"), read(dir + "/s_default.mmp"));
+  EXPECT_NE(read(dir + "/s_unit16.mmp"), read(dir + "/s_default.mmp"));
   const auto info = test::run_cmd(bin + " mmp info " + dir + "/s_dict72.mmp");
   EXPECT_NE(info.out.find("72 dictionary elements per scale (a full scale replaces its least used)"), std::string::npos)
       << info.out;
@@ -1135,6 +1140,38 @@ TEST(Mmp, TiledBytesDoNotDependOnTheThreadCount) {
 // encoder's reconstruction, whatever the thread count, with carried state and the
 // exhaustive backend's bytes. Tiles one block high have the raster order's rounds, and so
 // its bytes; taller ones code otherwise.
+// The encoder's smallest prediction unit (Params::min_unit, an encoder setting): no unit
+// below it, the same decoder, the same bytes from every backend and thread count; 4 (the
+// default) does use 4x4 units on this input, so the setting is what removes them.
+TEST(Mmp, SmallestUnitLimitsThePredictionTree) {
+  auto search = std::make_shared<test::ExhaustiveSearch>();
+  const auto img = plane("photo", 70, 45, 5);
+  for (int bl = 3; bl <= 5; ++bl)
+    for (int min_unit : {4, 8, 16})
+      for (int tile : {0, 32}) {
+        mmp::Params p;
+        p.lambda = 2;
+        p.block_log = bl;
+        p.min_unit = min_unit;
+        p.tile_w = p.tile_h = tile;
+        const std::string what = "block " + std::to_string(1 << bl) + " min unit " + std::to_string(min_unit) +
+                                 " tile " + std::to_string(tile);
+        const mmp::PlaneResult r = mmp::encode_plane(img.data(), 70, 45, p);
+        ASSERT_EQ(mmp::decode_plane(r.bytes.data(), r.bytes.size(), 70, 45, p), r.recon) << what;
+        // unit_sizes: 32x32, 16x16, 8x8, 4x4
+        for (int k = 0; k < 4; ++k)
+          if ((32 >> k) < std::min(min_unit, 1 << bl)) EXPECT_EQ(r.unit_sizes[k], 0) << what << " size " << (32 >> k);
+        if (min_unit == 4) EXPECT_GT(r.unit_sizes[3], 0) << what;
+        if (min_unit >= (1 << bl)) EXPECT_EQ(r.unit_sizes[5 - bl], r.blocks) << what;  // one unit a block
+        set_cpu_threads(1);
+        EXPECT_EQ(mmp::encode_plane(img.data(), 70, 45, p).bytes, r.bytes) << what;
+        set_cpu_threads(0);
+        mmp::Params q = p;
+        q.search = search;
+        EXPECT_EQ(mmp::encode_plane(img.data(), 70, 45, q).bytes, r.bytes) << what;
+      }
+}
+
 TEST(Mmp, WavefrontRoundsDecodeExactly) {
   auto search = std::make_shared<test::ExhaustiveSearch>();
   const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {37, 21}, {70, 45}, {100, 90}};

@@ -33,6 +33,7 @@ struct MmpArgs {
   double lambda = 32;
   int64_t frames = -1;
   int mode_candidates = 4;
+  int min_unit = 4;
   int max_dict = mmp::Params{}.max_dict;
   int block = 16;
   bool carry = false;
@@ -87,6 +88,7 @@ int mmp_encode_command(const MmpArgs& a) {
   mmp::Params p;
   p.lambda = a.lambda;
   p.mode_candidates = a.mode_candidates;
+  p.min_unit = a.min_unit;
   p.max_dict = a.max_dict;
   p.replace_least_used = a.dict_full == "replace";
   p.carry = a.carry;
@@ -287,6 +289,12 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
                    "prediction modes searched fully per unit, best by prediction error first (1..11; more: "
                    "slower, slightly fewer bits)")
       ->check(CLI::Range(1, 11))
+      ->capture_default_str();
+  mmp_enc
+      ->add_option("--min-unit", mmp_args.min_unit,
+                   "the smallest prediction unit: 4, 8 or 16 samples a side (larger: fewer units that wait for "
+                   "each other, a faster GPU search, some more bits)")
+      ->check(CLI::IsMember({4, 8, 16}))
       ->capture_default_str();
   mmp_enc
       ->add_option("--dict", mmp_args.max_dict,

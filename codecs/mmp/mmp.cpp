@@ -396,7 +396,7 @@ class BlockSearch {
     int leaf_rec[kB * kB];
     double jl = unit(x, y, L, leaf.unit, leaf_rec);
     if (L > kMinLog) jl += p_.lambda * bit_cost(m_.psplit[static_cast<size_t>(L - kMinLog - 1)], 0);
-    if (L > kMinLog) {
+    if (L > kMinLog && (1 << (L - 1)) >= p_.min_unit) {
       Area sp;
       sp.split = true;
       sp.kids.resize(4);
@@ -831,6 +831,8 @@ BlockQuery block_query(const Tile& t, int bx, int by, const Params& p) {
   BlockQuery q;
   q.block_log = BL;
   q.candidates = std::clamp(p.mode_candidates, 1, kModes);
+  q.min_unit_log = kMinLog;
+  while (q.min_unit_log < BL && (2 << q.min_unit_log) <= p.min_unit) ++q.min_unit_log;
   q.lambda = p.lambda;
   q.bx = bx, q.by = by, q.W = t.w, q.H = t.h;
   q.src = t.src.data(), q.rec = t.rec.data(), q.done = t.done.data();

@@ -87,6 +87,10 @@ struct Params {
   // the SSE of their prediction, get the full segmentation search in each
   // prediction unit (1..11).
   int mode_candidates = 4;
+  // Encoder only: the smallest prediction unit the encoder tries, 4, 8 or 16 samples a side
+  // (at most the block). The bitstream still codes every area's split flag; larger units
+  // mean fewer units that predict from each other's reconstruction.
+  int min_unit = 4;
   // Encoder only: search every dictionary element instead of pruning by the sum
   // bound (same decisions, much slower; the tests check that both agree).
   bool exhaustive = false;

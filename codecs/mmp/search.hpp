@@ -71,8 +71,9 @@ VFP_MMP_HD inline int leaf_table_size(int L) { return ((2 << L) - 1) * ((2 << L)
 // start. Every cost the search adds is given here as the CPU computes it, so that the
 // backend only repeats the same sums (each product and sum rounded once, never fused).
 struct BlockQuery {
-  int block_log = 4;   // the block is 2^block_log square
-  int candidates = 4;  // modes searched fully per unit (Params::mode_candidates, 1..11)
+  int block_log = 4;     // the block is 2^block_log square
+  int candidates = 4;    // modes searched fully per unit (Params::mode_candidates, 1..11)
+  int min_unit_log = 2;  // the smallest prediction unit is 2^min_unit_log (Params::min_unit), 2..block_log
   double lambda = 0;
   int bx = 0, by = 0;             // the block's corner in its tile
   int W = 0, H = 0;               // the tile's size (multiples of the block size)
