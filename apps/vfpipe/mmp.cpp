@@ -293,7 +293,7 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc
       ->add_option("--min-unit", mmp_args.min_unit,
                    "the smallest prediction unit: 4, 8 or 16 samples a side (larger: fewer units that wait for "
-                   "each other, a faster GPU search, some more bits)")
+                   "each other, less search work (CPU encode 25% faster at 8), some more bits)")
       ->check(CLI::IsMember({4, 8, 16}))
       ->capture_default_str();
   mmp_enc
