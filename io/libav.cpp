@@ -470,6 +470,7 @@ class LibavSource final : public Source {
   std::string describe() const override { return describe_; }
   int64_t frame_count() const override { return frames_; }
   bool can_fill_device() const override { return frames_on_gpu_; }
+  bool handles_time_window() const override { return true; }  // -ss seeks, -t ends by timestamps
   std::shared_ptr<LibavInput> input() const { return info_; }
 
   bool read(HostFrame& dst) override {

@@ -1,6 +1,9 @@
 #include "io/open.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 
@@ -63,6 +66,50 @@ std::string lower(std::string s) {
                                     "writes Y4M ('-' for pipes) and the synthetic source.");
 }
 #endif
+// -ss / -t / -to for the sources that have no timestamps to seek by (Y4M files and pipes,
+// image sequences, the synthetic source, cameras): frame k is at k / fps seconds, and the
+// frames kept are those at or after `start` and before start + duration, as FFmpeg keeps
+// them. Frames before the window are read and dropped (a pipe cannot seek).
+class TimeWindowSource final : public Source {
+ public:
+  TimeWindowSource(std::unique_ptr<Source> in, double start, double duration) : in_(std::move(in)) {
+    const double fps = in_->spec().fps.value();
+    if (!(fps > 0)) throw Error(ErrorKind::Usage, "-ss / -t: the input has no frame rate to count time by");
+    const auto frame_at = [&](double t) { return static_cast<int64_t>(std::ceil(t * fps - 1e-6)); };
+    first_ = frame_at(start);
+    end_ = duration >= 0 ? frame_at(start + duration) : INT64_MAX;
+  }
+  FrameSpec spec() const override { return in_->spec(); }
+  std::string describe() const override { return in_->describe(); }
+  int64_t frame_count() const override {
+    const int64_t n = in_->frame_count();
+    return n < 0 ? -1 : std::max<int64_t>(0, std::min(n, end_) - first_);
+  }
+  bool is_live() const override { return in_->is_live(); }
+  bool read(HostFrame& dst) override {
+    for (;;) {
+      if (at_ >= end_ || !in_->read(dst)) return false;
+      if (at_++ < first_) continue;
+      return true;
+    }
+  }
+  bool provides_frames() const override { return in_->provides_frames(); }
+  FramePtr next_frame() override {
+    for (;;) {
+      if (at_ >= end_) return nullptr;
+      FramePtr f = in_->next_frame();
+      if (!f) return nullptr;
+      if (at_++ < first_) continue;
+      return f;
+    }
+  }
+  bool can_fill_device() const override { return in_->can_fill_device(); }
+
+ private:
+  std::unique_ptr<Source> in_;
+  int64_t first_ = 0, end_ = INT64_MAX, at_ = 0;
+};
+
 }  // namespace
 
 bool have_opencv() {
@@ -73,7 +120,22 @@ bool have_opencv() {
 #endif
 }
 
+namespace {
+std::unique_ptr<Source> open_untimed(const std::string& spec, const SourceOptions& opt);
+}
+
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt) {
+  std::unique_ptr<Source> s = open_untimed(spec, opt);
+  // Video files seek by their own timestamps (libav); every other source counts frames.
+  if ((opt.start > 0 || opt.duration >= 0) && !s->handles_time_window()) {
+    if (opt.start > 0 && s->is_live()) throw Error(ErrorKind::Usage, "-ss: a live input cannot start later");
+    s = std::make_unique<TimeWindowSource>(std::move(s), opt.start, opt.duration);
+  }
+  return s;
+}
+
+namespace {
+std::unique_ptr<Source> open_untimed(const std::string& spec, const SourceOptions& opt) {
   if (spec.empty()) throw Error(ErrorKind::Usage, "no input given (-i)");
   const auto y4m = [&](const std::string& path) {
     auto s = std::make_unique<Y4mSource>(path);
@@ -141,6 +203,7 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
   no_opencv("video input '" + spec + "'");
 #endif
 }
+}  // namespace
 
 // FFmpeg's rule: an existing output is only replaced when asked (-y); -n keeps it.
 void check_overwrite(const std::string& path, Overwrite o) {

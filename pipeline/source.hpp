@@ -30,6 +30,9 @@ class Source {
   // A source that decodes on the GPU of the run (NVDEC) can leave frames there: read() then
   // fills HostFrame::device, when the engine gave one, instead of the host data.
   virtual bool can_fill_device() const { return false; }
+  // Whether the source applied SourceOptions' start and duration itself (by its timestamps);
+  // otherwise open_source() counts frames at the source's rate.
+  virtual bool handles_time_window() const { return false; }
 };
 
 struct FrameRecord;

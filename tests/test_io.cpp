@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 
 #include "core/error.hpp"
 #include "core/filter_parser.hpp"
@@ -36,6 +37,55 @@ TEST(Io, SourceDispatchAndErrors) {
   EXPECT_EQ(s->frame_count(), 2);
   auto y = open_source(std::string(VFPIPE_TEST_DATA) + "/testsrc2_67x45_gray.y4m", {});
   EXPECT_EQ(y->spec().format, PixelFormat::GRAY8);
+}
+
+// -ss / -t / -to on inputs without timestamps (Y4M, the synthetic source): frame k is at
+// k / fps, kept from the start on and before start + duration: the same pixels as the
+// frames at those positions; past the end: nothing.
+TEST(Io, StartAndDurationCountFramesWhereThereAreNoTimestamps) {
+  const std::string y4m = tmp_path("window.y4m");
+  ASSERT_EQ(run_cmd(std::string(VFPIPE_BIN) + " run -i 'synthetic=size=16x8:frames=50:rate=25' -o " + y4m +
+                    " -y --device cpu")
+                .rc,
+            0);
+  const auto frames_of = [](const std::string& spec, const SourceOptions& o) {
+    auto src = open_source(spec, o);
+    std::vector<std::unique_ptr<HostFrame>> out;
+    for (;;) {
+      auto f = std::make_unique<HostFrame>(src->spec(), false);
+      if (!src->read(*f)) break;
+      out.push_back(std::move(f));
+    }
+    return std::make_pair(src->frame_count(), std::move(out));
+  };
+  const auto [all_n, all] = frames_of(y4m, {});
+  ASSERT_EQ(all.size(), 50u);
+  struct Window {
+    double start, duration;
+    size_t first, count;
+  };
+  for (const Window& w : {Window{1.0, 0.5, 25, 13}, Window{0, 0.04, 0, 1}, Window{0.41, -1, 11, 39},
+                          Window{0.5, 0, 13, 0}, Window{5, 1, 50, 0}, Window{1.9, 10, 48, 2}}) {
+    SourceOptions o;
+    o.start = w.start, o.duration = w.duration;
+    for (const std::string& spec : {y4m, std::string("synthetic=size=16x8:frames=50:rate=25")}) {
+      const auto [n, got] = frames_of(spec, o);
+      ASSERT_EQ(got.size(), w.count) << spec << " -ss " << w.start << " -t " << w.duration;
+      if (all_n >= 0 || spec != y4m) EXPECT_EQ(n, static_cast<int64_t>(w.count)) << spec;  // where it is known
+      if (spec == y4m)
+        for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(got[k]->same_pixels(*all[w.first + k])) << k;
+    }
+  }
+  // The CLI: run and mmp encode take FFmpeg's spellings.
+  const std::string out = tmp_path("window_out.y4m");
+  const auto r = run_cmd(std::string(VFPIPE_BIN) + " run -i " + y4m + " -ss 1 -to 1.5 -o " + out + " -y --device cpu");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(frames_of(out, {}).second.size(), 13u);
+  const auto m = run_cmd(std::string(VFPIPE_BIN) + " mmp encode " + y4m + " -ss 0.4 -t 0.2 -o " + tmp_path("w.mmp") +
+                         " -y --device cpu");
+  ASSERT_EQ(m.rc, 0) << m.out;
+  EXPECT_NE(m.out.find(": 5 frames 16x8"), std::string::npos) << m.out;
+  for (const auto& p : {y4m, out, tmp_path("w.mmp")}) std::filesystem::remove(p);
 }
 
 TEST(Io, SinkDispatchAndErrors) {

@@ -31,6 +31,7 @@ struct MmpArgs {
                                       gpu_search = "blocks";
   std::string dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
   double lambda = 32;
+  double start = 0, duration = -1, to = -1;  // -ss, -t, -to (seconds of the input)
   int64_t frames = -1;
   int mode_candidates = 4;
   int min_unit = 4;
@@ -75,7 +76,10 @@ std::shared_ptr<mmp::LeafSearch> leaf_search(const std::string& device, const st
 // `vfpipe mmp encode`: any vfpipe input to an .mmp file, with bits, bpp, PSNR and time per frame.
 int mmp_encode_command(const MmpArgs& a) {
   install_signal_handlers();
-  auto src = open_source(a.input, SourceOptions{});
+  SourceOptions so;
+  so.start = a.start;
+  so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
+  auto src = open_source(a.input, so);
   FrameSpec in = src->spec(), coded = in;
   if (!a.pix_fmt.empty()) {
     if (!parse_pix_fmt(a.pix_fmt, &coded.format))
@@ -254,6 +258,12 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt,
                       "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
   mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
+  mmp_enc->add_option("--start", mmp_args.start, "(-ss) start this many seconds into the input")
+      ->check(CLI::Range(0.0, 1e9));
+  mmp_enc->add_option("-t,--duration", mmp_args.duration, "encode this many seconds of the input")
+      ->check(CLI::Range(0.0, 1e9));
+  mmp_enc->add_option("--to", mmp_args.to, "(-to) stop at this time of the input, in seconds (-t wins if both)")
+      ->check(CLI::Range(0.0, 1e9));
   add_overwrite_flags(mmp_enc, &mmp_args.overwrite, &mmp_args.no_overwrite, "output file");
   mmp_enc
       ->add_option("-d,--device", mmp_args.device,
