@@ -3228,7 +3228,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // their own: a unit's prediction reads the window after the last write before it in the
   // CPU's order (the `put` event), a write waits until every unit before it has read the
   // window (their `prepared` events), and a decision waits for its unit's choice (its
-  // `finished` event). So the larger units' searches overlap the chain of 4x4 units.
+  // `finished` event). So the larger units' searches overlap the chain of 4x4 units. With a
+  // larger smallest unit (ML > 2: the encoder's --min-unit) the units of that size are the
+  // chain, and the areas of that size are never split.
   // learn_max: the elements a scale holds where the round learns (learn_rounds).
   // ML: the smallest prediction unit's log (BlockQuery::min_unit_log): the chain's units.
   void enqueue_round(Group& g, int BL, int ML, int K, int n, int tiles, bool learn_rounds, int learn_max,
@@ -3331,7 +3333,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         link.chunks = ML == kMinLog && chain_tasks.chunked ? chain_tasks.max_chunks : 1;
         link.slot = op.slot, link.ux = op.ux, link.uy = op.uy;
         size_t j = i + 1;
-        for (; j < ops.size() && ops[j].kind == Op::Decide; ++j) {  // every decision follows a 4x4 unit's
+        for (; j < ops.size() && ops[j].kind == Op::Decide; ++j) {  // every decision follows a chain unit's
           const Op& d = ops[j];
           const int k = link.decides++;
           link.d_slot[k] = d.slot, link.d_ux[k] = d.ux, link.d_uy[k] = d.uy, link.d_L[k] = d.L;
