@@ -29,4 +29,11 @@ void write_file(const std::string& path, const std::string& text, const char* wh
 // -n N stays a frame count), for an existing `what` ("video output", ...).
 void add_overwrite_flags(CLI::App* cmd, bool* overwrite, bool* no_overwrite, const std::string& what);
 
+// FFmpeg's -ss, -t and -to on `cmd` (-ss and -to arrive as --start and --to: main.cpp maps
+// them), in seconds of the input; `duration` and `to` stay -1 when not given.
+void add_time_window_options(CLI::App* cmd, double* start, double* duration, double* to);
+// The seconds after `start` that -t (which wins) or -to leave, or -1 for the rest of the
+// input: SourceOptions::duration.
+double window_duration(double start, double duration, double to);
+
 }  // namespace vfp

@@ -26,6 +26,20 @@ void add_overwrite_flags(CLI::App* cmd, bool* overwrite, bool* no_overwrite, con
   });
 }
 
+void add_time_window_options(CLI::App* cmd, double* start, double* duration, double* to) {
+  cmd->add_option("--start", *start,
+                  "(-ss) start this many seconds into the input (video files seek by timestamps; Y4M, images and "
+                  "synthetic count frames at their rate)")
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("-t,--duration", *duration, "process this many seconds of the input")->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--to", *to, "(-to) stop at this time of the input, in seconds (-t wins if both)")
+      ->check(CLI::Range(0.0, 1e9));
+}
+
+double window_duration(double start, double duration, double to) {
+  return duration >= 0 ? duration : to >= 0 ? std::max(0.0, to - start) : -1;
+}
+
 void write_file(const std::string& path, const std::string& text, const char* what) {
   std::ofstream out(path, std::ios::binary);
   out << text;

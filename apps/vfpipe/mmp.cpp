@@ -78,7 +78,7 @@ int mmp_encode_command(const MmpArgs& a) {
   install_signal_handlers();
   SourceOptions so;
   so.start = a.start;
-  so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
+  so.duration = window_duration(a.start, a.duration, a.to);
   auto src = open_source(a.input, so);
   FrameSpec in = src->spec(), coded = in;
   if (!a.pix_fmt.empty()) {
@@ -258,12 +258,7 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc->add_option("--pix-fmt", mmp_args.pix_fmt,
                       "gray, yuv420p or yuv444p (default: gray/yuv444p kept, else yuv420p)");
   mmp_enc->add_option("-n,--frames", mmp_args.frames, "stop after N frames");
-  mmp_enc->add_option("--start", mmp_args.start, "(-ss) start this many seconds into the input")
-      ->check(CLI::Range(0.0, 1e9));
-  mmp_enc->add_option("-t,--duration", mmp_args.duration, "encode this many seconds of the input")
-      ->check(CLI::Range(0.0, 1e9));
-  mmp_enc->add_option("--to", mmp_args.to, "(-to) stop at this time of the input, in seconds (-t wins if both)")
-      ->check(CLI::Range(0.0, 1e9));
+  add_time_window_options(mmp_enc, &mmp_args.start, &mmp_args.duration, &mmp_args.to);
   add_overwrite_flags(mmp_enc, &mmp_args.overwrite, &mmp_args.no_overwrite, "output file");
   mmp_enc
       ->add_option("-d,--device", mmp_args.device,

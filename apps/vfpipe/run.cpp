@@ -135,15 +135,9 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   add_overwrite_flags(c, &a.overwrite, &a.no_overwrite, "video output");
   c->add_flag("--ignore-input-errors", a.ignore_input_errors,
               "a truncated or damaged video input: warn and exit 0 (default: its frames are written, exit 1)");
-  c->add_option("--start", a.start,
-                "(-ss) start this many seconds into the input (video files seek by timestamps; Y4M, images and "
-                "synthetic count frames at their rate)")
-      ->check(CLI::Range(0.0, 1e9));
-  c->add_option("--to", a.to, "(-to) stop at this time of the input, in seconds (-t wins if both)")
-      ->check(CLI::Range(0.0, 1e9));
+  add_time_window_options(c, &a.start, &a.duration, &a.to);
   c->add_option("--loglevel", a.loglevel, "(-loglevel, -v LEVEL) messages: quiet, error, warning, info, debug")
       ->check(CLI::IsMember({"quiet", "panic", "fatal", "error", "warning", "info", "verbose", "debug", "trace"}));
-  c->add_option("-t,--duration", a.duration, "process this many seconds of the input")->check(CLI::Range(0.0, 1e9));
   c->add_flag("--lossless", a.lossless,
               "image sequences by vfpipe's PNG encoder (GPU DEFLATE); refuse lossy outputs (.mp4, .avi)");
   c->add_option(
@@ -483,7 +477,7 @@ SourceOptions source_options(const RunArgs& a, Backend backend) {
   so.pinned = backend == Backend::CUDA;
   so.fps = a.fps;
   so.start = a.start;
-  so.duration = a.duration >= 0 ? a.duration : a.to >= 0 ? std::max(0.0, a.to - a.start) : -1;
+  so.duration = window_duration(a.start, a.duration, a.to);
   so.ignore_input_errors = a.ignore_input_errors;
   so.hwaccel = a.hwaccel;
   so.hwaccel_output = a.hwaccel_output;
