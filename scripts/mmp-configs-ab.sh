@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU host: run-time configurations of the mmp stage (environment switches and
 # options of `vfpipe run`) measured in one call with one binary, runs interleaved so that a
-# machine's drift hits every configuration alike, with each run's user CPU time; then each
+# machine's drift hits every configuration alike, with each run's user and system CPU time; then each
 # configuration's `mmp encode` bytes compared with the first's.
 #     bash scripts/device-carried.sh bash scripts/mmp-configs-ab.sh 'base||' \
 #       'together|VFP_MMP_STAGGER=0|' 't12||--threads 12'
@@ -22,7 +22,7 @@ mkdir -p "$OUT"
 nvidia-smi -L
 $PY scripts/mmp-clip.py "$T/clip.y4m" --frames "$FRAMES" --mosaic "$DATA/mosaic.npz" > /dev/null
 $PY scripts/mmp-clip.py "$T/clip4.y4m" --frames 4 --mosaic "$DATA/mosaic.npz" > /dev/null
-TIMEFORMAT='user %U s'
+TIMEFORMAT='user %U s, sys %S s'
 for ((i = 0; i < RUNS; ++i)); do
   for c in "$@"; do
     IFS='|' read -r label envs args <<< "$c"
