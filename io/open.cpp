@@ -87,21 +87,15 @@ class TimeWindowSource final : public Source {
   }
   bool is_live() const override { return in_->is_live(); }
   bool read(HostFrame& dst) override {
-    for (;;) {
-      if (at_ >= end_ || !in_->read(dst)) return false;
-      if (at_++ < first_) continue;
-      return true;
-    }
+    while (at_ < end_ && in_->read(dst))
+      if (at_++ >= first_) return true;
+    return false;
   }
   bool provides_frames() const override { return in_->provides_frames(); }
   FramePtr next_frame() override {
-    for (;;) {
-      if (at_ >= end_) return nullptr;
-      FramePtr f = in_->next_frame();
-      if (!f) return nullptr;
-      if (at_++ < first_) continue;
-      return f;
-    }
+    while (at_ < end_)
+      if (FramePtr f = in_->next_frame(); !f || at_++ >= first_) return f;
+    return nullptr;
   }
   bool can_fill_device() const override { return in_->can_fill_device(); }
 
