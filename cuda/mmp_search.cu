@@ -1207,7 +1207,8 @@ __global__ void __launch_bounds__(32 * kUploadWarps)
   }
   if (lane != 0) return;
   it.norms[i] = sq;
-  it.hashes[i] = h;  // a replacing dictionary's too: the device may take it over (learn_replace_kernel)
+  it.hashes[i] =
+      h;  // a replacing dictionary's too: the device may take it over (learn_hash_kernel compares against them)
   if (it.table) table_insert(it.table, h, i);
 }
 
@@ -1258,18 +1259,27 @@ struct BlockConsts : BlockHead {
   uint32_t diffs[kMaxDiffs];
   // The dictionary's learning on the device (search.hpp's BlockQuery::learn): where the new
   // elements go, and the scales' limit. `on`: 0 none; 1 a block alone appends while there is
-  // room (a dictionary that stops when full: the duplicate tables); 2 the round's blocks, in
-  // order, into a dictionary that replaces its least used (the uses, births and clocks).
+  // room (a dictionary that stops when full: the duplicate tables); 2 a round of blocks into
+  // a dictionary the device holds, which replaces its least used: the device lists the
+  // round's elements and finds their duplicates (the learn_*_kernel's), the host says where
+  // they go (Dictionary::add_decided()), place_round() stores them.
   struct {
     int on, max;
     int16_t* data[kScales];
     int* norms[kScales];
     int* table[kScales];
     uint64_t* hashes[kScales];
-    unsigned* uses[kScales];
-    unsigned long long* born[kScales];
-    unsigned long long* clock;  // [kScales]
-    int* counts;                // [kScales]: the held dictionary's element counts, which the round starts from
+    // on 2: the round's elements (the held mirror's RoundBuffers, `cap` elements a scale).
+    int16_t* src;       // each block's elements at their own size, block b's at b * src_stride
+    int src_stride;     // samples
+    int cap;            // elements
+    int4* elems;        // [cap] each element: x its samples in src, y lw, z lh
+    uint64_t* h;        // [kScales][cap] each element's hash at each scale,
+    int* norm;          // its squared norm,
+    int* before;        // and the index of the scale's equal element (-1: none)
+    int64_t* verdicts;  // [kScales][cap] mmp::RoundVerdicts, in mapped host memory
+    int* total;         // the round's elements (device memory)
+    int* total_host;    // the same, mapped host memory (-1: more than cap)
   } learn;
 };
 
@@ -1315,8 +1325,6 @@ struct BlockWork {
   int16_t* slot_rres;  // kMaxSlots x 1024: the chosen candidate's residue (its leaves' samples)
   LearnNode* learn;    // the block's new elements in the dictionaries' order, learn_n of them
   int* learn_n;
-  uint32_t* learn_uses;  // learning in rounds: the block's leaves (scale << 16 | index), learn_nuses
-  int* learn_nuses;
   int16_t* learn_stage;  // each new element at each scale (stage_at())
   uint64_t* learn_h;     // [scale][kMaxNew]: each new element's hash at each scale,
   int* learn_norm;       // its squared norm,
@@ -1711,11 +1719,49 @@ __global__ void chain_kernel(const __grid_constant__ Works ws, ChainLink a) {
     chain_block<Small>(block_work(ws.all), a);
 }
 
+// The block's new elements in the dictionaries' order (units in coding order, internal
+// nodes in post-order) into w.learn, from the chosen units' plans (pack_block()'s shared
+// arrays). One thread.
+__device__ void learn_list(const BlockWork& w, int units, const int* unit_L, const int* unit_slot, const int* unit_base,
+                           const uint8_t* kind) {
+  int nl = 0;
+  for (int u = 0; u < units; ++u) {
+    const int L = unit_L[u], N = 1 << L;
+    struct Seg {
+      int lw, lh, x0, y0, visited;
+    } segs[2 * 2 * 5 + 2];
+    int ns = 0;
+    segs[ns++] = {L, L, 0, 0, 0};
+    while (ns > 0) {
+      const Seg g = segs[--ns];
+      const int at =
+          unit_base[u] + mmp::leaf_scale_offset(L, g.lw, g.lh) + (g.x0 >> g.lw) + (g.y0 >> g.lh) * (N >> g.lw);
+      const int k = kind[at];
+      if (k == 0) continue;
+      if (g.visited) {
+        w.learn[nl++] = {unit_slot[u], L, g.x0, g.y0, g.lw, g.lh};
+        continue;
+      }
+      segs[ns++] = {g.lw, g.lh, g.x0, g.y0, 1};
+      if (k == 1 && g.lw > 0) {  // the left half first (pushed last)
+        segs[ns++] = {g.lw - 1, g.lh, g.x0 + (1 << (g.lw - 1)), g.y0, 0};
+        segs[ns++] = {g.lw - 1, g.lh, g.x0, g.y0, 0};
+      } else if (g.lh > 0) {
+        segs[ns++] = {g.lw, g.lh - 1, g.x0, g.y0 + (1 << (g.lh - 1)), 0};
+        segs[ns++] = {g.lw, g.lh - 1, g.x0, g.y0, 0};
+      }
+    }
+  }
+  *w.learn_n = nl;
+}
+
 // The block's choices in the order the encoder codes them (search.hpp's BlockChoices), and
 // its reconstruction. The walk is serial: what it reads (the decisions, the chosen units'
 // plans) is brought into shared memory by all threads first, so that the walk does not wait
 // on global memory at every step.
-__device__ void pack_block(const BlockWork& w) {
+// With `list`, only the learning's element list of a round that learns a held dictionary
+// (learn.on 2), after the choices went down: off their path.
+__device__ void pack_block(const BlockWork& w, bool list) {
   const BlockConsts& c = *w.c;
   int32_t* const block = block_out(w);
   const int BL = c.BL, B = 1 << BL, slots = subtree_units(BL);
@@ -1781,9 +1827,13 @@ __device__ void pack_block(const BlockWork& w) {
     }
   }
   __syncthreads();
+  if (list) {
+    if (threadIdx.x == 0 && c.learn.on == 2) learn_list(w, units, unit_L, unit_slot, unit_base, kind);
+    return;
+  }
   if (threadIdx.x == 0) {
     int32_t* out = block + 1;
-    int n = 0, n_uses = 0;
+    int n = 0;
     for (int it = 0; it < items; ++it) {
       if (item[it] < 0) {
         out[n++] = -1 - item[it];
@@ -1805,11 +1855,7 @@ __device__ void pack_block(const BlockWork& w) {
         const int k = kind[at];
         out[n++] = k << 16 | (index[at] & 0xFFFF);
         ++nodes;
-        if (k == 0) {
-          if (c.learn.on == 2)
-            w.learn_uses[n_uses++] = static_cast<uint32_t>(g.lw + 6 * g.lh) << 16 | (index[at] & 0xFFFF);
-          continue;
-        }
+        if (k == 0) continue;
         if (k == 1 && g.lw > 0) {  // the left half is coded first
           segs[ns++] = {g.lw - 1, g.lh, g.x0 + (1 << (g.lw - 1)), g.y0};
           segs[ns++] = {g.lw - 1, g.lh, g.x0, g.y0};
@@ -1821,38 +1867,7 @@ __device__ void pack_block(const BlockWork& w) {
       out[count_at] = nodes;
     }
     block[0] = n;
-    if (c.learn.on == 2) *w.learn_nuses = n_uses;
-    if (c.learn.on) {  // the new elements: units in coding order, internal nodes in post-order
-      int nl = 0;
-      for (int u = 0; u < units; ++u) {
-        const int L = unit_L[u], N = 1 << L;
-        struct Seg {
-          int lw, lh, x0, y0, visited;
-        } segs[2 * 2 * 5 + 2];
-        int ns = 0;
-        segs[ns++] = {L, L, 0, 0, 0};
-        while (ns > 0) {
-          const Seg g = segs[--ns];
-          const int at =
-              unit_base[u] + mmp::leaf_scale_offset(L, g.lw, g.lh) + (g.x0 >> g.lw) + (g.y0 >> g.lh) * (N >> g.lw);
-          const int k = kind[at];
-          if (k == 0) continue;
-          if (g.visited) {
-            w.learn[nl++] = {unit_slot[u], L, g.x0, g.y0, g.lw, g.lh};
-            continue;
-          }
-          segs[ns++] = {g.lw, g.lh, g.x0, g.y0, 1};
-          if (k == 1 && g.lw > 0) {  // the left half first (pushed last)
-            segs[ns++] = {g.lw - 1, g.lh, g.x0 + (1 << (g.lw - 1)), g.y0, 0};
-            segs[ns++] = {g.lw - 1, g.lh, g.x0, g.y0, 0};
-          } else if (g.lh > 0) {
-            segs[ns++] = {g.lw, g.lh - 1, g.x0, g.y0 + (1 << (g.lh - 1)), 0};
-            segs[ns++] = {g.lw, g.lh - 1, g.x0, g.y0, 0};
-          }
-        }
-      }
-      *w.learn_n = nl;
-    }
+    if (c.learn.on == 1) learn_list(w, units, unit_L, unit_slot, unit_base, kind);
   }
   uint8_t* recon = reinterpret_cast<uint8_t*>(block + code_capacity(BL));
   for (int q = threadIdx.x; q < B * B; q += blockDim.x)
@@ -1861,9 +1876,16 @@ __device__ void pack_block(const BlockWork& w) {
 
 __global__ void pack_kernel(const __grid_constant__ Works ws) {
   if (gridDim.z == 1)
-    pack_block(ws.first);
+    pack_block(ws.first, false);
   else
-    pack_block(block_work(ws.all));
+    pack_block(block_work(ws.all), false);
+}
+
+__global__ void learn_list_kernel(const __grid_constant__ Works ws) {
+  if (gridDim.z == 1)
+    pack_block(ws.first, true);
+  else
+    pack_block(block_work(ws.all), true);
 }
 
 // ---- The dictionaries' update on the device ----------------------------------------------
@@ -2070,191 +2092,194 @@ __global__ void __launch_bounds__(kMaxNew) learn_insert_kernel(const __grid_cons
     learn_insert_block(block_work(ws.all));
 }
 
-// ---- Learning in rounds: a dictionary that replaces its least used ----------------------
+// ---- Learning in rounds: a replacing dictionary the device holds ------------------------
 //
-// Dictionary::add() of a round's lesson, on the device's copy of a dictionary the device
-// holds (LeafSearch::hold_dictionary()): first the round's leaves count as uses of their
-// elements, then each block's new elements in the round's block order (tile order), each
-// block's in the dictionaries' order (units in coding order, internal nodes in post-order),
-// each resized to every scale by resize_into()'s arithmetic, enter a scale unless it holds
-// an equal element: appended while the scale has room, else in place of the learnt element
-// (index >= 64) with the fewest uses, ties to the lower index, among those old enough (born
-// more than (max - 64) / 2 clock ticks ago; the clock ticks at every element that is not a
-// duplicate, stored or not), with no uses and born now; dropped when none is old enough.
-// The host's young queue and heap of old elements come to this: an element is old exactly
-// when its birth is that far behind the clock, and the heap's top is the least (uses,
-// index) among them.
-constexpr int kFlat = 64;  // the flat elements every scale starts with (Dictionary::kFlat)
+// Dictionary::add() of a round's lesson, split between the device and the host for a
+// dictionary the device holds (LeafSearch::hold_dictionary()). The device keeps the
+// contents; the host's Dictionary keeps the counts, uses and ages. After the round's choices
+// went down (the host codes them meanwhile), the device lists the round's new elements
+// (each block's in the round's block order, tile order; each block's in the dictionaries'
+// order: units in coding order, internal nodes in post-order), resizes each to every scale
+// by resize_into()'s arithmetic and finds, at each scale, the element equal to it that the
+// scale held when the round began and the first of the round's elements equal to it: the
+// verdicts (mmp::RoundVerdicts), which the host reads from mapped memory. Every step is
+// parallel over elements and scales. The host's walk through the verdicts
+// (Dictionary::add_decided(): a few integers an element, where the device's walk needed a
+// pass over the scale and a barrier) says where each element goes, and learn_place_kernel
+// stores them (place_round()) before the dictionary's next round.
+constexpr int kRoundLearnBlocks = 1024;  // the most blocks a round learns from (the round's capacity)
+constexpr int kFlat = 64;                // the flat elements every scale starts with (Dictionary::kFlat)
+constexpr int kVerdictWarps = 8;
+// Thread blocks a scale for the verdicts: a round brings about 3 new elements a block, so
+// a few warps a scale take them all, and a round's graph schedules few idle thread blocks.
+constexpr int kVerdictBlocks = 4;
 
-// The round's uses. Grid: the round's blocks (z).
-__device__ void learn_uses_block(const BlockWork& w) {
+// Each block's new elements at their own size into the round's source (block b's at
+// b * src_stride samples), and the round's element list. Grid: the round's blocks (z).
+__device__ void learn_gather_block(const Works& ws, const BlockWork& w) {
   const BlockConsts& c = *w.c;
   if (c.learn.on != 2) return;
-  const int n = *w.learn_nuses;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const uint32_t u = w.learn_uses[i];
-    atomicAdd(&c.learn.uses[u >> 16][u & 0xFFFF], 1u);
+  __shared__ int first, offs[kMaxNew + 1];
+  const int b = static_cast<int>(blockIdx.z);
+  if (threadIdx.x == 0) first = 0;
+  __syncthreads();
+  int before = 0;  // the elements of the blocks before this one
+  for (int k = static_cast<int>(threadIdx.x); k < b; k += blockDim.x) before += *ws.all[k].learn_n;
+  for (int o = 16; o > 0; o >>= 1) before += __shfl_xor_sync(0xffffffffu, before, o);
+  if ((threadIdx.x & 31) == 0 && before) atomicAdd(&first, before);
+  const int m = *w.learn_n;
+  if (threadIdx.x == 0) {
+    int off = 0;
+    for (int k = 0; k < m; ++k) offs[k] = off, off += 1 << (w.learn[k].lw + w.learn[k].lh);
+    offs[m] = off;
   }
+  __syncthreads();
+  const int base = first;
+  if (base + m > c.learn.cap) {  // cannot happen (cap: B^2 a block); the host rejects the round
+    if (threadIdx.x == 0) *c.learn.total = -1, *c.learn.total_host = -1;
+    return;
+  }
+  int16_t* src = c.learn.src + static_cast<size_t>(b) * c.learn.src_stride;
+  for (int k = static_cast<int>(threadIdx.x); k < m; k += blockDim.x)
+    c.learn.elems[base + k] = make_int4(b * c.learn.src_stride + offs[k], w.learn[k].lw, w.learn[k].lh, 0);
+  for (int t = static_cast<int>(threadIdx.x); t < offs[m]; t += blockDim.x) {
+    int lo = 0, hi = m - 1;  // the element whose samples hold t
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (offs[mid] <= t)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const LearnNode nd = w.learn[lo];
+    const int q = t - offs[lo], N = 1 << nd.L;
+    const int16_t* rres = w.slot_rres + static_cast<size_t>(nd.slot) * kMaxB * kMaxB;
+    src[t] = rres[(nd.y0 + (q >> nd.lw)) * N + nd.x0 + (q & ((1 << nd.lw) - 1))];
+  }
+  if (b == static_cast<int>(gridDim.z) - 1 && threadIdx.x == 0) *c.learn.total = *c.learn.total_host = base + m;
 }
 
-__global__ void learn_uses_kernel(const __grid_constant__ Works ws) {
-  if (gridDim.z == 1)
-    learn_uses_block(ws.first);
-  else
-    learn_uses_block(block_work(ws.all));
+__global__ void learn_gather_kernel(const __grid_constant__ Works ws) {
+  learn_gather_block(ws, gridDim.z == 1 ? ws.first : block_work(ws.all));
 }
 
-// The round's new elements into one scale per thread block, in order. The round's blocks'
-// element lists are gathered first; then the warps resize kReplaceWarps elements at once,
-// across blocks (rows then columns, from the block's residue in device memory), with their
-// hashes and squared norms; then the whole thread block takes them one by one (the host
-// codes the round meanwhile: the choices went down before). The scale's hashes, uses and
-// births sit in shared memory for the kernel's length, so that each element's duplicate
-// check over the scale's hashes (contents compared where one matches) and, for a full
-// scale, the least (uses, index) among the old enough elements are one pass of the threads
-// and one barrier. Every thread keeps the entries and samples it reads itself (index i and
-// sample q with i, q = its rank modulo the thread count), so storing an element needs no
-// barrier. The scale's count goes to the mirror's. Grid: the block size's scales; dynamic
-// shared memory replace_shared(): sized to the dictionary, the block and the round, so
-// that the kernel finds room on SMs busy with other rounds' searches.
-constexpr int kReplaceWarps = 8;
-constexpr int kReplaceThreads = 32 * kReplaceWarps;
-constexpr int kRoundLearnBlocks = 1024;  // the most blocks a round learns from (the round's capacity)
-__host__ __device__ constexpr size_t replace_shared(int max, int BL, int n_blocks) {
-  return (2 * sizeof(unsigned long long) + sizeof(unsigned)) * static_cast<size_t>(max) +             // ages
-         (sizeof(int) + sizeof(LearnNode*) + sizeof(int16_t*)) * static_cast<size_t>(n_blocks + 1) +  // lists
-         2 * sizeof(int16_t) * kReplaceWarps * (size_t{1} << (2 * BL));                               // mid, elem
-}
-__global__ void __launch_bounds__(kReplaceThreads)
-    learn_replace_kernel(const __grid_constant__ Works ws, int n_blocks) {
+// Each element at each scale: its hash and squared norm, and the index of the scale's equal
+// element as the round found it (hashes compared by the warp, contents where one matches).
+// A warp per element and scale. Grid: (kVerdictBlocks, the block size's scales).
+__global__ void __launch_bounds__(32 * kVerdictWarps) learn_hash_kernel(const __grid_constant__ Works ws) {
   const BlockConsts& c = *ws.first.c;
   if (c.learn.on != 2) return;
-  const int BL = c.BL, lw2 = blockIdx.x % (BL + 1), lh2 = blockIdx.x / (BL + 1);
-  const int s = lw2 + 6 * lh2, n2 = 1 << (lw2 + lh2);
-  const int max = c.learn.max, B2 = 1 << (2 * BL);
-  extern __shared__ unsigned long long ages[];  // replace_shared(max, BL, n_blocks): 8-byte items first
-  unsigned long long* sh_hash = ages;
-  unsigned long long* sh_born = ages + max;
-  const LearnNode** list = reinterpret_cast<const LearnNode**>(ages + 2 * max);  // each block's new elements
-  const int16_t** rres_of = reinterpret_cast<const int16_t**>(list + n_blocks + 1);
-  unsigned* sh_uses = reinterpret_cast<unsigned*>(rres_of + n_blocks + 1);
-  int* first = reinterpret_cast<int*>(sh_uses + max);  // block j's first element in the round
-  int16_t* mid = reinterpret_cast<int16_t*>(first + n_blocks + 1);
-  int16_t* elem = mid + kReplaceWarps * B2;
-  __shared__ unsigned long long e_hash[kReplaceWarps], least[2][kReplaceWarps];
-  __shared__ int e_norm[kReplaceWarps], cands[2][kReplaceWarps];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int16_t* data = c.learn.data[s];
-  uint64_t* hashes = c.learn.hashes[s];
-  int* norms = c.learn.norms[s];
-  unsigned* uses = c.learn.uses[s];
-  unsigned long long* born = c.learn.born[s];
-  const auto window = static_cast<unsigned long long>((max - kFlat) / 2);
-  int count = c.s.sc.count[s];
-  unsigned long long clock = c.learn.clock[s];
-  for (int i = threadIdx.x; i < count; i += blockDim.x)
-    sh_hash[i] = hashes[i], sh_born[i] = born[i], sh_uses[i] = uses[i];
-  for (int j = threadIdx.x; j < n_blocks; j += blockDim.x) {
-    const BlockWork* wj = j == 0 ? &ws.first : ws.all + j;
-    list[j] = wj->learn, rres_of[j] = wj->slot_rres, first[j + 1] = *wj->learn_n;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    first[0] = 0;
-    for (int j = 0; j < n_blocks; ++j) first[j + 1] += first[j];
-  }
-  __syncthreads();
-  const int total = first[n_blocks];
-  int parity = 0;  // the reductions' buffers alternate: a thread may be one element ahead
-  for (int e0 = 0; e0 < total; e0 += kReplaceWarps) {
-    if (e0 + warp < total) {
-      const int e = e0 + warp;
-      int lo = 0, hi = n_blocks - 1;  // the block whose elements hold e
-      while (lo < hi) {
-        const int m = (lo + hi + 1) >> 1;
-        if (first[m] <= e)
-          lo = m;
-        else
-          hi = m - 1;
+  __shared__ int16_t mid[kVerdictWarps][kMaxB * kMaxB], out[kVerdictWarps][kMaxB * kMaxB];
+  const int BL = c.BL, lw2 = static_cast<int>(blockIdx.y) % (BL + 1), lh2 = static_cast<int>(blockIdx.y) / (BL + 1);
+  const int s = lw2 + 6 * lh2, n2 = 1 << (lw2 + lh2), count = c.s.sc.count[s], cap = c.learn.cap;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int total = *c.learn.total;
+  const uint64_t* hashes = c.learn.hashes[s];
+  const int16_t* data = c.learn.data[s];
+  for (int j = static_cast<int>(blockIdx.x) * kVerdictWarps + warp; j < total;
+       j += static_cast<int>(gridDim.x) * kVerdictWarps) {
+    const int4 e = c.learn.elems[j];
+    const Resized r = resize_element(c.learn.src + e.x, 1 << e.y, e.y, e.z, lw2, lh2, mid[warp], out[warp], lane);
+    __syncwarp();  // the resized element is visible to every lane
+    int before = -1;
+    for (int i0 = 0; i0 < count && before < 0; i0 += 32) {
+      const int i = i0 + lane;
+      unsigned match = __ballot_sync(0xffffffffu, i < count && hashes[i] == r.hash);
+      while (match && before < 0) {
+        const int cand = i0 + __ffs(match) - 1;
+        match &= match - 1;
+        bool same = true;
+        for (int q = lane; q < n2; q += 32) same = same && data[static_cast<size_t>(cand) * n2 + q] == out[warp][q];
+        if (__all_sync(0xffffffffu, same)) before = cand;
       }
-      const LearnNode nd = list[lo][e - first[lo]];
-      const int N = 1 << nd.L;
-      const int16_t* rres = rres_of[lo] + static_cast<size_t>(nd.slot) * kMaxB * kMaxB;
-      const Resized r =
-          resize_element(rres + nd.y0 * N + nd.x0, N, nd.lw, nd.lh, lw2, lh2, mid + warp * B2, elem + warp * B2, lane);
-      if (lane == 0) e_hash[warp] = r.hash, e_norm[warp] = r.norm;
     }
-    __syncthreads();
-    const int batch = min(kReplaceWarps, total - e0);
-    for (int b = 0; b < batch; ++b) {
-      const unsigned long long h = e_hash[b];
-      const int16_t* mine = elem + b * B2;
-      // One pass: the scale's elements of the same hash (candidates for a duplicate), and
-      // the victim should the element be stored into a full scale (the clock has ticked
-      // for it by then). Then the candidates' contents, each by all the threads.
-      int cand = INT_MAX;
-      unsigned long long key = ~0ull;
-      for (int i = threadIdx.x; i < count; i += blockDim.x) {
-        if (sh_hash[i] == h) cand = min(cand, i);
-        if (i >= kFlat && sh_born[i] + window < clock + 1)
-          key = min(key, static_cast<unsigned long long>(sh_uses[i]) << 32 | static_cast<unsigned>(i));
-      }
-      for (int o = 16; o > 0; o >>= 1) {
-        key = min(key, __shfl_xor_sync(0xffffffffu, key, o));
-        cand = min(cand, __shfl_xor_sync(0xffffffffu, cand, o));
-      }
-      if (lane == 0) least[parity][warp] = key, cands[parity][warp] = cand;
-      __syncthreads();
-      cand = INT_MAX;
-      key = ~0ull;
-      for (int v = 0; v < kReplaceWarps; ++v) cand = min(cand, cands[parity][v]), key = min(key, least[parity][v]);
-      parity ^= 1;
-      bool dup = false;
-      while (cand < count) {  // nearly always one candidate, or none
-        const int16_t* other = data + static_cast<size_t>(cand) * n2;
-        bool differs = false;
-        for (int q = threadIdx.x; q < n2; q += blockDim.x) differs |= other[q] != mine[q];
-        if (!__syncthreads_or(differs)) {
-          dup = true;
-          break;
+    if (lane == 0) {
+      const size_t at = static_cast<size_t>(s) * cap + j;
+      c.learn.h[at] = r.hash;
+      c.learn.norm[at] = r.norm;
+      c.learn.before[at] = before;
+    }
+  }
+}
+
+// Each element at each scale: the first of the round's elements equal to it there (hashes
+// compared by the warp, contents where one matches), and the verdict to the host. A warp per
+// element and scale. Grid: (kVerdictBlocks, the block size's scales).
+constexpr int kClassWarps = 4;
+__global__ void __launch_bounds__(32 * kClassWarps) learn_class_kernel(const __grid_constant__ Works ws) {
+  const BlockConsts& c = *ws.first.c;
+  if (c.learn.on != 2) return;
+  __shared__ int16_t mid[kClassWarps][kMaxB * kMaxB], mine[kClassWarps][kMaxB * kMaxB],
+      other[kClassWarps][kMaxB * kMaxB];
+  const int BL = c.BL, lw2 = static_cast<int>(blockIdx.y) % (BL + 1), lh2 = static_cast<int>(blockIdx.y) / (BL + 1);
+  const int s = lw2 + 6 * lh2, n2 = 1 << (lw2 + lh2), cap = c.learn.cap;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int total = *c.learn.total;
+  const uint64_t* h = c.learn.h + static_cast<size_t>(s) * cap;
+  for (int j = static_cast<int>(blockIdx.x) * kClassWarps + warp; j < total;
+       j += static_cast<int>(gridDim.x) * kClassWarps) {
+    const uint64_t hj = h[j];
+    int first = j;
+    bool resized = false;
+    for (int i0 = 0; i0 < j && first == j; i0 += 32) {
+      const int i = i0 + lane;
+      unsigned match = __ballot_sync(0xffffffffu, i < j && h[i] == hj);
+      while (match && first == j) {
+        const int cand = i0 + __ffs(match) - 1;
+        match &= match - 1;
+        if (!resized) {
+          const int4 e = c.learn.elems[j];
+          resize_element(c.learn.src + e.x, 1 << e.y, e.y, e.z, lw2, lh2, mid[warp], mine[warp], lane);
+          resized = true;
         }
-        int next = cand + 1;  // a hash collision: the next element of the same hash
-        while (next < count && sh_hash[next] != h) ++next;
-        cand = next;
-      }
-      if (dup) continue;
-      ++clock;
-      int idx;
-      if (count < max) {
-        idx = count++;
-      } else {
-        if (key == ~0ull) continue;  // nothing old enough: the element is dropped
-        idx = static_cast<int>(key & 0xFFFFFFFFu);
-      }
-      // Each thread writes what it reads itself: the samples q and the entry idx it owns.
-      for (int q = threadIdx.x; q < n2; q += blockDim.x) data[static_cast<size_t>(idx) * n2 + q] = mine[q];
-      if (idx % static_cast<int>(blockDim.x) == static_cast<int>(threadIdx.x)) {
-        sh_hash[idx] = h;
-        sh_uses[idx] = 0;
-        sh_born[idx] = clock;
-        norms[idx] = e_norm[b];
+        const int4 e = c.learn.elems[cand];
+        resize_element(c.learn.src + e.x, 1 << e.y, e.y, e.z, lw2, lh2, mid[warp], other[warp], lane);
+        __syncwarp();
+        bool same = true;
+        for (int q = lane; q < n2; q += 32) same = same && mine[warp][q] == other[warp][q];
+        if (__all_sync(0xffffffffu, same)) first = cand;
       }
     }
-    __syncthreads();  // the staged elements are free for the next batch
+    if (lane == 0) {
+      const size_t at = static_cast<size_t>(s) * cap + j;
+      c.learn.verdicts[at] = mmp::RoundVerdicts::pack(c.learn.before[at], first);
+    }
   }
-  for (int i = threadIdx.x; i < count; i += blockDim.x)
-    hashes[i] = sh_hash[i], born[i] = sh_born[i], uses[i] = sh_uses[i];
-  if (threadIdx.x == 0) c.learn.clock[s] = clock, c.learn.counts[s] = count;
+}
+
+// The placements the host decided (Dictionary::add_decided()): element j of the round
+// resized into index `index` of scale s, with its norm and hash.
+struct PlaceArgs {
+  int16_t* data[kScales];
+  int* norms[kScales];
+  uint64_t* hashes[kScales];
+  const int16_t* src;
+  const int4* elems;
+  const uint64_t* h;
+  const int* norm;
+  int cap, n;
+  const mmp::Placement* placements;
+};
+// A warp a placement. Grid: placements / kVerdictWarps.
+__global__ void __launch_bounds__(32 * kVerdictWarps) learn_place_kernel(const __grid_constant__ PlaceArgs a) {
+  __shared__ int16_t mid[kVerdictWarps][kMaxB * kMaxB];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int k = static_cast<int>(blockIdx.x) * kVerdictWarps + warp;
+  if (k >= a.n) return;  // whole warps
+  const mmp::Placement p = a.placements[k];
+  const int lw2 = p.s % 6, lh2 = p.s / 6, n2 = 1 << (lw2 + lh2);
+  const int4 e = a.elems[p.j];
+  resize_element(a.src + e.x, 1 << e.y, e.y, e.z, lw2, lh2, mid[warp], a.data[p.s] + static_cast<size_t>(p.index) * n2,
+                 lane);
+  if (lane == 0) {
+    const size_t at = static_cast<size_t>(p.s) * a.cap + p.j;
+    a.norms[p.s][p.index] = a.norm[at];
+    a.hashes[p.s][p.index] = a.h[at];
+  }
 }
 
 // Does nothing: VFP_MMP_EXTRA_KERNELS (for measurements) adds launches of it to every round.
 __global__ void empty_kernel() {}
-
-// A held dictionary's element counts into the round's constants (the host does not wait
-// for the last round's learning, so it does not know them): the graph's first kernel.
-__global__ void take_counts_kernel(BlockConsts* c) {
-  if (c->learn.on == 2 && threadIdx.x < kScales) c->s.sc.count[threadIdx.x] = c->learn.counts[threadIdx.x];
-}
 
 // A graph's block size and smallest unit in one key.
 constexpr int graph_bl(int BL, int ML) { return BL | ML << 4; }
@@ -2268,9 +2293,6 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, StreamHandle st, A
 class GpuLeafSearch final : public mmp::LeafSearch {
  public:
   explicit GpuLeafSearch(MmpGpuSearch how) : how_(how), device_(current_device()) {
-    // A scale's ages in shared memory, more than the default 48 KB.
-    VFP_CUDA(cudaFuncSetAttribute(learn_replace_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(replace_shared(kMaxIndex, 5, kRoundLearnBlocks))));
     // The CPU's -log2 table, entry by entry through bit_cost(): the device sums the same doubles.
     std::vector<double> t(mmp::kProbOne + 1);
     for (int p = 0; p <= mmp::kProbOne; ++p)
@@ -2437,23 +2459,42 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     return m;
   }
 
-  int64_t held_elements(uint64_t dict_id) override {
-    std::lock_guard<std::mutex> lk(mu_);
-    const auto it = held_.find(dict_id);
-    const std::shared_ptr<Mirror> m = it == held_.end() ? nullptr : it->second.lock();
-    if (!m) return -1;
-    if (!m->aged) {
-      int64_t total = 0;
-      for (int s = 0; s < kScales; ++s) total += m->count[s];
-      return total;
-    }
+  // A held dictionary's last round: its verdicts, once the round's graph is done.
+  mmp::RoundVerdicts round_verdicts(const std::shared_ptr<void>& held, int* n_elements) override {
+    Mirror* m = static_cast<Mirror*>(held.get());
     set_device(device_);
-    VFP_CUDA(cudaEventSynchronize(m->ready.e));  // the last round's learning
-    int counts[kScales];
-    VFP_CUDA(cudaMemcpy(counts, m->counts.get(), sizeof counts, cudaMemcpyDeviceToHost));
-    int64_t total = 0;
-    for (int c : counts) total += c;
-    return total;
+    const int64_t w0 = now_ns();
+    VFP_CUDA(cudaEventSynchronize(m->verdicts_ready.e));
+    verdict_wait_ns_ += now_ns() - w0;
+    const int total = *static_cast<const int*>(m->total_host->get());
+    if (total < 0 || total > m->cap)
+      throw Error(ErrorKind::Gpu,
+                  log::format("MMP GPU search: a round of %d new elements (room for %d)", total, m->cap));
+    *n_elements = total;
+    mmp::RoundVerdicts v;
+    const auto* all = static_cast<const int64_t*>(m->verdicts->get());
+    for (int s = 0; s < kScales; ++s) v.scales[static_cast<size_t>(s)] = all + static_cast<size_t>(s) * m->cap;
+    return v;
+  }
+
+  // The placements into the held mirror: staged here, stored by the dictionary's next round
+  // on its stream before its graph (place_pending()), so that no other stream's event stands
+  // between a round and the next.
+  void place_round(const std::shared_ptr<void>& held, const std::vector<mmp::Placement>& placements) override {
+    Mirror* m = static_cast<Mirror*>(held.get());
+    for (const mmp::Placement& pl : placements)
+      if (pl.s < 0 || pl.s >= kScales || !m->data[pl.s].get() || pl.j < 0 || pl.j >= m->cap || pl.index < 0 ||
+          pl.index >= kMaxIndex)
+        throw Error(ErrorKind::Internal, "MMP GPU search: a placement outside the held dictionary");
+    const size_t bytes = sizeof(mmp::Placement) * placements.size();
+    // The last placements were read by the round whose verdicts came before these.
+    if (m->placements_bytes < bytes) {
+      m->placements_bytes = std::max(bytes, 2 * m->placements_bytes);
+      m->placements = std::make_unique<Pinned>(m->placements_bytes);
+      m->placed = DeviceBuffer(m->placements_bytes, "MMP round learning");
+    }
+    if (bytes) std::memcpy(m->placements->get(), placements.data(), bytes);
+    m->pending = static_cast<int>(placements.size());
   }
 
   // The post-filter on the device (cuda/mmp_postfilter.hpp): one designer a calling thread
@@ -2498,12 +2539,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         "wait %.0f us (%.2f s, summed over threads; on the host a launch waits %.0f us for the search's lock, holds it "
         "%.0f us (the dictionary's changes, %.0f KB, copied for the upload in %.0f us), launches in %.0f us (inputs "
         "%.0f us, models %.0f us, the graph's launch call %.0f us) and waits %.0f "
-        "us for the device)%s",
+        "us for the device; %.0f us for a held dictionary's verdicts)%s",
         static_cast<long long>(blocks), static_cast<long long>(n), static_cast<double>(blocks) / n, wall / n * 1e6, gpu,
         kernel / n * 1e6, (wall - kernel) / n * 1e6, wall, lock_wait_ns_.load() * 1e-3 / n,
         lock_hold_ns_.load() * 1e-3 / n, upload_bytes_.load() * 1e-3 / n, upload_copy_ns_.load() * 1e-3 / n,
         launch_ns_.load() * 1e-3 / n, inputs_ns_.load() * 1e-3 / n, models_ns_.load() * 1e-3 / n,
-        graph_launch_ns_.load() * 1e-3 / n, sync_ns_.load() * 1e-3 / n, per_kernel.c_str());
+        graph_launch_ns_.load() * 1e-3 / n, sync_ns_.load() * 1e-3 / n, verdict_wait_ns_.load() * 1e-3 / n,
+        per_kernel.c_str());
   }
 
   // Reserved lanes are kept for the next caller (their graphs and buffers with them).
@@ -2556,20 +2598,6 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     RawEvent& operator=(const RawEvent&) = delete;
     cudaEvent_t e = nullptr;
   };
-  // A dictionary's device copy: per scale room for every index, filled up to `count`.
-  struct Mirror {
-    uint64_t id = 0;
-    DeviceBuffer data[kScales], norms[kScales];
-    DeviceBuffer table[kScales], hashes[kScales];  // the duplicate check (sample_hash())
-    int count[kScales] = {};
-    uint64_t generation[kScales] = {};  // a replacing dictionary's changes mirrored (ScaleView)
-    int count_before[kScales] = {};     // before the last block learnt on the device
-    RawEvent ready;                     // the last upload into it, or block that learnt
-    // A dictionary the device holds (hold_dictionary()) and learns in rounds: each element's
-    // uses and birth, each scale's clock (Dictionary's), set up at its first round.
-    DeviceBuffer uses[kScales], born[kScales], clock, counts;
-    bool held = false, aged = false;
-  };
   struct Pinned {
     Pinned() : p(nullptr) {}
     explicit Pinned(size_t bytes) : p(host_alloc_pinned(bytes)) {}
@@ -2580,6 +2608,27 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     Pinned& operator=(const Pinned&) = delete;
     void* get() const { return p; }
     void* p;
+  };
+  // A dictionary's device copy: per scale room for every index, filled up to `count`.
+  struct Mirror {
+    uint64_t id = 0;
+    DeviceBuffer data[kScales], norms[kScales];
+    DeviceBuffer table[kScales], hashes[kScales];  // the duplicate check (sample_hash())
+    int count[kScales] = {};
+    uint64_t generation[kScales] = {};  // a replacing dictionary's changes mirrored (ScaleView)
+    int count_before[kScales] = {};     // before the last block learnt on the device
+    RawEvent ready;                     // the last upload into it, block that learnt, or placements
+    // A dictionary the device holds (hold_dictionary()) and learns in rounds: its last round's
+    // elements and verdicts (BlockConsts::learn, on 2), sized for `cap` elements, and the
+    // placements the host sent back (place_round()), on a stream of its own.
+    bool held = false, aged = false;
+    int cap = 0, src_stride = 0, blocks = 0;
+    DeviceBuffer src, elems, h, norm, before, total;
+    std::unique_ptr<Pinned> verdicts, total_host, placements;  // placements: staged for `placed`
+    DeviceBuffer placed;
+    size_t placements_bytes = 0;
+    RawEvent verdicts_ready;  // the round's graph is done: its verdicts are in host memory
+    int pending = 0;          // placements staged for the next round to store
   };
   // The largest query: 11 residues of 32 x 32, 11 leaf tables of 63 x 63 segments.
   static constexpr size_t kMaxResidueBytes = sizeof(int) * kMaxResidues * 32 * 32;
@@ -2623,7 +2672,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     DeviceBuffer area_split{kMaxSlots, "MMP block search"};
     DeviceBuffer slot_rres{sizeof(int16_t) * kMaxSlots * kMaxB * kMaxB, "MMP block search"};
     // The dictionary's learning (blocks searched alone), allocated at first use.
-    DeviceBuffer learn, learn_n, learn_uses, learn_nuses, learn_stage, learn_h, learn_norm, learn_dup;
+    DeviceBuffer learn, learn_n, learn_stage, learn_h, learn_norm, learn_dup;
     RawEvent put;
     RawEvent sorted;                       // the round's rate order is ready
     std::unique_ptr<Pinned> stage_upload;  // new dictionary elements
@@ -2650,8 +2699,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::vector<BlockWork> works_host;
     std::vector<uint64_t> built_gen;  // the lanes' gen when the arguments were built
     // Graphs by (block size, candidates, blocks, small_tiles()).
-    // graph_bl(BL, ML), K, n, tiles, and where the round learns (BlockConsts::learn.on 2) the elements a
-    // scale holds (0 otherwise): the learning's shared memory depends on it.
+    // graph_bl(BL, ML), K, n, tiles, and whether the round learns (BlockConsts::learn.on 2).
     std::map<std::tuple<int, int, int, int, int>, cudaGraphExec_t> graphs;
     // The answer tables and their chunks' partial minima (allocated before a graph that
     // builds them is captured; never moved).
@@ -2664,7 +2712,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     // codes them while the device learns (`learning_tail`: that learning may still run).
     bool learned_rounds = false, learning_tail = false;
     Event choices;
-    // The last round's dictionary and shape (BL, K, n, tiles, learn_max): a round of the same
+    // The last round's dictionary and shape (graphs' keys): a round of the same
     // shape allocates and rebuilds nothing, so it may follow a learning tail in stream order
     // alone, without the host waiting for it.
     uint64_t last_dict = 0;
@@ -2736,8 +2784,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     if (g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: a block started before the last finished");
     // The last round's learning may still read the group's buffers: a round of another shape
     // may move them (or write its arguments with a plain copy), so the host waits for it.
-    const int learn_max_now = learn_rounds ? q.max_elements : 0;
-    const auto shape = std::make_tuple(shape_bl, K, n, tiles, learn_max_now);
+    const auto shape = std::make_tuple(shape_bl, K, n, tiles, learn_rounds ? 1 : 0);
     if (g.learning_tail && shape != g.last_shape) g.lanes[0]->stream.synchronize();
     g.learning_tail = false;
     g.last_shape = shape;
@@ -2764,15 +2811,19 @@ class GpuLeafSearch final : public mmp::LeafSearch {
               if (q.scales[static_cast<size_t>(lw + 6 * lh)].count > kFlat)
                 throw Error(ErrorKind::Internal, "MMP GPU search: a dictionary that learnt on the host cannot be held");
           sync_dictionary(*m, q.scales, q.leaf_bits, &bc->s.sc, lead);
-          start_ages(*m, q, BL, lead.stream.get());
           m->aged = true;
         } else {
+          // The host's Dictionary keeps the counts (Dictionary::add_decided()); the contents
+          // are here once the last round's placements are.
           VFP_CUDA(cudaStreamWaitEvent(lead.stream.get(), m->ready.e, 0));
+          for (int s = 0; s < kScales; ++s)
+            if (m->data[s].get()) m->count[s] = q.scales[static_cast<size_t>(s)].count;
           scale_args(*m, q.leaf_bits, &bc->s.sc);
         }
         g.learning = m;
         if (!learn_args(*m, BL, q.max_elements, bc))
           throw Error(ErrorKind::Internal, "MMP GPU search: a held dictionary without its scales");
+        round_buffers(*m, n, BL, bc, lead.stream.get());
         bc->learn.on = 2;
         for (int i = 0; i < n; ++i) ensure_learn_nodes(*g.lanes[static_cast<size_t>(i)]);
       } else if (q.pending) {  // the group's mirror has learnt what the caller's dictionary has not yet
@@ -2840,29 +2891,31 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     inputs_ns_ += i1 - i0;
     models_ns_ += now_ns() - i1;
     lead.costs_id = 0;  // the unit search's costs cache no longer holds
+    if (learn_rounds) place_pending(*g.learning, st);
     lead.kernel_start.record(st);
     if (how_ == MmpGpuSearch::Blocks && !profile_) {
-      const int learn_max = learn_rounds ? bc->learn.max : 0;
-      cudaGraphExec_t& ge = g.graphs[{shape_bl, K, n, tiles, learn_max}];
+      cudaGraphExec_t& ge = g.graphs[shape];
       if (!ge) {
         VFP_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        enqueue_round(g, BL, ML, K, n, tiles, learn_rounds, learn_max, st);
+        enqueue_round(g, BL, ML, K, n, tiles, learn_rounds, st);
         cudaGraph_t graph = nullptr;
         VFP_CUDA(cudaStreamEndCapture(st, &graph));
         const cudaError_t e = cudaGraphInstantiate(&ge, graph, 0);
         cudaGraphDestroy(graph);
-        if (e != cudaSuccess) g.graphs.erase({shape_bl, K, n, tiles, learn_max});
+        if (e != cudaSuccess) g.graphs.erase(shape);
         VFP_CUDA(e);
       }
       const int64_t l0 = now_ns();
       VFP_CUDA(cudaGraphLaunch(ge, st));
       graph_launch_ns_ += now_ns() - l0;
     } else {
-      enqueue_round(g, BL, ML, K, n, tiles, learn_rounds, learn_rounds ? bc->learn.max : 0, st);
+      enqueue_round(g, BL, ML, K, n, tiles, learn_rounds, st);
     }
     lead.kernel_end.record(st);
     launch_ns_ += now_ns() - unlocked;
     const bool learns = bc->learn.on != 0;
+    if (learn_rounds)  // the verdicts are in (and the placements before the graph stored)
+      VFP_CUDA(cudaEventRecord(g.learning->verdicts_ready.e, st));
     if (learns) VFP_CUDA(cudaEventRecord(g.learning->ready.e, st));  // the graph wrote the mirror
     g.in_flight = true;
     g.block_log = BL;
@@ -2970,14 +3023,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   // The learning's buffers of a lane (allocated before a graph that uses them is captured):
-  // the block's new elements and leaves (learning in rounds), and the staging of a block
+  // the block's new elements (learning in rounds), and the staging of a block
   // that learns alone.
   static void ensure_learn_nodes(Lane& l) {
     if (l.learn.get()) return;
     l.learn = DeviceBuffer(sizeof(LearnNode) * kMaxNew, "MMP dictionary learning");
     l.learn_n = DeviceBuffer(sizeof(int), "MMP dictionary learning");
-    l.learn_uses = DeviceBuffer(sizeof(uint32_t) * kMaxNew, "MMP dictionary learning");
-    l.learn_nuses = DeviceBuffer(sizeof(int), "MMP dictionary learning");
     ++l.gen;
   }
   static void ensure_learning(Lane& l) {
@@ -3126,8 +3177,6 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     w.slot_rres = reinterpret_cast<int16_t*>(l.slot_rres.get());
     w.learn = reinterpret_cast<LearnNode*>(l.learn.get());
     w.learn_n = reinterpret_cast<int*>(l.learn_n.get());
-    w.learn_uses = reinterpret_cast<uint32_t*>(l.learn_uses.get());
-    w.learn_nuses = reinterpret_cast<int*>(l.learn_nuses.get());
     w.learn_stage = reinterpret_cast<int16_t*>(l.learn_stage.get());
     w.learn_h = reinterpret_cast<uint64_t*>(l.learn_h.get());
     w.learn_norm = reinterpret_cast<int*>(l.learn_norm.get());
@@ -3231,19 +3280,13 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // `finished` event). So the larger units' searches overlap the chain of 4x4 units. With a
   // larger smallest unit (ML > 2: the encoder's --min-unit) the units of that size are the
   // chain, and the areas of that size are never split.
-  // learn_max: the elements a scale holds where the round learns (learn_rounds).
   // ML: the smallest prediction unit's log (BlockQuery::min_unit_log): the chain's units.
-  void enqueue_round(Group& g, int BL, int ML, int K, int n, int tiles, bool learn_rounds, int learn_max,
-                     StreamHandle st) {
+  void enqueue_round(Group& g, int BL, int ML, int K, int n, int tiles, bool learn_rounds, StreamHandle st) {
     Lane& lead = *g.lanes[0];
     const Works ws{g.works_host[0], reinterpret_cast<const BlockWork*>(g.works.get())};
     const auto* leaf = reinterpret_cast<const LeafLane*>(g.leaf.get());
     const dim3 blocks(1, 1, static_cast<unsigned>(n));
     memcpy_h2d_async(g.consts.get(), g.stage_consts.get(), sizeof(BlockConsts), st);
-    if (learn_rounds) {
-      take_counts_kernel<<<1, 64, 0, st>>>(reinterpret_cast<BlockConsts*>(g.consts.get()));
-      VFP_CUDA_LAUNCHED("mmp take_counts_kernel");
-    }
     memcpy_h2d_async(g.inputs.get(), g.stage_inputs->get(), sizeof(BlockInput) * n, st);
     timed(g, "index costs", 0, st, [&] {
       index_costs_kernel<<<dim3(kMaxIndex / 256, static_cast<unsigned>((BL + 1) * (BL + 1))), 256, 0, st>>>(ws);
@@ -3375,7 +3418,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         VFP_CUDA_LAUNCHED("mmp learn_insert_kernel");
       });
     }
-    if (learn_rounds) {  // a held dictionary learns the round: its uses, then its new elements
+    if (learn_rounds) {  // a held dictionary's round: its new elements and their verdicts
       // The choices go down first: the host codes them while the device learns.
       memcpy_d2h_async(g.stage_out->get(), g.out.get(), sizeof(int32_t) * out_ints(BL) * n, chain);
       // In a capture, an event record node of the graph (a plain record there only orders
@@ -3387,10 +3430,14 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           capturing == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault));
       const unsigned scales = static_cast<unsigned>((BL + 1) * (BL + 1));
       timed(g, "learning", 0, chain, [&] {
-        launch(learn_uses_kernel, blocks, dim3(256), chain, ws);
-        VFP_CUDA_LAUNCHED("mmp learn_uses_kernel");
-        learn_replace_kernel<<<scales, kReplaceThreads, replace_shared(learn_max, BL, n), chain>>>(ws, n);
-        VFP_CUDA_LAUNCHED("mmp learn_replace_kernel");
+        launch(learn_list_kernel, blocks, dim3(256), chain, ws);
+        VFP_CUDA_LAUNCHED("mmp learn_list_kernel");
+        launch(learn_gather_kernel, blocks, dim3(256), chain, ws);
+        VFP_CUDA_LAUNCHED("mmp learn_gather_kernel");
+        launch(learn_hash_kernel, dim3(kVerdictBlocks, scales), dim3(32 * kVerdictWarps), chain, ws);
+        VFP_CUDA_LAUNCHED("mmp learn_hash_kernel");
+        launch(learn_class_kernel, dim3(kVerdictBlocks, scales), dim3(32 * kClassWarps), chain, ws);
+        VFP_CUDA_LAUNCHED("mmp learn_class_kernel");
       });
     }
     if (!learn_rounds) memcpy_d2h_async(g.stage_out->get(), g.out.get(), sizeof(int32_t) * out_ints(BL) * n, chain);
@@ -3706,27 +3753,6 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // Where the block's learning writes: the mirror's scales (each allocated, as every scale of
   // a dictionary holds its flat elements from the start).
   // False when a scale of the block has no device storage yet.
-  // A held dictionary's ages at its first round: no uses, every element born at 0 (only
-  // the flat elements are there, which are never replaced), each scale's clock the host's.
-  static void start_ages(Mirror& m, const mmp::BlockQuery& q, int BL, StreamHandle st) {
-    if (!m.clock.get()) m.clock = DeviceBuffer(sizeof(unsigned long long) * kScales, "MMP dictionary ages");
-    if (!m.counts.get()) m.counts = DeviceBuffer(sizeof(int) * kScales, "MMP dictionary ages");
-    unsigned long long clocks[kScales] = {};
-    for (int lh = 0; lh <= BL; ++lh)
-      for (int lw = 0; lw <= BL; ++lw) {
-        const int s = lw + 6 * lh;
-        clocks[s] = q.scales[static_cast<size_t>(s)].clock;
-        if (!m.uses[s].get()) {
-          m.uses[s] = DeviceBuffer(sizeof(unsigned) * kMaxIndex, "MMP dictionary ages");
-          m.born[s] = DeviceBuffer(sizeof(unsigned long long) * kMaxIndex, "MMP dictionary ages");
-        }
-        memset_async(m.uses[s].get(), 0, m.uses[s].size(), st);
-        memset_async(m.born[s].get(), 0, m.born[s].size(), st);
-      }
-    VFP_CUDA(cudaMemcpyAsync(m.clock.get(), clocks, sizeof clocks, cudaMemcpyHostToDevice, st));
-    VFP_CUDA(cudaMemcpyAsync(m.counts.get(), m.count, sizeof m.count, cudaMemcpyHostToDevice, st));
-    VFP_CUDA(cudaStreamSynchronize(st));  // `clocks` is on this stack
-  }
   static bool learn_args(const Mirror& m, int BL, int max_elements, BlockConsts* bc) {
     bc->learn.max = std::min(max_elements, kMaxIndex);
     for (int s = 0; s < kScales; ++s) {
@@ -3734,15 +3760,70 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       bc->learn.norms[s] = reinterpret_cast<int*>(m.norms[s].get());
       bc->learn.table[s] = reinterpret_cast<int*>(m.table[s].get());
       bc->learn.hashes[s] = reinterpret_cast<uint64_t*>(m.hashes[s].get());
-      bc->learn.uses[s] = reinterpret_cast<unsigned*>(m.uses[s].get());
-      bc->learn.born[s] = reinterpret_cast<unsigned long long*>(m.born[s].get());
     }
-    bc->learn.clock = reinterpret_cast<unsigned long long*>(m.clock.get());
-    bc->learn.counts = reinterpret_cast<int*>(m.counts.get());
     for (int lh = 0; lh <= BL; ++lh)
       for (int lw = 0; lw <= BL; ++lw)
         if (!m.data[lw + 6 * lh].get()) return false;
     return true;
+  }
+
+  // The last round's placements into a held mirror (place_round()), on the stream of the
+  // round that searches it next: after the last round's graph (whose verdicts the host has
+  // read), before this round's.
+  static void place_pending(Mirror& m, StreamHandle st) {
+    if (m.pending == 0) return;
+    PlaceArgs a{};
+    for (int s = 0; s < kScales; ++s) {
+      a.data[s] = reinterpret_cast<int16_t*>(m.data[s].get());
+      a.norms[s] = reinterpret_cast<int*>(m.norms[s].get());
+      a.hashes[s] = reinterpret_cast<uint64_t*>(m.hashes[s].get());
+    }
+    a.src = reinterpret_cast<const int16_t*>(m.src.get());
+    a.elems = reinterpret_cast<const int4*>(m.elems.get());
+    a.h = reinterpret_cast<const uint64_t*>(m.h.get());
+    a.norm = reinterpret_cast<const int*>(m.norm.get());
+    a.cap = m.cap, a.n = m.pending;
+    a.placements = reinterpret_cast<const mmp::Placement*>(m.placed.get());
+    VFP_CUDA(cudaStreamWaitEvent(st, m.verdicts_ready.e, 0));
+    memcpy_h2d_async(m.placed.get(), m.placements->get(), sizeof(mmp::Placement) * static_cast<size_t>(m.pending), st);
+    learn_place_kernel<<<static_cast<unsigned>((m.pending + kVerdictWarps - 1) / kVerdictWarps), 32 * kVerdictWarps, 0,
+                         st>>>(a);
+    VFP_CUDA_LAUNCHED("mmp learn_place_kernel");
+    m.pending = 0;
+  }
+
+  // A held dictionary's round buffers for n blocks of 2^BL (a block has fewer new elements
+  // than samples, and their samples add up to at most 2 BL times its own: each sample lies in
+  // one internal node of each depth of its unit's segmentation), and their place in the
+  // round's constants. Grown, never shrunk; the last round's placements are stored first.
+  static void round_buffers(Mirror& m, int n, int BL, BlockConsts* bc, StreamHandle st) {
+    const int cap = n << (2 * BL), stride = (2 * BL) << (2 * BL);
+    if (cap > m.cap || stride > m.src_stride || n > m.blocks) {
+      place_pending(m, st);  // from the buffers about to go (freeing them waits for the device)
+      m.cap = std::max(cap, m.cap);
+      m.src_stride = std::max(stride, m.src_stride);
+      m.blocks = std::max(n, m.blocks);
+      const auto per_scale = static_cast<size_t>(kScales) * static_cast<size_t>(m.cap);
+      m.src = DeviceBuffer(sizeof(int16_t) * static_cast<size_t>(m.src_stride) * static_cast<size_t>(m.blocks),
+                           "MMP round learning");
+      m.elems = DeviceBuffer(sizeof(int4) * static_cast<size_t>(m.cap), "MMP round learning");
+      m.h = DeviceBuffer(sizeof(uint64_t) * per_scale, "MMP round learning");
+      m.norm = DeviceBuffer(sizeof(int) * per_scale, "MMP round learning");
+      m.before = DeviceBuffer(sizeof(int) * per_scale, "MMP round learning");
+      m.total = DeviceBuffer(sizeof(int), "MMP round learning");
+      m.verdicts = std::make_unique<Pinned>(sizeof(int64_t) * per_scale);
+      if (!m.total_host) m.total_host = std::make_unique<Pinned>(sizeof(int));
+    }
+    bc->learn.src = reinterpret_cast<int16_t*>(m.src.get());
+    bc->learn.src_stride = m.src_stride;
+    bc->learn.cap = m.cap;
+    bc->learn.elems = reinterpret_cast<int4*>(m.elems.get());
+    bc->learn.h = reinterpret_cast<uint64_t*>(m.h.get());
+    bc->learn.norm = reinterpret_cast<int*>(m.norm.get());
+    bc->learn.before = reinterpret_cast<int*>(m.before.get());
+    bc->learn.verdicts = static_cast<int64_t*>(m.verdicts->get());
+    bc->learn.total = reinterpret_cast<int*>(m.total.get());
+    bc->learn.total_host = static_cast<int*>(m.total_host->get());
   }
 
   static bool grow(DeviceBuffer& b, size_t bytes, const char* what) {
@@ -3824,7 +3905,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   std::atomic<int64_t> calls_{0}, blocks_{0}, wall_ns_{0}, kernel_ns_{0};  // the breakdown stats() reports
   // A round's host part: waiting for mu_, holding it (the dictionary's upload staged), the
   // rest of the staging and the launch, the wait for the device.
-  std::atomic<int64_t> lock_wait_ns_{0}, lock_hold_ns_{0}, launch_ns_{0}, sync_ns_{0};
+  std::atomic<int64_t> lock_wait_ns_{0}, lock_hold_ns_{0}, launch_ns_{0}, sync_ns_{0}, verdict_wait_ns_{0};
   // Of launch_ns_: the blocks' inputs staged, the models' changes found and staged, the
   // cudaGraphLaunch call.
   std::atomic<int64_t> inputs_ns_{0}, models_ns_{0}, graph_launch_ns_{0};

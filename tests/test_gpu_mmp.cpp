@@ -335,12 +335,12 @@ TEST(Gpu, MmpFramesOnTheGpuGiveTheCpuBytes) {
   }
 }
 // Rounds of synchronized tiles learning on the device (LeafSearch::learns_rounds(), asked
-// for with VFP_MMP_DEVICE_LEARN=1): a replacing dictionary's update (uses, duplicates, the least used old element
-// replaced, the clocks) runs on the GPU's copy, which the plane's Dictionary then holds. The bytes, the reconstruction
-// and the element counts are the CPU's and those of the same search learning on the host, for every block size, small
-// dictionaries that replace from the first rounds on, rounds of one tile and of many, several lambdas and kinds; and
-// across frames with carried dictionaries and shared chroma (Cb's held dictionary goes on in Cr and in the next
-// frames). A held dictionary cannot continue on the CPU.
+// for with VFP_MMP_DEVICE_LEARN=1): the GPU keeps a replacing dictionary's elements and judges each round's new ones
+// (RoundVerdicts), the plane's Dictionary keeps the counts, uses and ages and places them (add_decided()), and the GPU
+// stores them. The bytes, the reconstruction and the element counts are the CPU's and those of the same search learning
+// on the host, for every block size, small dictionaries that replace from the first rounds on, rounds of one tile and
+// of many, several lambdas and kinds; and across frames with carried dictionaries and shared chroma (Cb's held
+// dictionary goes on in Cr and in the next frames). A held dictionary cannot continue on the CPU.
 TEST(Gpu, MmpRoundsLearnOnTheDevice) {
   REQUIRE_GPU();
   auto gpu = cuda::make_mmp_leaf_search();

@@ -21,6 +21,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "codecs/mmp/container.hpp"
 #include "codecs/mmp/dictionary.hpp"
@@ -1534,6 +1535,107 @@ TEST(Mmp, DictionaryHeldOnADeviceRefusesToLearn) {
     EXPECT_EQ(err.kind(), ErrorKind::Internal);
   }
   EXPECT_TRUE(h.fresh());
+}
+
+// A held dictionary learning from a device's duplicate verdicts (Dictionary::add_decided(),
+// the rounds that learn on the GPU): the verdicts worked out here from the contents, the
+// placements applied to a copy of the contents, and the result is add()'s, index for index,
+// with its uses and counts: small replacing dictionaries, many equal elements within a round
+// and across rounds (an equal element replaced earlier in the same round is no longer
+// there), rounds longer than the replacement window (elements of the round itself replaced),
+// drops, and one malformed verdict rejected.
+TEST(Mmp, DictionaryLearnsFromDeviceVerdictsAsAddDoes) {
+  for (const auto [max, log, pool, news] :
+       {std::tuple{80, 2, 6, 12}, std::tuple{66, 1, 4, 9}, std::tuple{100, 3, 40, 70}, std::tuple{512, 2, 5000, 120}}) {
+    mmp::Dictionary ref(max, log, true), held(max, log, true);
+    held.hold_on_device(std::make_shared<int>(0));
+    // The device's copy: each scale's elements, as the placements leave them.
+    std::vector<std::vector<std::vector<int16_t>>> dev(mmp::kScales);
+    for (int s = 0; s < mmp::kScales; ++s)
+      for (int i = 0; i < ref.count(s); ++i) {
+        const int size = 1 << ((s % (mmp::kMaxBlockLog + 1)) + (s / (mmp::kMaxBlockLog + 1)));
+        dev[static_cast<size_t>(s)].emplace_back(ref.elem(s, i), ref.elem(s, i) + size);
+      }
+    std::mt19937 rng(static_cast<uint32_t>(max + pool));
+    int placed = 0, replaced = 0, dups = 0;
+    std::vector<mmp::Placement> out;
+    for (int round = 0; round < 40; ++round) {
+      mmp::Lesson lesson;
+      for (int u = 0; u < 20; ++u) {
+        const int lw = static_cast<int>(rng() % (log + 1)), lh = static_cast<int>(rng() % (log + 1));
+        const int s = mmp::scale_of(lw, lh);
+        lesson.uses.push_back(static_cast<uint32_t>(s) << 16 | static_cast<uint32_t>(rng() % ref.count(s)));
+      }
+      const int n = 1 + static_cast<int>(rng() % news);
+      for (int k = 0; k < n; ++k) {  // elements from a small pool of patterns: many equal ones
+        const int lw = static_cast<int>(rng() % (log + 1)), lh = static_cast<int>(rng() % (log + 1));
+        const int pattern = static_cast<int>(rng() % pool);
+        int16_t* e = lesson.add(lw, lh);
+        for (int q = 0; q < (1 << (lw + lh)); ++q)
+          e[q] = static_cast<int16_t>((pattern * 37 + q * (pattern % 11)) % 197 - 98);
+      }
+      // The verdicts, as the device finds them: each element resized to each scale, against
+      // the scale's elements as the round found them and the round's earlier elements.
+      std::vector<std::vector<int64_t>> verdicts(mmp::kScales);
+      mmp::RoundVerdicts rv;
+      for (int lh = 0; lh <= log; ++lh)
+        for (int lw = 0; lw <= log; ++lw) {
+          const int s = mmp::scale_of(lw, lh), size = 1 << (lw + lh);
+          std::vector<std::vector<int16_t>> resized(static_cast<size_t>(n),
+                                                    std::vector<int16_t>(static_cast<size_t>(size)));
+          auto& v = verdicts[static_cast<size_t>(s)];
+          for (int j = 0; j < n; ++j) {
+            const mmp::NewElement& ne = lesson.elements[static_cast<size_t>(j)];
+            mmp::resize_into(lesson.element(ne), ne.lw, ne.lh, lw, lh, resized[static_cast<size_t>(j)].data());
+            int before = -1, first = j;
+            for (size_t i = 0; i < dev[static_cast<size_t>(s)].size(); ++i)
+              if (dev[static_cast<size_t>(s)][i] == resized[static_cast<size_t>(j)]) before = static_cast<int>(i);
+            for (int i = j - 1; i >= 0; --i)
+              if (resized[static_cast<size_t>(i)] == resized[static_cast<size_t>(j)]) first = i;
+            v.push_back(mmp::RoundVerdicts::pack(before, first));
+            dups += before >= 0 || first < j;
+          }
+          rv.scales[static_cast<size_t>(s)] = v.data();
+        }
+      ref.add(lesson);
+      held.add_decided(lesson.uses, n, rv, &out);
+      for (const mmp::Placement& pl : out) {
+        const int lw = pl.s % (mmp::kMaxBlockLog + 1), lh = pl.s / (mmp::kMaxBlockLog + 1);
+        std::vector<int16_t> e(static_cast<size_t>(1) << (lw + lh));
+        const mmp::NewElement& ne = lesson.elements[static_cast<size_t>(pl.j)];
+        mmp::resize_into(lesson.element(ne), ne.lw, ne.lh, lw, lh, e.data());
+        auto& scale = dev[static_cast<size_t>(pl.s)];
+        // Placements come in any order (an index appended and replaced in one round keeps
+        // only its last one), so new indices may come before lower ones.
+        if (pl.index >= static_cast<int>(scale.size()))
+          scale.resize(static_cast<size_t>(pl.index) + 1), ++placed;
+        else
+          ++replaced;
+        scale[static_cast<size_t>(pl.index)] = e;
+      }
+      for (int lh = 0; lh <= log; ++lh)
+        for (int lw = 0; lw <= log; ++lw) {
+          const int s = mmp::scale_of(lw, lh), size = 1 << (lw + lh);
+          ASSERT_EQ(held.count(s), ref.count(s)) << "max " << max << " round " << round << " scale " << s;
+          ASSERT_EQ(static_cast<int>(dev[static_cast<size_t>(s)].size()), ref.count(s));
+          for (int i = 0; i < ref.count(s); ++i) {
+            ASSERT_EQ(dev[static_cast<size_t>(s)][static_cast<size_t>(i)],
+                      std::vector<int16_t>(ref.elem(s, i), ref.elem(s, i) + size))
+                << "max " << max << " round " << round << " scale " << s << " index " << i;
+            ASSERT_EQ(held.uses(s, i), ref.uses(s, i));
+          }
+          ASSERT_EQ(held.view(s).clock, ref.view(s).clock);
+        }
+    }
+    EXPECT_GT(placed, 0) << max;
+    EXPECT_GT(replaced, 0) << max;
+    EXPECT_GT(dups, 0) << max;
+    // A verdict that names a later element as the first equal one is malformed.
+    std::vector<int64_t> bad(4, mmp::RoundVerdicts::pack(-1, 3));
+    mmp::RoundVerdicts rb;
+    for (int s = 0; s < mmp::kScales; ++s) rb.scales[static_cast<size_t>(s)] = bad.data();
+    EXPECT_THROW(held.add_decided({}, 2, rb, &out), Error);
+  }
 }
 
 // Replacement on every scale of a 16x16 block's dictionaries: no scale ever holds two equal

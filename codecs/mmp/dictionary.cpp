@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -22,6 +23,7 @@ Dictionary::Dictionary(int max, int log, bool replace) : id_(next_id()), max_(ma
     for (int lw = 0; lw <= log_; ++lw) {
       Scale& sc = scales_[static_cast<size_t>(scale_of(lw, lh))];
       sc.size = 1 << (lw + lh);
+      sc.few_words = (max_ + 63) / 64;
     }
   // Flat elements over the residue range, every 8 levels.
   std::vector<int16_t> flat;
@@ -81,9 +83,32 @@ void Dictionary::add(const Lesson& lesson) {
 
 void Dictionary::use(int s, int i) {
   Scale& sc = scales_[static_cast<size_t>(s)];
-  ++sc.uses[static_cast<size_t>(i)];
-  if (i >= kFlat && sc.old_at[static_cast<size_t>(i)] >= 0)
-    old_down(sc, static_cast<size_t>(sc.old_at[static_cast<size_t>(i)]));  // its key grew
+  const uint32_t u = ++sc.uses[static_cast<size_t>(i)];
+  if (i < kFlat) return;
+  const int at = sc.old_at[static_cast<size_t>(i)];
+  if (at == kInFew) {  // to the next bucket, or to the heap
+    few_clear(sc, static_cast<int>(u) - 1, i);
+    if (u < static_cast<uint32_t>(kFewUses))
+      few_set(sc, static_cast<int>(u), i);
+    else
+      heap_push(sc, i);
+  } else if (at >= 0) {
+    old_down(sc, static_cast<size_t>(at));  // its key grew
+  }
+}
+
+// The old enough elements with fewer than kFewUses uses: a bitset of indices per number of
+// uses (the least index of the lowest non-empty bucket is their least (uses, index)), and
+// each bucket's size.
+void Dictionary::few_set(Scale& sc, int b, int i) {
+  sc.few[static_cast<size_t>(b * sc.few_words + (i >> 6))] |= uint64_t{1} << (i & 63);
+  if (sc.few_size[static_cast<size_t>(b)]++ == 0) sc.few_mask |= 1u << b;
+  sc.old_at[static_cast<size_t>(i)] = kInFew;
+}
+void Dictionary::few_clear(Scale& sc, int b, int i) {
+  sc.few[static_cast<size_t>(b * sc.few_words + (i >> 6))] &= ~(uint64_t{1} << (i & 63));
+  if (--sc.few_size[static_cast<size_t>(b)] == 0) sc.few_mask &= ~(1u << b);
+  sc.old_at[static_cast<size_t>(i)] = -1;
 }
 
 // The old enough elements' heap: a before b when it has fewer uses, or as many and a lower
@@ -120,11 +145,30 @@ void Dictionary::old_down(Scale& sc, size_t at) {
   }
   old_place(sc, at, v);
 }
-void Dictionary::old_push(Scale& sc, int i) {
+void Dictionary::heap_push(Scale& sc, int i) {
   sc.old.push_back(i);
   old_up(sc, sc.old.size() - 1);
 }
+// Element i becomes old enough.
+void Dictionary::old_push(Scale& sc, int i) {
+  if (sc.few.empty()) sc.few.assign(static_cast<size_t>(kFewUses * sc.few_words), 0);
+  const uint32_t u = sc.uses[static_cast<size_t>(i)];
+  if (u < static_cast<uint32_t>(kFewUses))
+    few_set(sc, static_cast<int>(u), i);
+  else
+    heap_push(sc, i);
+}
+// The old enough element of least (uses, index), taken out.
 int Dictionary::old_pop(Scale& sc) {
+  if (sc.few_mask) {
+    const int b = __builtin_ctz(sc.few_mask);
+    const uint64_t* w = sc.few.data() + static_cast<size_t>(b * sc.few_words);
+    int k = 0;
+    while (!w[k]) ++k;
+    const int v = (k << 6) + __builtin_ctzll(w[k]);
+    few_clear(sc, b, v);
+    return v;
+  }
   const int v = sc.old.front();
   sc.old_at[static_cast<size_t>(v)] = -1;
   sc.old.front() = sc.old.back();
@@ -198,23 +242,13 @@ void Dictionary::insert(int s, const int16_t* e) {
     if (sc.hash[static_cast<size_t>(i)] == h && std::equal(e, e + n, elem(s, i))) return;
   }
   if (replace_) {
-    ++sc.clock;
-    const uint64_t window = static_cast<uint64_t>((max_ - kFlat) / 2);
-    while (sc.young_head < sc.young.size() && sc.born[static_cast<size_t>(sc.young[sc.young_head])] + window < sc.clock)
-      old_push(sc, sc.young[sc.young_head++]);
-    if (sc.young_head >= 64 && 2 * sc.young_head >= sc.young.size()) {  // the queue's dead front
-      sc.young.erase(sc.young.begin(), sc.young.begin() + static_cast<std::ptrdiff_t>(sc.young_head));
-      sc.young_head = 0;
-    }
-    if (sc.count >= max_) {
-      if (sc.old.empty()) return;
-      replace(sc, old_pop(sc), e, h, sum);
+    const int v = tick(sc);
+    if (v < 0) return;
+    renew(sc, v);
+    if (v < sc.count) {
+      replace(sc, v, e, h, sum);
       return;
     }
-    sc.uses.push_back(0);
-    sc.born.push_back(sc.clock);
-    sc.old_at.push_back(-1);
-    if (sc.count >= kFlat) sc.young.push_back(sc.count);
   }
   const int idx = sc.count++;
   sc.table[at] = idx + 1;
@@ -250,10 +284,107 @@ void Dictionary::replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum
   }
   sc.sum[static_cast<size_t>(v)] = sum;
   if (sc.ordered) order_insert(sc, v);
-  sc.uses[static_cast<size_t>(v)] = 0;
-  sc.born[static_cast<size_t>(v)] = sc.clock;
-  sc.young.push_back(v);
   changed(sc, v);
+}
+
+// A new element that is not a duplicate offered to a replacing scale: the clock ticks, the
+// elements it makes old enough join the heap, and the element takes the index returned:
+// `count` while there is room, else the least used old element (taken off the heap), or none
+// (-1: dropped).
+int Dictionary::tick(Scale& sc) {
+  ++sc.clock;
+  const uint64_t window = static_cast<uint64_t>((max_ - kFlat) / 2);
+  while (sc.young_head < sc.young.size() && sc.born[static_cast<size_t>(sc.young[sc.young_head])] + window < sc.clock)
+    old_push(sc, sc.young[sc.young_head++]);
+  if (sc.young_head >= 64 && 2 * sc.young_head >= sc.young.size()) {  // the queue's dead front
+    sc.young.erase(sc.young.begin(), sc.young.begin() + static_cast<std::ptrdiff_t>(sc.young_head));
+    sc.young_head = 0;
+  }
+  if (sc.count < max_) return sc.count;
+  return sc.few_mask == 0 && sc.old.empty() ? -1 : old_pop(sc);
+}
+
+// Index v (tick()'s answer) starts again: no uses, born now, young.
+void Dictionary::renew(Scale& sc, int v) {
+  if (v == sc.count) {
+    sc.uses.push_back(0);
+    sc.born.push_back(sc.clock);
+    sc.old_at.push_back(-1);
+  } else {
+    sc.uses[static_cast<size_t>(v)] = 0;
+    sc.born[static_cast<size_t>(v)] = sc.clock;
+  }
+  if (v >= kFlat) sc.young.push_back(v);
+}
+
+void Dictionary::add_decided(const std::vector<uint32_t>& uses, int n, const RoundVerdicts& verdicts,
+                             std::vector<Placement>* out) {
+  if (!replace_ || !device_)
+    throw Error(ErrorKind::Internal, "MMP: only a replacing dictionary held on a device learns from verdicts");
+  for (uint32_t u : uses) use(static_cast<int>(u >> 16), static_cast<int>(u & 0xFFFF));
+  out->clear();
+  if (n <= 0) return;
+  const int sides = log_ + 1;
+  std::atomic<bool> malformed{false};
+  auto walk = [&](int lw, int lh) {
+    const int s = scale_of(lw, lh);
+    Scale& sc = scales_[static_cast<size_t>(s)];
+    std::vector<Placement>& placed = sc.placed;
+    placed.clear();
+    const int64_t* v = verdicts.at(s);
+    if (!v) {
+      malformed = true;
+      return;
+    }
+    // Each class of equal new elements (named by its first member) and the index that holds
+    // its content now (-1: none); per index the class it holds for this round, whether it
+    // lost the content it had when the round began, and where its last placement is.
+    thread_local std::vector<int> holder, owner;
+    thread_local std::vector<uint8_t> gone;
+    thread_local std::vector<size_t> written;
+    holder.resize(static_cast<size_t>(n));
+    owner.assign(static_cast<size_t>(max_), -1);
+    gone.assign(static_cast<size_t>(max_), 0);
+    written.assign(static_cast<size_t>(max_), SIZE_MAX);
+    const int count0 = sc.count;
+    for (int j = 0; j < n; ++j) {
+      const int was = RoundVerdicts::equal_before(v[j]), cls = RoundVerdicts::first_equal(v[j]);
+      if (was >= count0 || cls < 0 || cls > j || (cls < j && RoundVerdicts::first_equal(v[cls]) != cls)) {
+        malformed = true;
+        return;
+      }
+      if (cls == j) {
+        const bool there = was >= 0 && !gone[static_cast<size_t>(was)];
+        holder[static_cast<size_t>(j)] = there ? was : -1;
+        if (there) owner[static_cast<size_t>(was)] = j;
+      }
+      if (holder[static_cast<size_t>(cls)] >= 0) continue;  // a duplicate
+      const int idx = tick(sc);
+      if (idx < 0) continue;
+      renew(sc, idx);
+      const size_t at = static_cast<size_t>(idx);
+      if (idx == sc.count) {
+        ++sc.count;
+      } else {
+        if (owner[at] >= 0) holder[static_cast<size_t>(owner[at])] = -1;
+        gone[at] = 1;
+      }
+      owner[at] = cls;
+      holder[static_cast<size_t>(cls)] = idx;
+      if (written[at] != SIZE_MAX) placed[written[at]].index = -1;  // written again: the last one counts
+      written[at] = placed.size();
+      placed.push_back({s, j, idx});
+    }
+  };
+  // Scales are independent: in parallel, as in add().
+  if (n < 4 || cpu_threads() == 1)
+    for (int i = 0; i < sides * sides; ++i) walk(i % sides, i / sides);
+  else
+    tbb::parallel_for(0, sides * sides, [&](int i) { walk(i % sides, i / sides); });
+  if (malformed) throw Error(ErrorKind::Gpu, "MMP: malformed duplicate verdicts from the device");
+  for (int i = 0; i < sides * sides; ++i)
+    for (const Placement& pl : scales_[static_cast<size_t>(scale_of(i % sides, i / sides))].placed)
+      if (pl.index >= 0) out->push_back(pl);
 }
 
 // Sizes are powers of two: the index arithmetic is shifts, and floor((2 sum + k) / 2k) for

@@ -86,12 +86,22 @@ class Dictionary {
   // into every other. Scales are independent, so they are filled in parallel; the result is
   // the serial one.
   void add(const Lesson& lesson);
+  // A round's lesson for a dictionary held on a device that searches and stores its elements
+  // there (LeafSearch::round_verdicts()): the lesson's uses, then its n new elements, whose
+  // duplicates the device found (`verdicts`), each into every scale by add()'s rule. The
+  // elements' contents stay on the device; this copy keeps the counts, uses and ages, and
+  // says in `out` where each element that enters goes (one placement an index: an index a
+  // round writes twice keeps the later element).
+  void add_decided(const std::vector<uint32_t>& uses, int n, const RoundVerdicts& verdicts,
+                   std::vector<Placement>* out);
   // The device's handle where a search backend holds this dictionary
-  // (LeafSearch::hold_dictionary()): the backend's copy learns, and this one stays as it was
-  // when the backend took it (add() then throws). The handle keeps the backend's copy alive
-  // as long as this dictionary.
+  // (LeafSearch::hold_dictionary()): the backend's copy holds the elements from then on, and
+  // this one only their counts, uses and ages (add() throws; add_decided() learns; the
+  // samples stay those the backend took). The handle keeps the backend's copy alive as long
+  // as this dictionary.
   void hold_on_device(std::shared_ptr<void> handle) { device_ = std::move(handle); }
   bool held_on_device() const { return device_ != nullptr; }
+  const std::shared_ptr<void>& device_handle() const { return device_; }
   // True while no element beyond the flat ones came.
   bool fresh() const {
     for (const Scale& sc : scales_)
@@ -115,31 +125,44 @@ class Dictionary {
     std::vector<uint64_t> hash;
     std::vector<int> table;
     // With replacement: each element's uses and birth (clock reading); the learnt elements
-    // not yet old enough, in birth order (a queue from young_head), and the old enough ones
-    // in a binary min-heap by (uses, index) with each element's place in it (-1: not
-    // there). Flat arrays: every round changes them on the pool's threads, and a tree's
-    // nodes allocated on one thread and freed on another cost more than the update.
+    // not yet old enough, in birth order (a queue from young_head), and the old enough ones:
+    // those of fewer than kFewUses uses in bitsets by uses (few_set()), the others in a
+    // binary min-heap by (uses, index), with each element's place (-1: not old enough,
+    // kInFew: in a bitset, else its place in the heap). Flat arrays: every round changes
+    // them on the pool's threads, and a tree's nodes allocated on one thread and freed on
+    // another cost more than the update.
     std::vector<uint32_t> uses;
     std::vector<uint64_t> born;
     uint64_t clock = 0;
     std::vector<int> young;
     size_t young_head = 0;
     std::vector<int> old, old_at;
+    int few_words = 0;          // 64-bit words a bitset
+    std::vector<uint64_t> few;  // kFewUses bitsets of few_words
+    std::array<int, 32> few_size{};
+    uint32_t few_mask = 0;  // the non-empty bitsets
     // With replacement, every write (an element appended or replaced) in order, for mirrors
     // of the dictionary (ScaleView::changes).
     std::vector<int> changes;
     uint64_t generation = 0;
+    std::vector<Placement> placed;  // add_decided()'s, kept allocated from round to round
   };
   // Enough for the changes of a round of many tiles between two syncs of a mirror (a mirror
   // that falls further behind copies the whole scale again).
   int change_ring() const { return std::max(2 * max_, 4096); }
   void use(int s, int i);
+  static constexpr int kFewUses = 32, kInFew = -2;
+  static void few_set(Scale& sc, int b, int i);
+  static void few_clear(Scale& sc, int b, int i);
+  static void heap_push(Scale& sc, int i);
   static bool old_before(const Scale& sc, int a, int b);
   static void old_place(Scale& sc, size_t at, int i);
   static void old_up(Scale& sc, size_t at);
   static void old_down(Scale& sc, size_t at);
   static void old_push(Scale& sc, int i);
   static int old_pop(Scale& sc);
+  int tick(Scale& sc);
+  void renew(Scale& sc, int v);
   void insert(int s, const int16_t* e);
   void replace(Scale& sc, int v, const int16_t* e, uint64_t h, int sum);
   static void order_insert(Scale& sc, int i);

@@ -760,10 +760,26 @@ void for_round_items(const std::vector<RoundItem>& items, size_t begin, size_t e
 void end_round(std::vector<Tile>& tiles, const std::vector<RoundItem>& items, std::vector<BlockWork>& work,
                const Params& p, Lesson& batch) {
   const int64_t t0 = now_ns();
-  if (!tiles[0].dict->held_on_device()) {  // else the device learnt the round's elements
-    batch.clear();
+  Dictionary& dict = *tiles[0].dict;
+  batch.clear();
+  if (!dict.held_on_device()) {
     for (size_t j = 0; j < items.size(); ++j) collect(work[j].learned, batch);
-    tiles[0].dict->add(batch);
+    dict.add(batch);
+  } else {  // the device holds the samples: it judged the round's elements, the host places them
+    int n = 0;
+    for (size_t j = 0; j < items.size(); ++j)
+      for (const Learned& u : work[j].learned) {
+        batch.uses.insert(batch.uses.end(), u.leaves.begin(), u.leaves.end());
+        n += static_cast<int>(u.inner.size());
+      }
+    int n_device = 0;
+    const RoundVerdicts verdicts = p.search->round_verdicts(dict.device_handle(), &n_device);
+    if (n_device != n)
+      throw Error(ErrorKind::Gpu,
+                  log::format("MMP: the device listed %d new elements in a round, the encoder %d", n_device, n));
+    thread_local std::vector<Placement> placements;
+    dict.add_decided(batch.uses, n, verdicts, &placements);
+    p.search->place_round(dict.device_handle(), placements);
   }
   if (models_frozen_in_rounds(p)) {
     for (size_t j = 0; j < items.size(); ++j) replay(work[j].overlay);
@@ -1460,11 +1476,10 @@ PlaneResult encode_plane(const uint8_t* img, int w, int h, const Params& p, Plan
     const double d = static_cast<double>(res.recon[i]) - img[i];
     res.sse += d * d;
   }
-  for (const auto& d : fresh ? fresh->impl().dicts : state->impl().dicts)
-    if (d->held_on_device())
-      res.dict_elements += p.search->held_elements(d->id()), res.device_learning = true;
-    else
-      res.dict_elements += d->total();
+  for (const auto& d : fresh ? fresh->impl().dicts : state->impl().dicts) {
+    res.dict_elements += d->total();
+    res.device_learning = res.device_learning || d->held_on_device();
+  }
   return res;
 }
 

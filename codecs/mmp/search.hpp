@@ -42,6 +42,25 @@ struct ScaleView {
   uint64_t clock = 0;
 };
 
+// What a backend that holds a replacing dictionary found about a round's new elements
+// (LeafSearch::round_verdicts()), for Dictionary::add_decided(): for each scale s and new
+// element j (in the order of the round's lesson), at(s)[j] packs the index of the element
+// equal to it that the scale held when the round began (-1: none) and the first of the
+// round's new elements equal to it at that scale (j itself when none comes before it).
+struct RoundVerdicts {
+  std::array<const int64_t*, kSearchScales> scales{};
+  const int64_t* at(int s) const { return scales[static_cast<size_t>(s)]; }
+  VFP_MMP_HD static constexpr int64_t pack(int equal_before, int first_equal) {
+    return static_cast<int64_t>(first_equal) << 32 | static_cast<uint32_t>(equal_before);
+  }
+  static constexpr int equal_before(int64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+  static constexpr int first_equal(int64_t v) { return static_cast<int>(v >> 32); }
+};
+// Where a new element goes: element j of the round at scale s into index `index`.
+struct Placement {
+  int s = 0, j = 0, index = 0;
+};
+
 struct LeafQuery {
   int L = 0;                      // unit size 2^L (2..5)
   int K = 0;                      // residues (candidate modes), 1..11
@@ -177,12 +196,13 @@ class LeafSearch {
     return false;
   }
   // Rounds that learn on the backend (synchronized tiles with shared models, a dictionary
-  // that replaces its least used): true if search_round() with `shared.learn` also adds the
-  // round's new elements to the backend's copy of the dictionary, after the round's uses,
-  // by Dictionary::add()'s rule, so that the host has no update to do. The caller first
-  // takes the dictionary's handle (hold_dictionary()); from then on the backend's copy is the
-  // dictionary and the caller's Dictionary stays as it was (it keeps the handle:
-  // Dictionary::held_on_device()).
+  // that replaces its least used): true if search_round() with `shared.learn` also finds
+  // the duplicates of the round's new elements in the backend's copy of the dictionary
+  // (round_verdicts()), which stores them where the caller's Dictionary::add_decided() says
+  // (place_round()), so that the host never touches the elements' samples. The caller first
+  // takes the dictionary's handle (hold_dictionary()); from then on the backend's copy holds
+  // the contents and the caller's Dictionary only the counts, uses and ages (it keeps the
+  // handle: Dictionary::held_on_device()).
   virtual bool learns_rounds() const { return false; }
   // The backend's copy of dictionary `dict_id` made the one that learns: a handle that keeps
   // it alive (the caller's Dictionary holds it). The caller's dictionary must not have
@@ -191,10 +211,18 @@ class LeafSearch {
     (void)dict_id;
     return nullptr;
   }
-  // The elements of a held dictionary, all scales (-1: the backend holds no such dictionary).
-  virtual int64_t held_elements(uint64_t dict_id) {
-    (void)dict_id;
-    return -1;
+  // The verdicts on the last round of a held dictionary (`held`: its handle from
+  // hold_dictionary()), once the device has them, and its number of new elements; valid until
+  // the dictionary's next round.
+  virtual RoundVerdicts round_verdicts(const std::shared_ptr<void>& held, int* n_elements) {
+    (void)held;
+    *n_elements = 0;
+    return {};
+  }
+  // The round's elements into the held dictionary where add_decided() put them, before the
+  // dictionary's next round.
+  virtual void place_round(const std::shared_ptr<void>& held, const std::vector<Placement>& placements) {
+    (void)held, (void)placements;
   }
   // True if the backend can learn a block's new elements itself (BlockQuery::learn).
   virtual bool learns_blocks() const { return false; }
