@@ -1098,9 +1098,9 @@ RoundTrace& round_trace() {
 }
 
 // Whether rounds may start learning on a backend's device: VFP_MMP_DEVICE_LEARN=1 (off by
-// default: on the H100 the stage with 8 frames in flight ran 3-5% slower with it, `mmp
-// encode` with 2 in flight 10-25% faster; docs/perf.md). A dictionary the device holds
-// already goes on learning there.
+// default: on the H200 the stage ran 5-16% slower with it at 3 to 8 frames in flight, for
+// 10-15% less CPU time; docs/perf.md, session 36). A dictionary the device holds already
+// goes on learning there.
 bool device_learning_allowed() {
   const char* e = std::getenv("VFP_MMP_DEVICE_LEARN");
   return e && std::string(e) == "1";
