@@ -1207,8 +1207,7 @@ __global__ void __launch_bounds__(32 * kUploadWarps)
   }
   if (lane != 0) return;
   it.norms[i] = sq;
-  it.hashes[i] =
-      h;  // a replacing dictionary's too: the device may take it over (learn_hash_kernel compares against them)
+  it.hashes[i] = h;  // a replacing dictionary's too: the device may take it over (learn_hash_kernel)
   if (it.table) table_insert(it.table, h, i);
 }
 
@@ -2620,7 +2619,8 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     RawEvent ready;                     // the last upload into it, block that learnt, or placements
     // A dictionary the device holds (hold_dictionary()) and learns in rounds: its last round's
     // elements and verdicts (BlockConsts::learn, on 2), sized for `cap` elements, and the
-    // placements the host sent back (place_round()), on a stream of its own.
+    // placements the host sent back (place_round()), which its next round stores first
+    // (place_pending()).
     bool held = false, aged = false;
     int cap = 0, src_stride = 0, blocks = 0;
     DeviceBuffer src, elems, h, norm, before, total;

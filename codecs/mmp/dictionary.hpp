@@ -115,6 +115,10 @@ class Dictionary {
   }
 
  private:
+  // Old enough elements with fewer uses than this sit in bitsets (Scale::few), the others in
+  // a heap; kInFew marks the former in Scale::old_at.
+  static constexpr int kFewUses = 32, kInFew = -2;
+  static_assert(kFewUses <= 32, "one bit of few_mask a bitset");
   struct Scale {
     int size = 1, count = 0;
     std::vector<int16_t> data;
@@ -139,7 +143,7 @@ class Dictionary {
     std::vector<int> old, old_at;
     int few_words = 0;          // 64-bit words a bitset
     std::vector<uint64_t> few;  // kFewUses bitsets of few_words
-    std::array<int, 32> few_size{};
+    std::array<int, kFewUses> few_size{};
     uint32_t few_mask = 0;  // the non-empty bitsets
     // With replacement, every write (an element appended or replaced) in order, for mirrors
     // of the dictionary (ScaleView::changes).
@@ -151,7 +155,6 @@ class Dictionary {
   // that falls further behind copies the whole scale again).
   int change_ring() const { return std::max(2 * max_, 4096); }
   void use(int s, int i);
-  static constexpr int kFewUses = 32, kInFew = -2;
   static void few_set(Scale& sc, int b, int i);
   static void few_clear(Scale& sc, int b, int i);
   static void heap_push(Scale& sc, int i);
