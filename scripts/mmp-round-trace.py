@@ -9,6 +9,8 @@ in their host part at once.
 """
 import argparse
 import collections
+import signal
+import statistics
 
 
 def planes(path):
@@ -43,6 +45,10 @@ def main():
     t1 = max(s[-1][5] for s in seqs)
     most = max(len(s) for s in seqs)
     print("%d planes, %.0f ms; per round (us), by eighths of the plane: search | dictionary update; coding" % (len(seqs), (t1 - t0) / 1e6))
+    largest = [r for s in seqs if len(s) == most for r in s]
+    med = lambda i, j: statistics.median(r[j] - r[i] for r in largest) / 1e3
+    print("  the largest planes' rounds, medians: search %.0f, coding %.0f, dictionary update %.0f" % (
+        med(2, 3), med(3, 4), med(4, 5)))
     for s in seqs:
         if not a.all and len(s) != most:
             continue
@@ -74,4 +80,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when piped into head
     main()
