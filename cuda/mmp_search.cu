@@ -1754,6 +1754,20 @@ __device__ void learn_list(const BlockWork& w, int units, const int* unit_L, con
   *w.learn_n = nl;
 }
 
+// The last of the n ascending starts (starts[0] <= v) at or before v: which of n ranges laid
+// end to end holds v.
+__device__ __forceinline__ int last_at_or_before(const int* starts, int n, int v) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (starts[mid] <= v)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 // The block's choices in the order the encoder codes them (search.hpp's BlockChoices), and
 // its reconstruction. The walk is serial: what it reads (the decisions, the chosen units'
 // plans) is brought into shared memory by all threads first, so that the walk does not wait
@@ -1808,14 +1822,7 @@ __device__ void pack_block(const BlockWork& w, bool list) {
     for (int r = 0; r < kPer; ++r) {
       const int i = threadIdx.x + r * 256;
       if (i >= total) continue;
-      int lo = 0, hi = units - 1;  // the last unit whose range starts at or before i
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (unit_base[mid] <= i)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
+      const int lo = last_at_or_before(unit_base, units, i);  // the unit whose range holds i
       const size_t from = static_cast<size_t>(unit_slot[lo]) * kMaxTable + (i - unit_base[lo]);
       k[r] = w.slot_kind[from], x[r] = w.slot_index[from];
     }
@@ -2142,14 +2149,7 @@ __device__ void learn_gather_block(const Works& ws, const BlockWork& w) {
   for (int k = static_cast<int>(threadIdx.x); k < m; k += blockDim.x)
     c.learn.elems[base + k] = make_int4(b * c.learn.src_stride + offs[k], w.learn[k].lw, w.learn[k].lh, 0);
   for (int t = static_cast<int>(threadIdx.x); t < offs[m]; t += blockDim.x) {
-    int lo = 0, hi = m - 1;  // the element whose samples hold t
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (offs[mid] <= t)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
+    const int lo = last_at_or_before(offs, m, t);  // the element whose samples hold t
     const LearnNode nd = w.learn[lo];
     const int q = t - offs[lo], N = 1 << nd.L;
     const int16_t* rres = w.slot_rres + static_cast<size_t>(nd.slot) * kMaxB * kMaxB;
