@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On the GPU host: what a round of synchronized tiles costs the device by its number of
+# blocks. `mmp encode --frames-in-flight 1` of the issue's clip with tiles of each size in
+# TILES (a plane's round takes one block from each tile: 256 gives 40 blocks a round at
+# 1080p, 128 gives 135, 64 gives 510), for each smallest unit in UNITS; prints the search's
+# blocks a launch and a launch's graph time (alone on the GPU). The graph's growth per
+# block, once the GPU is full, is the device time a block costs, which bounds the stage's
+# rate whatever the latency.
+#     bash scripts/device-carried.sh bash scripts/mmp-round-size.sh
+# VFP (build-carry/vfpipe) the binary, FRAMES (2) frames of the clip, DATA (.bench-data) the
+# folder with mosaic.npz, LAMBDA (25).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+VFP=${VFP:-build-carry/vfpipe}
+DATA=${DATA:-.bench-data}
+FRAMES=${FRAMES:-2}
+LAMBDA=${LAMBDA:-25}
+TILES=${TILES:-256 128 64}
+UNITS=${UNITS:-4 8}
+. scripts/device-env.sh
+nvidia-smi -L
+$PY scripts/mmp-clip.py "$T/clip.y4m" --frames "$FRAMES" --mosaic "$DATA/mosaic.npz" > /dev/null
+printf '%-6s %-5s %-12s %-14s %s\n' tile unit blocks/launch "graph us" "frame s"
+for u in $UNITS; do
+  for t in $TILES; do
+    "$VFP" mmp encode -y "$T/clip.y4m" -o "$T/x.mmp" --lambda "$LAMBDA" --tile "$t" --min-unit "$u" \
+      --device cuda --frames-in-flight 1 > "$T/log" 2>&1 || { tail -3 "$T/log"; continue; }
+    line=$(grep -m1 "search on cuda" "$T/log")
+    each=$(sed -E 's/.*\(([0-9.]+) blocks each\).*/\1/' <<< "$line")
+    graph=$(sed -E 's/.*: the graph ([0-9]+) us.*/\1/' <<< "$line")
+    frame=$(grep -m1 -oE '[0-9.]+ s per frame' "$T/log" | cut -d' ' -f1)
+    printf '%-6s %-5s %-12s %-14s %s\n' "$t" "$u" "$each" "$graph" "$frame"
+  done
+done
