@@ -23,7 +23,7 @@ nvidia-smi -L
 $PY scripts/mmp-clip.py "$T/clip.y4m" --frames "$FRAMES" --mosaic "$DATA/mosaic.npz" > /dev/null
 printf '%-6s %-5s %-12s %-14s %s\n' tile unit blocks/launch "graph us" "frame s"
 for u in $UNITS; do
-  prev_b= prev_g= last_b= last_g=
+  prev_b='' prev_g='' last_b='' last_g=''
   for t in $TILES; do
     "$VFP" mmp encode -y "$T/clip.y4m" -o "$T/x.mmp" --lambda "$LAMBDA" --tile "$t" --min-unit "$u" \
       --device cuda --frames-in-flight 1 > "$T/log" 2>&1 || { tail -3 "$T/log"; continue; }
