@@ -2,7 +2,7 @@
 # On the GPU host: run-time configurations of the mmp stage (environment switches and
 # options of `vfpipe run`) measured in one call with one binary, runs interleaved so that a
 # machine's drift hits every configuration alike, with each run's user and system CPU
-# time; then each configuration's `mmp encode` bytes compared with the first's.
+# time; then each configuration's `mmp encode` bytes compared with the first's of equal OPTS.
 #     bash scripts/device-carried.sh bash scripts/mmp-configs-ab.sh 'base||' \
 #       'together|VFP_MMP_STAGGER=0|' 't12||--threads 12'
 # Each argument is LABEL|ENV|ARGS[|OPTS|ENC]: ENV a comma-separated list of VAR=VALUE (may
