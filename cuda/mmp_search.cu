@@ -1115,8 +1115,8 @@ __global__ void __launch_bounds__(kThreads, 8)
 
 // One thread block per task (and chunk): each of its segments' best element by J = SSE +
 // lambda * (index bits + leaf flag bits), ties to the lower index, into the leaf table.
-__global__ void __launch_bounds__(kThreads)
-    leaf_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
+__device__ __forceinline__ void leaf_kernel_body(const Task* tasks, const LeafLane& first, const LeafLane* lanes, int N,
+                                                 int table) {
   const LeafLane ll = leaf_lane_of(first, lanes);
   const SearchConsts* consts = ll.consts;
   const double* bits = ll.bits;
@@ -1147,6 +1147,17 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   put_rows(lt, table, row_j, row_i, ll.out_j, ll.out_i, ll.part_j, ll.part_i, ll.part_stride, ll.counters, ll.defer);
+}
+__global__ void __launch_bounds__(kThreads)
+    leaf_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
+  leaf_kernel_body(tasks, first, lanes, N, table);
+}
+
+// The same in at most 96 registers (some spilled in the tensor-core paths): 5 thread blocks
+// an SM instead of 4. A full GPU's rounds run about 4% faster (docs/perf.md, session 38).
+__global__ void __launch_bounds__(kThreads, 5)
+    leaf_kernel_lean(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
+  leaf_kernel_body(tasks, first, lanes, N, table);
 }
 
 // The device's duplicate check: per scale an open-addressed table of element index + 1
@@ -1711,11 +1722,25 @@ __device__ void chain_block(const BlockWork& w, const ChainLink& a) {
 }
 
 template <bool Small>
-__global__ void chain_kernel(const __grid_constant__ Works ws, ChainLink a) {
+__device__ __forceinline__ void chain_entry(const Works& ws, const ChainLink& a) {
   if (gridDim.z == 1)
     chain_block<Small>(ws.first, a);
   else
     chain_block<Small>(block_work(ws.all), a);
+}
+template <bool Small>
+__global__ void chain_kernel(const __grid_constant__ Works ws, ChainLink a) {
+  chain_entry<Small>(ws, a);
+}
+// A 4x4 chain's link in 64 threads of at most 64 registers (kChainLeanThreads; its loops
+// are strided and it needs kScales threads): a link does little, and a full GPU holds many
+// more of them at once than of 256 threads at 108 registers.
+constexpr int kChainLeanThreads = 64;
+static_assert(kChainLeanThreads >= kScales && kChainLeanThreads >= mmp::kModes, "a lean link's threads");
+template <bool Small>
+__global__ void __launch_bounds__(kChainLeanThreads, 16)
+    chain_kernel_lean(const __grid_constant__ Works ws, ChainLink a) {
+  chain_entry<Small>(ws, a);
 }
 
 // The block's new elements in the dictionaries' order (units in coding order, internal
@@ -3147,7 +3172,10 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       VFP_CUDA_LAUNCHED("mmp leaf_small_kernel");
     }
     if (large) {
-      run(leaf_kernel, list, large);
+      if (on_in(lean_leaf_, n))
+        run(leaf_kernel_lean, list, large);
+      else
+        run(leaf_kernel, list, large);
       VFP_CUDA_LAUNCHED("mmp leaf_kernel");
     }
   }
@@ -3391,10 +3419,12 @@ class GpuLeafSearch final : public mmp::LeafSearch {
         for (int L = ML + 1; L <= BL; ++L)
           if (prepared[L]) VFP_CUDA(cudaStreamWaitEvent(chain, lead.levels[L].prepared.e, 0));
         timed(g, "chain link", 0, chain, [&] {
-          if (ML == kMinLog)
-            launch(chain_kernel<true>, blocks, dim3(256), chain, ws, link);
-          else
+          if (ML > kMinLog)
             launch(chain_kernel<false>, blocks, dim3(256), chain, ws, link);
+          else if (on_in(lean_links_, n))
+            launch(chain_kernel_lean<true>, blocks, dim3(kChainLeanThreads), chain, ws, link);
+          else
+            launch(chain_kernel<true>, blocks, dim3(256), chain, ws, link);
           VFP_CUDA_LAUNCHED("mmp chain_kernel");
         });
         VFP_CUDA(cudaEventRecord(lead.put.e, chain));
@@ -3862,6 +3892,17 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   int extra_kernels_ = [] {
     const char* e = std::getenv("VFP_MMP_EXTRA_KERNELS");
     return e ? std::clamp(std::atoi(e), 0, 1000) : 0;
+  }();
+  // Whether a round's 4x4 chain links run in 64 threads (chain_kernel_lean) and its leaf
+  // kernel in 96 registers (leaf_kernel_lean): by default in rounds of 8 or more blocks,
+  // where the GPU's room for thread blocks bounds (VFP_MMP_LEAN_LINKS, VFP_MMP_LEAN_LEAF).
+  // A block alone waits on each link's latency, which 64 threads lengthen: an untiled
+  // 512x512 image took 0.51 s against 0.37-0.39 s with both lean forms.
+  RoundSwitch lean_links_ = round_switch("VFP_MMP_LEAN_LINKS");
+  RoundSwitch lean_leaf_ = [] {
+    // Shared memory for 5 of its 34 KB an SM.
+    VFP_CUDA(cudaFuncSetAttribute(leaf_kernel_lean, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+    return round_switch("VFP_MMP_LEAN_LEAF");
   }();
   RoundSwitch answers_ = round_switch("VFP_MMP_ANSWERS");
   RoundSwitch rate_order_ = round_switch("VFP_MMP_RATE_ORDER");

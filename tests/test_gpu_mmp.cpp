@@ -138,6 +138,18 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
   // too, the same without sum order, and none of them (by default rounds of 8 or more blocks
   // look their 1- and 2-sample segments up in tables and search their small scales in rate
   // order; sum order only where VFP_MMP_SUM_ORDER asks for it).
+  // The 4x4 chain's links in 256 threads and the leaf kernel in 128 registers in every
+  // round, and their lean forms in every round, a block alone too (VFP_MMP_LEAN_*; by default
+  // the lean forms in rounds of 8 or more blocks).
+  const auto lean_search = [](const char* v) {
+    setenv("VFP_MMP_LEAN_LINKS", v, 1);
+    setenv("VFP_MMP_LEAN_LEAF", v, 1);
+    std::shared_ptr<mmp::LeafSearch> s = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Blocks);
+    unsetenv("VFP_MMP_LEAN_LINKS");
+    unsetenv("VFP_MMP_LEAN_LEAF");
+    return s;
+  };
+  const std::shared_ptr<mmp::LeafSearch> wide = lean_search("0"), lean = lean_search("all");
   const std::shared_ptr<mmp::LeafSearch> tables = blocks_search_with("all");
   const std::shared_ptr<mmp::LeafSearch> no_tables = blocks_search_with("0");
   const std::shared_ptr<mmp::LeafSearch> rate_only = blocks_search_with("all", "0");
@@ -230,6 +242,13 @@ TEST(Gpu, MmpSearchOnTheGpuGivesTheCpuBytes) {
                                       << " tile " << c.tile << " dict " << c.max_dict << " replace " << c.replace
                                       << " scan " << mmp::tile_scan_name(c.scan) << " min unit " << c.min_unit;
       EXPECT_EQ(cpu.recon, dev.recon) << "GPU use " << g;
+    }
+    for (const auto& v : {wide, lean}) {
+      p.search = v;
+      const mmp::PlaneResult dev = mmp::encode_plane(img.data(), c.w, c.h, p);
+      EXPECT_EQ(cpu.bytes, dev.bytes) << (v == wide ? "wide" : "lean") << " links and leaf kernel: " << c.w << "x"
+                                      << c.h << " kind " << c.kind << " block " << (1 << c.block_log) << " min unit "
+                                      << c.min_unit;
     }
     for (const auto& t : {tables, no_tables, rate_only}) {
       p.search = t;
