@@ -1154,7 +1154,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The same in at most 96 registers (some spilled in the tensor-core paths): 5 thread blocks
-// an SM instead of 4. A full GPU's rounds run about 4% faster (docs/perf.md, session 38).
+// an SM instead of 4, for rounds that fill the GPU (docs/perf.md).
 __global__ void __launch_bounds__(kThreads, 5)
     leaf_kernel_lean(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
   leaf_kernel_body(tasks, first, lanes, N, table);
@@ -3897,7 +3897,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // kernel in 96 registers (leaf_kernel_lean): by default in rounds of 8 or more blocks,
   // where the GPU's room for thread blocks bounds (VFP_MMP_LEAN_LINKS, VFP_MMP_LEAN_LEAF).
   // A block alone waits on each link's latency, which 64 threads lengthen: an untiled
-  // 512x512 image took 0.51 s against 0.37-0.39 s with both lean forms.
+  // 512x512 image took 0.51-0.54 s with lean links in every round against 0.37-0.44 s.
   RoundSwitch lean_links_ = round_switch("VFP_MMP_LEAN_LINKS");
   RoundSwitch lean_leaf_ = [] {
     // Shared memory for 5 of its 34 KB an SM.
