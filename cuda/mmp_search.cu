@@ -1737,10 +1737,9 @@ __global__ void chain_kernel(const __grid_constant__ Works ws, ChainLink a) {
 // more of them at once than of 256 threads at 108 registers.
 constexpr int kChainLeanThreads = 64;
 static_assert(kChainLeanThreads >= kScales && kChainLeanThreads >= mmp::kModes, "a lean link's threads");
-template <bool Small>
 __global__ void __launch_bounds__(kChainLeanThreads, 16)
     chain_kernel_lean(const __grid_constant__ Works ws, ChainLink a) {
-  chain_entry<Small>(ws, a);
+  chain_entry<true>(ws, a);
 }
 
 // The block's new elements in the dictionaries' order (units in coding order, internal
@@ -3422,7 +3421,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           if (ML > kMinLog)
             launch(chain_kernel<false>, blocks, dim3(256), chain, ws, link);
           else if (on_in(lean_links_, n))
-            launch(chain_kernel_lean<true>, blocks, dim3(kChainLeanThreads), chain, ws, link);
+            launch(chain_kernel_lean, blocks, dim3(kChainLeanThreads), chain, ws, link);
           else
             launch(chain_kernel<true>, blocks, dim3(256), chain, ws, link);
           VFP_CUDA_LAUNCHED("mmp chain_kernel");
