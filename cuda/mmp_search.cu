@@ -1,5 +1,6 @@
 #include "cuda/mmp_search.hpp"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
@@ -258,54 +259,56 @@ __device__ void leaf_rows_scalar(const LeafTask& lt, const SearchConsts* consts,
   }
 }
 
-// The tensor-core form: x.d as an exact integer matrix product (mma.sync, 8-bit inputs,
-// 32-bit sums). Residue samples lie in [-255, 255] and element samples in [-252, 252] (the
-// initial flat elements' range, which resizing and concatenation keep), so each is split
-// into 16 * hi + lo, hi in [-16, 15], lo in [0, 15]:
-//   x.d = 256 hi(x).hi(d) + 16 (hi(x).lo(d) + lo(x).hi(d)) + lo(x).lo(d),
-// four 8-bit products whose 32-bit sums cannot overflow (at most 1024 * 255 * 252 in all).
-// A task's (up to) 16 segments are the product's rows, padded with zeros to 16 rows and to
-// whole 32-sample steps; every warp takes tiles of 8 elements (the columns), loads their
-// samples straight from the dictionary and splits them in registers.
-constexpr int kMmaPad = 16;  // bytes after each split segment row: conflict-free fragment loads
+// The tensor-core form: x.d as a matrix product in half precision (mma.sync m16n8k16,
+// single-precision sums), exact: every sample (-255..255) is an exact half, every product
+// (below 2^16) exact in single precision, and every partial sum of a segment of at most 256
+// samples is an integer below 256 * 255 * 255 < 2^24 in magnitude, so the sums are exact
+// whatever order and alignment the tensor core adds them in (it keeps at least 24 bits
+// below the largest term's lead). A task's (up to) 16 segments are the product's rows,
+// padded with zeros to 16 rows and whole 16-sample steps; every warp takes tiles of 8
+// elements (the columns) and loads their samples straight from the dictionary.
+// Gpu.MmpLeafSearchKernelMatchesItsDefinition checks dot products up to 256 * 255^2.
+constexpr int kHalfPad = 16;  // halves after each segment row: conflict-free 8-byte fragment loads
 
-__device__ inline void split4(uint32_t w0, uint32_t w1, uint32_t& hi, uint32_t& lo) {
-  // Two int16 samples a word; v + 256 is in [1, 511], so the halves never borrow.
-  const uint32_t b0 = __vadd2(w0, 0x01000100u), b1 = __vadd2(w1, 0x01000100u);
-  const uint32_t h0 = (b0 >> 4) & 0x001F001Fu, h1 = (b1 >> 4) & 0x001F001Fu;  // hi + 16
-  hi = __vsub4(__byte_perm(h0, h1, 0x6420), 0x10101010u);
-  lo = __byte_perm(b0 & 0x000F000Fu, b1 & 0x000F000Fu, 0x6420);
-}
-
-__device__ inline void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ inline void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                               uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
   __trap();  // the host uses this form only where the kernel was built for sm_80 or later
 #endif
 }
 
-// STEPS: 32-sample steps of the padded segment (n <= 32 * STEPS).
-template <int STEPS>
-__device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, const double* bits, int8_t* split,
+// Two int16 samples (-255..255) of a word as two exact halves: in offset binary less 0x1A00
+// a lane (no lane borrows: each is at least 0x7F01), a lane is the half 1536 + v (0x6400
+// is 1024, in steps of 1 up to 2048); subtracting 1536 is exact.
+__device__ inline uint32_t halves_of(uint32_t w) {
+  const uint32_t t = (w ^ 0x80008000u) - 0x1A001A00u;
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&t), __half2half2(__ushort_as_half(0x6600)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// K16: 16-sample steps of the padded segment (n <= 16 * K16). The product's k order is
+// permuted so that a thread's four samples of a step are adjacent (one 8-byte load): its
+// fragment registers {0, 1} of k = 2 tig.. and {8, 9} + 2 tig.. hold samples 4 tig.. and
+// 4 tig + 2.., in A and B alike, which leaves the dot product unchanged.
+template <int K16>
+__device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, const double* bits, __half* rows16,
                               double* row_j, int* row_i) {
   const Task& t = lt.t;
-  const int n = lt.n, npad = 32 * STEPS, stride = npad + kMmaPad;
-  int8_t* a_hi = split;
-  int8_t* a_lo = split + kMmaRows * stride;
-  int* seg_sq = reinterpret_cast<int*>(split + 2 * kMmaRows * stride);
+  const int n = lt.n, npad = 16 * K16, stride = npad + kHalfPad;
+  int* seg_sq = reinterpret_cast<int*>(rows16 + kMmaRows * stride);
   __shared__ const int* rows[kMmaRows];
   if (threadIdx.x < t.count) rows[threadIdx.x] = lt.segment(threadIdx.x);
   __syncthreads();
   for (int idx = threadIdx.x; idx < kMmaRows * npad; idx += blockDim.x) {
     const int r = idx / npad, q = idx - r * npad;
     const int v = r < t.count && q < n ? rows[r][lt.in_segment(q)] : 0;
-    a_hi[r * stride + q] = static_cast<int8_t>(v >> 4);
-    a_lo[r * stride + q] = static_cast<int8_t>(v & 15);
+    rows16[r * stride + q] = __int2half_rn(v);
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int warps = blockDim.x >> 5;
@@ -320,16 +323,12 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
     if (lane == 0) seg_sq[r] = sq;
   }
   __syncthreads();
-  uint32_t ah[STEPS][4], al[STEPS][4];
+  uint2 a0[K16], a1[K16];  // rows g and g + 8: .x fragment register 0 / 1, .y register 2 / 3
 #pragma unroll
-  for (int st = 0; st < STEPS; ++st) {
-    const int k = st * 32 + tig * 4;
-    const int offs[4] = {g * stride + k, (g + 8) * stride + k, g * stride + k + 16, (g + 8) * stride + k + 16};
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      ah[st][r] = *reinterpret_cast<const uint32_t*>(a_hi + offs[r]);
-      al[st][r] = *reinterpret_cast<const uint32_t*>(a_lo + offs[r]);
-    }
+  for (int st = 0; st < K16; ++st) {
+    const int k = st * 16 + tig * 4;
+    a0[st] = *reinterpret_cast<const uint2*>(rows16 + g * stride + k);
+    a1[st] = *reinterpret_cast<const uint2*>(rows16 + (g + 8) * stride + k);
   }
   const ScaleArgs& sc = consts->sc;
   const double lambda = consts->lambda;
@@ -347,20 +346,13 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
     const int e_load = tile * 8 + g;  // this thread's column for the B fragments
     const bool have = e_load < count;
     const int16_t* e = data + static_cast<size_t>(have ? e_load : 0) * n;
-    int c1[4] = {}, c2[4] = {}, c3[4] = {};
+    float c[4] = {};
 #pragma unroll
-    for (int st = 0; st < STEPS; ++st) {
-      const int k = st * 32 + tig * 4;
-      uint2 lo4 = make_uint2(0, 0), hi4 = make_uint2(0, 0);
-      if (have && k < n) lo4 = __ldg(reinterpret_cast<const uint2*>(e + k));
-      if (have && k + 16 < n) hi4 = __ldg(reinterpret_cast<const uint2*>(e + k + 16));
-      uint32_t bh0, bl0, bh1, bl1;
-      split4(lo4.x, lo4.y, bh0, bl0);
-      split4(hi4.x, hi4.y, bh1, bl1);
-      mma_s8(c1, ah[st], bh0, bh1);
-      mma_s8(c2, ah[st], bl0, bl1);
-      mma_s8(c2, al[st], bh0, bh1);
-      mma_s8(c3, al[st], bl0, bl1);
+    for (int st = 0; st < K16; ++st) {
+      const int k = st * 16 + tig * 4;
+      uint2 w = make_uint2(0, 0);
+      if (have && k < n) w = __ldg(reinterpret_cast<const uint2*>(e + k));
+      mma_f16(c, a0[st].x, a1[st].x, a0[st].y, a1[st].y, halves_of(w.x), halves_of(w.y));
     }
     // c[0], c[1]: row g, columns 2 tig and 2 tig + 1; c[2], c[3]: row g + 8, the same columns.
 #pragma unroll
@@ -368,8 +360,8 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
       const int i = tile * 8 + tig * 2 + col;
       if (i >= count) break;
       const int norm = norms[i];
-      const long long e0 = sse_int(sq0, norm, 256 * c1[col] + 16 * c2[col] + c3[col]);
-      const long long e1 = sse_int(sq1, norm, 256 * c1[2 + col] + 16 * c2[2 + col] + c3[2 + col]);
+      const long long e0 = sse_int(sq0, norm, __float2int_rn(c[col]));
+      const long long e1 = sse_int(sq1, norm, __float2int_rn(c[2 + col]));
       const bool try0 = row0 && e0 <= lim0, try1 = row1 && e1 <= lim1;
       if (!try0 && !try1) continue;  // most elements: neither J can win (j_limit())
       const double rate = __dmul_rn(lambda, __dadd_rn(b[i], leaf));
@@ -377,14 +369,12 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
       if (try1) take_min(bj1, bi1, __dadd_rn(static_cast<double>(e1), rate), i), lim1 = j_limit(bj1);
     }
   }
-  // The 4 threads of a row, then the warps.
   for (int o = 1; o < 4; o <<= 1) {
     take_min(bj0, bi0, __shfl_xor_sync(0xffffffffu, bj0, o), __shfl_xor_sync(0xffffffffu, bi0, o));
     take_min(bj1, bi1, __shfl_xor_sync(0xffffffffu, bj1, o), __shfl_xor_sync(0xffffffffu, bi1, o));
   }
-  // Through the segments' staging, which no thread reads any more.
   __syncthreads();
-  double* wj = reinterpret_cast<double*>(split);  // [warp][row]
+  double* wj = reinterpret_cast<double*>(rows16);  // [warp][row]
   int* wi = reinterpret_cast<int*>(wj + warps * kMmaRows);
   if (tig == 0) {
     wj[warp * kMmaRows + g] = bj0, wi[warp * kMmaRows + g] = bi0;
@@ -1122,33 +1112,38 @@ __device__ __forceinline__ void leaf_kernel_body(const Task* tasks, const LeafLa
   const double* bits = ll.bits;
   const LeafTask lt = leaf_task(tasks, ll.residues, N);
   const Task& t = lt.t;
-  // The scalar form's segments (8 of up to 32 x 32 ints) or the tensor form's split rows.
+  // The scalar form's segments (8 of up to 32 x 32 ints) or the tensor form's rows in halves.
   __shared__ __align__(16) int smem[kGroup * 32 * 32];
   __shared__ double row_j[kMmaRows];
   __shared__ int row_i[kMmaRows];
   if (!t.mma) {
     leaf_rows_scalar(lt, consts, bits, smem, row_j, row_i);
   } else {
-    int8_t* split = reinterpret_cast<int8_t*>(smem);
-    switch (lt.n <= 32 ? 1 : lt.n / 32) {
+    __half* rows16 = reinterpret_cast<__half*>(smem);
+    switch (lt.n <= 16 ? 1 : lt.n / 16) {
       case 1:
-        leaf_rows_mma<1>(lt, consts, bits, split, row_j, row_i);
+        leaf_rows_mma<1>(lt, consts, bits, rows16, row_j, row_i);
         break;
       case 2:
-        leaf_rows_mma<2>(lt, consts, bits, split, row_j, row_i);
+        leaf_rows_mma<2>(lt, consts, bits, rows16, row_j, row_i);
         break;
       case 4:
-        leaf_rows_mma<4>(lt, consts, bits, split, row_j, row_i);
+        leaf_rows_mma<4>(lt, consts, bits, rows16, row_j, row_i);
+        break;
+      case 8:
+        leaf_rows_mma<8>(lt, consts, bits, rows16, row_j, row_i);
         break;
       default:
-        leaf_rows_mma<8>(lt, consts, bits, split, row_j, row_i);
+        leaf_rows_mma<16>(lt, consts, bits, rows16, row_j, row_i);
         break;
     }
   }
   __syncthreads();
   put_rows(lt, table, row_j, row_i, ll.out_j, ll.out_i, ll.part_j, ll.part_i, ll.part_stride, ll.counters, ll.defer);
 }
-__global__ void __launch_bounds__(kThreads)
+// At most 128 registers, 4 thread blocks an SM (the tensor-core form would take about 160,
+// 3 an SM).
+__global__ void __launch_bounds__(kThreads, 4)
     leaf_kernel(const Task* tasks, const LeafLane first, const LeafLane* lanes, int N, int table) {
   leaf_kernel_body(tasks, first, lanes, N, table);
 }
