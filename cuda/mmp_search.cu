@@ -2308,6 +2308,14 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, StreamHandle st, A
   kernel<<<grid, block, 0, st>>>(static_cast<Params>(args)...);
 }
 
+// A host-to-device copy that has landed on return: cudaMemcpy from pageable memory may
+// return before its DMA completes, on the legacy default stream, before which kernels on
+// non-blocking streams are not ordered.
+void copy_to_device_now(void* dst, const void* src, size_t bytes) {
+  VFP_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  VFP_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+}
+
 class GpuLeafSearch final : public mmp::LeafSearch {
  public:
   explicit GpuLeafSearch(MmpGpuSearch how) : how_(how), device_(current_device()) {
@@ -2315,7 +2323,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
     std::vector<double> t(mmp::kProbOne + 1);
     for (int p = 0; p <= mmp::kProbOne; ++p)
       t[static_cast<size_t>(p)] = mmp::bit_cost(mmp::Prob{static_cast<uint16_t>(p)}, 0);
-    VFP_CUDA(cudaMemcpy(log_table_.get(), t.data(), t.size() * sizeof(double), cudaMemcpyHostToDevice));
+    copy_to_device_now(log_table_.get(), t.data(), t.size() * sizeof(double));
   }
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
@@ -3099,9 +3107,9 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       leaf[static_cast<size_t>(kMinLog * cap + i)].defer = 1;  // the chain links combine them
       g.built_gen[static_cast<size_t>(i)] = l.gen;
     }
-    VFP_CUDA(cudaMemcpy(g.works.get(), works.data(), sizeof(BlockWork) * n, cudaMemcpyHostToDevice));
+    copy_to_device_now(g.works.get(), works.data(), sizeof(BlockWork) * n);
     g.works_host = std::move(works);
-    VFP_CUDA(cudaMemcpy(g.leaf.get(), leaf.data(), sizeof(LeafLane) * leaf.size(), cudaMemcpyHostToDevice));
+    copy_to_device_now(g.leaf.get(), leaf.data(), sizeof(LeafLane) * leaf.size());
     g.leaf_host = std::move(leaf);
   }
 
@@ -3136,7 +3144,11 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       moved |= grow(lv.part_j, stride * tasks.max_chunks * sizeof(double), "MMP partial leaf tables");
       moved |= grow(lv.part_i, stride * tasks.max_chunks * sizeof(int), "MMP partial leaf tables");
       if (grow(lv.counters, sizeof(int) * tasks.chunked, "MMP chunk counters")) {
-        VFP_CUDA(cudaMemset(lv.counters.get(), 0, lv.counters.size()));
+        // Zeroed before any kernel counts in them, and waited for: those kernels run on
+        // non-blocking streams, which a memset on the legacy default stream (cudaMemset)
+        // does not order before them. Only a new buffer gets here.
+        memset_async(lv.counters.get(), 0, lv.counters.size(), lane.stream.get());
+        lane.stream.synchronize();
         moved = true;
       }
     }
