@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <cub/device/device_scan.cuh>
+#include <mutex>
 
 #include "codecs/deflate/deflate_core.hpp"
 #include "codecs/deflate/png.hpp"
@@ -755,21 +756,25 @@ __global__ void crc_kernel(const uint8_t* __restrict__ d, size_t n, unsigned int
   if ((threadIdx.x & 31) == 0 && v) atomicXor(acc, v);
 }
 
+// Once per process, and landed before any kernel reads them: cudaMemcpyToSymbol from
+// pageable memory may return before its DMA completes, on the legacy default stream, which
+// does not order the non-blocking streams the kernels run on.
 void init_crc_tables() {
-  static bool done = false;
-  if (done) return;
-  uint32_t table[256], x2n[32];
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t v = i;
-    for (int k = 0; k < 8; ++k) v = (v & 1) ? kPoly ^ (v >> 1) : v >> 1;
-    table[i] = v;
-  }
-  uint32_t p = 1u << 30;  // x^1
-  x2n[0] = p;
-  for (int k = 1; k < 32; ++k) x2n[k] = p = multmodp(p, p);
-  VFP_CUDA(cudaMemcpyToSymbol(c_crc_table, table, sizeof(table)));
-  VFP_CUDA(cudaMemcpyToSymbol(c_x2n, x2n, sizeof(x2n)));
-  done = true;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    uint32_t table[256], x2n[32];
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t v = i;
+      for (int k = 0; k < 8; ++k) v = (v & 1) ? kPoly ^ (v >> 1) : v >> 1;
+      table[i] = v;
+    }
+    uint32_t p = 1u << 30;  // x^1
+    x2n[0] = p;
+    for (int k = 1; k < 32; ++k) x2n[k] = p = multmodp(p, p);
+    VFP_CUDA(cudaMemcpyToSymbol(c_crc_table, table, sizeof(table)));
+    VFP_CUDA(cudaMemcpyToSymbol(c_x2n, x2n, sizeof(x2n)));
+    VFP_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+  });
 }
 
 unsigned grid_for(size_t items, unsigned block) {
