@@ -369,10 +369,12 @@ __device__ void leaf_rows_mma(const LeafTask& lt, const SearchConsts* consts, co
       if (try1) take_min(bj1, bi1, __dadd_rn(static_cast<double>(e1), rate), i), lim1 = j_limit(bj1);
     }
   }
+  // The 4 threads of a row, then the warps.
   for (int o = 1; o < 4; o <<= 1) {
     take_min(bj0, bi0, __shfl_xor_sync(0xffffffffu, bj0, o), __shfl_xor_sync(0xffffffffu, bi0, o));
     take_min(bj1, bi1, __shfl_xor_sync(0xffffffffu, bj1, o), __shfl_xor_sync(0xffffffffu, bi1, o));
   }
+  // Through the segments' staging, which no thread reads any more.
   __syncthreads();
   double* wj = reinterpret_cast<double*>(rows16);  // [warp][row]
   int* wi = reinterpret_cast<int*>(wj + warps * kMmaRows);
