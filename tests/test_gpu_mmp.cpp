@@ -22,6 +22,9 @@
 #include "mmp_reference.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "core/gpu.hpp"
 #include "cuda/mmp_search.hpp"
 #endif
 
@@ -57,69 +60,113 @@ void fill_photo_like(const ImageView& v, uint32_t seed) {
 
 }  // namespace
 
-// The kernel alone, on made-up queries: random dictionaries with duplicated elements (equal
-// J: the lower index must win), an empty scale, every unit size and residue count; J and
-// index exactly as search.hpp defines them. Also extreme samples (+-255, mostly of one sign:
-// dot products up to 256 * 255^2, just below 2^24, which the tensor-core forms must keep
-// exact). Few launches: also run under the sanitizers.
-TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
-  REQUIRE_GPU();
-  auto gpu = cuda::make_mmp_leaf_search();
-  for (int extreme : {0, 1}) {
-    std::mt19937 rng(3);
-    // A sample: random, or +-255 (the first residue and a third of the elements all +255).
+namespace {
+
+// A made-up query of K residues of 2^L x 2^L and the dictionary and costs it searches:
+// random samples with duplicated elements (equal J: the lower index must win) and an
+// empty scale, or (`extreme`) samples of +-255 mostly of one sign, the first residue and a
+// third of the elements all +255 (dot products up to 256 * 255^2, just below 2^24).
+struct MadeUpQuery {
+  mmp::LeafQuery q;
+  std::vector<int> residues;
+  std::vector<std::vector<int16_t>> data = std::vector<std::vector<int16_t>>(mmp::kSearchScales);
+  std::vector<std::vector<double>> bits = std::vector<std::vector<double>>(mmp::kSearchScales);
+
+  MadeUpQuery(const MadeUpQuery&) = delete;  // q points into the vectors
+  MadeUpQuery& operator=(const MadeUpQuery&) = delete;
+  MadeUpQuery(int L, int K, bool extreme, std::mt19937& rng) {
     const auto sample = [&](bool all_plus) {
       if (!extreme) return static_cast<int>(rng() % 511) - 255;
       return all_plus || rng() % 10 ? 255 : -255;
     };
+    const int N = 1 << L;
+    q.L = L;
+    q.K = K;
+    q.lambda = 17.25;
+    residues.resize(static_cast<size_t>(K) * N * N);
+    for (size_t at = 0; at < residues.size(); ++at) residues[at] = sample(at < static_cast<size_t>(N) * N);
+    q.residues = residues.data();
+    static uint64_t ids = 1000;
+    q.dict_id = ++ids;
+    q.costs_id = ++ids;
+    for (int lh = 0; lh <= L; ++lh)
+      for (int lw = 0; lw <= L; ++lw) {
+        const int s = lw + 6 * lh, n = 1 << (lw + lh);
+        const int count = s == 1 ? 0 : static_cast<int>(1 + rng() % 150);  // scale 2x1: empty
+        auto& d = data[static_cast<size_t>(s)];
+        d.resize(static_cast<size_t>(count) * n);
+        for (int i = 0; i < count; ++i)
+          for (int k = 0; k < n; ++k) d[static_cast<size_t>(i) * n + k] = static_cast<int16_t>(sample(i % 3 == 0));
+        auto& b = bits[static_cast<size_t>(s)];
+        b.resize(static_cast<size_t>(count));
+        for (auto& v : b) v = 3 + (rng() % 1000) / 97.0;
+        for (int i = 1; i < count; i += 5) {  // duplicates of the element before, same cost
+          std::copy_n(d.begin() + (i - 1) * n, n, d.begin() + i * n);
+          b[static_cast<size_t>(i)] = b[static_cast<size_t>(i - 1)];
+        }
+        q.scales[static_cast<size_t>(s)] = {count, n, d.data()};
+        q.bits[static_cast<size_t>(s)] = b.data();
+        q.leaf_bits[static_cast<size_t>(s)] = lw + lh ? 0.75 : 0;
+      }
+  }
+
+  // The backend's leaf tables equal the exhaustive search's, entry by entry.
+  void expect_search(mmp::LeafSearch& gpu) const {
+    const size_t size = static_cast<size_t>(q.K) * mmp::leaf_table_size(q.L);
+    std::vector<double> J(size), ref_j(size);
+    std::vector<int> I(size), ref_i(size);
+    gpu.search(q, J.data(), I.data());
+    test::ExhaustiveSearch().search(q, ref_j.data(), ref_i.data());
+    for (size_t at = 0; at < size; ++at) {
+      ASSERT_EQ(I[at], ref_i[at]) << "L " << q.L << " K " << q.K << " entry " << at;
+      ASSERT_EQ(J[at], ref_j[at]) << "L " << q.L << " K " << q.K << " entry " << at;
+    }
+  }
+};
+
+}  // namespace
+
+// The kernel alone, on made-up queries (above), every unit size and residue count; J and
+// index exactly as search.hpp defines them, the extreme samples too (which the
+// tensor-core form must keep exact). Few launches: also run under the sanitizers.
+TEST(Gpu, MmpLeafSearchKernelMatchesItsDefinition) {
+  REQUIRE_GPU();
+  auto gpu = cuda::make_mmp_leaf_search();
+  for (bool extreme : {false, true}) {
+    std::mt19937 rng(3);
     for (int L = 2; L <= 5; ++L)
       for (int K : {1, 4, 11}) {
         SCOPED_TRACE(testing::Message() << "extreme samples " << extreme);
-        const int N = 1 << L, table = mmp::leaf_table_size(L);
-        mmp::LeafQuery q;
-        q.L = L;
-        q.K = K;
-        q.lambda = 17.25;
-        std::vector<int> res(static_cast<size_t>(K) * N * N);
-        for (size_t at = 0; at < res.size(); ++at) res[at] = sample(at < static_cast<size_t>(N) * N);
-        q.residues = res.data();
-        std::vector<std::vector<int16_t>> data(mmp::kSearchScales);
-        std::vector<std::vector<double>> bits(mmp::kSearchScales);
-        static uint64_t ids = 1000;
-        q.dict_id = ++ids;
-        q.costs_id = ++ids;
-        for (int lh = 0; lh <= L; ++lh)
-          for (int lw = 0; lw <= L; ++lw) {
-            const int s = lw + 6 * lh, n = 1 << (lw + lh);
-            const int count = s == 1 ? 0 : static_cast<int>(1 + rng() % 150);  // scale 2x1: empty
-            auto& d = data[static_cast<size_t>(s)];
-            d.resize(static_cast<size_t>(count) * n);
-            for (int i = 0; i < count; ++i) {
-              const bool all_plus = i % 3 == 0;
-              for (int q2 = 0; q2 < n; ++q2)
-                d[static_cast<size_t>(i) * n + q2] = static_cast<int16_t>(sample(all_plus));
-            }
-            auto& b = bits[static_cast<size_t>(s)];
-            b.resize(static_cast<size_t>(count));
-            for (auto& v : b) v = 3 + (rng() % 1000) / 97.0;
-            for (int i = 1; i < count; i += 5) {  // duplicates of the element before, same cost
-              std::copy_n(d.begin() + (i - 1) * n, n, d.begin() + i * n);
-              b[static_cast<size_t>(i)] = b[static_cast<size_t>(i - 1)];
-            }
-            q.scales[static_cast<size_t>(s)] = {count, n, d.data()};
-            q.bits[static_cast<size_t>(s)] = b.data();
-            q.leaf_bits[static_cast<size_t>(s)] = lw + lh ? 0.75 : 0;
-          }
-        std::vector<double> J(static_cast<size_t>(K) * table), ref_j(J.size());
-        std::vector<int> I(J.size()), ref_i(J.size());
-        gpu->search(q, J.data(), I.data());
-        test::ExhaustiveSearch().search(q, ref_j.data(), ref_i.data());
-        for (size_t at = 0; at < J.size(); ++at) {
-          ASSERT_EQ(I[at], ref_i[at]) << "L " << L << " K " << K << " entry " << at;
-          ASSERT_EQ(J[at], ref_j[at]) << "L " << L << " K " << K << " entry " << at;
-        }
+        MadeUpQuery(L, K, extreme, rng).expect_search(*gpu);
+        if (HasFatalFailure()) return;
       }
   }
+}
+
+// The unit search's new buffers are ready before its kernels run, whatever the legacy
+// default stream is doing: here that stream is busy with a large memset while a new
+// search's first queries grow its buffers, in device memory last filled with ones. A chunk
+// counter read before it was zeroed would leave a task's minima uncombined, in that search
+// and every later one on its lane.
+TEST(Gpu, MmpUnitSearchBuffersAreReadyWhileTheLegacyStreamIsBusy) {
+  REQUIRE_GPU();
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  {
+    cuda::DeviceBuffer ones(std::min(free_bytes / 4, size_t{4} << 30), "a test buffer");
+    ASSERT_EQ(cudaMemset(ones.get(), 0xFF, ones.size()), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  auto gpu = cuda::make_mmp_leaf_search(cuda::MmpGpuSearch::Units);
+  cuda::DeviceBuffer busy(std::min(free_bytes / 4, size_t{8} << 30), "a test buffer");
+  std::mt19937 rng(11);
+  for (int L = 2; L <= 5; ++L)
+    for (int K : {4, 11}) {
+      ASSERT_EQ(cudaMemsetAsync(busy.get(), 0, busy.size(), cudaStreamLegacy), cudaSuccess);
+      MadeUpQuery(L, K, false, rng).expect_search(*gpu);
+      if (HasFatalFailure()) return;
+    }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 // The block search with answer tables and rate order (and sum order, unless `sum` is "0")
