@@ -58,10 +58,6 @@ void fill_photo_like(const ImageView& v, uint32_t seed) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // A made-up query of K residues of 2^L x 2^L and the dictionary and costs it searches:
 // random samples with duplicated elements (equal J: the lower index must win) and an
 // empty scale, or (`extreme`) samples of +-255 mostly of one sign, the first residue and a
