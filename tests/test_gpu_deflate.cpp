@@ -11,6 +11,7 @@
 #include "codecs/deflate/deflate.hpp"
 #include "codecs/deflate/png.hpp"
 #include "gpu_test_util.hpp"
+#include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "cuda/deflate.hpp"
 #endif
@@ -205,7 +206,7 @@ TEST(GpuDeflate, LosslessSinksWriteTheCpuBytes) {
   // The PNG sequence and .y4m.gz sinks of a CUDA run equal those of a CPU run with vfpipe's
   // own encoder (--deflate-engine vfpipe; a CPU run uses libdeflate by default), byte for byte.
   namespace fs = std::filesystem;
-  const std::string bin = VFPIPE_BIN, dir = ::testing::TempDir() + "/vfpipe_gpu_lossless";
+  const std::string bin = VFPIPE_BIN, dir = vfp::test::tmp_path("gpu_lossless");
   fs::remove_all(dir);
   for (const char* dev : {"cpu", "cuda"}) {
     fs::create_directories(dir + "/" + dev);
@@ -224,5 +225,6 @@ TEST(GpuDeflate, LosslessSinksWriteTheCpuBytes) {
     EXPECT_FALSE(a.empty()) << name;
     EXPECT_EQ(a, b) << name;
   }
+  fs::remove_all(dir);
 }
 #endif
