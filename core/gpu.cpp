@@ -433,6 +433,10 @@ void launch_host_func(StreamHandle s, void (*fn)(void*), void* arg) { VFP_CUDA(c
 void memcpy_h2d_async(void* dst, const void* src, size_t n, StreamHandle s) {
   VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
 }
+void copy_to_device_now(void* dst, const void* src, size_t n) {
+  VFP_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+  VFP_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+}
 void memcpy_d2h_async(void* dst, const void* src, size_t n, StreamHandle s) {
   VFP_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
 }

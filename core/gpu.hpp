@@ -128,6 +128,10 @@ void stream_wait(StreamHandle s, const Event& e);
 // (cudaLaunchHostFunc). fn must not call CUDA and should return quickly: `s` waits for it.
 void launch_host_func(StreamHandle s, void (*fn)(void*), void* arg);
 void memcpy_h2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);
+// A host-to-device copy that has landed on return, ordered before any later work on any
+// stream: cudaMemcpy from pageable memory may return before its DMA completes, on the
+// legacy default stream, which does not order the non-blocking streams kernels run on.
+void copy_to_device_now(void* dst, const void* src, size_t bytes);
 void memcpy_d2h_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memcpy_d2d_async(void* dst, const void* src, size_t bytes, StreamHandle s);
 void memset_async(void* dst, int value, size_t bytes, StreamHandle s);

@@ -756,9 +756,7 @@ __global__ void crc_kernel(const uint8_t* __restrict__ d, size_t n, unsigned int
   if ((threadIdx.x & 31) == 0 && v) atomicXor(acc, v);
 }
 
-// Once per process, and landed before any kernel reads them: cudaMemcpyToSymbol from
-// pageable memory may return before its DMA completes, on the legacy default stream, which
-// does not order the non-blocking streams the kernels run on.
+// Once per process, and landed before any kernel reads them (copy_to_device_now()).
 void init_crc_tables() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -771,9 +769,11 @@ void init_crc_tables() {
     uint32_t p = 1u << 30;  // x^1
     x2n[0] = p;
     for (int k = 1; k < 32; ++k) x2n[k] = p = multmodp(p, p);
-    VFP_CUDA(cudaMemcpyToSymbol(c_crc_table, table, sizeof(table)));
-    VFP_CUDA(cudaMemcpyToSymbol(c_x2n, x2n, sizeof(x2n)));
-    VFP_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+    void *table_at = nullptr, *x2n_at = nullptr;
+    VFP_CUDA(cudaGetSymbolAddress(&table_at, c_crc_table));
+    VFP_CUDA(cudaGetSymbolAddress(&x2n_at, c_x2n));
+    copy_to_device_now(table_at, table, sizeof(table));
+    copy_to_device_now(x2n_at, x2n, sizeof(x2n));
   });
 }
 

@@ -2310,14 +2310,6 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, StreamHandle st, A
   kernel<<<grid, block, 0, st>>>(static_cast<Params>(args)...);
 }
 
-// A host-to-device copy that has landed on return: cudaMemcpy from pageable memory may
-// return before its DMA completes, on the legacy default stream, before which kernels on
-// non-blocking streams are not ordered.
-void copy_to_device_now(void* dst, const void* src, size_t bytes) {
-  VFP_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-  VFP_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
-}
-
 class GpuLeafSearch final : public mmp::LeafSearch {
  public:
   explicit GpuLeafSearch(MmpGpuSearch how) : how_(how), device_(current_device()) {
