@@ -275,6 +275,7 @@ void host_free_pinned(void* p) {
 
 DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) : size_(bytes) {
   if (bytes == 0) return;
+  device_ = current_device();
   cudaError_t err = cudaMalloc(&ptr_, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -305,6 +306,7 @@ DeviceBuffer DeviceBuffer::frame(size_t bytes, const char* what) {
   }
   b.size_ = bytes;
   b.reuse_device_ = dev;
+  b.device_ = dev;
   return b;
 }
 
@@ -312,16 +314,24 @@ void DeviceBuffer::release() {
   if (ptr_) {
     std::vector<void*> evicted;
     if (!(reuse_device_ >= 0 && reuse_cache().give(reuse_device_, ptr_, size_, evicted))) evicted.push_back(ptr_);
+    // A buffer of one GPU may be dropped on a thread working on another (the mmp stage's
+    // frames on several GPUs): freed on its own device, the thread's device left as it was.
+    int here = -1;
+    const bool away = !evicted.empty() && device_ >= 0 && cudaGetDevice(&here) == cudaSuccess && here != device_;
+    if (away) cudaSetDevice(device_);
     for (void* e : evicted) cudaFree(e);
+    if (away) cudaSetDevice(here);
   }
   ptr_ = nullptr;
   size_ = 0;
   reuse_device_ = -1;
+  device_ = -1;
 }
 
 DeviceBuffer::~DeviceBuffer() { release(); }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), size_(o.size_), reuse_device_(o.reuse_device_) {
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : ptr_(o.ptr_), size_(o.size_), reuse_device_(o.reuse_device_), device_(o.device_) {
   o.ptr_ = nullptr;
   o.size_ = 0;
   o.reuse_device_ = -1;
@@ -333,6 +343,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     ptr_ = o.ptr_;
     size_ = o.size_;
     reuse_device_ = o.reuse_device_;
+    device_ = o.device_;
     o.ptr_ = nullptr;
     o.size_ = 0;
     o.reuse_device_ = -1;

@@ -83,6 +83,7 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t size_ = 0;
   int reuse_device_ = -1;  // >= 0: returned to the reuse cache of this device
+  int device_ = -1;        // where it was allocated: freed there whatever the thread's device
 };
 
 class Stream {

@@ -2388,6 +2388,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   void start_block(const mmp::BlockQuery& q) override {
     mmp::RoundBlock b;
     b.bx = q.bx, b.by = q.by, b.W = q.W, b.H = q.H, b.src = q.src, b.rec = q.rec, b.done = q.done;
+    set_device(device_);  // a new group's buffers
     Group* g = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -2397,6 +2398,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   }
 
   void finish_block(mmp::BlockChoices* out, int lane_id) override {
+    set_device(device_);
     Group* g = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -2414,6 +2416,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
       throw Error(ErrorKind::Usage, log::format("MMP GPU search: rounds of 1..%d blocks", round_capacity()));
     if (shared.learn && !shared.scales[0].changes)
       throw Error(ErrorKind::Internal, "MMP GPU search: rounds learn only a dictionary that replaces its least used");
+    set_device(device_);  // a new group's buffers
     Group* g = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -2469,6 +2472,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // A held dictionary leaves the list of mirrors (whose oldest are dropped): the handle,
   // which the caller's Dictionary keeps, is its only owner besides the rounds in flight.
   std::shared_ptr<void> hold_dictionary(uint64_t dict_id) override {
+    set_device(device_);  // a new mirror's event
     std::lock_guard<std::mutex> lk(mu_);
     std::shared_ptr<Mirror> m = mirror(dict_id);
     if (!m->held) {
@@ -2507,6 +2511,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
           pl.index >= kMaxIndex)
         throw Error(ErrorKind::Internal, "MMP GPU search: a placement outside the held dictionary");
     const size_t bytes = sizeof(mmp::Placement) * placements.size();
+    set_device(device_);
     // The last placements were read by the round whose verdicts came before these.
     if (m->placements_bytes < bytes) {
       m->placements_bytes = std::max(bytes, 2 * m->placements_bytes);
@@ -2571,6 +2576,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   // Reserved lanes are kept for the next caller (their graphs and buffers with them).
   int reserve_lanes(int n) override {
     if (n < 1 || how_ == MmpGpuSearch::Units) return -1;
+    set_device(device_);  // the groups' streams and events
     std::lock_guard<std::mutex> lk(mu_);
     size_t first = 0;
     for (size_t run = 0; first + run < reserved_.size();) {  // the first n free in a row
@@ -2950,6 +2956,7 @@ class GpuLeafSearch final : public mmp::LeafSearch {
   void finish_round(Group& g, mmp::BlockChoices* out) {
     if (!g.in_flight) throw Error(ErrorKind::Internal, "MMP GPU search: no block to finish");
     g.in_flight = false;
+    set_device(device_);  // the caller's thread may have worked on another GPU since the start
     Lane& lead = *g.lanes[0];
     const int BL = g.block_log, B = 1 << BL;
     const int64_t w0 = now_ns();

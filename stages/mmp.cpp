@@ -9,6 +9,7 @@
 // up on the chain's stream. The stage is host_async(): the engine keeps one frame's encode
 // going per slot (frames without carry are independent; with carry, or a bitstream file,
 // they finish in order). The search's device time is in the HUD note and the report.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -41,8 +42,16 @@ struct MmpSettings {
   bool carry = false, independent_chroma = false, post_filter = true;
   int block = 16, modes = 4, min_unit = 4, dict = mmp::Params{}.max_dict;
   std::string tile = "0", tile_mode = "sync", tile_scan = "raster", search = "auto",
-              dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
+              dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop", gpus = "1";
 };
+
+// gpus=N or all: how many GPUs the CUDA backend's frames in flight are dealt to (0: all).
+int parse_gpu_count(const std::string& v) {
+  if (v == "all") return 0;
+  if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1)
+    throw OptionError("gpus", "mmp: gpus=" + v + " (a number of GPUs, 1 or more, or all)");
+  return std::stoi(v);
+}
 
 const OptionTable<MmpSettings>& mmp_options() {
   using S = MmpSettings;
@@ -77,6 +86,9 @@ const OptionTable<MmpSettings>& mmp_options() {
         "search", &S::search, "auto", {"auto", "cpu", "cuda"},
         "where the encoder's search runs: auto (the GPU on the CUDA backend, else the CPU), cpu, or cuda "
         "(the whole block search on the GPU, also from the CPU backend; the same bytes, 30-140x faster on an H100)");
+    t.text("gpus", &S::gpus, "1",
+           "GPUs the CUDA backend encodes on: N or all (frames in flight dealt to them in turn, 8 a GPU; "
+           "the chain's GPU first, then the next ones; CUDA_VISIBLE_DEVICES picks which)");
     t.flag("post_filter", &S::post_filter, true,
            "restoration post-filter on each decoded plane (taps designed by the encoder, sent in the stream)");
     return t;
@@ -86,7 +98,7 @@ const OptionTable<MmpSettings>& mmp_options() {
 
 class MmpStage final : public Stage {
  public:
-  explicit MmpStage(const MmpSettings& s) : file_(s.file), search_(s.search) {
+  explicit MmpStage(const MmpSettings& s) : file_(s.file), search_(s.search), gpus_(parse_gpu_count(s.gpus)) {
     params_.lambda = s.lambda;
     params_.carry = s.carry;
     params_.shared_chroma = !s.independent_chroma;
@@ -110,6 +122,10 @@ class MmpStage final : public Stage {
                         (!params_.tiled() || params_.tile_mode == mmp::TileMode::Independent);
       throw OptionError(scan ? "tile_scan" : "tile", e.what());
     }
+    if (gpus_ != 1 && s.carry)
+      throw OptionError("gpus", "mmp: gpus=" + s.gpus +
+                                    " with carry=1: carried dictionaries code each frame after "
+                                    "the one before, on one GPU");
     if (s.search == "cuda") {
 #if VFPIPE_HAVE_CUDA
       params_.search = cuda::make_mmp_leaf_search();  // a clear error without a usable GPU
@@ -131,6 +147,7 @@ class MmpStage final : public Stage {
         params_.search = cuda::make_mmp_leaf_search();
         if (writer_) writer_->set_search(params_.search);
       }
+      deal_to_gpus();
       slots_.clear();
       for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<SlotBuffers>(spec_));
       // Each frame in flight holds a thread of its own that waits (spinning) for its luma
@@ -142,10 +159,14 @@ class MmpStage final : public Stage {
       if (!params_.carry) pool_threads_ = limit_default_cpu_threads(std::max(cores / 2, cores - slots));
       const char* e = std::getenv("VFP_MMP_STAGGER");
       stagger_blocks_ = e && std::string(e) == "0" ? 0 : mmp::frame_blocks(spec_, params_) / std::max(1, slots);
+      return;
     }
 #else
-    (void)backend, (void)slots;
+    (void)slots;
 #endif
+    if (gpus_ != 1 && backend == Backend::CPU)
+      log::warn("mmp: gpus=%s is for the CUDA backend; this run encodes its frames one after another",
+                gpus_ == 0 ? "all" : std::to_string(gpus_).c_str());
   }
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     // Frames arrive in order (the engine's CPU worker runs a stage's frames one after another),
@@ -156,20 +177,26 @@ class MmpStage final : public Stage {
   bool host_async() const override { return !slots_.empty(); }
   // Independent frames overlap: eight at once run the 1080p clip at 1.4x the rate of three
   // (docs/perf.md). Carried dictionaries make frames wait for each other.
-  int frames_in_flight() const override { return params_.carry ? 0 : 8; }
+  int frames_in_flight() const override {
+    return params_.carry ? 0 : 8 * (gpus_ == 0 ? std::max(1, cuda::device_count()) : gpus_);
+  }
   // The frame comes down to the slot's pinned buffer on the chain's stream; a thread of its
   // own waits for it and encodes it into the slot's reconstruction buffer. The slot is
   // reused only after its frame's download, so both buffers are free when it starts.
   std::shared_future<void> start_cuda(const ImageView& in, const ImageView&, const StageContext& ctx) override {
     SlotBuffers& sb = *slots_.at(static_cast<size_t>(ctx.slot));
+    // Slots come round in order, so consecutive frames go to the GPUs in turn.
+    const size_t gpu = searches_.empty() ? 0 : static_cast<size_t>(ctx.slot) % searches_.size();
     cuda::memcpy_d2h_async(sb.down.data(), in.data[0], FrameLayout::of(spec_).total_bytes, ctx.stream);
     sb.downloaded.record(ctx.stream);
     std::shared_future<void> before = last_;
     auto progress = std::make_shared<Progress>();
     std::shared_ptr<const Progress> previous = std::exchange(last_progress_, progress);
     // The task lets go of `before` when it ends, so finished frames are not kept in a chain.
+    const int device = searches_.empty() ? cuda::current_device() : devices_[gpu];
+    std::shared_ptr<mmp::LeafSearch> search = searches_.empty() ? nullptr : searches_[gpu];
     last_ = std::async(std::launch::async, [this, &sb, before, previous, progress, note = ctx.note,
-                                            metrics = ctx.metrics, device = cuda::current_device()]() mutable {
+                                            metrics = ctx.metrics, device, search]() mutable {
               struct Done {  // however the encode ends, a frame waiting on this one goes on
                 Progress& p;
                 ~Done() { p.done = true; }
@@ -177,7 +204,7 @@ class MmpStage final : public Stage {
               cuda::set_device(device);
               sb.downloaded.synchronize();
               wait_for_stagger(previous.get());
-              encode(sb.down.view(), sb.up.view(), note, metrics, std::move(before), &progress->blocks);
+              encode(sb.down.view(), sb.up.view(), note, metrics, std::move(before), &progress->blocks, search);
             }).share();
     return last_;
   }
@@ -221,8 +248,11 @@ class MmpStage final : public Stage {
       if (params_.tile_scan != mmp::Params{}.tile_scan)
         trade += std::string(", tile_scan=") + mmp::tile_scan_name(params_.tile_scan);
     }
-    return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(),
-                       params_.search ? ", search on the GPU" : "");
+    std::string where = ", search on the GPU";
+#if VFPIPE_HAVE_CUDA
+    if (gpu_count_ > 1) where = log::format(", search on %d GPUs", gpu_count_);
+#endif
+    return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(), params_.search ? where.c_str() : "");
   }
 
  private:
@@ -231,9 +261,10 @@ class MmpStage final : public Stage {
   // for it (and fail with it); independent frames only append their bytes after it.
   void encode(const ImageView& in, const ImageView& out, std::string* note,
               std::vector<std::pair<std::string, double>>* metrics, std::shared_future<void> before,
-              std::atomic<int64_t>* blocks_coded = nullptr) {
+              std::atomic<int64_t>* blocks_coded = nullptr, std::shared_ptr<mmp::LeafSearch> search = nullptr) {
     std::atomic<int64_t> device_ns{0};
     mmp::Params p = writer_ ? writer_->params() : params_;
+    if (search) p.search = std::move(search);  // the frame's GPU (gpus=N)
     p.device_ns = &device_ns;
     p.blocks_coded = blocks_coded;
     const bool ordered = params_.carry;
@@ -269,6 +300,7 @@ class MmpStage final : public Stage {
   std::string file_;
   FrameSpec spec_;
   std::string search_;
+  int gpus_ = 1;  // 0: all
   std::unique_ptr<mmp::Writer> writer_;
   mmp::PlaneStates states_;
   int pool_threads_ = 0;  // the pool's threads once the stage limited it (0: not)
@@ -297,6 +329,45 @@ class MmpStage final : public Stage {
     cuda::Event downloaded;
   };
   std::vector<std::unique_ptr<SlotBuffers>> slots_;
+  // gpus=N: a search on each of N GPUs, the chain's first; frames dealt to them in turn.
+  // Each GPU's search keeps its own dictionary mirrors and round groups, and a frame's
+  // planes stay on one GPU, so the GPUs share nothing but the host's pool.
+  std::vector<int> devices_;
+  std::vector<std::shared_ptr<mmp::LeafSearch>> searches_;
+  void deal_to_gpus() {
+    devices_.clear();
+    searches_.clear();
+    if (!params_.search) {
+      if (gpus_ != 1)
+        log::warn("mmp: gpus=%s: search=cpu encodes on the CPU", gpus_ == 0 ? "all" : std::to_string(gpus_).c_str());
+      return;
+    }
+    const int count = cuda::device_count(), want = gpus_ == 0 ? count : gpus_;
+    if (want > count) {
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      const std::string why = visible ? log::format(" (CUDA_VISIBLE_DEVICES=%s)", visible) : "";
+      throw OptionError(
+          "gpus", log::format("mmp: gpus=%d: %d GPU%s visible%s", want, count, count == 1 ? "" : "s", why.c_str()));
+    }
+    // VFP_MMP_SEARCHES_PER_GPU=k (for measurements and tests): k searches a GPU, each with
+    // its own lock, mirrors and round groups, the frames dealt to all of them in turn.
+    const char* e = std::getenv("VFP_MMP_SEARCHES_PER_GPU");
+    const int per = e ? std::clamp(std::atoi(e), 1, 8) : 1;
+    const int first = cuda::current_device();
+    for (int k = 0; k < per; ++k)
+      for (int i = 0; i < want; ++i) {
+        devices_.push_back((first + i) % count);
+        if (i == 0 && k == 0) {
+          searches_.push_back(params_.search);
+          continue;
+        }
+        cuda::set_device(devices_.back());
+        searches_.push_back(cuda::make_mmp_leaf_search());
+      }
+    cuda::set_device(first);
+    gpu_count_ = want;
+  }
+  int gpu_count_ = 1;
 #endif
   mutable std::mutex mu_;
   mmp::FrameStats total_;
@@ -320,7 +391,7 @@ void register_mmp_stage(Registry& reg) {
       "reconstruction. The run summary gives bits per frame, bpp, PSNR, the encode time and where it "
       "went. On the CUDA backend the encoder's whole block search runs on the GPU (the same bytes as "
       "the CPU's; about 0.35 s for a 512x512 frame on an H100, less with tiles; --depth frames are encoded at "
-      "once, so a stream runs at several frames per second); on the CPU it takes "
+      "once, so a stream runs at several frames per second; gpus=N deals them to N GPUs); on the CPU it takes "
       "seconds to minutes per frame, spread over every core with tile=WxH (tiles sharing dictionaries "
       "and models, docs/mmp.md#tiles). search=cuda uses the GPU from the CPU backend too. The live "
       "display's HUD shows each frame's bits, PSNR, time and GPU time.";

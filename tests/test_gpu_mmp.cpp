@@ -679,6 +679,75 @@ TEST(Gpu, MmpStageSearchesOnTheGpu) {
   std::filesystem::remove_all(dir);
 }
 
+// gpus=N asks for N of the machine's GPUs: more than it has is a usage error that names the
+// option (run on every GPU machine); gpus=1 and all the GPUs there are encode the CPU's frames.
+TEST(Gpu, MmpStageGpusAreCountedAgainstTheMachine) {
+  REQUIRE_GPU();
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_gpus_count");
+  std::filesystem::create_directories(dir);
+  const int n = cuda::device_count();
+  const std::string in = "-i 'synthetic=size=96x64:frames=5:noise=gauss:sigma=3' ";
+  const auto r = test::run_cmd(bin + " run -q " + in + "-f 'mmp=lambda=30:gpus=" + std::to_string(n + 1) +
+                               "' --device cuda -o null");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("gpus=" + std::to_string(n + 1) + ": " + std::to_string(n) + " GPU"), std::string::npos)
+      << r.out;
+  ASSERT_EQ(test::run_cmd(bin + " run -q " + in + "-f 'mmp=lambda=30:tile=32' --device cpu -o " + dir + "/cpu.y4m").rc,
+            0);
+  // Two searches on each GPU (a switch for measurements) deal the frames as two GPUs would.
+  for (const std::string g : {"1", "all", "all-2"}) {
+    const std::string out = dir + "/gpus_" + g + ".y4m";
+    const auto run = test::run_cmd((g == "all-2" ? "VFP_MMP_SEARCHES_PER_GPU=2 " : "") + bin + " run " + in +
+                                   "-f 'mmp=lambda=30:tile=32:gpus=" + g.substr(0, 3) + "' --device cuda -o " + out);
+    ASSERT_EQ(run.rc, 0) << run.out;
+    EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.y4m " + out).rc, 0) << "gpus=" << g;
+    if (n > 1 && g != "1")
+      EXPECT_NE(run.out.find("search on " + std::to_string(n) + " GPUs"), std::string::npos) << run.out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Frames dealt to several GPUs (skipped on machines with one): the stage with a bitstream
+// file and `mmp encode --gpus all` write the CPU's bytes, with every GPU's search used.
+TEST(MultiGpu, MmpFramesOnEveryGpuGiveTheCpuBytes) {
+  REQUIRE_GPU();
+  const int n = cuda::device_count();
+  if (n < 2) GTEST_SKIP() << "this machine has " << n << " GPU";
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_multi_gpu");
+  std::filesystem::create_directories(dir);
+  const std::string y4m = dir + "/in.y4m";
+  ASSERT_EQ(test::run_cmd(bin + " run -q -i 'synthetic=size=161x97:frames=" + std::to_string(4 * n + 1) +
+                          ":noise=gauss:sigma=5' -o " + y4m)
+                .rc,
+            0);
+  for (const std::string tile : {"32", "0"}) {
+    const std::string cpu = dir + "/cpu" + tile;
+    ASSERT_EQ(
+        test::run_cmd(bin + " mmp encode " + y4m + " -o " + cpu + ".mmp --lambda 30 --device cpu --tile " + tile).rc,
+        0);
+    const auto enc = test::run_cmd(bin + " mmp encode " + y4m + " -o " + dir + "/gpus" + tile +
+                                   ".mmp --lambda 30 --device cuda --gpus all --tile " + tile);
+    ASSERT_EQ(enc.rc, 0) << enc.out;
+    EXPECT_EQ(test::read_file(cpu + ".mmp"), test::read_file(dir + "/gpus" + tile + ".mmp")) << "tile " << tile;
+    for (int d = 0; d < n; ++d)  // every GPU searched (its line of statistics)
+      EXPECT_NE(enc.out.find("search on cuda:" + std::to_string(d) + ": "), std::string::npos) << enc.out;
+    const auto stage = [&](const std::string& name, const std::string& opts, const std::string& device) {
+      const std::string at = dir + "/" + name + tile;
+      const auto run = test::run_cmd(bin + " run -i " + y4m + " -f 'mmp=lambda=30:tile=" + tile + opts + ":file=" + at +
+                                     ".mmp' --device " + device + " -o " + at + ".y4m");
+      EXPECT_EQ(run.rc, 0) << run.out;
+      return run.out;
+    };
+    stage("stage_cpu", "", "cpu");
+    const std::string out = stage("stage_gpus", ":gpus=all", "cuda");
+    EXPECT_NE(out.find("search on " + std::to_string(n) + " GPUs"), std::string::npos) << out;
+    for (const char* ext : {".mmp", ".y4m"})
+      EXPECT_EQ(test::read_file(dir + "/stage_cpu" + tile + ext), test::read_file(dir + "/stage_gpus" + tile + ext))
+          << "tile " << tile << ext;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Without --depth a file through the mmp stage on the CUDA backend runs 8 frames in flight
 // (the stage's frames_in_flight()), fewer where conv stages need the constant-memory banks,
 // 3 with carried dictionaries, live, or with no such stage; --depth wins.

@@ -973,13 +973,24 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
                             "wavefront rounds"),
             std::string::npos)
       << info_w.out;
-  for (const std::string bad : {"modes=12", "dict=32", "dict=5000", "dict_full=lru", "tile_scan=zigzag",
-                                "tile_scan=wavefront", "tile=32:tile_mode=independent:tile_scan=wavefront"}) {
+  for (const std::string bad :
+       {"modes=12", "dict=32", "dict=5000", "dict_full=lru", "tile_scan=zigzag", "tile_scan=wavefront",
+        "tile=32:tile_mode=independent:tile_scan=wavefront", "gpus=0", "gpus=two", "gpus=2:carry=1"}) {
     const auto r = test::run_cmd(bin + " run -i synthetic -f 'mmp=" + bad + "' --device cpu");
     EXPECT_EQ(r.rc, 2) << r.out;
     const std::string last = bad.substr(bad.rfind(':') + 1);
     EXPECT_NE(r.out.find(last.substr(0, last.find('='))), std::string::npos) << r.out;
   }
+  // gpus=N applies on the CUDA backend: the CPU backend says so and writes the same frames.
+  const auto two = test::run_cmd(bin + " run -i " + dir + "/in.y4m -f 'mmp=lambda=40:tile=32:gpus=2' --device cpu -o " +
+                                 dir + "/gpus2.y4m");
+  ASSERT_EQ(two.rc, 0) << two.out;
+  EXPECT_NE(two.out.find("gpus=2 is for the CUDA backend"), std::string::npos) << two.out;
+  ASSERT_EQ(test::run_cmd(bin + " run -q -i " + dir + "/in.y4m -f 'mmp=lambda=40:tile=32' --device cpu -o " + dir +
+                          "/gpus1.y4m")
+                .rc,
+            0);
+  EXPECT_EQ(read(dir + "/gpus1.y4m"), read(dir + "/gpus2.y4m"));
   const auto cli = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/x.mmp -y --dict 63");
   EXPECT_NE(cli.rc, 0) << cli.out;
   EXPECT_NE(cli.out.find("--dict"), std::string::npos) << cli.out;

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "apps/vfpipe/cli.hpp"
+#include "batch/items.hpp"
 #include "codecs/deflate/png.hpp"
 #include "codecs/mmp/container.hpp"
 #include "codecs/mmp/search.hpp"
@@ -28,7 +30,7 @@ namespace {
 
 struct MmpArgs {
   std::string input, output, pix_fmt, tile = "0", tile_mode = "sync", tile_scan = "raster", device = "auto",
-                                      gpu_search = "blocks";
+                                      gpu_search = "blocks", gpus;
   std::string dict_full = mmp::Params{}.replace_least_used ? "replace" : "stop";
   double lambda = 32;
   double start = 0, duration = -1, to = -1;  // -ss, -t, -to (seconds of the input)
@@ -40,7 +42,7 @@ struct MmpArgs {
   bool carry = false;
   bool independent_chroma = false;
   bool no_post_filter = false;
-  int frames_in_flight = 2;
+  int frames_in_flight = 0;                      // 0: two a GPU
   bool overwrite = false, no_overwrite = false;  // -y, -n
   Overwrite overwrite_rule() const {
     return overwrite ? Overwrite::Yes : no_overwrite ? Overwrite::No : Overwrite::Refuse;
@@ -110,11 +112,39 @@ int mmp_encode_command(const MmpArgs& a) {
   check_overwrite(out, a.overwrite_rule());
   report_streams_left_out(*src, out, true);
   p.search = leaf_search(a.device, a.gpu_search);
+  // --gpus: a search on each; frames in flight go to them in turn (frames are independent
+  // without --carry, so each GPU keeps its own dictionary mirrors).
+  std::vector<std::shared_ptr<mmp::LeafSearch>> searches{p.search};
+  if (!a.gpus.empty()) {
+    if (!p.search) {
+      log::warn("--gpus %s: the search runs on the CPU", a.gpus.c_str());
+    } else if (p.carry) {
+      throw Error(ErrorKind::Usage,
+                  "--gpus with --carry: carried dictionaries code each frame after the one before, "
+                  "on one GPU");
+    } else {
+#if VFPIPE_HAVE_CUDA
+      const std::vector<int> devices =
+          batch::parse_gpus(a.gpus, cuda::device_count(), std::getenv("CUDA_VISIBLE_DEVICES"));
+      if (devices.empty()) throw Error(ErrorKind::Usage, "--gpus " + a.gpus + ": no GPU (use --device cpu)");
+      const int here = cuda::current_device();
+      searches.clear();
+      for (int d : devices) {
+        cuda::set_device(d);
+        searches.push_back(leaf_search("cuda", a.gpu_search));
+      }
+      cuda::set_device(here);
+      p.search = searches.front();
+#endif
+    }
+  }
   mmp::Writer w(out, coded, p);
   // Frames without carry are independent: up to --frames-in-flight of them are read, encoded
   // at once (the GPU search takes several rounds from several frames; the CPU's tiles share
   // the cores) and written in order. With carry each frame needs the one before.
-  const int in_flight = p.carry ? 1 : std::max(1, a.frames_in_flight);
+  const int in_flight = p.carry                  ? 1
+                        : a.frames_in_flight > 0 ? a.frames_in_flight
+                                                 : 2 * static_cast<int>(searches.size());
   HostFrame f(in, false);
   std::vector<std::unique_ptr<HostFrame>> batch;
   std::vector<std::vector<std::vector<uint8_t>>> payloads(static_cast<size_t>(in_flight));
@@ -136,7 +166,9 @@ int mmp_encode_command(const MmpArgs& a) {
       for (int i = 0; i < got; ++i) stats[static_cast<size_t>(i)] = w.write(batch[static_cast<size_t>(i)]->view());
     } else {
       tbb::parallel_for(0, got, [&](int i) {
-        stats[static_cast<size_t>(i)] = mmp::encode_frame(batch[static_cast<size_t>(i)]->view(), w.params(), nullptr,
+        mmp::Params pi = w.params();
+        pi.search = searches[static_cast<size_t>(i) % searches.size()];
+        stats[static_cast<size_t>(i)] = mmp::encode_frame(batch[static_cast<size_t>(i)]->view(), pi, nullptr,
                                                           &payloads[static_cast<size_t>(i)], nullptr);
       });
       for (int i = 0; i < got; ++i) w.append(payloads[static_cast<size_t>(i)]);
@@ -154,8 +186,12 @@ int mmp_encode_command(const MmpArgs& a) {
   if (n > 0)
     std::fprintf(stderr, "encoder time per frame (summed over threads): %s\n",
                  total.breakdown(static_cast<double>(n)).c_str());
-  if (p.search && !p.search->stats().empty())
-    std::fprintf(stderr, "search on %s: %s\n", p.search->name().c_str(), p.search->stats().c_str());
+  std::string where = p.search ? "" : "cpu";
+  for (const auto& s : searches) {
+    if (!s) continue;
+    if (!s->stats().empty()) std::fprintf(stderr, "search on %s: %s\n", s->name().c_str(), s->stats().c_str());
+    where += (where.empty() ? "" : "+") + s->name();
+  }
   // Per frame: the wall time (with frames in flight, each frame's own encode takes longer).
   const std::string overlap = in_flight > 1 && n > 1
                                   ? log::format(" with %d frames in flight (each %.2f s)", in_flight, total.seconds / n)
@@ -163,7 +199,7 @@ int mmp_encode_command(const MmpArgs& a) {
   std::fprintf(stderr, "%s: %lld frames %s, lambda %g: %.4f bpp, PSNR %.2f dB, %.2f s per frame%s (search on %s)\n",
                out.c_str(), static_cast<long long>(n), coded.describe().c_str(), a.lambda,
                n ? total.bits / (static_cast<double>(coded.width) * coded.height * n) : 0.0, total.psnr(),
-               n ? wall / n : 0.0, overlap.c_str(), p.search ? p.search->name().c_str() : "cpu");
+               n ? wall / n : 0.0, overlap.c_str(), where.c_str());
   return 0;
 }
 
@@ -320,9 +356,11 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_enc
       ->add_option("--frames-in-flight", mmp_args.frames_in_flight,
                    "frames encoded at once (without --carry; written in order, the same bytes): more keeps the "
-                   "GPU busier when a frame's rounds are small")
-      ->check(CLI::Range(1, 16))
-      ->capture_default_str();
+                   "GPU busier when a frame's rounds are small (default: 2 a GPU)")
+      ->check(CLI::Range(1, 64));
+  mmp_enc->add_option("--gpus", mmp_args.gpus,
+                      "GPUs to encode on, as 'all' or numbers such as 0,1 (frames in flight go to them in turn; "
+                      "the same bytes); default: the current GPU");
   mmp_enc
       ->add_option("--tile-mode", mmp_args.tile_mode,
                    "what tiles share: sync (dictionaries and models, updated in rounds: the fewest bits), "

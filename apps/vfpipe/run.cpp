@@ -409,7 +409,8 @@ void print_display_summary(const RunArgs& a, const DisplaySink& d) {
 }  // namespace
 
 int default_depth(bool batch, Backend backend, const std::vector<const Stage*>& stages) {
-  constexpr int kDefault = 3, kMost = 16;
+  // kMost: the mmp stage on 8 GPUs (8 frames a GPU); kBanks: the GPU's constant-memory banks.
+  constexpr int kDefault = 3, kMost = 64, kBanks = 16;
   if (!batch || backend != Backend::CUDA) return kDefault;
   int wish = kDefault, banks = 0;
   for (const Stage* s : stages) {
@@ -418,7 +419,7 @@ int default_depth(bool batch, Backend backend, const std::vector<const Stage*>& 
   }
   // Conv stages hold one of the GPU's 16 constant-memory banks per frame in flight: the
   // wish yields to them (an explicit --depth fails with the banks' message instead).
-  if (banks > 0) wish = std::max(kDefault, std::min(wish, kMost / banks));
+  if (banks > 0) wish = std::max(kDefault, std::min(wish, kBanks / banks));
   return wish;
 }
 

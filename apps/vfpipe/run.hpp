@@ -62,7 +62,7 @@ SourceOptions source_options(const RunArgs& a, Backend backend);
 // Opens a.output for this source (the encoder's options, overwrite rule, single-image check).
 std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Source& src);
 // The frames in flight when --depth is not given: 3, or for a batch run (not live) on the
-// CUDA backend as many as the stages ask for (Stage::frames_in_flight(); at most 16).
+// CUDA backend as many as the stages ask for (Stage::frames_in_flight(); at most 64).
 int default_depth(bool batch, Backend backend, const std::vector<const Stage*>& stages);
 std::vector<const Stage*> stages_of(const Chain& chain);
 std::vector<const Stage*> stages_of(const std::vector<std::unique_ptr<Stage>>& stages);
