@@ -185,8 +185,8 @@ class MmpStage final : public Stage {
   // reused only after its frame's download, so both buffers are free when it starts.
   std::shared_future<void> start_cuda(const ImageView& in, const ImageView&, const StageContext& ctx) override {
     SlotBuffers& sb = *slots_.at(static_cast<size_t>(ctx.slot));
-    // Slots come round in order, so consecutive frames go to the GPUs in turn.
-    const size_t gpu = searches_.empty() ? 0 : static_cast<size_t>(ctx.slot) % searches_.size();
+    // Frames start in order: consecutive ones go to the GPUs in turn, whatever the depth.
+    const size_t gpu = searches_.empty() ? 0 : static_cast<size_t>(dealt_++) % searches_.size();
     cuda::memcpy_d2h_async(sb.down.data(), in.data[0], FrameLayout::of(spec_).total_bytes, ctx.stream);
     sb.downloaded.record(ctx.stream);
     std::shared_future<void> before = last_;
@@ -368,6 +368,7 @@ class MmpStage final : public Stage {
     gpu_count_ = want;
   }
   int gpu_count_ = 1;
+  std::atomic<int64_t> dealt_{0};  // frames started
 #endif
   mutable std::mutex mu_;
   mmp::FrameStats total_;
