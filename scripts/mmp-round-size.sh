@@ -9,7 +9,7 @@
 #     bash scripts/device-carried.sh bash scripts/mmp-round-size.sh
 # VFP (build-carry/vfpipe) the binary, FRAMES (2) frames of the clip, DATA (.bench-data) the
 # folder with mosaic.npz, LAMBDA (25), BLOCKS (12240, a 1080p yuv420p frame's 16x16 blocks)
-# for the bound printed after each unit's rows.
+# for the bound printed after each unit's rows, ENC more `mmp encode` options (e.g. --modes 2).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 VFP=${VFP:-build-carry/vfpipe}
@@ -25,8 +25,9 @@ printf '%-6s %-5s %-12s %-14s %s\n' tile unit blocks/launch "graph us" "frame s"
 for u in $UNITS; do
   prev_b='' prev_g='' last_b='' last_g=''
   for t in $TILES; do
+    # shellcheck disable=SC2086
     "$VFP" mmp encode -y "$T/clip.y4m" -o "$T/x.mmp" --lambda "$LAMBDA" --tile "$t" --min-unit "$u" \
-      --device cuda --frames-in-flight 1 > "$T/log" 2>&1 || { tail -3 "$T/log"; continue; }
+      --device cuda --frames-in-flight 1 ${ENC:-} > "$T/log" 2>&1 || { tail -3 "$T/log"; continue; }
     line=$(grep -m1 "search on cuda" "$T/log")
     each=$(sed -E 's/.*\(([0-9.]+) blocks each\).*/\1/' <<< "$line")
     graph=$(sed -E 's/.*: the graph ([0-9]+) us.*/\1/' <<< "$line")
