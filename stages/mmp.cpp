@@ -226,7 +226,7 @@ class MmpStage final : public Stage {
         params_.lambda, static_cast<long long>(frames_), total_.bits / frames_, total_.bits / frames_ / px,
         total_.psnr(), total_.seconds / frames_,
         // Summed over the search's threads: with tiles it can exceed the frame's time.
-        params_.search ? log::format(", GPU search time %.3f s", gpu_s_ / frames_).c_str() : "",
+        params_.search ? log::format(", GPU search time %.3f s%s", gpu_s_ / frames_, on_gpus().c_str()).c_str() : "",
         total_.breakdown(static_cast<double>(frames_)).c_str(),
         pool_threads_ > 0 ? log::format(", %d CPU pool threads", pool_threads_).c_str() : "",
         file_.empty() ? "" : ", bitstream ", file_.c_str());
@@ -248,11 +248,9 @@ class MmpStage final : public Stage {
       if (params_.tile_scan != mmp::Params{}.tile_scan)
         trade += std::string(", tile_scan=") + mmp::tile_scan_name(params_.tile_scan);
     }
-    std::string where = ", search on the GPU";
-#if VFPIPE_HAVE_CUDA
-    if (gpu_count_ > 1) where = log::format(", search on %d GPUs", gpu_count_);
-#endif
-    return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(), params_.search ? where.c_str() : "");
+    if (gpus_ != 1) trade += gpus_ == 0 ? std::string(", gpus=all") : log::format(", gpus=%d", gpus_);
+    return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(),
+                       params_.search ? ", search on the GPU" : "");
   }
 
  private:
@@ -370,6 +368,12 @@ class MmpStage final : public Stage {
   int gpu_count_ = 1;
   std::atomic<int64_t> dealt_{0};  // frames started
 #endif
+  std::string on_gpus() const {
+#if VFPIPE_HAVE_CUDA
+    if (gpu_count_ > 1) return log::format(" on %d GPUs", gpu_count_);
+#endif
+    return "";
+  }
   mutable std::mutex mu_;
   mmp::FrameStats total_;
   double gpu_s_ = 0;

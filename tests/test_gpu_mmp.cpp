@@ -701,8 +701,9 @@ TEST(Gpu, MmpStageGpusAreCountedAgainstTheMachine) {
                                    "-f 'mmp=lambda=30:tile=32:gpus=" + g.substr(0, 3) + "' --device cuda -o " + out);
     ASSERT_EQ(run.rc, 0) << run.out;
     EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.y4m " + out).rc, 0) << "gpus=" << g;
+    EXPECT_EQ(run.out.find("gpus=all") != std::string::npos, g != "1") << run.out;  // the step's label
     if (n > 1 && g != "1")
-      EXPECT_NE(run.out.find("search on " + std::to_string(n) + " GPUs"), std::string::npos) << run.out;
+      EXPECT_NE(run.out.find(" s on " + std::to_string(n) + " GPUs ("), std::string::npos) << run.out;
   }
   std::filesystem::remove_all(dir);
 }
@@ -740,7 +741,7 @@ TEST(MultiGpu, MmpFramesOnEveryGpuGiveTheCpuBytes) {
     };
     stage("stage_cpu", "", "cpu");
     const std::string out = stage("stage_gpus", ":gpus=all", "cuda");
-    EXPECT_NE(out.find("search on " + std::to_string(n) + " GPUs"), std::string::npos) << out;
+    EXPECT_NE(out.find(" s on " + std::to_string(n) + " GPUs ("), std::string::npos) << out;
     for (const char* ext : {".mmp", ".y4m"})
       EXPECT_EQ(test::read_file(dir + "/stage_cpu" + tile + ext), test::read_file(dir + "/stage_gpus" + tile + ext))
           << "tile " << tile << ext;
