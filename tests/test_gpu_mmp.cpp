@@ -750,8 +750,8 @@ TEST(MultiGpu, MmpFramesOnEveryGpuGiveTheCpuBytes) {
 }
 
 // Without --depth a file through the mmp stage on the CUDA backend runs 8 frames in flight
-// (the stage's frames_in_flight()), fewer where conv stages need the constant-memory banks,
-// 3 with carried dictionaries, live, or with no such stage; --depth wins.
+// (the stage's frames_in_flight(); 8 a GPU with gpus=all), fewer where conv stages need the
+// constant-memory banks, 3 with carried dictionaries, live, or with no such stage; --depth wins.
 TEST(Gpu, MmpStageSetsTheDefaultDepth) {
   REQUIRE_GPU();
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("mmp_depth_gpu");
@@ -760,8 +760,10 @@ TEST(Gpu, MmpStageSetsTheDefaultDepth) {
     const char *filters, *extra;
     int depth;
   };
+  const int all = std::min(64, 8 * cuda::device_count());  // gpus=all: 8 a GPU
   for (const Case& c : {Case{"mmp=lambda=40:tile=32", "", 8}, Case{"mmp=lambda=40:tile=32", "--depth 4", 4},
-                        Case{"mmp=lambda=40:tile=32:carry=1", "", 3}, Case{"mmp=lambda=40:tile=32", "--policy live", 3},
+                        Case{"mmp=lambda=40:tile=32:gpus=all", "", all}, Case{"mmp=lambda=40:tile=32:carry=1", "", 3},
+                        Case{"mmp=lambda=40:tile=32", "--policy live", 3},
                         Case{"conv=gauss:size=3,conv=gauss:size=3,conv=gauss:size=3,mmp=lambda=40:tile=32", "", 5},
                         Case{"median=radius=1", "", 3}}) {
     const std::string report = dir + "/r.json";
