@@ -99,9 +99,9 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "output pixel format (" + pix_fmt_list(8) + "; 16-bit: " + pix_fmt_list(16) + ")");
   c->add_option("-n,--frames", a.frames, "stop after N input frames");
   c->add_option("--depth", a.depth,
-                "frames in flight on the GPU (CUDA streams), 2..16 [default: 3; 8 for a file through the mmp stage "
-                "on the GPU]")
-      ->check(CLI::Range(2, 16));
+                "frames in flight on the GPU (CUDA streams), 2..64 [default: 3; 8 for a file through the mmp stage "
+                "on the GPU, 8 a GPU with its gpus=N]")
+      ->check(CLI::Range(2, 64));
   c->add_option("--completion", a.completion,
                 "CUDA: how a finished frame is noticed: event (a thread waits on its download event) or "
                 "hostfunc (a cudaLaunchHostFunc callback)")
