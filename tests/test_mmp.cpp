@@ -991,6 +991,14 @@ TEST(Mmp, StageModesAndDictAreTheEncoders) {
                 .rc,
             0);
   EXPECT_EQ(read(dir + "/gpus1.y4m"), read(dir + "/gpus2.y4m"));
+  // mmp encode --gpus with the search on the CPU: a warning, the same bytes.
+  const auto enc = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/g.mmp -y --tile 32 --gpus all " +
+                                 "--device cpu");
+  ASSERT_EQ(enc.rc, 0) << enc.out;
+  EXPECT_NE(enc.out.find("--gpus all: the search runs on the CPU"), std::string::npos) << enc.out;
+  ASSERT_EQ(test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/g1.mmp -y --tile 32 --device cpu").rc,
+            0);
+  EXPECT_EQ(read(dir + "/g.mmp"), read(dir + "/g1.mmp"));
   const auto cli = test::run_cmd(bin + " mmp encode " + dir + "/in.y4m -o " + dir + "/x.mmp -y --dict 63");
   EXPECT_NE(cli.rc, 0) << cli.out;
   EXPECT_NE(cli.out.find("--dict"), std::string::npos) << cli.out;
