@@ -239,6 +239,11 @@ int current_device() {
 
 void set_device(int device) { VFP_CUDA(cudaSetDevice(device)); }
 
+DeviceScope::DeviceScope(int device) : previous_(current_device()) {
+  if (device != previous_) set_device(device);
+}
+DeviceScope::~DeviceScope() { cudaSetDevice(previous_); }
+
 void* primary_context(int device) {
   set_device(device);
   VFP_CUDA(cudaFree(nullptr));  // starts the runtime's context of `device` if it was not
@@ -316,6 +321,7 @@ void DeviceBuffer::release() {
     if (!(reuse_device_ >= 0 && reuse_cache().give(reuse_device_, ptr_, size_, evicted))) evicted.push_back(ptr_);
     // A buffer of one GPU may be dropped on a thread working on another (the mmp stage's
     // frames on several GPUs): freed on its own device, the thread's device left as it was.
+    // Not a DeviceScope: a destructor's path, which must not throw (the driver may be gone).
     int here = -1;
     const bool away = !evicted.empty() && device_ >= 0 && cudaGetDevice(&here) == cudaSuccess && here != device_;
     if (away) cudaSetDevice(device_);

@@ -34,6 +34,18 @@ int device_count();
 // setting it: every thread that works for one pipeline sets that pipeline's device.
 int current_device();
 void set_device(int device);  // throws vfp::Error (Gpu)
+// The calling thread on `device` until the scope ends, then back on the device it had
+// (work for several GPUs from one thread, e.g. a search made on each).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);  // throws vfp::Error (Gpu)
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_;
+};
 // The runtime's primary context of `device` (a CUcontext), started if it was not, and made
 // the calling thread's device: for libraries that take a driver context (libav's NVDEC), so
 // that their device memory is ours. Throws vfp::Error (Gpu).

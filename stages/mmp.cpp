@@ -98,7 +98,8 @@ const OptionTable<MmpSettings>& mmp_options() {
 
 class MmpStage final : public Stage {
  public:
-  explicit MmpStage(const MmpSettings& s) : file_(s.file), search_(s.search), gpus_(parse_gpu_count(s.gpus)) {
+  explicit MmpStage(const MmpSettings& s)
+      : file_(s.file), search_(s.search), gpus_(parse_gpu_count(s.gpus)), gpus_option_(s.gpus) {
     params_.lambda = s.lambda;
     params_.carry = s.carry;
     params_.shared_chroma = !s.independent_chroma;
@@ -166,7 +167,7 @@ class MmpStage final : public Stage {
 #endif
     if (gpus_ != 1 && backend == Backend::CPU)
       log::warn("mmp: gpus=%s is for the CUDA backend; this run encodes its frames one after another",
-                gpus_ == 0 ? "all" : std::to_string(gpus_).c_str());
+                gpus_option_.c_str());
   }
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     // Frames arrive in order (the engine's CPU worker runs a stage's frames one after another),
@@ -248,7 +249,7 @@ class MmpStage final : public Stage {
       if (params_.tile_scan != mmp::Params{}.tile_scan)
         trade += std::string(", tile_scan=") + mmp::tile_scan_name(params_.tile_scan);
     }
-    if (gpus_ != 1) trade += gpus_ == 0 ? std::string(", gpus=all") : log::format(", gpus=%d", gpus_);
+    if (gpus_ != 1) trade += ", gpus=" + gpus_option_;
     return log::format("mmp(lambda=%g%s%s)", params_.lambda, trade.c_str(),
                        params_.search ? ", search on the GPU" : "");
   }
@@ -298,7 +299,8 @@ class MmpStage final : public Stage {
   std::string file_;
   FrameSpec spec_;
   std::string search_;
-  int gpus_ = 1;  // 0: all
+  int gpus_ = 1;             // 0: all
+  std::string gpus_option_;  // as written, for messages and the label
   std::unique_ptr<mmp::Writer> writer_;
   mmp::PlaneStates states_;
   int pool_threads_ = 0;  // the pool's threads once the stage limited it (0: not)
@@ -336,8 +338,7 @@ class MmpStage final : public Stage {
     devices_.clear();
     searches_.clear();
     if (!params_.search) {
-      if (gpus_ != 1)
-        log::warn("mmp: gpus=%s: search=cpu encodes on the CPU", gpus_ == 0 ? "all" : std::to_string(gpus_).c_str());
+      if (gpus_ != 1) log::warn("mmp: gpus=%s: search=cpu encodes on the CPU", gpus_option_.c_str());
       return;
     }
     const int count = cuda::device_count(), want = gpus_ == 0 ? count : gpus_;
@@ -359,10 +360,9 @@ class MmpStage final : public Stage {
           searches_.push_back(params_.search);
           continue;
         }
-        cuda::set_device(devices_.back());
+        cuda::DeviceScope on(devices_.back());
         searches_.push_back(cuda::make_mmp_leaf_search());
       }
-    cuda::set_device(first);
     gpu_count_ = want;
   }
   int gpu_count_ = 1;

@@ -127,13 +127,11 @@ int mmp_encode_command(const MmpArgs& a) {
       const std::vector<int> devices =
           batch::parse_gpus(a.gpus, cuda::device_count(), std::getenv("CUDA_VISIBLE_DEVICES"));
       if (devices.empty()) throw Error(ErrorKind::Usage, "--gpus " + a.gpus + ": no GPU (use --device cpu)");
-      const int here = cuda::current_device();
       searches.clear();
       for (int d : devices) {
-        cuda::set_device(d);
+        cuda::DeviceScope on(d);
         searches.push_back(leaf_search("cuda", a.gpu_search));
       }
-      cuda::set_device(here);
       p.search = searches.front();
 #endif
     }
