@@ -62,14 +62,16 @@ const DeviceInfo& probe() {
     }
     // How host threads wait for the device (VFP_CUDA_SCHEDULE=spin|yield|blocking; unset:
     // the runtime's choice, which spins while there are fewer contexts than cores). Spinning
-    // answers soonest; yielding or sleeping leaves the cores to other host work.
+    // answers soonest; yielding or sleeping leaves the cores to other host work. The flags
+    // belong to each device's context, so every visible GPU gets them (gpus=N work on others).
     if (const char* e = std::getenv("VFP_CUDA_SCHEDULE")) {
       const std::string v(e);
       const unsigned flags = v == "spin"       ? cudaDeviceScheduleSpin
                              : v == "yield"    ? cudaDeviceScheduleYield
                              : v == "blocking" ? cudaDeviceScheduleBlockingSync
                                                : cudaDeviceScheduleAuto;
-      if (cudaSetDeviceFlags(flags) != cudaSuccess) cudaGetLastError();
+      for (int d = n - 1; d >= 0; --d)  // ends on device 0, the one the probe goes on with
+        if (cudaSetDevice(d) != cudaSuccess || cudaSetDeviceFlags(flags) != cudaSuccess) cudaGetLastError();
     }
     // A context must actually come up (e.g. the binary may lack code for this GPU).
     if ((err = cudaFree(nullptr)) != cudaSuccess) {
