@@ -7,7 +7,9 @@
 #     bash scripts/device-carried.sh bash scripts/mmp-processes.sh
 # VFP (build-carry/vfpipe) the binary, FRAMES (60) frames of the clip, DATA (.bench-data)
 # the folder with mosaic.npz, FILTER (mmp=lambda=25:tile=256x256) the stage, ARGS more
-# options of `vfpipe run` for every process (e.g. `--threads 4`).
+# options of `vfpipe run` for every process (e.g. `--threads 4`). MPS=1 runs every process
+# (the one alone too) as a client of an MPS server started here and stopped at the end, so
+# that the processes' kernels share the GPU at once instead of taking turns.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 VFP=${VFP:-build-carry/vfpipe}
@@ -18,6 +20,13 @@ FILTER=${FILTER:-mmp=lambda=25:tile=256x256}
 ARGS=${ARGS:-}
 . scripts/device-env.sh
 nvidia-smi -L
+if [ "${MPS:-0}" = 1 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$T/mps-pipe CUDA_MPS_LOG_DIRECTORY=$T/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "cannot start MPS (nvidia-cuda-mps-control)" >&2; exit 1; }
+  trap 'echo quit | nvidia-cuda-mps-control; sleep 1; rm -rf "$T"' EXIT
+  echo "under MPS"
+fi
 $PY scripts/mmp-clip.py "$T/clip.y4m" --frames "$FRAMES" --mosaic "$DATA/mosaic.npz" > /dev/null
 run() {  # $1: a log; the stage on the clip
   # shellcheck disable=SC2086
