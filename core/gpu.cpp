@@ -31,6 +31,26 @@ void check_launch(const char* kernel, const char* file, int line) {
   if (err != cudaSuccess) check(err, kernel, file, line);
 }
 
+bool set_wait_mode(const std::string& how) {
+  const unsigned flags = how == "spin"       ? cudaDeviceScheduleSpin
+                         : how == "yield"    ? cudaDeviceScheduleYield
+                         : how == "blocking" ? cudaDeviceScheduleBlockingSync
+                                             : cudaDeviceScheduleAuto;
+  int n = 0, here = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || cudaGetDevice(&here) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  bool all = true;
+  for (int d = 0; d < n; ++d)
+    if (cudaSetDevice(d) != cudaSuccess || cudaSetDeviceFlags(flags) != cudaSuccess) {
+      cudaGetLastError();
+      all = false;
+    }
+  if (cudaSetDevice(here) != cudaSuccess) cudaGetLastError();
+  return all;
+}
+
 const DeviceInfo& probe() {
   static DeviceInfo info;
   static std::once_flag once;
@@ -60,19 +80,7 @@ const DeviceInfo& probe() {
       cudaGetLastError();
       return;
     }
-    // How host threads wait for the device (VFP_CUDA_SCHEDULE=spin|yield|blocking; unset:
-    // the runtime's choice, which spins while there are fewer contexts than cores). Spinning
-    // answers soonest; yielding or sleeping leaves the cores to other host work. The flags
-    // belong to each device's context, so every visible GPU gets them (gpus=N work on others).
-    if (const char* e = std::getenv("VFP_CUDA_SCHEDULE")) {
-      const std::string v(e);
-      const unsigned flags = v == "spin"       ? cudaDeviceScheduleSpin
-                             : v == "yield"    ? cudaDeviceScheduleYield
-                             : v == "blocking" ? cudaDeviceScheduleBlockingSync
-                                               : cudaDeviceScheduleAuto;
-      for (int d = n - 1; d >= 0; --d)  // ends on device 0, the one the probe goes on with
-        if (cudaSetDevice(d) != cudaSuccess || cudaSetDeviceFlags(flags) != cudaSuccess) cudaGetLastError();
-    }
+    if (const char* e = std::getenv("VFP_CUDA_SCHEDULE")) set_wait_mode(e);
     // A context must actually come up (e.g. the binary may lack code for this GPU).
     if ((err = cudaFree(nullptr)) != cudaSuccess) {
       info.reason = cudaGetErrorString(err);

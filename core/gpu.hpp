@@ -24,8 +24,15 @@ struct DeviceInfo {
   size_t total_mem = 0;
   int async_engines = 0;
 };
-// Queries the runtime once; never throws. Safe on machines without a driver.
+// Queries the runtime once; never throws. Safe on machines without a driver. With
+// VFP_CUDA_SCHEDULE set it first applies set_wait_mode() of that value.
 const DeviceInfo& probe();
+// How host threads wait for the device, on every visible GPU's context (the flags belong to
+// each context): "spin" answers soonest, "yield" spins but gives the core up, "blocking"
+// sleeps and leaves the cores to other host work; anything else the runtime's choice (it
+// spins while there are fewer contexts than cores). The calling thread keeps its device.
+// False when some device refused; never throws.
+bool set_wait_mode(const std::string& how);
 // Device memory in use now (total - free, all processes), in bytes; 0 if it cannot be read.
 size_t device_memory_used();
 // CUDA devices visible to this process (0 when none is usable); never throws.

@@ -25,6 +25,8 @@
 #include "stages/conv.hpp"
 #include "test_util.hpp"
 #if VFPIPE_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "core/gpu.hpp"
 #include "cuda/kernels.hpp"
 #endif
@@ -66,6 +68,30 @@ TEST(Gpu, DeviceIsUsable) {
   REQUIRE_GPU();
   EXPECT_FALSE(cuda::probe().name.empty());
   EXPECT_GE(cuda::probe().cc_major, 7);
+}
+
+// VFP_CUDA_SCHEDULE's modes reach every GPU's context (gpus=N frames wait on the others
+// too), and the calling thread stays on its device.
+TEST(Gpu, WaitModeReachesEveryGpu) {
+  REQUIRE_GPU();
+  const int n = cuda::device_count();
+  auto flags_of = [](int d) {
+    cuda::DeviceScope on(d);
+    unsigned f = 0;
+    EXPECT_EQ(cudaGetDeviceFlags(&f), cudaSuccess);
+    return f & cudaDeviceScheduleMask;
+  };
+  cuda::set_device(n - 1);
+  for (const auto& [how, want] : {std::pair<const char*, unsigned>{"blocking", cudaDeviceScheduleBlockingSync},
+                                  {"yield", cudaDeviceScheduleYield},
+                                  {"spin", cudaDeviceScheduleSpin}}) {
+    EXPECT_TRUE(cuda::set_wait_mode(how)) << how;
+    EXPECT_EQ(cuda::current_device(), n - 1) << how;
+    for (int d = 0; d < n; ++d) EXPECT_EQ(flags_of(d), want) << how << " on GPU " << d;
+  }
+  EXPECT_TRUE(cuda::set_wait_mode("auto"));
+  for (int d = 0; d < n; ++d) EXPECT_EQ(flags_of(d), static_cast<unsigned>(cudaDeviceScheduleAuto)) << d;
+  cuda::set_device(0);
 }
 
 TEST(Gpu, ConvertMatchesCpuForEveryPairAndSize) {
