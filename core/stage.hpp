@@ -93,6 +93,10 @@ class Stage {
   // budget, cuda/conv.hpp's kConvBanks): what limits how many pipelines share one GPU.
   virtual int constant_banks_per_slot() const { return 0; }
 
+  // Files the stage writes besides the chain's output (a codec's bitstream file): the run
+  // applies its -y / -n rule to them, and refuses the input's name, before configure().
+  virtual std::vector<std::string> output_files() const { return {}; }
+
   // A line for the run summary after the last frame (a codec's bits and PSNR); "" for none.
   virtual std::string report() const { return ""; }
 

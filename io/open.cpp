@@ -207,6 +207,22 @@ void check_overwrite(const std::string& path, Overwrite o) {
   throw Error(ErrorKind::Usage, "output '" + path + "' exists: add -y to overwrite it (-n: never overwrite)");
 }
 
+void check_output_is_not_input(const std::string& input, const std::string& output) {
+  if (input.empty() || input == "-" || output.empty() || output == "-" || output == "null" || output == "none") return;
+  std::error_code ec;
+  bool same = std::filesystem::equivalent(input, output, ec) && !ec;
+  // Image patterns name files that need not exist yet: the same pattern, the same files.
+  if (!same && output.find('%') != std::string::npos) {
+    const auto a = std::filesystem::weakly_canonical(input, ec);
+    const auto b = ec ? std::filesystem::path() : std::filesystem::weakly_canonical(output, ec);
+    same = !ec && a == b;
+  }
+  if (same)
+    throw Error(ErrorKind::Usage, "output '" + output + "' is the input '" + input +
+                                      "': writing it would destroy the frames before they are read; write "
+                                      "another file");
+}
+
 namespace {
 // Outputs the libav sink writes: files that are none of vfpipe's own formats.
 bool is_video_file(const std::string& spec) {
@@ -220,6 +236,9 @@ bool is_video_file(const std::string& spec) {
 std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptions& opt) {
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
   if (spec == "-") return std::make_unique<Y4mSink>("-");
+  const bool pattern = spec.find('%') != std::string::npos;
+  // Every single-file output, before it is created (an image sequence's files are its own).
+  if (!pattern) check_overwrite(spec, opt.overwrite);
   std::string ext = lower_ext(spec);
   LosslessOptions lo;
   lo.level = opt.compression_level;
@@ -231,7 +250,6 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
       throw Error(ErrorKind::Usage, "output '" + spec + "': compressed streams are .y4m.gz");
     return std::make_unique<Y4mGzSink>(spec, lo);
   }
-  const bool pattern = spec.find('%') != std::string::npos;
   // One image, as ffmpeg writes `-frames:v 1 out.png`: vfpipe's PNG encoder.
   if (!pattern && ext == ".png") return std::make_unique<PngSequenceSink>(spec, lo);
   if (pattern && (opt.lossless || !VFPIPE_HAVE_OPENCV)) {
@@ -247,7 +265,6 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
                 "--lossless: '" + spec + "' would be lossy; use frames/%06d.png, .y4m, .y4m.gz or .mkv (FFV1)");
 #if VFPIPE_HAVE_LIBAV
   if (!pattern) {
-    check_overwrite(spec, opt.overwrite);
     LibavOutputOptions lo2;
     // The fourcc spellings of OpenCV builds still work.
     static const std::pair<const char*, const char*> fourcc[] = {

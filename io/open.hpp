@@ -34,7 +34,10 @@ struct SourceOptions {
 };
 std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions& opt);
 
-enum class Overwrite { Refuse, Yes, No };  // an existing video output: error, -y, -n
+enum class Overwrite { Refuse, Yes, No };  // an existing output file: error, -y, -n
+inline Overwrite overwrite_rule(bool yes, bool no) {
+  return yes ? Overwrite::Yes : no ? Overwrite::No : Overwrite::Refuse;
+}
 
 struct SinkOptions {
   std::string codec;               // -c:v encoder name (OpenCV builds: a fourcc); empty: by extension
@@ -49,6 +52,10 @@ std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt)
 // FFmpeg's rule for a file about to be written: an existing one is replaced only with -y
 // (Overwrite::Yes), kept with -n (an Output error), else a usage error that says so.
 void check_overwrite(const std::string& path, Overwrite o);
+// An output that is the input's own file (or the same image pattern) would be truncated
+// before its frames are read: refused whatever -y says, as ffmpeg refuses "Output same as
+// Input". Pipes, null and names that are not files pass.
+void check_output_is_not_input(const std::string& input, const std::string& output);
 // The input's streams besides its video (audio, subtitles, data) that the output `spec`
 // cannot hold (vfpipe's own outputs, Y4M, PNG and .mmp, hold video only; video files copy
 // what their container can and say what they leave out): one warning a stream, or, when

@@ -47,7 +47,7 @@ bench_on() {  # bench_on DEVICE NAME INPUT THREADS TILE-ARGS...
   line=$("$VFP" mmp encode -y "$in" -o "$T/o.mmp" --lambda "$LAMBDA" --threads "$threads" --device "$dev" "$@" 2>&1 |
     tail -1)
   t1=$(date +%s%N)
-  "$VFP" mmp decode "$T/o.mmp" -o "$T/o.y4m" --threads "$threads" > /dev/null 2>&1
+  "$VFP" mmp decode -y "$T/o.mmp" -o "$T/o.y4m" --threads "$threads" > /dev/null 2>&1
   t2=$(date +%s%N)
   local bpp psnr
   bpp=$(sed -E 's/.*: ([0-9.]+) bpp.*/\1/' <<< "$line")

@@ -58,7 +58,7 @@ const OptionTable<MmpSettings>& mmp_options() {
   static const OptionTable<S> table = [] {
     OptionTable<S> t;  // the codec's state depends on every option: none changes while running
     t.number("lambda", &S::lambda, 32, 0, 1e9, "Lagrangian multiplier (larger: fewer bits, lower quality)");
-    t.text("file", &S::file, "", "also write the bitstream to this .mmp file");
+    t.text("file", &S::file, "", "also write the bitstream to this .mmp file (an existing one needs the run's -y)");
     t.flag("carry", &S::carry, false, "keep dictionaries and models from frame to frame");
     t.flag("independent_chroma", &S::independent_chroma, false,
            "code Cr with dictionaries of its own instead of continuing Cb's (more bits)");
@@ -134,6 +134,9 @@ class MmpStage final : public Stage {
       throw OptionError("search", "mmp: search=cuda: this vfpipe was built without CUDA");
 #endif
     }
+  }
+  std::vector<std::string> output_files() const override {
+    return file_.empty() ? std::vector<std::string>{} : std::vector<std::string>{file_};
   }
   FrameSpec configure(const FrameSpec& in) override {
     spec_ = in;

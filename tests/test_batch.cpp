@@ -702,8 +702,8 @@ TEST(BatchCli, TwoHundredClipsKilledMidwayThenResumedDoEachOnce) {
   // Each output is the same as `vfpipe run`'s.
   for (int i : {0, 1, 77, 199}) {
     const std::string rel = std::string(i % 3 == 0 ? "x/" : "y/") + "c" + std::to_string(i) + ".y4m";
-    const CmdResult one =
-        run_cmd(kBin + " run -q --device cpu -i " + d / ("clips/" + rel) + " -f median=radius=2 -o " + d / "ref.y4m");
+    const CmdResult one = run_cmd(kBin + " run -q --device cpu -i " + d / ("clips/" + rel) +
+                                  " -f median=radius=2 -y -o " + d / "ref.y4m");
     ASSERT_EQ(one.rc, 0) << one.out;
     EXPECT_TRUE(test::read_file(d / "ref.y4m") == test::read_file(d / ("out/" + rel))) << rel;
   }

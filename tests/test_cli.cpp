@@ -212,11 +212,11 @@ TEST(Cli, SendcmdChangesOptionsFromTheGivenFrame) {
   }
   // Mistakes in the file are reported with file:line before anything runs.
   std::ofstream(cmds) << "3 conv kernal=box\n";
-  CmdResult r = run_cmd(kBin + src + "-f conv --sendcmd " + cmds + " -o " + out);
+  CmdResult r = run_cmd(kBin + src + "-f conv --sendcmd " + cmds + " -o " + out + " -y");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find(cmds + ":1: unknown option 'kernal'"), std::string::npos) << r.out;
   std::ofstream(cmds) << "3 blur radius=1\n";
-  r = run_cmd(kBin + src + "-f conv --sendcmd " + cmds + " -o " + out);
+  r = run_cmd(kBin + src + "-f conv --sendcmd " + cmds + " -o " + out + " -y");
   EXPECT_NE(r.out.find("no filter 'blur' in the chain"), std::string::npos) << r.out;
   for (const auto& f : {cmds, out, a, b, c}) std::remove(f.c_str());
 }

@@ -108,6 +108,82 @@ TEST(Io, SinkDispatchAndErrors) {
   }
 }
 
+// No output destroys a file without being asked: an existing output file of any type (Y4M,
+// .y4m.gz, one PNG, a stage's bitstream, compress's output) needs -y and -n keeps it, as in
+// ffmpeg; an output that is the input's own file is refused even with -y, before anything
+// is written (it would be truncated before its frames are read).
+TEST(Io, OutputsNeverDestroyAFileUnasked) {
+  const std::string bin = VFPIPE_BIN, dir = tmp_path("overwrite");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string in = dir + "/in.y4m", out = dir + "/out.y4m", gz = dir + "/out.y4m.gz", png = dir + "/one.png";
+  ASSERT_EQ(run_cmd(bin + " run -q --device cpu -i synthetic=size=48x32:frames=30 -o " + in).rc, 0);
+  const std::string before = read_file(in);
+  ASSERT_GT(before.size(), 30u * 48 * 32);
+  const std::string run = bin + " run -q --device cpu -i " + in + " -f median";
+  const std::string leaf = std::filesystem::path(dir).filename().string();
+  for (const std::string& same : {in, dir + "/./in.y4m", dir + "/../" + leaf + "/in.y4m"}) {
+    for (const char* flag : {"", " -y"}) {
+      const CmdResult r = run_cmd(run + " -o " + same + flag);
+      EXPECT_EQ(r.rc, 2) << same << flag;
+      EXPECT_NE(r.out.find("is the input"), std::string::npos) << r.out;
+    }
+  }
+  EXPECT_EQ(read_file(in), before);
+  // Every single-file type: refused, kept with -n, replaced with -y.
+  for (const std::string& o : {out, gz, png}) {
+    const std::string lim = o == png ? " -n 1" : "";
+    ASSERT_EQ(run_cmd(run + lim + " -o " + o).rc, 0) << o;
+    std::ofstream(o, std::ios::trunc) << "keep";
+    CmdResult r = run_cmd(run + lim + " -o " + o);
+    EXPECT_EQ(r.rc, 2) << o;
+    EXPECT_NE(r.out.find("exists: add -y"), std::string::npos) << r.out;
+    r = run_cmd(run + lim + " -o " + o + " --no-overwrite");
+    EXPECT_EQ(r.rc, 1) << o;
+    EXPECT_EQ(read_file(o), "keep");
+    EXPECT_EQ(run_cmd(run + lim + " -o " + o + " -y").rc, 0) << o;
+    EXPECT_NE(read_file(o), "keep");
+  }
+  // A stage's own file (the mmp stage's bitstream) follows the same rules.
+  const std::string mmp = dir + "/s.mmp", stage = bin + " run -q --device cpu -i " + in + " -n 1 -o null -f ";
+  std::ofstream(mmp, std::ios::trunc) << "keep";
+  CmdResult r = run_cmd(stage + "mmp=lambda=40:file=" + mmp);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("exists: add -y"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(mmp), "keep");
+  r = run_cmd(stage + "mmp=lambda=40:file=" + in + " -y");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("is the input"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(in), before);
+  EXPECT_EQ(run_cmd(stage + "mmp=lambda=40:file=" + mmp + " -y").rc, 0);
+  EXPECT_NE(read_file(mmp), "keep");
+  // mmp encode / decode and compress.
+  r = run_cmd(bin + " mmp decode " + mmp + " -o " + mmp + " -y");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("is the input"), std::string::npos) << r.out;
+  r = run_cmd(bin + " mmp decode " + mmp + " -o " + out);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("exists: add -y"), std::string::npos) << r.out;
+  r = run_cmd(bin + " compress " + in + " -o " + in + " -y");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("is the input"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(in), before);
+  ASSERT_EQ(run_cmd(bin + " compress " + in + " -d cpu").rc, 0);
+  r = run_cmd(bin + " compress " + in + " -d cpu");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("exists: add -y"), std::string::npos) << r.out;
+  EXPECT_EQ(run_cmd(bin + " compress " + in + " -d cpu -n").rc, 1);
+  EXPECT_EQ(run_cmd(bin + " compress " + in + " -d cpu -y").rc, 0);
+  // The same image pattern in and out is the same files, whether or not they exist yet.
+  EXPECT_NE(
+      error_of([&] { check_output_is_not_input(dir + "/f/%04d.png", dir + "/f/../f/%04d.png"); }).find("is the input"),
+      std::string::npos);
+  EXPECT_EQ(error_of([&] { check_output_is_not_input(dir + "/f/%04d.png", dir + "/g/%04d.png"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_is_not_input("-", "-"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_is_not_input(in, "null"); }), "");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Io, ImageSequenceRoundTripIsLossless) {
   if (!have_opencv()) GTEST_SKIP() << "built without OpenCV";
   std::string dir = tmp_path("seq");

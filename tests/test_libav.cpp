@@ -297,7 +297,7 @@ TEST(Libav, TruncatedInputKeepsItsFramesAndFails) {
   EXPECT_NE(r.out.find("frames decoded are written"), std::string::npos) << r.out;
   const std::string frames = run_cmd("grep -a -c FRAME " + out).out;
   EXPECT_GT(std::stoi(frames), 20) << "the frames before the damage are written";
-  r = run_cmd(kBin + " run -q -i " + cut + " -o " + out + " --ignore-input-errors");
+  r = run_cmd(kBin + " run -q -y -i " + cut + " -o " + out + " --ignore-input-errors");
   EXPECT_EQ(r.rc, 0) << r.out;
   // Damage in the middle of a stream without an index: the frames after it are kept too,
   // and the loss is counted.

@@ -865,7 +865,7 @@ TEST(Mmp, ContainerAndCliRoundTrip) {
   for (size_t cut = 0; cut < good.size(); cut += std::max<size_t>(1, good.size() / 20)) {
     std::ofstream(dir + "/bad.mmp", std::ios::binary)
         .write(reinterpret_cast<const char*>(good.data()), static_cast<std::streamsize>(cut));
-    const auto rr = test::run_cmd(bin + " mmp decode " + dir + "/bad.mmp -o " + dir + "/bad.y4m");
+    const auto rr = test::run_cmd(bin + " mmp decode " + dir + "/bad.mmp -o " + dir + "/bad.y4m -y");
     EXPECT_TRUE(rr.rc == 0 || rr.rc == 1) << rr.out;
   }
   for (size_t i = 0; i < 35; ++i) {

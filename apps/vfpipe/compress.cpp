@@ -12,6 +12,7 @@
 #include "core/frame.hpp"
 #include "core/log.hpp"
 #include "io/lossless.hpp"
+#include "io/open.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
 #endif
@@ -23,6 +24,7 @@ struct CompressArgs {
   std::string input, output, format = "gzip", device = "auto", engine = "auto";
   int level = 6;
   int segment_kib = 64;
+  bool overwrite = false, no_overwrite = false;  // -y, -n
 };
 
 // `vfpipe compress`: our DEFLATE encoder on a file (testing, comparison with gzip/zlib).
@@ -57,6 +59,8 @@ int compress_command(const CompressArgs& a) {
                                             : a.input + (a.format == "zlib"  ? ".zz"
                                                          : a.format == "raw" ? ".deflate"
                                                                              : ".gz");
+  check_output_is_not_input(a.input, out);
+  check_overwrite(out, overwrite_rule(a.overwrite, a.no_overwrite));
   std::ofstream os(out, std::ios::binary | std::ios::trunc);
   if (!os) throw Error(ErrorKind::Output, "cannot write output '" + out + "'");
   const auto t0 = std::chrono::steady_clock::now();
@@ -119,6 +123,7 @@ void add_compress_command(CLI::App& app, Subcommands& out) {
                    "same bytes everywhere), libdeflate")
       ->check(CLI::IsMember({"auto", "vfpipe", "libdeflate"}))
       ->capture_default_str();
+  add_overwrite_flags(compress, &comp_args.overwrite, &comp_args.no_overwrite, "output file");
   compress->add_option("--segment", comp_args.segment_kib, "segment size in KiB (4..64, the GPU's unit of work)")
       ->check(CLI::Range(4, 64))
       ->capture_default_str();

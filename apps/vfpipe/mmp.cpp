@@ -44,9 +44,7 @@ struct MmpArgs {
   bool no_post_filter = false;
   int frames_in_flight = 0;                      // 0: two a GPU
   bool overwrite = false, no_overwrite = false;  // -y, -n
-  Overwrite overwrite_rule() const {
-    return overwrite ? Overwrite::Yes : no_overwrite ? Overwrite::No : Overwrite::Refuse;
-  }
+  Overwrite overwrite_rule() const { return vfp::overwrite_rule(overwrite, no_overwrite); }
 };
 
 // A frame of `src`'s spec in the format `to` (exact integer conversion, stages/convert).
@@ -109,6 +107,7 @@ int mmp_encode_command(const MmpArgs& a) {
   mmp::check_tiles(p);
   // Before the search starts (a GPU's context, or the warning that there is none).
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
+  check_output_is_not_input(a.input, out);
   check_overwrite(out, a.overwrite_rule());
   report_streams_left_out(*src, out, true);
   p.search = leaf_search(a.device, a.gpu_search);
@@ -208,6 +207,7 @@ int mmp_decode_command(const MmpArgs& a) {
   HostFrame f(spec, false);
   const std::string ext = a.output.size() > 4 ? a.output.substr(a.output.size() - 4) : "";
   const Overwrite rule = a.overwrite_rule();
+  check_output_is_not_input(a.input, a.output);
   if (ext == ".png" && a.output.find('%') == std::string::npos) {  // one image
     check_overwrite(a.output, rule);
     if (!r.read(f)) throw Error(ErrorKind::Input, a.input + ": no frames");
@@ -376,7 +376,7 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();
   mmp_dec->add_option("-o,--output", mmp_args.output,
                       "out.png (first frame), out.y4m, frames/%06d.png, a video file, '-' (Y4M stdout)");
-  add_overwrite_flags(mmp_dec, &mmp_args.overwrite, &mmp_args.no_overwrite, "PNG or video output");
+  add_overwrite_flags(mmp_dec, &mmp_args.overwrite, &mmp_args.no_overwrite, "output file");
   auto* mmp_info = mmp_cmd->add_subcommand("info", "show an .mmp file's header and frame sizes");
   mmp_info->add_option("input", mmp_args.input, ".mmp file")->required();
   mmp_cmd->footer(

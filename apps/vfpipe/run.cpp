@@ -132,7 +132,7 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--movflags", a.movflags,
                 "(-movflags) MP4/MOV muxer flags, e.g. +faststart (a classic MP4 with its index in front); default: "
                 "fragmented, a fragment a second, so a full disk or a crash leaves a playable file");
-  add_overwrite_flags(c, &a.overwrite, &a.no_overwrite, "video output");
+  add_overwrite_flags(c, &a.overwrite, &a.no_overwrite, "output file");
   c->add_flag("--ignore-input-errors", a.ignore_input_errors,
               "a truncated or damaged video input: warn and exit 0 (default: its frames are written, exit 1)");
   add_time_window_options(c, &a.start, &a.duration, &a.to);
@@ -339,7 +339,7 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.movflags = a.movflags;
   if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))
     throw Error(ErrorKind::Usage, "-r: expected a frame rate such as 30, 29.97 or 60000/1001, got '" + a.rate + "'");
-  ko.overwrite = a.overwrite ? Overwrite::Yes : a.no_overwrite ? Overwrite::No : Overwrite::Refuse;
+  ko.overwrite = overwrite_rule(a.overwrite, a.no_overwrite);
 #if VFPIPE_HAVE_LIBAV
   ko.video.input = libav_input_of(src);
 #endif
@@ -515,6 +515,14 @@ int run_command(RunArgs& a, bool live) {
 
   // Everything the user typed is validated before any input or output is opened.
   auto stages = build_stages(a.filters);
+  check_output_is_not_input(a.input, a.output);
+  const Overwrite rule = overwrite_rule(a.overwrite, a.no_overwrite);
+  for (const auto& st : stages)
+    for (const std::string& f : st->output_files()) {
+      check_output_is_not_input(a.input, f);
+      if (f == a.output) throw Error(ErrorKind::Usage, "'" + f + "' is both the output and " + st->name() + "'s file");
+      check_overwrite(f, rule);
+    }
   const std::optional<PixelFormat> forced = forced_format(a);
   const Backend backend = choose_backend(a.device, stages);
   SourceOptions so = source_options(a, backend);
