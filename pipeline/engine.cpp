@@ -203,7 +203,7 @@ class CudaWorker final : public Worker {
     nvtx_name_stream(up_.get(), "vfpipe upload");
     nvtx_name_stream(compute_.get(), "vfpipe compute");
     nvtx_name_stream(down_.get(), "vfpipe download");
-    reanchor();
+    reanchor(true);
     completer_ = std::thread([this, device = cuda::current_device()] {
       cuda::set_device(device);
       completion_loop();
@@ -317,14 +317,20 @@ class CudaWorker final : public Worker {
   struct Anchor {
     cuda::Event ev;
     int64_t host_ns = 0;
+    int64_t error_ns = 0;  // half the window it was taken in: the most its host time can be off
   };
   static constexpr int64_t kReanchorNs = 4'000'000'000;
   // The host time of the anchor is the middle of [record, synchronize returned]; a thread
-  // descheduled in between widens that window, so the narrowest of a few tries is kept.
-  void reanchor() {
+  // descheduled in between, or a GPU busy with another process's context, widens that
+  // window, so the narrowest of a few tries is kept. Before the first frame there is time
+  // to wait for a quiet moment (up to about 20 ms); later anchors are taken on the
+  // submitting thread and try five times.
+  void reanchor(bool first = false) {
     std::shared_ptr<Anchor> best;
     int64_t best_span = INT64_MAX;
-    for (int attempt = 0; attempt < 5 && best_span > 50'000; ++attempt) {
+    const int tries = first ? 40 : 5;
+    for (int attempt = 0; attempt < tries && best_span > 50'000; ++attempt) {
+      if (attempt >= 5) std::this_thread::sleep_for(std::chrono::microseconds(500));
       auto a = std::make_shared<Anchor>();
       const int64_t t0 = now_ns();
       a->ev.record(clock_.get());
@@ -333,6 +339,7 @@ class CudaWorker final : public Worker {
       if (t1 - t0 < best_span) {
         best_span = t1 - t0;
         a->host_ns = (t0 + t1) / 2;
+        a->error_ns = (t1 - t0 + 1) / 2;
         best = std::move(a);
       }
     }
@@ -614,7 +621,6 @@ class CudaWorker final : public Worker {
     const size_t S = chain_.size();
     const Anchor& a = *evs->anchor;
     // One query per event, relative to the anchor; durations are differences of these.
-    // One query per event, relative to the anchor; durations are differences of these.
     auto T = [&](size_t i) {
       return a.host_ns + static_cast<int64_t>(std::llround(cuda::Event::elapsed_ms(a.ev, evs->ev[i]) * 1e6));
     };
@@ -623,6 +629,7 @@ class CudaWorker final : public Worker {
     // download start max(compute end, previous download end). Derived so, the two events
     // that would mark them need not be recorded (each record costs the worker ~0.6 us).
     FrameRecord& rec = item.rec;
+    rec.clock_error_ns = a.error_ns;
     rec.step_ms.reserve(S + 2);
     rec.step_start_ns.reserve(S + 2);
     rec.step_end_ns.reserve(S + 2);

@@ -391,7 +391,8 @@ json profile_json(const RunReport& r, const ProfileSummary& p, bool per_frame) {
                     {"display_ns", f.display_ns},
                     {"step_ms", f.step_ms},
                     {"step_start_ns", f.step_start_ns},
-                    {"step_end_ns", f.step_end_ns}});
+                    {"step_end_ns", f.step_end_ns},
+                    {"clock_error_ns", f.clock_error_ns}});
     j["frames"] = fr;
   }
   return j;

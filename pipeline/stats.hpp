@@ -23,7 +23,8 @@ struct FrameRecord {
   int64_t display_ns = 0;                           // the display presented it (0: not shown)
   std::vector<float> step_ms;                       // GPU (CUDA events) or CPU time of each step, see RunReport::steps
   std::vector<int64_t> step_start_ns, step_end_ns;  // the same steps on the host clock
-  std::vector<std::string> notes;                   // per chain stage: StageContext::note ("" if none)
+  int64_t clock_error_ns = 0;      // GPU steps: their host-clock times are right within this (the anchor's)
+  std::vector<std::string> notes;  // per chain stage: StageContext::note ("" if none)
   std::vector<std::pair<std::string, double>> metrics;  // StageContext::metrics of every stage, in chain order
 };
 

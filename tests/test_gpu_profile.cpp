@@ -30,8 +30,11 @@ TEST(GpuProfile, GpuSpansOnTheHostClock) {
   const RunReport& r = res.report;
   ASSERT_EQ(r.frames.size(), 60u);
   ASSERT_EQ(r.steps.size(), 5u);  // upload, 3 stages, download
-  const int64_t slack = 200'000;  // 0.2 ms: anchor placement and event resolution
   for (const auto& f : r.frames) {
+    // Event resolution and the host's own stamps, plus the anchor's stated error: the GPU
+    // may be busy with other processes (ctest -j) when the anchor is taken.
+    EXPECT_LE(f.clock_error_ns, 2'000'000) << f.index;
+    const int64_t slack = 200'000 + f.clock_error_ns;
     ASSERT_EQ(f.step_start_ns.size(), 5u);
     EXPECT_GE(f.step_start_ns[0], f.submit_ns - slack) << f.index;  // GPU work after its submission
     EXPECT_LE(f.step_end_ns[4], f.done_ns + slack) << f.index;      // and before the host saw it done
