@@ -207,17 +207,20 @@ void check_overwrite(const std::string& path, Overwrite o) {
   throw Error(ErrorKind::Usage, "output '" + path + "' exists: add -y to overwrite it (-n: never overwrite)");
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
+  // Names of files that need not exist yet (an output, an image pattern): the same path
+  // once '.', '..' and links are resolved.
+  const auto ca = std::filesystem::weakly_canonical(a, ec);
+  if (ec) return false;
+  const auto cb = std::filesystem::weakly_canonical(b, ec);
+  return !ec && ca == cb;
+}
+
 void check_output_is_not_input(const std::string& input, const std::string& output) {
   if (input.empty() || input == "-" || output.empty() || output == "-" || output == "null" || output == "none") return;
-  std::error_code ec;
-  bool same = std::filesystem::equivalent(input, output, ec) && !ec;
-  // Image patterns name files that need not exist yet: the same pattern, the same files.
-  if (!same && output.find('%') != std::string::npos) {
-    const auto a = std::filesystem::weakly_canonical(input, ec);
-    const auto b = ec ? std::filesystem::path() : std::filesystem::weakly_canonical(output, ec);
-    same = !ec && a == b;
-  }
-  if (same)
+  if (same_file(input, output))
     throw Error(ErrorKind::Usage, "output '" + output + "' is the input '" + input +
                                       "': writing it would destroy the frames before they are read; write "
                                       "another file");

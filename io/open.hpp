@@ -56,6 +56,9 @@ void check_overwrite(const std::string& path, Overwrite o);
 // before its frames are read: refused whatever -y says, as ffmpeg refuses "Output same as
 // Input". Pipes, null and names that are not files pass.
 void check_output_is_not_input(const std::string& input, const std::string& output);
+// Whether two names are one file: the same file where both exist, else the same path once
+// resolved (so also for outputs not written yet and image patterns).
+bool same_file(const std::string& a, const std::string& b);
 // The input's streams besides its video (audio, subtitles, data) that the output `spec`
 // cannot hold (vfpipe's own outputs, Y4M, PNG and .mmp, hold video only; video files copy
 // what their container can and say what they leave out): one warning a stream, or, when

@@ -776,6 +776,16 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   r = run_cmd(kBin + " batch --list " + d / "badf.csv" + " -o '" + d / "u/{stem}.y4m'");
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("badf.csv:2"), std::string::npos) << r.out;
+  // A stage's own file would be written by every item: refused, on the command line and per item.
+  r = run_cmd(kBin + " batch " + d / "a.y4m " + d / "b.y4m" + " -f mmp=lambda=40:file=" + d / "one.mmp" + " -o '" +
+              d / "u/{stem}.y4m' --device cpu");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("every item of a batch would write over"), std::string::npos) << r.out;
+  write(d / "mf.csv", "input,filters\na.y4m,mmp=lambda=40:file=x.mmp\n");
+  r = run_cmd(kBin + " batch --list " + d / "mf.csv" + " -o '" + d / "u/{stem}.y4m' --device cpu");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("mf.csv:2"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d / "one.mmp") || fs::exists(d / "x.mmp"));
   r = run_cmd(kBin + " batch " + d / "a.y4m" + " -o '" + d / "u/{stem}.y4m' --gpus 7 --device cpu --dry-run");
   EXPECT_EQ(r.rc, 0) << r.out;  // the CPU backend does not look at --gpus
   EXPECT_FALSE(fs::exists(d / "u"));

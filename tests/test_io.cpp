@@ -157,6 +157,10 @@ TEST(Io, OutputsNeverDestroyAFileUnasked) {
   EXPECT_EQ(read_file(in), before);
   EXPECT_EQ(run_cmd(stage + "mmp=lambda=40:file=" + mmp + " -y").rc, 0);
   EXPECT_NE(read_file(mmp), "keep");
+  r = run_cmd(bin + " run -q --device cpu -i " + in + " -n 1 -f mmp=lambda=40:file=" + dir + "/both.y4m -o " + dir +
+              "/./both.y4m");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("is both the output and the file mmp writes"), std::string::npos) << r.out;
   // mmp encode / decode and compress.
   r = run_cmd(bin + " mmp decode " + mmp + " -o " + mmp + " -y");
   EXPECT_EQ(r.rc, 2);

@@ -86,6 +86,16 @@ struct BatchArgs {
 };
 
 // Per-item options of a list file, applied over the command line's.
+// A stage's own output file (the mmp stage's file=) names one file for every item, which
+// the items would write over each other at once: refused before anything runs.
+void refuse_stage_files(const std::vector<std::unique_ptr<Stage>>& stages, const std::string& where) {
+  for (const auto& st : stages)
+    for (const std::string& f : st->output_files())
+      throw Error(ErrorKind::Usage, where + ": " + st->name() + " writes '" + f +
+                                        "' of its own, which every item of a batch would write over; leave it out "
+                                        "(vfpipe mmp encode codes one file to one .mmp)");
+}
+
 void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& where) {
   for (const auto& [k, v] : o.items()) {
     const auto text = [&, key = k, val = v]() -> std::string {
@@ -387,6 +397,7 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
   // item's own options.
   if (b.output != "null") batch::check_template(b.output);
   auto stages = build_stages(a.filters);
+  refuse_stage_files(stages, "-f");
   forced_format(a);
   for (const std::string& m : a.map) parse_stream_map(m);
   batch::CollectOptions co;
@@ -407,7 +418,7 @@ int batch_command(BatchArgs& b, RunArgs& a, const CLI::App& cli) {
     apply_item_options(t, it.options, it.where);
     if (!filters_checked[t.filters]) {
       try {
-        build_stages(t.filters);
+        refuse_stage_files(build_stages(t.filters), it.where);
       } catch (const ParseError& e) {
         throw Error(ErrorKind::Usage, it.where + ": " + e.pretty());
       }

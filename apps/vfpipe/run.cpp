@@ -520,7 +520,8 @@ int run_command(RunArgs& a, bool live) {
   for (const auto& st : stages)
     for (const std::string& f : st->output_files()) {
       check_output_is_not_input(a.input, f);
-      if (f == a.output) throw Error(ErrorKind::Usage, "'" + f + "' is both the output and " + st->name() + "'s file");
+      if (same_file(f, a.output))
+        throw Error(ErrorKind::Usage, "'" + f + "' is both the output and the file " + st->name() + " writes");
       check_overwrite(f, rule);
     }
   const std::optional<PixelFormat> forced = forced_format(a);
