@@ -161,6 +161,19 @@ TEST(Io, OutputsNeverDestroyAFileUnasked) {
               "/./both.y4m");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("is both the output and the file mmp writes"), std::string::npos) << r.out;
+  // The run's reports are written over what is there, but never over the input.
+  for (const std::string& opt : {" --report ", " --progress-file "}) {
+    r = run_cmd(run + " -o null" + opt + in);
+    EXPECT_EQ(r.rc, 2) << opt;
+    EXPECT_NE(r.out.find("is the input"), std::string::npos) << r.out;
+  }
+  const std::string json_in = dir + "/p.json";
+  std::filesystem::copy_file(in, json_in);
+  r = run_cmd(bin + " profile -q --device cpu -i " + json_in + " --prefix " + dir + "/p");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("is the input"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(in), before);
+  EXPECT_EQ(read_file(json_in), before);
   // mmp encode / decode and compress.
   r = run_cmd(bin + " mmp decode " + mmp + " -o " + mmp + " -y");
   EXPECT_EQ(r.rc, 2);

@@ -516,6 +516,11 @@ int run_command(RunArgs& a, bool live) {
   // Everything the user typed is validated before any input or output is opened.
   auto stages = build_stages(a.filters);
   check_output_is_not_input(a.input, a.output);
+  // The run's reports, written over whatever is there (as ffmpeg's -report and -progress),
+  // but never over the input.
+  for (const std::string& f : {a.report, a.progress_file}) check_output_is_not_input(a.input, f);
+  if (!a.profile.empty())
+    for (const char* ext : {".json", ".trace.json", ".html"}) check_output_is_not_input(a.input, a.profile + ext);
   const Overwrite rule = overwrite_rule(a.overwrite, a.no_overwrite);
   for (const auto& st : stages)
     for (const std::string& f : st->output_files()) {
