@@ -164,8 +164,9 @@ TEST(Parallel, SyntheticFramesDoNotDependOnThreads) {
 }
 
 // A paced source (30 fps) whose frames take well under the period: each frame leaves when
-// its work is done, so p99 end to end stays within the p99 of the work plus 5 ms (thread
-// hand-offs and scheduling on a noisy 2-core CI machine). Not a throughput test.
+// its work is done, so p99 end to end stays within the p99 of the work plus 10 ms (thread
+// hand-offs and scheduling on a noisy 2-core CI machine, where one frame in 60 was seen 7
+// ms late); a frame held until the next tick would be up to 33 ms late. Not a throughput test.
 TEST(Latency, CpuPacedSourceWaitsOnlyForItsWork) {
   if (VFPIPE_ASAN) GTEST_SKIP() << "a timing test: meaningless under AddressSanitizer";
   RunResult r = run_paced_live("synthetic=size=256x144:rate=30:realtime=1:frames=75:noise=gauss",
@@ -175,5 +176,5 @@ TEST(Latency, CpuPacedSourceWaitsOnlyForItsWork) {
   const LatencyP99 l = latency_p99(r.report, 15);
   ASSERT_EQ(l.frames, 60u);
   ASSERT_LT(l.work, 1000.0 / 30) << "the test needs work under the frame period";
-  EXPECT_LE(l.end_to_end, l.work + 5.0) << "p99 end to end " << l.end_to_end << " ms, p99 work " << l.work << " ms";
+  EXPECT_LE(l.end_to_end, l.work + 10.0) << "p99 end to end " << l.end_to_end << " ms, p99 work " << l.work << " ms";
 }
