@@ -762,29 +762,24 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   EXPECT_FALSE(fs::exists(d / "cut-out/broken.partial.y4m"));
 
   // Usage errors: exit 2, before anything runs.
-  r = run_cmd(kBin + " batch " + d / "a.y4m" + " -o '" + d / "u/{stme}.y4m'");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("^^^^^^"), std::string::npos) << r.out;
-  r = run_cmd(kBin + " batch " + d / "a.y4m");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("-o is required"), std::string::npos) << r.out;
+  const auto usage_error = [](const std::string& cmd, const std::string& says) {
+    const CmdResult u = run_cmd(cmd);
+    EXPECT_EQ(u.rc, 2) << cmd << ": " << u.out;
+    EXPECT_NE(u.out.find(says), std::string::npos) << cmd << ": " << u.out;
+  };
+  usage_error(kBin + " batch " + d / "a.y4m" + " -o '" + d / "u/{stme}.y4m'", "^^^^^^");
+  usage_error(kBin + " batch " + d / "a.y4m", "-o is required");
   write(d / "bad.csv", "input,speed\na.y4m,11\n");
-  r = run_cmd(kBin + " batch --list " + d / "bad.csv" + " -o '" + d / "u/{stem}.y4m'");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("bad.csv:2: unknown per-item option 'speed'"), std::string::npos) << r.out;
+  usage_error(kBin + " batch --list " + d / "bad.csv" + " -o '" + d / "u/{stem}.y4m'",
+              "bad.csv:2: unknown per-item option 'speed'");
   write(d / "badf.csv", "input,filters\na.y4m,median=radius=x\n");
-  r = run_cmd(kBin + " batch --list " + d / "badf.csv" + " -o '" + d / "u/{stem}.y4m'");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("badf.csv:2"), std::string::npos) << r.out;
+  usage_error(kBin + " batch --list " + d / "badf.csv" + " -o '" + d / "u/{stem}.y4m'", "badf.csv:2");
   // A stage's own file would be written by every item: refused, on the command line and per item.
-  r = run_cmd(kBin + " batch " + d / "a.y4m " + d / "b.y4m" + " -f mmp=lambda=40:file=" + d / "one.mmp" + " -o '" +
-              d / "u/{stem}.y4m' --device cpu");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("every item of a batch would write over"), std::string::npos) << r.out;
+  usage_error(kBin + " batch " + d / "a.y4m " + d / "b.y4m" + " -f mmp=lambda=40:file=" + d / "one.mmp" + " -o '" +
+                  d / "u/{stem}.y4m' --device cpu",
+              "every item of a batch would write over");
   write(d / "mf.csv", "input,filters\na.y4m,mmp=lambda=40:file=x.mmp\n");
-  r = run_cmd(kBin + " batch --list " + d / "mf.csv" + " -o '" + d / "u/{stem}.y4m' --device cpu");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("mf.csv:2"), std::string::npos) << r.out;
+  usage_error(kBin + " batch --list " + d / "mf.csv" + " -o '" + d / "u/{stem}.y4m' --device cpu", "mf.csv:2");
   EXPECT_FALSE(fs::exists(d / "one.mmp") || fs::exists(d / "x.mmp"));
   r = run_cmd(kBin + " batch " + d / "a.y4m" + " -o '" + d / "u/{stem}.y4m' --gpus 7 --device cpu --dry-run");
   EXPECT_EQ(r.rc, 0) << r.out;  // the CPU backend does not look at --gpus
