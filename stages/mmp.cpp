@@ -154,13 +154,15 @@ class MmpStage final : public Stage {
       deal_to_gpus();
       slots_.clear();
       for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<SlotBuffers>(spec_));
-      // Each frame in flight holds a thread of its own that waits (spinning) for its luma
-      // plane's rounds, so the pool (the rounds' coding and dictionary updates, the chroma
-      // planes) gets the cores left: on 16 cores with 8 frames in flight, 8 pool threads ran
-      // the 1080p clip 6-16% faster than 16, and 6 slower (docs/perf.md): at least half the
-      // cores. --threads N overrides it.
+      // Each frame in flight holds a thread of its own that waits for its luma plane's
+      // rounds, so the pool (the rounds' coding and dictionary updates, the chroma planes)
+      // gets the cores left, at least half of them: on 16 cores with 8 frames in flight, 8
+      // pool threads ran the 1080p clip 6-16% faster than 16, and 6 slower. More than two
+      // threads a frame in flight only wait and steal: on 64 cores one GPU's 8 frames ran
+      // 16-38% faster with 16 than with 56, and 24 no faster (docs/perf.md). --threads N overrides it.
       const int cores = available_cores();
-      if (!params_.carry) pool_threads_ = limit_default_cpu_threads(std::max(cores / 2, cores - slots));
+      if (!params_.carry)
+        pool_threads_ = limit_default_cpu_threads(std::min(std::max(cores / 2, cores - slots), 2 * slots));
       const char* e = std::getenv("VFP_MMP_STAGGER");
       stagger_blocks_ = e && std::string(e) == "0" ? 0 : mmp::frame_blocks(spec_, params_) / std::max(1, slots);
       return;
@@ -351,10 +353,16 @@ class MmpStage final : public Stage {
       throw OptionError(
           "gpus", log::format("mmp: gpus=%d: %d GPU%s visible%s", want, count, count == 1 ? "" : "s", why.c_str()));
     }
-    // VFP_MMP_SEARCHES_PER_GPU=k (for measurements and tests): k searches a GPU, each with
-    // its own lock, mirrors and round groups, the frames dealt to all of them in turn.
+    // k searches a GPU, each with its own lock, mirrors and round groups, the frames dealt
+    // to all of them in turn; with frames on several GPUs, two searches a GPU and host
+    // threads that sleep while they wait (8 frame threads a GPU spinning take the cores the
+    // pool needs): 9-19% faster on two H200s, on four from 9% slower to 24% faster across
+    // two machines (docs/perf.md). One GPU keeps one search and the runtime's wait (level
+    // there). VFP_MMP_SEARCHES_PER_GPU=k and VFP_CUDA_SCHEDULE, where set, win.
     const char* e = std::getenv("VFP_MMP_SEARCHES_PER_GPU");
-    const int per = e ? std::clamp(std::atoi(e), 1, 8) : 1;
+    const int per = e ? std::clamp(std::atoi(e), 1, 8) : want > 1 ? 2 : 1;
+    if (want > 1 && !std::getenv("VFP_CUDA_SCHEDULE") && !cuda::set_wait_mode("blocking"))
+      log::warn("mmp: gpus=%s: could not make host threads sleep while they wait for the GPUs", gpus_option_.c_str());
     const int first = cuda::current_device();
     for (int k = 0; k < per; ++k)
       for (int i = 0; i < want; ++i) {
@@ -373,7 +381,10 @@ class MmpStage final : public Stage {
 #endif
   std::string on_gpus() const {
 #if VFPIPE_HAVE_CUDA
-    if (gpu_count_ > 1) return log::format(" on %d GPUs", gpu_count_);
+    if (gpu_count_ > 1) {
+      const size_t per = searches_.size() / static_cast<size_t>(gpu_count_);
+      return log::format(" on %d GPUs", gpu_count_) + (per > 1 ? log::format(", %zu searches each", per) : "");
+    }
 #endif
     return "";
   }

@@ -18,6 +18,7 @@
 #include "codecs/mmp/postfilter.hpp"
 #include "codecs/mmp/search.hpp"
 #include "core/frame.hpp"
+#include "core/parallel.hpp"
 #include "gpu_test_util.hpp"
 #include "mmp_reference.hpp"
 #include "test_util.hpp"
@@ -702,8 +703,13 @@ TEST(Gpu, MmpStageGpusAreCountedAgainstTheMachine) {
     ASSERT_EQ(run.rc, 0) << run.out;
     EXPECT_EQ(test::run_cmd("cmp " + dir + "/cpu.y4m " + out).rc, 0) << "gpus=" << g;
     EXPECT_EQ(run.out.find("gpus=all") != std::string::npos, g != "1") << run.out;  // the step's label
+    // Frames on several GPUs take two searches a GPU by default.
     if (n > 1 && g != "1")
-      EXPECT_NE(run.out.find(" s on " + std::to_string(n) + " GPUs ("), std::string::npos) << run.out;
+      EXPECT_NE(run.out.find(" s on " + std::to_string(n) + " GPUs, 2 searches each ("), std::string::npos) << run.out;
+    // The pool: the cores the 8 frame threads leave, at least half, at most two a frame.
+    const int cores = available_cores(), pool = std::min(std::max(cores / 2, cores - 8), 16);
+    if (g == "1")
+      EXPECT_NE(run.out.find(", " + std::to_string(pool) + " CPU pool threads"), std::string::npos) << run.out;
   }
   std::filesystem::remove_all(dir);
 }
@@ -741,7 +747,7 @@ TEST(MultiGpu, MmpFramesOnEveryGpuGiveTheCpuBytes) {
     };
     stage("stage_cpu", "", "cpu");
     const std::string out = stage("stage_gpus", ":gpus=all", "cuda");
-    EXPECT_NE(out.find(" s on " + std::to_string(n) + " GPUs ("), std::string::npos) << out;
+    EXPECT_NE(out.find(" s on " + std::to_string(n) + " GPUs, 2 searches each ("), std::string::npos) << out;
     for (const char* ext : {".mmp", ".y4m"})
       EXPECT_EQ(test::read_file(dir + "/stage_cpu" + tile + ext), test::read_file(dir + "/stage_gpus" + tile + ext))
           << "tile " << tile << ext;
