@@ -707,7 +707,7 @@ TEST(Gpu, MmpStageGpusAreCountedAgainstTheMachine) {
     if (n > 1 && g != "1")
       EXPECT_NE(run.out.find(" s on " + std::to_string(n) + " GPUs, 2 searches each ("), std::string::npos) << run.out;
     // The pool: the cores the 8 frame threads leave, at least half, at most two a frame.
-    const int cores = available_cores(), pool = std::min(std::max(cores / 2, cores - 8), 16);
+    const int cores = available_cores(), pool = std::max(1, std::min(std::max(cores / 2, cores - 8), 16));
     if (g == "1")
       EXPECT_NE(run.out.find(", " + std::to_string(pool) + " CPU pool threads"), std::string::npos) << run.out;
   }
