@@ -152,6 +152,7 @@ void apply_commands(std::vector<Command>& cmds, int64_t frame, Chain& chain) {
   for (auto& c : cmds) {
     if (c.applied || c.frame > frame) continue;
     c.applied = true;
+    c.applied_at = frame;
     Stage& st = *find_target(c, chain).stage;
     Options o = merged(c, st, st.options());
     try {
@@ -161,6 +162,31 @@ void apply_commands(std::vector<Command>& cmds, int64_t frame, Chain& chain) {
     }
     log::debug("frame %lld: %s %s", static_cast<long long>(frame), st.name().c_str(), c.args.c_str());
   }
+}
+
+std::string commands_summary(const std::vector<Command>& cmds) {
+  if (cmds.empty()) return "";
+  constexpr int kListed = 4;
+  std::string done, missed;
+  int n_done = 0, n_missed = 0;
+  for (const Command& c : cmds) {
+    const bool ok = c.applied;
+    int& n = ok ? n_done : n_missed;
+    std::string& list = ok ? done : missed;
+    if (n++ < kListed) {
+      list += list.empty() ? "" : ", ";
+      list +=
+          ok ? log::format("frame %lld %s %s", static_cast<long long>(c.applied_at), c.target.c_str(), c.args.c_str())
+             : log::format("%s (frame %lld %s %s)", c.where.c_str(), static_cast<long long>(c.frame), c.target.c_str(),
+                           c.args.c_str());
+    } else if (n == kListed + 1) {
+      list += ", ...";
+    }
+  }
+  std::string line = log::format("sendcmd: %d of %zu commands applied", n_done, cmds.size());
+  if (n_done > 0) line += ": " + done + " (the steps above are named as the chain started)";
+  if (n_missed > 0) line += log::format("; %d not reached (the run ended before their frame): ", n_missed) + missed;
+  return line;
 }
 
 }  // namespace vfp

@@ -24,6 +24,7 @@ struct Command {
   std::string args;    // "key=value:key=value"
   std::string where;   // "file:line" for messages
   bool applied = false;
+  int64_t applied_at = -1;  // the frame it applied before (later than `frame` after drops)
 };
 
 // Parses a command file (LF or CRLF lines); returns the commands in frame order (file order
@@ -38,5 +39,9 @@ void validate_commands(const std::vector<Command>& cmds, Chain& chain);
 void apply_commands(std::vector<Command>& cmds, int64_t frame, Chain& chain);
 // Whether apply_commands(cmds, frame, ...) would apply any.
 bool commands_due(const std::vector<Command>& cmds, int64_t frame);
+// The run summary's line: how many commands applied and from which frame, and those whose
+// frame never came (the input ended first), so that none is lost without a word; the
+// first few of each are listed. Empty without commands.
+std::string commands_summary(const std::vector<Command>& cmds);
 
 }  // namespace vfp

@@ -210,9 +210,19 @@ TEST(Cli, SendcmdChangesOptionsFromTheGivenFrame) {
     const HostFrame& want = i < 5 ? fa : (i < 7 ? fb : fc);
     EXPECT_TRUE(fo.same_pixels(want)) << "frame " << i;
   }
+  // The summary names what applied; a command past the input's end is a warning, not lost.
+  std::ofstream(cmds) << "5 conv kernel=box:size=5\n70 #0 radius=2\n";
+  CmdResult r = run_cmd(kBin + " run --device cpu -i 'synthetic=size=96x64:frames=10:noise=gauss' " +
+                        "-f 'median,conv=identity' --sendcmd " + cmds + " -o null");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: sendcmd: 1 of 2 commands applied: frame 5 conv kernel=box:size=5"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("1 not reached (the run ended before their frame): " + cmds + ":2 (frame 70 #0 radius=2)"),
+            std::string::npos)
+      << r.out;
   // Mistakes in the file are reported with file:line before anything runs.
   std::ofstream(cmds) << "3 conv kernal=box\n";
-  CmdResult r = run_cmd(kBin + src + "-f conv --sendcmd " + cmds + " -o " + out + " -y");
+  r = run_cmd(kBin + src + "-f conv --sendcmd " + cmds + " -o " + out + " -y");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find(cmds + ":1: unknown option 'kernal'"), std::string::npos) << r.out;
   std::ofstream(cmds) << "3 blur radius=1\n";

@@ -112,3 +112,31 @@ TEST(Sendcmd, CommandsOfDroppedFramesApplyWithTheNextOne) {
   EXPECT_TRUE(c[0].applied);
   std::remove(p.c_str());
 }
+
+// The summary line says which commands applied from which frame and which the run ended
+// before, by file and line; long lists are cut after four.
+TEST(Sendcmd, SummaryNamesAppliedAndUnreachedCommands) {
+  Chain chain = chain_of("median");
+  EXPECT_EQ(commands_summary({}), "");
+  const std::string p = write_file("cmds_summary.txt", "3 median radius=4\n50 median radius=2\n");
+  std::vector<Command> c = load_commands(p);
+  validate_commands(c, chain);
+  apply_commands(c, 5, chain);  // frames 3 and 4 dropped: applied before frame 5
+  EXPECT_EQ(commands_summary(c),
+            "sendcmd: 1 of 2 commands applied: frame 5 median radius=4 (the steps above are "
+            "named as the chain started); 1 not reached (the run ended before their frame): " +
+                p + ":2 (frame 50 median radius=2)");
+  std::string many;
+  for (int f = 1; f <= 6; ++f) many += std::to_string(f) + " median radius=" + std::to_string(f) + "\n";
+  const std::string q = write_file("cmds_many.txt", many);
+  std::vector<Command> m = load_commands(q);
+  validate_commands(m, chain);
+  apply_commands(m, 6, chain);
+  const std::string line = commands_summary(m);
+  EXPECT_EQ(line.rfind("sendcmd: 6 of 6 commands applied: frame 6 median radius=1, frame 6 median radius=2, ", 0), 0)
+      << line;
+  EXPECT_NE(line.find("radius=4, ... (the steps"), std::string::npos) << line;
+  EXPECT_EQ(line.find("radius=5"), std::string::npos) << line;
+  std::remove(p.c_str());
+  std::remove(q.c_str());
+}

@@ -490,13 +490,19 @@ SourceOptions source_options(const RunArgs& a, Backend backend) {
 namespace {
 
 // The run's summary, reports and profile; the exit status (rethrows the run's error).
-int finish_run(RunResult& res, const RunArgs& a, const Chain& chain) {
+int finish_run(RunResult& res, const RunArgs& a, const Chain& chain, const std::vector<Command>& commands) {
   res.report.filters = a.filters;
   // A profiled run prints the profile's fuller table instead of the summary's.
   if (!a.quiet && res.report.frames_out > 0 && a.profile.empty()) std::fputs(res.report.text().c_str(), stderr);
   if (!a.quiet)
     for (size_t i = 0; i < chain.size(); ++i)
       if (const std::string r = chain.step(i).stage->report(); !r.empty()) std::fprintf(stderr, "  %s\n", r.c_str());
+  // A command whose frame never came is worth a warning when the input simply ended.
+  const bool missed = std::any_of(commands.begin(), commands.end(), [](const Command& c) { return !c.applied; });
+  if (!res.error && !res.report.interrupted && missed)
+    log::warn("%s", commands_summary(commands).c_str());
+  else if (!a.quiet && !commands.empty())
+    std::fprintf(stderr, "  %s\n", commands_summary(commands).c_str());
   if (!a.report.empty()) write_file(a.report, res.report.json(a.report_frames) + "\n", "report");
   if (!a.profile.empty() && res.report.frames_out > 0) write_profile(res.report, a, a.quiet);
   if (res.error) std::rethrow_exception(res.error);
@@ -608,7 +614,7 @@ int run_command(RunArgs& a, bool live) {
 #if VFPIPE_HAVE_GL
   if (display_sink) print_display_summary(a, *display_sink);
 #endif
-  return finish_run(res, a, chain);
+  return finish_run(res, a, chain, commands);
 }
 
 }  // namespace
