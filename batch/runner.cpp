@@ -266,6 +266,10 @@ class Batch {
       ItemResult res;
       try {
         res = fn_(job);
+      } catch (const Error& e) {
+        res.ok = false;
+        res.error = e.what();
+        res.unreadable_input = e.kind() == ErrorKind::Input;
       } catch (const std::exception& e) {
         res.ok = false;
         res.error = e.what();
@@ -327,8 +331,12 @@ class Batch {
       }
       if (has_output) remove_all_quiet(unit_of(tmp));
       keep(r);
-      // A damaged input stays damaged: no retry.
-      if (a < attempts && !res.damaged_input && !stop_new_.load()) {
+      // A damaged input stays damaged, and a local file that cannot be read fails the same
+      // way again: no retry (a URL or pipe may recover, so it is retried).
+      std::error_code not_a_file;
+      const bool same_again =
+          res.damaged_input || (res.unreadable_input && fs::is_regular_file(fs::path(it.input), not_a_file));
+      if (a < attempts && !same_again && !stop_new_.load()) {
         say(log::format("vfpipe batch: %s failed (attempt %d): %s; retrying", it.input.c_str(), attempt,
                         res.error.c_str()));
         std::lock_guard<std::mutex> lk(mu_);

@@ -18,8 +18,9 @@ namespace vfp::batch {
 // What one attempt at an item gives back.
 struct ItemResult {
   bool ok = false;
-  std::string error;           // why not: one line
-  bool damaged_input = false;  // the input broke after some frames were written (kept as NAME.partial.EXT)
+  std::string error;              // why not: one line
+  bool damaged_input = false;     // the input broke after some frames were written (kept as NAME.partial.EXT)
+  bool unreadable_input = false;  // the input could not be read at all (ErrorKind::Input, no frames)
   int64_t frames = 0;
   double seconds = 0;
   nlohmann::json details = nlohmann::json::object();  // per-stage times etc.: into the ledger and the report

@@ -404,6 +404,10 @@ struct FakeWork {
       std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms / 10));
       job.progress->frames.store(i + 1);
     }
+    if (name.rfind("unreadable", 0) == 0) {  // as the source's open throws it
+      --running;
+      throw Error(ErrorKind::Input, "cannot open input '" + job.item->input + "': Invalid data");
+    }
     if (job.write_to != "null") write(job.write_to, "OUT:" + job.item->input);
     r.frames = 10;
     if (name.rfind("fail", 0) == 0) {
@@ -506,16 +510,18 @@ TEST(BatchRunner, EveryItemOnceOutputsRenamedFailuresRecorded) {
 
 TEST(BatchRunner, RetriesThenGivesUp) {
   Folder d("retries");
-  auto items = make_items(d, {"flaky.mp4", "fail.mp4"}, "out/{stem}.mkv");
+  auto items = make_items(d, {"flaky.mp4", "fail.mp4", "unreadable.mp4"}, "out/{stem}.mkv");
   FakeWork work;
   work.flaky_failures = 2;
   BatchConfig cfg = quiet_config(d, 1);
   cfg.retries = 2;
   auto s = run_batch(items, cfg, std::ref(work));
   EXPECT_EQ(s.done, 1);
-  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.failed, 2);
   EXPECT_EQ(work.calls[d / "in/flaky.mp4"], 3);
   EXPECT_EQ(work.calls[d / "in/fail.mp4"], 3);
+  // A local file that cannot be read would fail the same way again: one attempt.
+  EXPECT_EQ(work.calls[d / "in/unreadable.mp4"], 1);
   EXPECT_TRUE(fs::exists(d / "out/flaky.mkv"));
 }
 

@@ -278,6 +278,7 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job, const
     } catch (const Error& e) {
       r.error = e.what();
       r.damaged_input = e.kind() == ErrorKind::Input && r.frames > 0;
+      r.unreadable_input = e.kind() == ErrorKind::Input && r.frames == 0;
     } catch (const std::exception& e) {
       r.error = e.what();
     }
