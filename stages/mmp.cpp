@@ -159,7 +159,7 @@ class MmpStage final : public Stage {
       // gets the cores left, at least half of them: on 16 cores with 8 frames in flight, 8
       // pool threads ran the 1080p clip 6-16% faster than 16, and 6 slower. More than two
       // threads a frame in flight only wait and steal: on 64 cores one GPU's 8 frames ran
-      // 16-38% faster with 16 than with 56, and 24 no faster (docs/perf.md). --threads N overrides it.
+      // 19-38% faster with 16 than with 56, and 24 no faster (docs/perf.md). --threads N overrides it.
       const int cores = available_cores();
       if (!params_.carry)
         pool_threads_ = limit_default_cpu_threads(std::min(std::max(cores / 2, cores - slots), 2 * slots));
