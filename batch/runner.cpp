@@ -269,7 +269,7 @@ class Batch {
       } catch (const Error& e) {
         res.ok = false;
         res.error = e.what();
-        res.unreadable_input = e.kind() == ErrorKind::Input;
+        res.input_error = e.kind() == ErrorKind::Input;
       } catch (const std::exception& e) {
         res.ok = false;
         res.error = e.what();
@@ -321,7 +321,7 @@ class Batch {
         return;
       }
       r["error"] = res.error;
-      if (res.damaged_input && has_output && present(unit_of(tmp)) && res.frames > 0) {
+      if (res.damaged_input() && has_output && present(unit_of(tmp))) {
         // The frames decoded around the damage are kept, never under the final name.
         const std::string partial = partial_output(it.output);
         remove_all_quiet(partial);
@@ -335,7 +335,7 @@ class Batch {
       // way again: no retry (a URL or pipe may recover, so it is retried).
       std::error_code not_a_file;
       const bool same_again =
-          res.damaged_input || (res.unreadable_input && fs::is_regular_file(fs::path(it.input), not_a_file));
+          res.damaged_input() || (res.input_error && fs::is_regular_file(fs::path(it.input), not_a_file));
       if (a < attempts && !same_again && !stop_new_.load()) {
         say(log::format("vfpipe batch: %s failed (attempt %d): %s; retrying", it.input.c_str(), attempt,
                         res.error.c_str()));

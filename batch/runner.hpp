@@ -18,12 +18,13 @@ namespace vfp::batch {
 // What one attempt at an item gives back.
 struct ItemResult {
   bool ok = false;
-  std::string error;              // why not: one line
-  bool damaged_input = false;     // the input broke after some frames were written (kept as NAME.partial.EXT)
-  bool unreadable_input = false;  // the input could not be read at all (ErrorKind::Input, no frames)
+  std::string error;         // why not: one line
+  bool input_error = false;  // the input failed (ErrorKind::Input): damaged or unreadable
   int64_t frames = 0;
   double seconds = 0;
   nlohmann::json details = nlohmann::json::object();  // per-stage times etc.: into the ledger and the report
+  // The input broke after some frames were written (they are kept as NAME.partial.EXT).
+  bool damaged_input() const { return input_error && frames > 0; }
 };
 
 // A running item's counters for the progress display (set by the item's thread).

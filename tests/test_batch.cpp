@@ -415,7 +415,7 @@ struct FakeWork {
       r.frames = 0;
     } else if (name.rfind("damaged", 0) == 0) {
       r.error = "damaged after frame 4";
-      r.damaged_input = true;
+      r.input_error = true;
       r.frames = 4;
     } else if (name.rfind("flaky", 0) == 0 && call <= flaky_failures) {
       r.error = "transient";
@@ -565,7 +565,7 @@ TEST(BatchRunner, ImageSequencesAreWrittenAsAWholeFolder) {
     }
     r.frames = 3;
     r.ok = job.item->input.find("damaged") == std::string::npos;
-    r.damaged_input = !r.ok;
+    r.input_error = !r.ok;
     r.error = r.ok ? "" : "damaged";
     return r;
   };

@@ -85,7 +85,6 @@ struct BatchArgs {
   std::string merge;
 };
 
-// Per-item options of a list file, applied over the command line's.
 // A stage's own output file (the mmp stage's file=) names one file for every item, which
 // the items would write over each other at once: refused before anything runs.
 void refuse_stage_files(const std::vector<std::unique_ptr<Stage>>& stages, const std::string& where) {
@@ -96,6 +95,7 @@ void refuse_stage_files(const std::vector<std::unique_ptr<Stage>>& stages, const
                                         "(vfpipe mmp encode codes one file to one .mmp)");
 }
 
+// Per-item options of a list file, applied over the command line's.
 void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& where) {
   for (const auto& [k, v] : o.items()) {
     const auto text = [&, key = k, val = v]() -> std::string {
@@ -277,8 +277,7 @@ batch::ItemResult run_item(const RunArgs& base, const batch::ItemJob& job, const
       std::rethrow_exception(res.error);
     } catch (const Error& e) {
       r.error = e.what();
-      r.damaged_input = e.kind() == ErrorKind::Input && r.frames > 0;
-      r.unreadable_input = e.kind() == ErrorKind::Input && r.frames == 0;
+      r.input_error = e.kind() == ErrorKind::Input;
     } catch (const std::exception& e) {
       r.error = e.what();
     }
