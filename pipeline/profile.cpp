@@ -309,9 +309,9 @@ ProfileSummary summarize_profile(const RunReport& r) {
 
 std::string profile_text(const RunReport& r, const ProfileSummary& p) {
   std::string t = log::format(
-      "profile: %zu frames counted (%d warm-up skipped%s), %.1f fps steady state, "
+      "profile: %zu frames counted (%s%s), %.1f fps steady state, "
       "backend %s (%s)\n",
-      p.counted, r.warmup,
+      p.counted, r.warmup_text().c_str(),
       r.records_evicted
           ? log::format(", %lld oldest records not kept", static_cast<long long>(r.records_evicted)).c_str()
           : "",
@@ -460,8 +460,8 @@ std::string html_report(const RunReport& r, const ProfileSummary& p) {
       ".frame{fill:none;stroke:#888}.bar{fill:#9ecae1}.cdf{fill:none;stroke:#d62728;stroke-width:1.5}"
       "</style></head><body>";
   h += "<h1>vfpipe profile</h1><p>" + esc(r.input) + " &rarr; <b>" + esc(r.chain) + "</b> &rarr; " + esc(r.output) +
-       "<br>backend " + esc(r.backend) + " (" + esc(r.device) + "), " +
-       log::format("%zu frames counted, %d warm-up frames skipped, %.1f fps steady state", p.counted, r.warmup, p.fps);
+       "<br>backend " + esc(r.backend) + " (" + esc(r.device) + "), " + log::format("%zu frames counted (", p.counted) +
+       esc(r.warmup_text()) + log::format("), %.1f fps steady state", p.fps);
   if (r.dropped) h += log::format(", %lld dropped", static_cast<long long>(r.dropped));
   if (p.hidden_copy_fraction >= 0)
     h += log::format("<br>copy/compute overlap: %.1f%% of copy time hidden behind compute",

@@ -71,8 +71,16 @@ std::string RunReport::text() const {
   };
   for (size_t i = 0; i < steps.size(); ++i) row(steps[i], step_summary(i));
   row("end-to-end (capture->output)", latency_summary());
-  if (warmup > 0) r += log::format("  (first %d frames skipped as warm-up)\n", warmup);
+  if (warmup > 0) r += "  (" + warmup_text() + ")\n";
   return r;
+}
+
+std::string RunReport::warmup_text() const {
+  if (warmup <= 0) return "no warm-up";
+  if (warmup_waived())
+    return log::format("warm-up of %d frames not applied: the run had only %lld, all counted", warmup,
+                       static_cast<long long>(frames_out));
+  return log::format("first %d frames skipped as warm-up", warmup);
 }
 
 std::string RunReport::json(bool per_frame) const {
@@ -95,6 +103,7 @@ std::string RunReport::json(bool per_frame) const {
   j["wall_s"] = wall_s;
   j["fps"] = fps();
   j["warmup"] = warmup;
+  j["warmup_applied"] = !warmup_waived();
   j["depth"] = depth;
   j["interrupted"] = interrupted;
   j["bytes_per_frame"] = {{"upload", bytes_up}, {"download", bytes_down}};

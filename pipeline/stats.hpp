@@ -63,11 +63,18 @@ struct RunReport {
   size_t bytes_up = 0, bytes_down = 0;  // per frame
 
   double fps() const { return wall_s > 0 ? frames_out / wall_s : 0; }
-  // Index of the first record in the statistics: warm-up frames still held are skipped.
+  // Index of the first record in the statistics: warm-up frames still held are skipped,
+  // unless that would leave none (a run no longer than its warm-up is summarized whole).
   size_t first_counted() const {
     const int64_t skip = warmup - records_evicted;
-    return skip > 0 ? static_cast<size_t>(skip) : 0;
+    return skip > 0 && static_cast<size_t>(skip) < frames.size() ? static_cast<size_t>(skip) : 0;
   }
+  // True when the warm-up was not applied because the run had no frames after it.
+  bool warmup_waived() const {
+    return warmup > 0 && !frames.empty() && warmup - records_evicted >= static_cast<int64_t>(frames.size());
+  }
+  // "10 warm-up frames skipped", or why none were.
+  std::string warmup_text() const;
   Summary step_summary(size_t i) const;
   Summary latency_summary() const;  // capture -> output, ms
   std::string text() const;         // the human summary table

@@ -111,6 +111,27 @@ TEST(Profile, WarmupCountsEvictedRecords) {
   EXPECT_EQ(r.first_counted(), 0u);
 }
 
+TEST(Profile, RunNoLongerThanItsWarmupIsCountedWhole) {
+  RunReport r = hand_report(10, 10);
+  r.frames_out = 10;
+  EXPECT_TRUE(r.warmup_waived());
+  EXPECT_EQ(r.first_counted(), 0u);
+  const ProfileSummary p = summarize_profile(r);
+  EXPECT_EQ(p.counted, 10u);
+  EXPECT_GT(p.fps, 0);
+  EXPECT_NE(profile_text(r, p).find("10 frames counted (warm-up of 10 frames not applied: the run had only 10"),
+            std::string::npos);
+  EXPECT_NE(r.text().find("not applied"), std::string::npos);
+  EXPECT_FALSE(nlohmann::json::parse(r.json(false))["warmup_applied"].get<bool>());
+  // One frame past the warm-up is enough to apply it.
+  r = hand_report(11, 10);
+  r.frames_out = 11;
+  EXPECT_FALSE(r.warmup_waived());
+  EXPECT_EQ(summarize_profile(r).counted, 1u);
+  EXPECT_NE(r.text().find("first 10 frames skipped as warm-up"), std::string::npos);
+  EXPECT_TRUE(nlohmann::json::parse(r.json(false))["warmup_applied"].get<bool>());
+}
+
 TEST(Profile, EngineKeepsTheNewestRecordsInOrder) {
   FrameSpec spec{PixelFormat::GRAY8, 32, 16, {25, 1}};
   TestSource src(spec, 23);

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -273,13 +274,16 @@ Backend choose_backend(const std::string& device, const std::vector<std::unique_
 
 namespace {
 
+// The profile's files: PREFIX + each of these (write_profile writes them in this order).
+constexpr std::array<const char*, 3> kProfileFiles = {".json", ".trace.json", ".html"};
+
 // The profile's table on stderr and its three files.
 void write_profile(const RunReport& r, const RunArgs& a, bool quiet) {
   const ProfileSummary p = summarize_profile(r);
   if (!quiet) std::fputs(profile_text(r, p).c_str(), stderr);
-  write_file(a.profile + ".json", profile_json(r, p, true).dump(1) + "\n", "profile");
-  write_file(a.profile + ".trace.json", chrome_trace_json(r, static_cast<size_t>(a.trace_frames)) + "\n", "trace");
-  write_file(a.profile + ".html", html_report(r, p), "report");
+  write_file(a.profile + kProfileFiles[0], profile_json(r, p, true).dump(1) + "\n", "profile");
+  write_file(a.profile + kProfileFiles[1], chrome_trace_json(r, static_cast<size_t>(a.trace_frames)) + "\n", "trace");
+  write_file(a.profile + kProfileFiles[2], html_report(r, p), "report");
   if (!quiet)
     std::fprintf(stderr, "  wrote %s.json, %s.trace.json (open in ui.perfetto.dev), %s.html\n", a.profile.c_str(),
                  a.profile.c_str(), a.profile.c_str());
@@ -526,7 +530,7 @@ int run_command(RunArgs& a, bool live) {
   // but never over the input.
   for (const std::string& f : {a.report, a.progress_file}) check_output_is_not_input(a.input, f);
   if (!a.profile.empty())
-    for (const char* ext : {".json", ".trace.json", ".html"}) check_output_is_not_input(a.input, a.profile + ext);
+    for (const char* ext : kProfileFiles) check_output_is_not_input(a.input, a.profile + ext);
   const Overwrite rule = overwrite_rule(a.overwrite, a.no_overwrite);
   for (const auto& st : stages)
     for (const std::string& f : st->output_files()) {
