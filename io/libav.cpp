@@ -17,6 +17,7 @@
 #include "core/log.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/convert_ops.hpp"
+#include "io/audio.hpp"
 #include "io/rate.hpp"
 #include "io/stream_map.hpp"
 #if VFPIPE_HAVE_CUDA
@@ -854,17 +855,23 @@ class LibavSource final : public Source {
 };
 
 // The input's other streams (audio, subtitles, data, attachments; -map's choice), copied
-// packet by packet from the source's demuxer, in step with the video.
+// packet by packet from the source's demuxer, in step with the video; audio re-encoded
+// where -c:a asks for it or the container cannot hold it as it is.
 class StreamCopier {
  public:
   // Chooses the streams the output can hold and claims them from the input: at the output's
-  // creation, before the source reads a packet.
-  StreamCopier(std::shared_ptr<LibavInput> in, const AVOutputFormat* of, bool audio) : in_(std::move(in)) {
+  // creation, before the source reads a packet. `audio_codec`: "" (copy where the container
+  // holds it, else re-encode to its own audio codec), "copy", or an encoder's name.
+  StreamCopier(std::shared_ptr<LibavInput> in, const AVOutputFormat* of, const VideoOptions& opt) : in_(std::move(in)) {
+    const bool copy_only = opt.audio_codec == "copy";
+    const AVCodec* asked = nullptr;  // -c:a's encoder, for every audio stream
+    if (opt.audio && !copy_only && !opt.audio_codec.empty()) asked = find_audio_encoder(opt.audio_codec, of);
     for (const LibavInput::Stream& s : in_->others) {
       const char* type = av_get_media_type_string(s.type);
       type = type ? type : "unknown";
       const char* name = avcodec_get_name(s.par->codec_id);
-      if (s.type == AVMEDIA_TYPE_AUDIO && !audio) continue;
+      const bool audio = s.type == AVMEDIA_TYPE_AUDIO;
+      if (audio && !opt.audio) continue;
       if (s.type == AVMEDIA_TYPE_VIDEO && !in_->mapped) {
         log::warn(
             "video stream #%d (%s) left out: vfpipe filters one video stream (-map 0 copies a cover picture, "
@@ -872,7 +879,28 @@ class StreamCopier {
             s.index, name);
         continue;
       }
-      if (avformat_query_codec(of, s.par->codec_id, FF_COMPLIANCE_NORMAL) != 1) {
+      const bool fits = avformat_query_codec(of, s.par->codec_id, FF_COMPLIANCE_NORMAL) == 1;
+      const AVCodec* enc = asked;
+      if (audio && !fits && !enc && !copy_only) {
+        // As ffmpeg: audio the container cannot hold becomes its own audio codec.
+        try {
+          enc = find_audio_encoder("", of);
+        } catch (const Error& e) {
+          log::warn("audio stream #%d (%s): %s", s.index, name, e.what());
+        }
+        if (enc)
+          log::info(
+              "audio stream #%d (%s) cannot go into a %s file as it is: re-encoded as %s (-c:a copy leaves it "
+              "out)",
+              s.index, name, of->name, avcodec_get_name(enc->id));
+      }
+      if (enc && !avcodec_find_decoder(s.par->codec_id)) {
+        const std::string what = log::format("audio stream #%d (%s): this libavcodec cannot decode it", s.index, name);
+        if (asked) throw Error(ErrorKind::Usage, "-c:a " + opt.audio_codec + ": " + what + " (use -c:a copy)");
+        log::warn("%s: left out (use .mkv, or -an to drop audio)", what.c_str());
+        continue;
+      }
+      if (!fits && !enc) {
         const std::string what =
             log::format("%s stream #%d (%s) cannot go into a %s file", type, s.index, name, of->name);
         if (in_->mapped) throw Error(ErrorKind::Usage, "-map: " + what + " (use .mkv, or map it out)");
@@ -880,25 +908,45 @@ class StreamCopier {
         continue;
       }
       chosen_.push_back(s.index);
-      copied_.push_back(std::string(type) + " " + name);
+      if (enc)
+        transcoders_[s.index] = std::make_unique<AudioTranscoder>(s.par, s.time_base, enc, opt.audio_bitrate);
+      else
+        copied_[s.index] = std::string(type) + " " + name + " copied";
     }
     in_->claim(chosen_);
   }
-  const std::vector<std::string>& copied() const { return copied_; }
+  // "audio aac copied", "audio aac re-encoded as opus (48000 Hz stereo, 128 kb/s)", in order.
+  std::vector<std::string> carried() const {
+    std::vector<std::string> c;
+    for (int i : chosen_) {
+      const auto t = transcoders_.find(i);
+      c.push_back(t != transcoders_.end() ? "audio " + t->second->describe() : copied_.at(i));
+    }
+    return c;
+  }
 
   // The output's streams for the chosen ones, after the video stream, in the chosen order.
   void add_streams(AVFormatContext* out) {
     for (int i : chosen_) {
       const LibavInput::Stream* s = in_->stream(i);
       AVStream* o = avformat_new_stream(out, nullptr);
-      if (!o || avcodec_parameters_copy(o->codecpar, s->par) < 0)
-        throw Error(ErrorKind::OutOfMemory, "an output stream");
-      o->codecpar->codec_tag = 0;
-      o->time_base = s->time_base;
+      if (!o) throw Error(ErrorKind::OutOfMemory, "an output stream");
+      if (const auto t = transcoders_.find(i); t != transcoders_.end()) {
+        t->second->open(out, o);
+      } else {
+        if (avcodec_parameters_copy(o->codecpar, s->par) < 0) throw Error(ErrorKind::OutOfMemory, "an output stream");
+        o->codecpar->codec_tag = 0;
+        o->time_base = s->time_base;
+      }
       o->disposition = s->disposition;
       av_dict_copy(&o->metadata, s->metadata, 0);
       map_[i] = o->index;
     }
+  }
+
+  // The re-encoded streams' last samples, once every packet is in (before the trailer).
+  void finish() {
+    for (auto& [index, t] : transcoders_) t->finish();
   }
 
   // Writes the copied streams' packets up to `until` seconds of the input.
@@ -919,6 +967,10 @@ class StreamCopier {
       const int64_t shift = av_rescale_q(static_cast<int64_t>(std::llround(in_->origin * 1e6)), {1, 1000000}, tb);
       if (p->pts != AV_NOPTS_VALUE) p->pts -= shift;
       if (p->dts != AV_NOPTS_VALUE) p->dts -= shift;
+      if (const auto t = transcoders_.find(p->stream_index); t != transcoders_.end()) {
+        t->second->send(p);
+        continue;
+      }
       av_packet_rescale_ts(p, tb, out->streams[idx->second]->time_base);
       p->stream_index = idx->second;
       p->pos = -1;
@@ -929,9 +981,10 @@ class StreamCopier {
 
  private:
   std::shared_ptr<LibavInput> in_;
-  std::vector<int> chosen_;  // input stream indices
-  std::map<int, int> map_;   // input stream -> output stream
-  std::vector<std::string> copied_;
+  std::vector<int> chosen_;                                      // input stream indices
+  std::map<int, int> map_;                                       // input stream -> output stream
+  std::map<int, std::string> copied_;                            // input stream -> "audio aac copied"
+  std::map<int, std::unique_ptr<AudioTranscoder>> transcoders_;  // input stream -> its encoder
 };
 
 const AVCodec* default_encoder(const AVOutputFormat* of, bool lossless) {
@@ -1005,7 +1058,7 @@ class LibavSink final : public Sink {
         if (std::find(accepted_.begin(), accepted_.end(), f) == accepted_.end()) accepted_.push_back(f);
     if (accepted_.empty())
       throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " encoder takes none of vfpipe's pixel formats");
-    if (opt_.input) copier_ = std::make_unique<StreamCopier>(opt_.input, of, opt_.audio);
+    if (opt_.input) copier_ = std::make_unique<StreamCopier>(opt_.input, of, opt_);
     if (opt_.rate.num > 0) slots_ = std::make_unique<RateSlots>(opt_.rate);
   }
   ~LibavSink() override {
@@ -1096,7 +1149,10 @@ class LibavSink final : public Sink {
       log::info("%s: %s", path_.c_str(), slots_->summary().c_str());
     }
     send(nullptr);
-    if (copier_) copier_->pump(oc_, std::numeric_limits<double>::infinity());
+    if (copier_) {
+      copier_->pump(oc_, std::numeric_limits<double>::infinity());
+      copier_->finish();
+    }
     const int e = av_write_trailer(oc_);
     const int ce = (oc_->oformat->flags & AVFMT_NOFILE) ? 0 : avio_closep(&oc_->pb);
     if (e < 0 || ce < 0)
@@ -1108,7 +1164,7 @@ class LibavSink final : public Sink {
     std::string d = path_ + " (" + enc_->name;
     if (enc_ctx_.c) d += std::string(", ") + av_get_pix_fmt_name(enc_ctx_.c->pix_fmt);
     if (copier_)
-      for (const std::string& c : copier_->copied()) d += ", " + c + " copied";
+      for (const std::string& c : copier_->carried()) d += ", " + c;
     if (opt_.rate.num > 0) d += log::format(", -r %d/%d", opt_.rate.num, opt_.rate.den);
     return d + ")";
   }

@@ -1,8 +1,9 @@
-// Video files and streams through FFmpeg's libraries (libavformat, libavcodec, libswscale):
-// demux + decode into the frame's own format, encode + mux with the codec and quality the
-// user asks for, and everything else the input had carried over: audio, subtitle and data
-// streams (copied, not re-encoded), per-frame timestamps (variable frame rate too), the
-// colour description, and metadata (docs/video-io.md).
+// Video files and streams through FFmpeg's libraries (libavformat, libavcodec, libswscale,
+// libswresample): demux + decode into the frame's own format, encode + mux with the codec and
+// quality the user asks for, and everything else the input had carried over: audio, subtitle
+// and data streams (copied; audio re-encoded with -c:a or where the container cannot hold
+// it), per-frame timestamps (variable frame rate too), the colour description, and metadata
+// (docs/video-io.md).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -71,7 +72,10 @@ struct VideoOptions {
   int64_t bitrate = 0;                // -b:v, bits per second
   int gop = -1;                       // -g
   std::string codec_params;           // -x264-params / -x265-params / -svtav1-params: key=value:...
-  bool audio = true;                  // copy the input's audio (-an: false)
+  bool audio = true;                  // carry the input's audio over (-an: false)
+  std::string audio_codec;            // -c:a: "" (copied where the container holds it, else re-encoded
+                                      // to its own audio codec), "copy", or an encoder (aac, libopus, ...)
+  int64_t audio_bitrate = 0;          // -b:a, bits per second (0: 64 kb/s a channel, lossy encoders)
   Rational rate{0, 1};                // -r: constant output rate, frames duplicated or dropped by
                                       // their timestamps (0: the input's own timing)
   int threads = 0;                    // the encoder's threads (0: libavcodec picks, by the cores)

@@ -5,7 +5,7 @@
 set -euo pipefail
 PKGS=(cmake ninja-build g++ pkg-config
       libopencv-dev          # camera, image sequences
-      libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # video files and streams
+      libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev  # video files and streams
       libffmpeg-nvenc-dev    # NVDEC's own API (nv-codec-headers), used in CUDA builds
       libcli11-dev nlohmann-json3-dev libgtest-dev
       libtbb-dev             # oneTBB: the CPU thread pool

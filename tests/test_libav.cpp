@@ -97,6 +97,77 @@ TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   for (const auto& p : {in, out}) std::remove(p.c_str());
 }
 
+// Audio re-encoded, as ffmpeg does it: where the container cannot hold the input's codec
+// (AAC in WebM: Opus), or every audio stream with -c:a. The samples are the input's (a lossless
+// encoder gives back ffmpeg's own decoding of the input), in step with the video, cut by -ss/-t
+// as the video is; -c:a copy keeps the old rule (left out, with a warning); bad names are
+// usage errors before any output exists.
+TEST(Libav, AudioIsReencodedWhereAskedOrNeeded) {
+  REQUIRE_LIBAV();
+  const std::string in = av_clip(), webm = tmp_path("reenc.webm"), mkv = tmp_path("reenc.mkv");
+  auto audio = [&](const std::string& f) {
+    return probe(f, "-select_streams a -show_entries stream=codec_name,sample_rate,channels:stream_tags=language");
+  };
+  auto duration = [&](const std::string& f, const char* type) {
+    const std::string d = run_cmd("ffprobe -v error -select_streams " + std::string(type) +
+                                  " -show_entries packet=pts_time,duration_time -of csv=p=0 " + f +
+                                  " | awk -F, 'NF>1{e=$1+$2} END{print e}'")
+                              .out;
+    return d.empty() ? -1.0 : std::stod(d);
+  };
+  CmdResult r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 50 -f median -o " + webm);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("audio stream #1 (aac) cannot go into a webm file as it is: re-encoded as opus"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("audio aac re-encoded as opus (48000 Hz mono, 64 kb/s)"), std::string::npos) << r.out;
+  EXPECT_EQ(audio(webm), "opus,48000,1,eng\n");
+  // 50 frames are 2 s: the audio is cut where the video ends, as a copy would be.
+  EXPECT_NEAR(duration(webm, "a"), 2.0, 0.08);
+  EXPECT_NEAR(duration(webm, "v"), 2.0, 0.05);
+
+  // A lossless encoder: the samples are ffmpeg's decoding of the input's AAC, as 16-bit.
+  r = run_cmd(kBin + " run --no-progress -y -i " + in + " -c:a flac -o " + mkv);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(audio(mkv), "flac,44100,1,eng\n");
+  const std::string pcm_in = tmp_path("reenc_in.pcm"), pcm_out = tmp_path("reenc_out.pcm");
+  ASSERT_EQ(run_cmd("ffmpeg -v error -y -i " + in + " -map 0:a -f s16le " + pcm_in).rc, 0);
+  ASSERT_EQ(run_cmd("ffmpeg -v error -y -i " + mkv + " -map 0:a -f s16le " + pcm_out).rc, 0);
+  EXPECT_GT(std::filesystem::file_size(pcm_in), 4u * 44100 * 2 - 4096);
+  EXPECT_EQ(run_cmd("cmp " + pcm_in + " " + pcm_out).rc, 0) << "the re-encoded samples differ from the input's";
+
+  // -ss and -t cut the re-encoded audio with the video; -b:a sets its rate.
+  r = run_cmd(kBin + " run --no-progress -y -i " + in + " -ss 1 -t 2 -c:a libopus -b:a 48k -o " + mkv);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("re-encoded as opus (48000 Hz mono, 48 kb/s)"), std::string::npos) << r.out;
+  EXPECT_NEAR(duration(mkv, "a"), 2.0, 0.08);
+
+  // -c:a copy: the old rule, a warning and no audio.
+  r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 10 -c:a copy -o " + webm);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("audio stream #1 (aac) cannot go into a webm file: left out"), std::string::npos) << r.out;
+  EXPECT_EQ(probe(webm, "-show_entries stream=codec_type"), "video\n");
+  // -an wins over -c:a.
+  r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 10 -an -c:a libopus -o " + mkv);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(probe(mkv, "-show_entries stream=codec_type"), "video\n");
+
+  // Mistakes, before anything is written.
+  const std::string none = tmp_path("reenc_none.mkv");
+  std::remove(none.c_str());
+  for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"-c:a nosuch -o " + none, "-c:a nosuch: no such audio encoder"},
+           {"-c:a libx264 -o " + none, "-c:a libx264: no such audio encoder"},
+           {"-c:a aac -o " + tmp_path("reenc_none.webm"), "-c:a aac: a webm file cannot hold aac audio"},
+           {"-b:a 12q -o " + none, "-b:a: expected a bit rate"}}) {
+    r = run_cmd(kBin + " run --no-progress -y -i " + in + " " + args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(msg), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(none)) << args;
+  }
+  for (const auto& p : {in, webm, mkv, pcm_in, pcm_out}) std::remove(p.c_str());
+}
+
 // Outputs that hold video only (Y4M, PNG, .mmp) say which of the input's streams they leave
 // out, one line each (-an: the audio silently); -map's explicit choice is refused instead.
 TEST(Libav, VideoOnlyOutputsNameTheStreamsTheyLeaveOut) {

@@ -146,12 +146,16 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       a.rate = text();
     else if (k == "an" || k == "no_audio")
       a.no_audio = flag();
+    else if (k == "c:a" || k == "audio_codec")
+      a.audio_codec = text();
+    else if (k == "b:a" || k == "audio_bitrate")
+      a.audio_bitrate = text();
     else if (k == "codec_params")
       a.codec_params = text();
     else
       throw Error(ErrorKind::Usage, where + ": unknown per-item option '" + k +
                                         "' (known: filters, codec, crf, preset, b:v, g, pix_fmt, ss, t, to, frames, r, "
-                                        "an, codec_params, output)");
+                                        "an, c:a, b:a, codec_params, output)");
   }
 }
 

@@ -125,6 +125,11 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "duplicated or dropped by their timestamps");
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
   c->add_flag("--no-audio", a.no_audio, "(-an) leave the input's audio out of a video output (kept by default)");
+  c->add_option("--audio-codec", a.audio_codec,
+                "(-c:a) the audio of a video output: copy, or an encoder (aac, libopus, libvorbis, libmp3lame, flac, "
+                "...); default: copied where the container holds it, else re-encoded to its own audio codec");
+  c->add_option("--audio-bitrate", a.audio_bitrate,
+                "(-b:a) bit rate of re-encoded audio, e.g. 128k (default: 64k a channel)");
   c->add_option("--map", a.map,
                 "(-map, repeatable) the input's streams in the output, as ffmpeg: 0 (all), 0:v:1 (the video stream "
                 "to filter), 0:a, 0:s:0?, -0:a:1 (leave out); default: the best video stream and every other stream "
@@ -312,14 +317,15 @@ int compare_command(const std::vector<std::string>& files, double threshold) {
 }
 
 // "5M", "800k", "2500000": bits per second.
-int64_t parse_bitrate(const std::string& s) {
+int64_t parse_bitrate(const std::string& s, const char* option) {
   if (s.empty()) return 0;
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   const std::string unit = end;
   const double mul = unit.empty() ? 1 : unit == "k" || unit == "K" ? 1e3 : unit == "M" ? 1e6 : unit == "G" ? 1e9 : -1;
   if (end == s.c_str() || mul < 0 || !(v > 0) || v * mul > 1e12)
-    throw Error(ErrorKind::Usage, "-b:v: expected a bit rate such as 5M, 800k or 2500000, got '" + s + "'");
+    throw Error(ErrorKind::Usage,
+                std::string(option) + ": expected a bit rate such as 5M, 800k or 2500000, got '" + s + "'");
   return static_cast<int64_t>(v * mul);
 }
 
@@ -335,10 +341,12 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.deflate_reference = a.deflate_engine == "vfpipe";
   ko.video.crf = a.crf;
   ko.video.preset = a.preset;
-  ko.video.bitrate = parse_bitrate(a.bitrate);
+  ko.video.bitrate = parse_bitrate(a.bitrate, "-b:v");
   ko.video.gop = a.gop;
   ko.video.codec_params = a.codec_params;
   ko.video.audio = !a.no_audio;
+  ko.video.audio_codec = a.audio_codec;
+  ko.video.audio_bitrate = parse_bitrate(a.audio_bitrate, "-b:a");
   ko.video.threads = a.codec_threads;
   ko.video.movflags = a.movflags;
   if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))

@@ -38,6 +38,7 @@ struct RunArgs {
   int crf = -1, gop = -1;
   std::string rate;  // -r
   std::string preset, bitrate, codec_params;
+  std::string audio_codec, audio_bitrate;  // -c:a, -b:a
   bool no_audio = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
   double start = 0, duration = -1, to = -1;
   std::string loglevel, progress_file;

@@ -1,0 +1,297 @@
+#include "io/audio.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+extern "C" {
+#include <libavutil/channel_layout.h>
+#include <libavutil/samplefmt.h>
+}
+
+namespace vfp {
+
+namespace {
+
+std::string averr(int e) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(e, buf, sizeof buf);
+  return buf;
+}
+
+std::string layout_name(const AVChannelLayout& l) {
+  char buf[64] = {0};
+  if (av_channel_layout_describe(&l, buf, sizeof buf) < 0) return log::format("%d channels", l.nb_channels);
+  return buf;
+}
+
+// A layout the resampler can map: one with only a channel count becomes that count's default.
+void usable_layout(const AVChannelLayout& in, AVChannelLayout* out) {
+  if (in.order == AV_CHANNEL_ORDER_UNSPEC || in.nb_channels == 0)
+    av_channel_layout_default(out, in.nb_channels > 0 ? in.nb_channels : 2);
+  else
+    av_channel_layout_copy(out, &in);
+}
+
+// The rate the encoder takes nearest above the input's (Opus: 44.1 kHz -> 48 kHz).
+int encoder_rate(const AVCodec* enc, int want) {
+  if (!enc->supported_samplerates) return want;
+  int above = 0, best_below = 0;
+  for (const int* r = enc->supported_samplerates; *r; ++r) {
+    if (*r == want) return want;
+    if (*r > want && (above == 0 || *r < above)) above = *r;
+    if (*r < want && *r > best_below) best_below = *r;
+  }
+  return above ? above : best_below;
+}
+
+AVSampleFormat encoder_sample_format(const AVCodec* enc, AVSampleFormat want) {
+  if (!enc->sample_fmts) return want;
+  for (const AVSampleFormat* f = enc->sample_fmts; *f != AV_SAMPLE_FMT_NONE; ++f)
+    if (*f == want) return want;
+  return enc->sample_fmts[0];
+}
+
+// The input's layout if the encoder has it, else one of its layouts with as many channels,
+// else its first.
+void encoder_layout(const AVCodec* enc, const AVChannelLayout& want, AVChannelLayout* out) {
+  if (!enc->ch_layouts) {
+    av_channel_layout_copy(out, &want);
+    return;
+  }
+  const AVChannelLayout* same_count = nullptr;
+  for (const AVChannelLayout* l = enc->ch_layouts; l->nb_channels; ++l) {
+    if (av_channel_layout_compare(l, &want) == 0) {
+      av_channel_layout_copy(out, l);
+      return;
+    }
+    if (!same_count && l->nb_channels == want.nb_channels) same_count = l;
+  }
+  av_channel_layout_copy(out, same_count ? same_count : &enc->ch_layouts[0]);
+}
+
+}  // namespace
+
+const AVCodec* find_audio_encoder(const std::string& name, const AVOutputFormat* of) {
+  const AVCodec* enc = nullptr;
+  if (!name.empty()) {
+    enc = avcodec_find_encoder_by_name(name.c_str());
+    if (!enc || enc->type != AVMEDIA_TYPE_AUDIO)
+      throw Error(ErrorKind::Usage, "-c:a " + name + ": no such audio encoder in this libavcodec (try aac, libopus, "
+                                                     "libvorbis, libmp3lame, flac, or copy)");
+  } else {
+    // The container's own choice (avcodec_find_encoder prefers a non-experimental encoder).
+    enc = of->audio_codec != AV_CODEC_ID_NONE ? avcodec_find_encoder(of->audio_codec) : nullptr;
+    if (!enc || avformat_query_codec(of, enc->id, FF_COMPLIANCE_NORMAL) != 1)
+      for (const char* n : {"aac", "libopus", "libvorbis", "libmp3lame", "flac"}) {
+        const AVCodec* c = avcodec_find_encoder_by_name(n);
+        if (c && avformat_query_codec(of, c->id, FF_COMPLIANCE_NORMAL) == 1) {
+          enc = c;
+          break;
+        }
+      }
+    if (!enc) throw Error(ErrorKind::Usage, std::string("no audio encoder for a ") + of->name + " file (use -an)");
+  }
+  if (avformat_query_codec(of, enc->id, FF_COMPLIANCE_NORMAL) == 0)
+    throw Error(ErrorKind::Usage, std::string("-c:a ") + enc->name + ": a " + of->name + " file cannot hold " +
+                                      avcodec_get_name(enc->id) + " audio");
+  return enc;
+}
+
+AudioTranscoder::AudioTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc, int64_t bitrate)
+    : in_tb_(in_tb), enc_(enc), bitrate_(bitrate) {
+  par_ = avcodec_parameters_alloc();
+  frame_ = av_frame_alloc();
+  converted_ = av_frame_alloc();
+  chunk_ = av_frame_alloc();
+  pkt_ = av_packet_alloc();
+  if (!par_ || !frame_ || !converted_ || !chunk_ || !pkt_ || avcodec_parameters_copy(par_, in) < 0)
+    throw Error(ErrorKind::OutOfMemory, "an audio encoder");
+}
+
+AudioTranscoder::~AudioTranscoder() {
+  avcodec_parameters_free(&par_);
+  avcodec_free_context(&dec_);
+  avcodec_free_context(&ctx_);
+  swr_free(&swr_);
+  if (fifo_) av_audio_fifo_free(fifo_);
+  av_frame_free(&frame_);
+  av_frame_free(&converted_);
+  av_frame_free(&chunk_);
+  av_packet_free(&pkt_);
+  av_channel_layout_uninit(&swr_layout_);
+}
+
+void AudioTranscoder::open(AVFormatContext* out, AVStream* st) {
+  out_ = out;
+  st_ = st;
+  const char* in_name = avcodec_get_name(par_->codec_id);
+  const AVCodec* dec = avcodec_find_decoder(par_->codec_id);
+  if (!dec) throw Error(ErrorKind::Input, std::string("no decoder for the input's ") + in_name + " audio (use -an)");
+  dec_ = avcodec_alloc_context3(dec);
+  if (!dec_ || avcodec_parameters_to_context(dec_, par_) < 0)
+    throw Error(ErrorKind::OutOfMemory, "an audio decoder");
+  dec_->pkt_timebase = in_tb_;
+  if (int e = avcodec_open2(dec_, dec, nullptr); e < 0)
+    throw Error(ErrorKind::Input, std::string("cannot decode the input's ") + in_name + " audio: " + averr(e));
+
+  ctx_ = avcodec_alloc_context3(enc_);
+  if (!ctx_) throw Error(ErrorKind::OutOfMemory, "an audio encoder");
+  AVChannelLayout in_layout{};
+  usable_layout(dec_->ch_layout, &in_layout);
+  encoder_layout(enc_, in_layout, &ctx_->ch_layout);
+  av_channel_layout_uninit(&in_layout);
+  ctx_->sample_rate = encoder_rate(enc_, dec_->sample_rate > 0 ? dec_->sample_rate : 48000);
+  ctx_->sample_fmt = encoder_sample_format(enc_, dec_->sample_fmt);
+  ctx_->time_base = {1, ctx_->sample_rate};
+  const AVCodecDescriptor* d = avcodec_descriptor_get(enc_->id);
+  const bool lossless = d && (d->props & AV_CODEC_PROP_LOSSLESS);
+  // Lossy encoders: -b:a, else 64 kb/s a channel (128 kb/s stereo), at most 320.
+  if (!lossless) ctx_->bit_rate = bitrate_ > 0 ? bitrate_ : std::min<int64_t>(64000LL * ctx_->ch_layout.nb_channels, 320000);
+  if (enc_->capabilities & AV_CODEC_CAP_EXPERIMENTAL) ctx_->strict_std_compliance = FF_COMPLIANCE_EXPERIMENTAL;
+  if (out->oformat->flags & AVFMT_GLOBALHEADER) ctx_->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  if (int e = avcodec_open2(ctx_, enc_, nullptr); e < 0)
+    throw Error(ErrorKind::Usage, std::string("-c:a ") + enc_->name + ": the encoder refused " +
+                                      std::to_string(ctx_->sample_rate) + " Hz " + layout_name(ctx_->ch_layout) +
+                                      ": " + averr(e));
+  if (avcodec_parameters_from_context(st->codecpar, ctx_) < 0) throw Error(ErrorKind::OutOfMemory, "an audio stream");
+  st->codecpar->codec_tag = 0;
+  st->time_base = ctx_->time_base;
+  fifo_ = av_audio_fifo_alloc(ctx_->sample_fmt, ctx_->ch_layout.nb_channels, 4096);
+  if (!fifo_) throw Error(ErrorKind::OutOfMemory, "an audio buffer");
+}
+
+void AudioTranscoder::send(const AVPacket* p) {
+  const int e = avcodec_send_packet(dec_, p);
+  if (e < 0 && e != AVERROR(EAGAIN) && e != AVERROR_EOF) {
+    // A damaged packet costs its own samples only, as in ffmpeg.
+    if (decode_errors_++ == 0)
+      log::warn("audio stream #%d: a damaged %s packet left out (%s)", st_->index, avcodec_get_name(par_->codec_id),
+                averr(e).c_str());
+    return;
+  }
+  while (true) {
+    const int r = avcodec_receive_frame(dec_, frame_);
+    if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return;
+    if (r < 0) {
+      if (decode_errors_++ == 0) log::warn("audio stream #%d: a frame could not be decoded (%s)", st_->index, averr(r).c_str());
+      continue;
+    }
+    decoded(frame_);
+    av_frame_unref(frame_);
+  }
+}
+
+void AudioTranscoder::configure_resampler(const AVFrame* f) {
+  AVChannelLayout layout{};
+  usable_layout(f->ch_layout, &layout);
+  if (swr_ && f->sample_rate == swr_rate_ && f->format == swr_format_ &&
+      av_channel_layout_compare(&layout, &swr_layout_) == 0) {
+    av_channel_layout_uninit(&layout);
+    return;
+  }
+  if (swr_) {  // the input changed: what the old one holds goes out first
+    resample(nullptr);
+    swr_free(&swr_);
+  }
+  if (swr_alloc_set_opts2(&swr_, &ctx_->ch_layout, ctx_->sample_fmt, ctx_->sample_rate, &layout,
+                          static_cast<AVSampleFormat>(f->format), f->sample_rate, 0, nullptr) < 0 ||
+      swr_init(swr_) < 0) {
+    av_channel_layout_uninit(&layout);
+    throw Error(ErrorKind::Input, log::format("cannot convert the input's audio (%d Hz, %s) for the %s encoder",
+                                              f->sample_rate, layout_name(f->ch_layout).c_str(), enc_->name));
+  }
+  swr_rate_ = f->sample_rate;
+  swr_format_ = f->format;
+  av_channel_layout_uninit(&swr_layout_);
+  swr_layout_ = layout;
+}
+
+void AudioTranscoder::decoded(AVFrame* f) {
+  configure_resampler(f);
+  if (next_pts_ == AV_NOPTS_VALUE) {
+    // The first samples keep their time: audio that starts after the video stays in step.
+    const int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+    next_pts_ = ts != AV_NOPTS_VALUE ? av_rescale_q(ts, in_tb_, ctx_->time_base) : 0;
+  }
+  resample(f);
+  drain_fifo(false);
+}
+
+void AudioTranscoder::make_buffer(AVFrame* f, int samples) {
+  av_frame_unref(f);
+  f->nb_samples = samples;
+  f->format = ctx_->sample_fmt;
+  av_channel_layout_copy(&f->ch_layout, &ctx_->ch_layout);
+  f->sample_rate = ctx_->sample_rate;
+  if (av_frame_get_buffer(f, 0) < 0) throw Error(ErrorKind::OutOfMemory, "an audio frame");
+}
+
+void AudioTranscoder::resample(const AVFrame* in) {
+  const int cap = swr_get_out_samples(swr_, in ? in->nb_samples : 0);
+  if (cap <= 0) return;
+  make_buffer(converted_, cap);
+  const int n = swr_convert(swr_, converted_->extended_data, cap,
+                            in ? const_cast<const uint8_t**>(in->extended_data) : nullptr, in ? in->nb_samples : 0);
+  if (n < 0) throw Error(ErrorKind::Input, "cannot convert the input's audio: " + averr(n));
+  if (n > 0 && av_audio_fifo_write(fifo_, reinterpret_cast<void**>(converted_->extended_data), n) < n)
+    throw Error(ErrorKind::OutOfMemory, "an audio buffer");
+}
+
+// Whole encoder frames from the buffer; with `all`, the rest as a last, shorter one.
+void AudioTranscoder::drain_fifo(bool all) {
+  const bool any_size = ctx_->frame_size <= 0 || (enc_->capabilities & AV_CODEC_CAP_VARIABLE_FRAME_SIZE);
+  const int size = any_size ? 4096 : ctx_->frame_size;
+  while (true) {
+    const int have = av_audio_fifo_size(fifo_);
+    if (have == 0 || (have < size && !all && !any_size)) return;
+    const int n = std::min(have, size);
+    // An encoder that needs whole frames to the end gets the last one padded with silence.
+    const bool pad = n < size && !any_size && !(enc_->capabilities & AV_CODEC_CAP_SMALL_LAST_FRAME);
+    make_buffer(chunk_, pad ? size : n);
+    if (av_audio_fifo_read(fifo_, reinterpret_cast<void**>(chunk_->extended_data), n) < n)
+      throw Error(ErrorKind::Internal, "the audio buffer gave fewer samples than it holds");
+    if (pad)
+      av_samples_set_silence(chunk_->extended_data, n, size - n, ctx_->ch_layout.nb_channels, ctx_->sample_fmt);
+    chunk_->pts = next_pts_;
+    next_pts_ += n;
+    encode(chunk_);
+  }
+}
+
+void AudioTranscoder::encode(AVFrame* f) {
+  if (int e = avcodec_send_frame(ctx_, f); e < 0 && e != AVERROR_EOF)
+    throw Error(ErrorKind::Output, std::string("audio encoding (") + enc_->name + ") failed: " + averr(e));
+  while (true) {
+    const int r = avcodec_receive_packet(ctx_, pkt_);
+    if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return;
+    if (r < 0) throw Error(ErrorKind::Output, std::string("audio encoding (") + enc_->name + ") failed: " + averr(r));
+    av_packet_rescale_ts(pkt_, ctx_->time_base, st_->time_base);
+    pkt_->stream_index = st_->index;
+    if (int e = av_interleaved_write_frame(out_, pkt_); e < 0)
+      throw Error(ErrorKind::Output, std::string("cannot write an audio packet: ") + averr(e));
+  }
+}
+
+void AudioTranscoder::finish() {
+  if (finished_ || !ctx_) return;
+  finished_ = true;
+  send(nullptr);  // the decoder's last frames
+  if (swr_) resample(nullptr);
+  drain_fifo(true);
+  encode(nullptr);
+  if (decode_errors_ > 1)
+    log::warn("audio stream #%d: %lld damaged packets or frames left out", st_->index,
+              static_cast<long long>(decode_errors_));
+}
+
+std::string AudioTranscoder::describe() const {
+  std::string d = std::string(avcodec_get_name(par_->codec_id)) + " re-encoded as " + avcodec_get_name(enc_->id);
+  if (!ctx_) return d;
+  d += log::format(" (%d Hz %s", ctx_->sample_rate, layout_name(ctx_->ch_layout).c_str());
+  if (ctx_->bit_rate > 0) d += log::format(", %lld kb/s", static_cast<long long>(ctx_->bit_rate / 1000));
+  return d + ")";
+}
+
+}  // namespace vfp
