@@ -50,7 +50,7 @@ for size in ("1920x1080", "3840x2160"):
         p50, p99, w99, late = [], [], [], []
         for i in range(1, rounds + 1):
             r = json.load(open(f"{out}/lat_{side}_{size}_{i}.json"))
-            fr = r["frames"][r["warmup"]:]
+            fr = r["frames"][r["warmup"] if r.get("warmup_applied", True) else 0:]
             e2e = [(f["output_ns"] - f["capture_ns"]) / 1e6 for f in fr]
             p50.append(q(e2e, 50)); p99.append(q(e2e, 99)); w99.append(q([sum(f["step_ms"]) for f in fr], 99))
             # Frames that waited more than 1 ms beyond their own work: the machine's jitter.

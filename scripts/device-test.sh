@@ -102,7 +102,7 @@ lat_line() {
   python3 - "$1" "$2" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-fr = [f for f in r["frames"]][r["warmup"]:]
+fr = r["frames"][r["warmup"] if r.get("warmup_applied", True) else 0:]
 e2e = sorted((f["output_ns"] - f["capture_ns"]) / 1e6 for f in fr)
 work = sorted(sum(f["step_ms"]) for f in fr)
 q = lambda v, p: v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
