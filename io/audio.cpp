@@ -41,7 +41,7 @@ int encoder_rate(const AVCodec* enc, int want) {
   for (const int* r = enc->supported_samplerates; *r; ++r) {
     if (*r == want) return want;
     if (*r > want && (above == 0 || *r < above)) above = *r;
-    if (*r < want && *r > best_below) best_below = *r;
+    if (*r<want&& * r> best_below) best_below = *r;
   }
   return above ? above : best_below;
 }
@@ -78,8 +78,9 @@ const AVCodec* find_audio_encoder(const std::string& name, const AVOutputFormat*
   if (!name.empty()) {
     enc = avcodec_find_encoder_by_name(name.c_str());
     if (!enc || enc->type != AVMEDIA_TYPE_AUDIO)
-      throw Error(ErrorKind::Usage, "-c:a " + name + ": no such audio encoder in this libavcodec (try aac, libopus, "
-                                                     "libvorbis, libmp3lame, flac, or copy)");
+      throw Error(ErrorKind::Usage, "-c:a " + name +
+                                        ": no such audio encoder in this libavcodec (try aac, libopus, "
+                                        "libvorbis, libmp3lame, flac, or copy)");
   } else {
     // The container's own choice (avcodec_find_encoder prefers a non-experimental encoder).
     enc = of->audio_codec != AV_CODEC_ID_NONE ? avcodec_find_encoder(of->audio_codec) : nullptr;
@@ -130,8 +131,7 @@ void AudioTranscoder::open(AVFormatContext* out, AVStream* st) {
   const AVCodec* dec = avcodec_find_decoder(par_->codec_id);
   if (!dec) throw Error(ErrorKind::Input, std::string("no decoder for the input's ") + in_name + " audio (use -an)");
   dec_ = avcodec_alloc_context3(dec);
-  if (!dec_ || avcodec_parameters_to_context(dec_, par_) < 0)
-    throw Error(ErrorKind::OutOfMemory, "an audio decoder");
+  if (!dec_ || avcodec_parameters_to_context(dec_, par_) < 0) throw Error(ErrorKind::OutOfMemory, "an audio decoder");
   dec_->pkt_timebase = in_tb_;
   if (int e = avcodec_open2(dec_, dec, nullptr); e < 0)
     throw Error(ErrorKind::Input, std::string("cannot decode the input's ") + in_name + " audio: " + averr(e));
@@ -148,13 +148,14 @@ void AudioTranscoder::open(AVFormatContext* out, AVStream* st) {
   const AVCodecDescriptor* d = avcodec_descriptor_get(enc_->id);
   const bool lossless = d && (d->props & AV_CODEC_PROP_LOSSLESS);
   // Lossy encoders: -b:a, else 64 kb/s a channel (128 kb/s stereo), at most 320.
-  if (!lossless) ctx_->bit_rate = bitrate_ > 0 ? bitrate_ : std::min<int64_t>(64000LL * ctx_->ch_layout.nb_channels, 320000);
+  if (!lossless)
+    ctx_->bit_rate = bitrate_ > 0 ? bitrate_ : std::min<int64_t>(64000LL * ctx_->ch_layout.nb_channels, 320000);
   if (enc_->capabilities & AV_CODEC_CAP_EXPERIMENTAL) ctx_->strict_std_compliance = FF_COMPLIANCE_EXPERIMENTAL;
   if (out->oformat->flags & AVFMT_GLOBALHEADER) ctx_->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   if (int e = avcodec_open2(ctx_, enc_, nullptr); e < 0)
     throw Error(ErrorKind::Usage, std::string("-c:a ") + enc_->name + ": the encoder refused " +
-                                      std::to_string(ctx_->sample_rate) + " Hz " + layout_name(ctx_->ch_layout) +
-                                      ": " + averr(e));
+                                      std::to_string(ctx_->sample_rate) + " Hz " + layout_name(ctx_->ch_layout) + ": " +
+                                      averr(e));
   if (avcodec_parameters_from_context(st->codecpar, ctx_) < 0) throw Error(ErrorKind::OutOfMemory, "an audio stream");
   st->codecpar->codec_tag = 0;
   st->time_base = ctx_->time_base;
@@ -175,7 +176,8 @@ void AudioTranscoder::send(const AVPacket* p) {
     const int r = avcodec_receive_frame(dec_, frame_);
     if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return;
     if (r < 0) {
-      if (decode_errors_++ == 0) log::warn("audio stream #%d: a frame could not be decoded (%s)", st_->index, averr(r).c_str());
+      if (decode_errors_++ == 0)
+        log::warn("audio stream #%d: a frame could not be decoded (%s)", st_->index, averr(r).c_str());
       continue;
     }
     decoded(frame_);
@@ -252,8 +254,7 @@ void AudioTranscoder::drain_fifo(bool all) {
     make_buffer(chunk_, pad ? size : n);
     if (av_audio_fifo_read(fifo_, reinterpret_cast<void**>(chunk_->extended_data), n) < n)
       throw Error(ErrorKind::Internal, "the audio buffer gave fewer samples than it holds");
-    if (pad)
-      av_samples_set_silence(chunk_->extended_data, n, size - n, ctx_->ch_layout.nb_channels, ctx_->sample_fmt);
+    if (pad) av_samples_set_silence(chunk_->extended_data, n, size - n, ctx_->ch_layout.nb_channels, ctx_->sample_fmt);
     chunk_->pts = next_pts_;
     next_pts_ += n;
     encode(chunk_);

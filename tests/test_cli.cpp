@@ -284,6 +284,34 @@ TEST(Cli, MemoryHungryRequestsFailClearly) {
   EXPECT_NO_THROW(check_host_memory(1 << 20, "a test"));
 }
 
+// `live` plays a file (here the synthetic source, which keeps no time of its own) at its
+// frame rate, as a player does, so its frames are shown, not dropped; --no-realtime reads
+// it as fast as the chain goes; -re paces `run` too.
+TEST(Cli, LivePlaysAFileAtItsRate) {
+  auto timed = [](const std::string& cmd, double* seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CmdResult r = run_cmd(cmd);
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  };
+  double s = 0;
+  CmdResult r = timed(kBin + " live --no-display -i synthetic=size=32x16:frames=6:rate=20 -o null", &s);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GE(s, 0.25) << r.out;  // frame 5 at 5 / 20 s
+  EXPECT_NE(r.out.find("at its 20 frames/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("6 frames in"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("dropped"), std::string::npos) << r.out;
+  // Paced, 40 frames at 2 frames/s would take 19.5 s.
+  r = timed(kBin + " live --no-display --no-realtime -i synthetic=size=32x16:frames=40:rate=2 -o null", &s);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_LT(s, 10) << r.out;
+  r = timed(kBin + " run -re -i synthetic=size=32x16:frames=6:rate=20 -o null", &s);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_GE(s, 0.25) << r.out;
+  r = run_cmd(kBin + " run -re --no-realtime -i synthetic=size=32x16:frames=1 -o null");
+  EXPECT_EQ(r.rc, 2) << r.out;
+}
+
 // Rough edges a new user met: each gives one clear line and the right status.
 TEST(Cli, RoughEdgesGiveClearErrors) {
   CmdResult r = run_cmd(kBin + " compress " + ::testing::TempDir());

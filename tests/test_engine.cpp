@@ -132,6 +132,40 @@ TEST(Engine, StopFlagFinishesCleanly) {
   EXPECT_EQ(sink.closes, 1);
 }
 
+// -re: frame n is read no earlier than n / fps after the first, so a live run of a file
+// drops nothing when the chain keeps up; a stop is seen while the source waits.
+TEST(Engine, PacedSourceReadsAtTheGivenRate) {
+  TestSource src(kSpec, 11);
+  CaptureSink sink(0, false);
+  EngineConfig cfg;
+  cfg.policy = Policy::Live;
+  cfg.pace_fps = 100;
+  RunResult r = run(src, sink, "null", cfg);
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.report.frames_out, 11);
+  EXPECT_EQ(r.report.dropped, 0);
+  ASSERT_EQ(r.report.frames.size(), 11u);
+  const int64_t t0 = r.report.frames[0].read_ns;
+  for (size_t n = 0; n < r.report.frames.size(); ++n)
+    EXPECT_GE(r.report.frames[n].read_ns - t0, static_cast<int64_t>(n) * 10'000'000 - 100'000) << n;
+
+  TestSource endless(kSpec, 1000000);
+  CaptureSink sink2(0, false);
+  std::atomic<int> stop{0};
+  cfg.pace_fps = 0.5;  // two seconds between frames
+  cfg.stop = &stop;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop = 2;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  r = run(endless, sink2, "null", cfg);
+  t.join();
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.report.frames_out, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+}
+
 TEST(Engine, MaxFramesAndTimingRecords) {
   TestSource src(kSpec, 100);
   CaptureSink sink(0, false);

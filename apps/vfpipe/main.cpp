@@ -64,6 +64,7 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-x265-params", "--codec-params"},
                                                               {"-svtav1-params", "--codec-params"},
                                                               {"-an", "--no-audio"},
+                                                              {"-re", "--realtime"},
                                                               {"-c:a", "--audio-codec"},
                                                               {"-acodec", "--audio-codec"},
                                                               {"-codec:a", "--audio-codec"},

@@ -238,6 +238,10 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
   c->add_flag("--report-frames", a.report_frames, "include every frame's timings in the report");
   c->add_option("--warmup", a.warmup, "leave the first N frames out of the statistics")->check(CLI::Range(0, 1000000));
   c->add_option("--size", a.size, "capture size to request from a camera, WxH");
+  auto* re = c->add_flag("--realtime", a.realtime,
+                         "(-re) read the input at its own frame rate, as a player does (the default of 'live' for "
+                         "files, pipes, image sequences and the synthetic source)");
+  c->add_flag("--no-realtime", a.no_realtime, "read the input as fast as the chain takes it (live too)")->excludes(re);
   c->add_option("--sendcmd", a.sendcmd,
                 "change filter options at given frames; FILE lines: 'FRAME FILTER key=value:...' "
                 "(FILTER: a name or #N), e.g. '30 conv kernel=sharpen'");
@@ -456,6 +460,18 @@ EngineConfig engine_config(const RunArgs& a, bool live, Backend backend, const S
   cfg.completion = a.completion == "hostfunc" ? Completion::HostFunc : Completion::Event;
   cfg.queue = a.queue;
   cfg.max_frames = a.frames;
+  // A camera or a paced synthetic source keeps its own time; anything else is read as fast
+  // as the chain takes it, unless -re or `live` (a window plays a file at its rate).
+  if (a.realtime || (!a.no_realtime && live && !src.is_live())) {
+    const double fps = src.spec().fps.value();
+    if (fps > 0) {
+      cfg.pace_fps = fps;
+      if (!a.realtime)
+        log::info("playing %s at its %.4g frames/s (--no-realtime: as fast as the chain goes)", a.input.c_str(), fps);
+    } else {
+      log::warn("-re: the input has no frame rate; it is read as fast as the chain goes");
+    }
+  }
   cfg.warmup = a.warmup;
   cfg.max_records = a.profile_frames;
   cfg.stop = &stop_flag();

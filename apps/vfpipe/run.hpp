@@ -27,6 +27,8 @@ struct RunArgs {
   double fps = 0;
   int64_t frames = -1;
   int depth = 0, queue = 4, warmup = 0, trace_frames = 600;  // depth 0: default_depth()
+  // -re: read at the input's rate; --no-realtime: as fast as possible; neither: by command (live paces files)
+  bool realtime = false, no_realtime = false;
   std::string completion = "event";
   size_t profile_frames = 100000;
   bool report_frames = false, no_progress = false, quiet = false, verbose = false;
