@@ -1,9 +1,11 @@
 #include "core/filter_parser.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -230,9 +232,19 @@ std::vector<std::unique_ptr<Stage>> build_stages(const std::string& text, const 
     if (!info) {
       std::vector<std::string> names;
       for (const auto& s : reg.all()) names.push_back(s.name);
-      throw ParseError(log::format("unknown filter '%s' (available: %s; see 'vfpipe filters')", f.name.c_str(),
-                                   join(names, ", ").c_str()),
-                       text, f.name_pos, f.name.size());
+      // ffmpeg's -f names the container; vfpipe's -f is the filter chain (ffmpeg's -vf).
+      static const char* const kContainers[] = {"mp4",    "mov", "mkv",          "matroska", "webm",
+                                                "avi",    "y4m", "yuv4mpegpipe", "rawvideo", "image2",
+                                                "mpegts", "flv", "gif",          "png",      "h264"};
+      const bool container = std::find_if(std::begin(kContainers), std::end(kContainers),
+                                          [&](const char* c) { return f.name == c; }) != std::end(kContainers);
+      throw ParseError(
+          log::format("unknown filter '%s' (available: %s; see 'vfpipe filters')%s", f.name.c_str(),
+                      join(names, ", ").c_str(),
+                      container ? ". vfpipe's -f is the filter chain (ffmpeg's -vf): the output's container "
+                                  "comes from its file name (-o out.mp4)"
+                                : ""),
+          text, f.name_pos, f.name.size());
     }
     Options opts = bind_options(info->options, f, text, "filter '" + info->name + "'");
     std::unique_ptr<Stage> st;

@@ -88,6 +88,10 @@ TEST(FilterParser, UnknownFilterAndOptionArePointedAt) {
   std::string msg;
   EXPECT_EQ(error_pos("null,blur=3", &msg), 5u);
   EXPECT_NE(msg.find("unknown filter 'blur'"), std::string::npos);
+  EXPECT_EQ(msg.find("container"), std::string::npos);
+  // ffmpeg's -f mp4 (a container) typed as vfpipe's -f (filters): the message says which is which.
+  EXPECT_EQ(error_pos("mp4", &msg), 0u);
+  EXPECT_NE(msg.find("vfpipe's -f is the filter chain (ffmpeg's -vf)"), std::string::npos) << msg;
   EXPECT_EQ(error_pos("null,format=pix=gray", &msg), 12u);
   EXPECT_NE(msg.find("unknown option 'pix'"), std::string::npos);
   EXPECT_EQ(error_pos("format=gray:yuv420p", &msg), 12u);
