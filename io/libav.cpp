@@ -880,7 +880,7 @@ class StreamCopier {
         continue;
       }
       const bool fits = avformat_query_codec(of, s.par->codec_id, FF_COMPLIANCE_NORMAL) == 1;
-      const AVCodec* enc = asked;
+      const AVCodec* enc = audio ? asked : nullptr;
       if (audio && !fits && !enc && !copy_only) {
         // As ffmpeg: audio the container cannot hold becomes its own audio codec.
         try {

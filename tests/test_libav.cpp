@@ -524,6 +524,10 @@ TEST(Libav, MapChoosesTheStreams) {
   EXPECT_NE(r.out.find("cannot go into"), std::string::npos) << r.out;
   ASSERT_EQ(run_cmd(kBin + " run -q -i " + with_subs + " -map 0 -o " + out).rc, 0);
   EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\naudio\naudio\nsubtitle\n");
+  // -c:a re-encodes the audio streams only: the subtitles are still copied.
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + with_subs + " -map 0 -c:a libopus -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type,codec_name"),
+            "h264,video\nopus,audio\nopus,audio\nass,subtitle\n");
   for (const auto& p : {in, out, srt, with_subs}) std::remove(p.c_str());
 }
 
