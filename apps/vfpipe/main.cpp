@@ -76,12 +76,18 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-loglevel", "--loglevel"},
                                                               {"-progress", "--progress-file"},
                                                               {"-vf", "--vf"},
+                                                              {"-filter:v", "--vf"},
                                                               {"-r", "--rate"},
                                                               {"-hwaccel", "--hwaccel"},
                                                               {"-hwaccel_output_format", "--hwaccel-output-format"},
                                                               {"-map", "--map"},
                                                               {"-movflags", "--movflags"}};
   std::vector<std::string> args(argv, argv + argc);
+  // Habits with nothing to do here (vfpipe prints no banner and reads no keys from stdin);
+  // CLI11 would read -hide_banner as the short options -h -i -d ...
+  args.erase(std::remove_if(args.begin() + 1, args.end(),
+                            [](const std::string& a) { return a == "-hide_banner" || a == "-nostdin"; }),
+             args.end());
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)
       if (args[i] == from) args[i] = to;
