@@ -312,11 +312,12 @@ TEST(Cli, LivePlaysAFileAtItsRate) {
   EXPECT_EQ(r.rc, 2) << r.out;
 }
 
-// ffmpeg habits that mean nothing to vfpipe are accepted: -hide_banner and -nostdin (which
-// CLI11 alone would read as -h -i -d ...), -filter:v for -vf.
+// ffmpeg habits are accepted: -hide_banner, -nostdin and -stats, which mean nothing here
+// (CLI11 alone would read -hide_banner as -h -i -d ...), -filter:v for -vf, -threads N for
+// the codecs' threads (not -t hreads).
 TEST(Cli, FfmpegHabitsWithoutMeaningAreAccepted) {
-  const CmdResult r =
-      run_cmd(kBin + " run -hide_banner -nostdin -i synthetic=size=32x16:frames=3 -filter:v median -o null");
+  const CmdResult r = run_cmd(
+      kBin + " run -hide_banner -nostdin -stats -threads 2 -i synthetic=size=32x16:frames=3 -filter:v median -o null");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("median(3x3)"), std::string::npos) << r.out;
   EXPECT_EQ(run_cmd(kBin + " -hide_banner info").rc, 0);

@@ -77,17 +77,20 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-progress", "--progress-file"},
                                                               {"-vf", "--vf"},
                                                               {"-filter:v", "--vf"},
+                                                              {"-threads", "--codec-threads"},
                                                               {"-r", "--rate"},
                                                               {"-hwaccel", "--hwaccel"},
                                                               {"-hwaccel_output_format", "--hwaccel-output-format"},
                                                               {"-map", "--map"},
                                                               {"-movflags", "--movflags"}};
   std::vector<std::string> args(argv, argv + argc);
-  // Habits with nothing to do here (vfpipe prints no banner and reads no keys from stdin);
+  // Habits with nothing to do here (vfpipe prints no banner, reads no keys from stdin and
+  // shows its progress anyway);
   // CLI11 would read -hide_banner as the short options -h -i -d ...
-  args.erase(std::remove_if(args.begin() + 1, args.end(),
-                            [](const std::string& a) { return a == "-hide_banner" || a == "-nostdin"; }),
-             args.end());
+  args.erase(
+      std::remove_if(args.begin() + 1, args.end(),
+                     [](const std::string& a) { return a == "-hide_banner" || a == "-nostdin" || a == "-stats"; }),
+      args.end());
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)
       if (args[i] == from) args[i] = to;

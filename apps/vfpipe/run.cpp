@@ -167,9 +167,10 @@ void add_common_options(CLI::App* c, RunArgs& a) {
        "host memory)")
       ->check(CLI::IsMember({"auto", "cuda", "host"}))
       ->capture_default_str();
-  c->add_option("--codec-threads", a.codec_threads,
-                "threads of the video decoder and of the encoder (0: libavcodec picks by the cores; batch: the "
-                "cores shared among its pipelines)")
+  c->add_option(
+       "--codec-threads", a.codec_threads,
+       "(-threads) threads of the video decoder and of the encoder (0: libavcodec picks by the cores; batch: the "
+       "cores shared among its pipelines)")
       ->check(CLI::Range(0, 1024));
   c->add_option("--fps", a.fps, "frame rate of an image-sequence input, or to request from a camera")
       ->check(CLI::Range(0.0, 10000.0));
@@ -654,7 +655,8 @@ void add_run_commands(CLI::App& app, Subcommands& out) {
   auto* run = app.add_subcommand("run", "process a file, pipe or generated stream (batch: nothing is dropped)");
   add_run_options(run, *run_args, false);
   run->footer(kExamples);
-  auto* live = app.add_subcommand("live", "process a camera (or any source) keeping the newest frame; counts drops");
+  auto* live = app.add_subcommand(
+      "live", "show a camera, or a file played at its rate, in a window; the newest frame wins, drops are counted");
   add_run_options(live, *live_args, false);  // camera=0 when no -i
   live->footer(kLiveHelp);
   auto prof_args = std::make_shared<RunArgs>();
