@@ -100,8 +100,8 @@ const AVCodec* find_audio_encoder(const std::string& name, const AVOutputFormat*
   return enc;
 }
 
-AudioTranscoder::AudioTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc, int64_t bitrate)
-    : in_tb_(in_tb), enc_(enc), bitrate_(bitrate) {
+AudioTranscoder::AudioTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc, AudioTarget target)
+    : in_tb_(in_tb), enc_(enc), target_(target) {
   par_ = avcodec_parameters_alloc();
   frame_ = av_frame_alloc();
   converted_ = av_frame_alloc();
@@ -138,18 +138,34 @@ void AudioTranscoder::open(AVFormatContext* out, AVStream* st) {
 
   ctx_ = avcodec_alloc_context3(enc_);
   if (!ctx_) throw Error(ErrorKind::OutOfMemory, "an audio encoder");
-  AVChannelLayout in_layout{};
-  usable_layout(dec_->ch_layout, &in_layout);
-  encoder_layout(enc_, in_layout, &ctx_->ch_layout);
-  av_channel_layout_uninit(&in_layout);
-  ctx_->sample_rate = encoder_rate(enc_, dec_->sample_rate > 0 ? dec_->sample_rate : 48000);
+  AVChannelLayout want{};
+  if (target_.channels > 0)
+    av_channel_layout_default(&want, target_.channels);
+  else
+    usable_layout(dec_->ch_layout, &want);
+  encoder_layout(enc_, want, &ctx_->ch_layout);
+  av_channel_layout_uninit(&want);
+  if (target_.channels > 0 && ctx_->ch_layout.nb_channels != target_.channels)
+    throw Error(ErrorKind::Usage, log::format("-ac %d: the %s encoder does not take %d channels", target_.channels,
+                                              enc_->name, target_.channels));
+  ctx_->sample_rate = encoder_rate(enc_, target_.rate > 0        ? target_.rate
+                                         : dec_->sample_rate > 0 ? dec_->sample_rate
+                                                                 : 48000);
+  if (target_.rate > 0 && ctx_->sample_rate != target_.rate) {
+    std::string rates;
+    for (const int* r = enc_->supported_samplerates; r && *r; ++r)
+      rates += (rates.empty() ? "" : ", ") + std::to_string(*r);
+    throw Error(ErrorKind::Usage,
+                log::format("-ar %d: the %s encoder takes %s Hz", target_.rate, enc_->name, rates.c_str()));
+  }
   ctx_->sample_fmt = encoder_sample_format(enc_, dec_->sample_fmt);
   ctx_->time_base = {1, ctx_->sample_rate};
   const AVCodecDescriptor* d = avcodec_descriptor_get(enc_->id);
   const bool lossless = d && (d->props & AV_CODEC_PROP_LOSSLESS);
   // Lossy encoders: -b:a, else 64 kb/s a channel (128 kb/s stereo), at most 320.
   if (!lossless)
-    ctx_->bit_rate = bitrate_ > 0 ? bitrate_ : std::min<int64_t>(64000LL * ctx_->ch_layout.nb_channels, 320000);
+    ctx_->bit_rate =
+        target_.bitrate > 0 ? target_.bitrate : std::min<int64_t>(64000LL * ctx_->ch_layout.nb_channels, 320000);
   if (enc_->capabilities & AV_CODEC_CAP_EXPERIMENTAL) ctx_->strict_std_compliance = FF_COMPLIANCE_EXPERIMENTAL;
   if (out->oformat->flags & AVFMT_GLOBALHEADER) ctx_->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   if (int e = avcodec_open2(ctx_, enc_, nullptr); e < 0)

@@ -20,11 +20,18 @@ namespace vfp {
 // non-audio encoder, or one the container cannot hold.
 const AVCodec* find_audio_encoder(const std::string& name, const AVOutputFormat* of);
 
+// What the re-encoded audio should be; 0: as the input (rate, channels) or a default by
+// channel count (bit rate, lossy encoders).
+struct AudioTarget {
+  int64_t bitrate = 0;  // -b:a
+  int rate = 0;         // -ar
+  int channels = 0;     // -ac
+};
+
 class AudioTranscoder {
  public:
-  // `in`/`in_tb`: the input stream's parameters and time base (copied); `bitrate` 0: a
-  // default by channel count (lossy encoders).
-  AudioTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc, int64_t bitrate);
+  // `in`/`in_tb`: the input stream's parameters and time base (copied).
+  AudioTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc, AudioTarget target);
   ~AudioTranscoder();
   AudioTranscoder(const AudioTranscoder&) = delete;
   AudioTranscoder& operator=(const AudioTranscoder&) = delete;
@@ -53,7 +60,7 @@ class AudioTranscoder {
   AVCodecParameters* par_ = nullptr;
   AVRational in_tb_;
   const AVCodec* enc_;
-  int64_t bitrate_;
+  AudioTarget target_;
   AVCodecContext* dec_ = nullptr;
   AVCodecContext* ctx_ = nullptr;  // the encoder
   SwrContext* swr_ = nullptr;

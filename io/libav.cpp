@@ -864,8 +864,13 @@ class StreamCopier {
   // holds it, else re-encode to its own audio codec), "copy", or an encoder's name.
   StreamCopier(std::shared_ptr<LibavInput> in, const AVOutputFormat* of, const VideoOptions& opt) : in_(std::move(in)) {
     const bool copy_only = opt.audio_codec == "copy";
+    // -ar and -ac change the samples: the audio is re-encoded, by default in its own codec.
+    const bool reshape = opt.audio_rate > 0 || opt.audio_channels > 0;
+    if (opt.audio && copy_only && reshape)
+      throw Error(ErrorKind::Usage, "-ar / -ac: copied audio (-c:a copy) keeps its rate and channels");
     const AVCodec* asked = nullptr;  // -c:a's encoder, for every audio stream
     if (opt.audio && !copy_only && !opt.audio_codec.empty()) asked = find_audio_encoder(opt.audio_codec, of);
+    const AudioTarget target{opt.audio_bitrate, opt.audio_rate, opt.audio_channels};
     for (const LibavInput::Stream& s : in_->others) {
       const char* type = av_get_media_type_string(s.type);
       type = type ? type : "unknown";
@@ -881,14 +886,18 @@ class StreamCopier {
       }
       const bool fits = avformat_query_codec(of, s.par->codec_id, FF_COMPLIANCE_NORMAL) == 1;
       const AVCodec* enc = audio ? asked : nullptr;
-      if (audio && !fits && !enc && !copy_only) {
+      if (audio && fits && !enc && reshape) {
+        enc = avcodec_find_encoder(s.par->codec_id);
+        if (enc && avformat_query_codec(of, enc->id, FF_COMPLIANCE_NORMAL) != 1) enc = nullptr;
+      }
+      if (audio && (!fits || reshape) && !enc && !copy_only) {
         // As ffmpeg: audio the container cannot hold becomes its own audio codec.
         try {
           enc = find_audio_encoder("", of);
         } catch (const Error& e) {
           log::warn("audio stream #%d (%s): %s", s.index, name, e.what());
         }
-        if (enc)
+        if (enc && !fits)
           log::info(
               "audio stream #%d (%s) cannot go into a %s file as it is: re-encoded as %s (-c:a copy leaves it "
               "out)",
@@ -909,7 +918,7 @@ class StreamCopier {
       }
       chosen_.push_back(s.index);
       if (enc)
-        transcoders_[s.index] = std::make_unique<AudioTranscoder>(s.par, s.time_base, enc, opt.audio_bitrate);
+        transcoders_[s.index] = std::make_unique<AudioTranscoder>(s.par, s.time_base, enc, target);
       else
         copied_[s.index] = std::string(type) + " " + name + " copied";
     }

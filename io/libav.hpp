@@ -76,6 +76,8 @@ struct VideoOptions {
   std::string audio_codec;            // -c:a: "" (copied where the container holds it, else re-encoded
                                       // to its own audio codec), "copy", or an encoder (aac, libopus, ...)
   int64_t audio_bitrate = 0;          // -b:a, bits per second (0: 64 kb/s a channel, lossy encoders)
+  int audio_rate = 0;                 // -ar, samples per second (0: the input's); re-encodes
+  int audio_channels = 0;             // -ac (0: the input's); re-encodes
   Rational rate{0, 1};                // -r: constant output rate, frames duplicated or dropped by
                                       // their timestamps (0: the input's own timing)
   int threads = 0;                    // the encoder's threads (0: libavcodec picks, by the cores)

@@ -142,6 +142,15 @@ TEST(Libav, AudioIsReencodedWhereAskedOrNeeded) {
   EXPECT_NE(r.out.find("re-encoded as opus (48000 Hz mono, 48 kb/s)"), std::string::npos) << r.out;
   EXPECT_NEAR(duration(mkv, "a"), 2.0, 0.08);
 
+  // -ar and -ac re-encode audio the container could hold as it is, in its own codec.
+  const std::string mp4 = tmp_path("reenc.mp4");
+  r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 25 -ar 48000 -ac 2 -o " + mp4);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("audio aac re-encoded as aac (48000 Hz stereo, 128 kb/s)"), std::string::npos) << r.out;
+  EXPECT_EQ(audio(mp4), "aac,48000,2,eng\n");
+  EXPECT_NEAR(duration(mp4, "a"), 1.0, 0.08);
+  std::remove(mp4.c_str());
+
   // -c:a copy: the old rule, a warning and no audio.
   r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 10 -c:a copy -o " + webm);
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -159,7 +168,9 @@ TEST(Libav, AudioIsReencodedWhereAskedOrNeeded) {
            {"-c:a nosuch -o " + none, "-c:a nosuch: no such audio encoder"},
            {"-c:a libx264 -o " + none, "-c:a libx264: no such audio encoder"},
            {"-c:a aac -o " + tmp_path("reenc_none.webm"), "-c:a aac: a webm file cannot hold aac audio"},
-           {"-b:a 12q -o " + none, "-b:a: expected a bit rate"}}) {
+           {"-b:a 12q -o " + none, "-b:a: expected a bit rate"},
+           {"-ar 44100 -c:a libopus -o " + none, "-ar 44100: the libopus encoder takes 48000, 24000"},
+           {"-ac 2 -c:a copy -o " + none, "copied audio (-c:a copy) keeps its rate and channels"}}) {
     r = run_cmd(kBin + " run --no-progress -y -i " + in + " " + args);
     EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(msg), std::string::npos) << r.out;

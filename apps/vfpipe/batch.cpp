@@ -119,6 +119,11 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       if (s == "false" || s == "0" || s == "no" || s.empty()) return false;
       throw Error(ErrorKind::Usage, where + ": '" + key + "' must be true or false");
     };
+    const auto in_range = [&, key = k](double d, double lo, double hi) {
+      if (!(d >= lo && d <= hi))
+        throw Error(ErrorKind::Usage, log::format("%s: '%s' must be in %g..%g", where.c_str(), key.c_str(), lo, hi));
+      return d;
+    };
     if (k == "output") continue;  // batch::assign_outputs
     if (k == "filters" || k == "f" || k == "vf")
       a.filters = text();
@@ -150,12 +155,16 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       a.audio_codec = text();
     else if (k == "b:a" || k == "audio_bitrate")
       a.audio_bitrate = text();
+    else if (k == "ar" || k == "audio_rate")
+      a.audio_rate = static_cast<int>(in_range(number(), 1000, 768000));
+    else if (k == "ac" || k == "audio_channels")
+      a.audio_channels = static_cast<int>(in_range(number(), 1, 64));
     else if (k == "codec_params")
       a.codec_params = text();
     else
       throw Error(ErrorKind::Usage, where + ": unknown per-item option '" + k +
                                         "' (known: filters, codec, crf, preset, b:v, g, pix_fmt, ss, t, to, frames, r, "
-                                        "an, c:a, b:a, codec_params, output)");
+                                        "an, c:a, b:a, ar, ac, codec_params, output)");
   }
 }
 

@@ -69,6 +69,8 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-acodec", "--audio-codec"},
                                                               {"-codec:a", "--audio-codec"},
                                                               {"-b:a", "--audio-bitrate"},
+                                                              {"-ar", "--audio-rate"},
+                                                              {"-ac", "--audio-channels"},
                                                               {"-ss", "--start"},
                                                               {"-frames:v", "--frames"},
                                                               {"-pix_fmt", "--pix-fmt"},

@@ -130,6 +130,10 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "...); default: copied where the container holds it, else re-encoded to its own audio codec");
   c->add_option("--audio-bitrate", a.audio_bitrate,
                 "(-b:a) bit rate of re-encoded audio, e.g. 128k (default: 64k a channel)");
+  c->add_option("--audio-rate", a.audio_rate, "(-ar) sample rate of the audio, e.g. 48000 (re-encodes it)")
+      ->check(CLI::Range(1000, 768000));
+  c->add_option("--audio-channels", a.audio_channels, "(-ac) channels of the audio, e.g. 2 (re-encodes it)")
+      ->check(CLI::Range(1, 64));
   c->add_option("--map", a.map,
                 "(-map, repeatable) the input's streams in the output, as ffmpeg: 0 (all), 0:v:1 (the video stream "
                 "to filter), 0:a, 0:s:0?, -0:a:1 (leave out); default: the best video stream and every other stream "
@@ -352,6 +356,8 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.audio = !a.no_audio;
   ko.video.audio_codec = a.audio_codec;
   ko.video.audio_bitrate = parse_bitrate(a.audio_bitrate, "-b:a");
+  ko.video.audio_rate = a.audio_rate;
+  ko.video.audio_channels = a.audio_channels;
   ko.video.threads = a.codec_threads;
   ko.video.movflags = a.movflags;
   if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))
