@@ -778,6 +778,9 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   write(d / "bad.csv", "input,speed\na.y4m,11\n");
   usage_error(kBin + " batch --list " + d / "bad.csv" + " -o '" + d / "u/{stem}.y4m'",
               "bad.csv:2: unknown per-item option 'speed'");
+  write(d / "bad_ar.csv", "input,ar\na.y4m,5\n");  // the per-item audio keys are range-checked
+  usage_error(kBin + " batch --list " + d / "bad_ar.csv" + " -o '" + d / "u/{stem}.y4m'",
+              "bad_ar.csv:2: 'ar' must be in 1000..768000");
   write(d / "badf.csv", "input,filters\na.y4m,median=radius=x\n");
   usage_error(kBin + " batch --list " + d / "badf.csv" + " -o '" + d / "u/{stem}.y4m'", "badf.csv:2");
   // A stage's own file would be written by every item: refused, on the command line and per item.
