@@ -169,9 +169,9 @@ void AudioTranscoder::open(AVFormatContext* out, AVStream* st) {
   if (enc_->capabilities & AV_CODEC_CAP_EXPERIMENTAL) ctx_->strict_std_compliance = FF_COMPLIANCE_EXPERIMENTAL;
   if (out->oformat->flags & AVFMT_GLOBALHEADER) ctx_->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   if (int e = avcodec_open2(ctx_, enc_, nullptr); e < 0)
-    throw Error(ErrorKind::Usage, std::string("-c:a ") + enc_->name + ": the encoder refused " +
+    throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " audio encoder refused " +
                                       std::to_string(ctx_->sample_rate) + " Hz " + layout_name(ctx_->ch_layout) + ": " +
-                                      averr(e));
+                                      averr(e) + " (-c:a, -ar, -ac choose others)");
   if (avcodec_parameters_from_context(st->codecpar, ctx_) < 0) throw Error(ErrorKind::OutOfMemory, "an audio stream");
   st->codecpar->codec_tag = 0;
   st->time_base = ctx_->time_base;
