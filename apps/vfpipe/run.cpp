@@ -67,6 +67,7 @@ Exit status:  0 ok, 1 error, 2 bad usage, 130/143 stopped by SIGINT/SIGTERM (out
 
 const char* kLiveHelp = R"(
 Example: vfpipe live -i camera=0 -f "median=radius=2" -o rec.mp4
+         vfpipe live -i clip.mp4 -f wavelet      # a file plays at its rate (--no-realtime: as fast as it goes)
 A window shows the output (--no-display: none; --display headless: EGL, PNG screenshots).
 Keys: Esc/Q quit (output closed properly) | Space pause | N next frame | 1-4 view: filtered,
 split (drag the divider), side by side, difference | Tab next stage | +/- its main parameter
@@ -79,7 +80,7 @@ const char* kProfileHelp = R"(
 Every frame's host timestamps (read, capture, enqueue, submit, done, write, output) and
 the GPU time of each copy and stage (CUDA events, read back without stalling) are kept
 in memory (the newest --profile-frames). The first --warmup frames (default 10 here) are
-left out. Printed: per step and end to end, count/min/mean/p50/p90/p95/p99/max, the
+left out, unless the run has no more frames than that. Printed: per step and end to end, count/min/mean/p50/p90/p95/p99/max, the
 steady-state throughput, drops, and the fraction of copy time hidden behind compute.
 
 Examples:
