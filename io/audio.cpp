@@ -14,12 +14,6 @@ namespace vfp {
 
 namespace {
 
-std::string averr(int e) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
-  av_strerror(e, buf, sizeof buf);
-  return buf;
-}
-
 std::string layout_name(const AVChannelLayout& l) {
   char buf[64] = {0};
   if (av_channel_layout_describe(&l, buf, sizeof buf) < 0) return log::format("%d channels", l.nb_channels);
@@ -41,7 +35,7 @@ int encoder_rate(const AVCodec* enc, int want) {
   for (const int* r = enc->supported_samplerates; *r; ++r) {
     if (*r == want) return want;
     if (*r > want && (above == 0 || *r < above)) above = *r;
-    if (*r<want&& * r> best_below) best_below = *r;
+    if (*r < want) best_below = std::max(best_below, *r);
   }
   return above ? above : best_below;
 }

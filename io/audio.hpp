@@ -15,6 +15,13 @@ extern "C" {
 
 namespace vfp {
 
+// libav's text for an error code (shared by io/libav.cpp and io/audio.cpp).
+inline std::string averr(int e) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(e, buf, sizeof buf);
+  return buf;
+}
+
 // The encoder `name` asks for (-c:a), or with an empty name the container's own audio
 // encoder (AAC for MP4, Opus for WebM, ...). Throws vfp::Error (Usage) for an unknown or
 // non-audio encoder, or one the container cannot hold.

@@ -45,12 +45,6 @@ bool have_libav() { return true; }
 
 namespace {
 
-std::string averr(int e) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
-  av_strerror(e, buf, sizeof buf);
-  return buf;
-}
-
 // RAII for the libav objects.
 struct FormatInput {
   AVFormatContext* f = nullptr;
