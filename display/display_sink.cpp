@@ -260,13 +260,16 @@ void DisplaySink::write_frame(const OutFrame& f) {
   last_index_ = f.record ? f.record->index : frames_ - 1;
   if (screenshot_due) screenshot(log::format(opt_.screenshot.c_str(), static_cast<int>(last_index_)));
   handle_keys(display_->poll(), f.frame);
-  // Paused: keep drawing and listening; the stream waits (batch) or drops (live).
+  // Paused: keep drawing and listening. The stream waits (batch; a paced file, which the
+  // source holds back) or drops (a camera, live). A step releases the source for one frame.
   while (paused_ && !step_ && !closed_) {
+    hold_source(true);
     std::this_thread::sleep_for(std::chrono::milliseconds(15));
     last_hud_ = hud(f);
     display_->redraw(last_hud_, help_ ? display_key_help() : std::vector<std::string>{});
     handle_keys(display_->poll(), f.frame);
   }
+  hold_source(false);
   step_ = false;
 }
 

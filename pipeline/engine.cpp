@@ -858,24 +858,33 @@ class PipelineRun {
     return failing_.load() || source_failed_.load() || (cfg_.stop && cfg_.stop->load() != 0) || sink_.stop_requested();
   }
 
-  // Sleeps until `due_ns` (now_ns's clock) in short steps, so that a stop is seen at once;
-  // false if the run is stopping.
-  bool wait_until(int64_t due_ns) {
-    for (int64_t left = due_ns - now_ns(); left > 0; left = due_ns - now_ns()) {
+  // Sleeps until `due_ns` (now_ns's clock) plus the time the sink has held the source so
+  // far (`*held_ns`, which grows while it holds; a camera keeps its own time and is never
+  // held), in short steps so that a stop or a hold is seen at once; false if stopping.
+  bool wait_until(int64_t due_ns, int64_t* held_ns) {
+    for (;;) {
       if (stopping()) return false;
+      if (sink_.holds_source() && !src_.is_live()) {
+        const int64_t t0 = now_ns();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        *held_ns += now_ns() - t0;
+        continue;
+      }
+      const int64_t left = due_ns + *held_ns - now_ns();
+      if (left <= 0) return true;
       std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<int64_t>(left, 20'000'000)));
     }
-    return !stopping();
   }
 
   void source_loop() {
     nvtx_name_thread("vfpipe source");
     try {
-      int64_t n = 0, paced_from_ns = 0;
+      int64_t n = 0, paced_from_ns = 0, held_ns = 0;
       while (!stopping() && (cfg_.max_frames < 0 || n < cfg_.max_frames)) {
         if (cfg_.pace_fps > 0) {
           if (n == 0) paced_from_ns = now_ns();
-          if (!wait_until(paced_from_ns + static_cast<int64_t>(static_cast<double>(n) * 1e9 / cfg_.pace_fps))) break;
+          const auto due = paced_from_ns + static_cast<int64_t>(static_cast<double>(n) * 1e9 / cfg_.pace_fps);
+          if (!wait_until(due, &held_ns)) break;
         }
         FramePtr f;
         const int64_t read_ns = now_ns();

@@ -90,12 +90,17 @@ class Sink {
   // A sink can ask the engine to stop (the display's window was closed): the source stops,
   // the frames in flight are finished.
   bool stop_requested() const { return stop_.load(); }
+  // While true, a paced source (a file played at its rate) reads nothing and its clock
+  // stands still: the display is paused, and a played file waits for it as a player would
+  // instead of its frames being dropped. A live source (a camera) does not wait.
+  bool holds_source() const { return hold_.load(); }
 
  protected:
   void request_stop() { stop_ = true; }
+  void hold_source(bool on) { hold_ = on; }
 
  private:
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, hold_{false};
 };
 
 }  // namespace vfp

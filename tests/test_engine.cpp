@@ -166,6 +166,48 @@ TEST(Engine, PacedSourceReadsAtTheGivenRate) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
 }
 
+// A sink paused like the display (it holds the source while it waits in write): under the
+// live policy a paced file waits for it, its clock stopped, and loses nothing; a sink that
+// does not hold drops the frames that come meanwhile.
+class PausingSink : public CaptureSink {
+ public:
+  explicit PausingSink(bool hold) : CaptureSink(0, false), hold_(hold) {}
+  void write(const HostFrame& f) override {
+    CaptureSink::write(f);
+    if (stamps.size() != 3) return;
+    if (hold_) hold_source(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    hold_source(false);
+  }
+
+ private:
+  bool hold_;
+};
+
+TEST(Engine, PausedSinkHoldsAPacedSource) {
+  for (bool hold : {true, false}) {
+    TestSource src(kSpec, 12);
+    PausingSink sink(hold);
+    EngineConfig cfg;
+    cfg.policy = Policy::Live;
+    cfg.queue = 1;
+    cfg.pace_fps = 50;  // 20 ms a frame: 20 frames' worth of pause
+    RunResult r = run(src, sink, "null", cfg);
+    ASSERT_FALSE(r.error);
+    if (!hold) {
+      EXPECT_GT(r.report.dropped, 0);
+      continue;
+    }
+    EXPECT_EQ(r.report.frames_out, 12);
+    EXPECT_EQ(r.report.dropped, 0);
+    ASSERT_EQ(r.report.frames.size(), 12u);
+    // The frames after the pause keep their spacing, shifted by the pause (not read at once).
+    const auto& f = r.report.frames;
+    for (size_t n = 6; n + 1 < f.size(); ++n) EXPECT_GE(f[n + 1].read_ns - f[n].read_ns, 15'000'000) << n;
+    EXPECT_GE(f.back().read_ns - f.front().read_ns, 11 * 20'000'000 + 350'000'000);
+  }
+}
+
 TEST(Engine, MaxFramesAndTimingRecords) {
   TestSource src(kSpec, 100);
   CaptureSink sink(0, false);
