@@ -206,6 +206,14 @@ struct LibavInput {
     std::lock_guard<std::mutex> lk(mu);
     pts_of[index] = pts;
   }
+  // The timestamp of frame `index`, kept for the output.
+  bool peek(int64_t index, int64_t* pts) {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = pts_of.find(index);
+    if (it == pts_of.end()) return false;
+    *pts = it->second;
+    return true;
+  }
   // The timestamp of frame `index`, and forgets it (each output frame is written once).
   bool take(int64_t index, int64_t* pts) {
     std::lock_guard<std::mutex> lk(mu);
@@ -467,6 +475,11 @@ class LibavSource final : public Source {
   bool can_fill_device() const override { return frames_on_gpu_; }
   bool handles_time_window() const override { return true; }  // -ss seeks, -t ends by timestamps
   std::shared_ptr<LibavInput> input() const { return info_; }
+
+  double time_of(int64_t index) const override {
+    int64_t pts = 0;
+    return info_->peek(index, &pts) && pts != AV_NOPTS_VALUE ? seconds(pts, info_->time_base) : -1;
+  }
 
   bool read(HostFrame& dst) override {
     while (true) {

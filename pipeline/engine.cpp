@@ -879,15 +879,11 @@ class PipelineRun {
   void source_loop() {
     nvtx_name_thread("vfpipe source");
     try {
-      int64_t n = 0, paced_from_ns = 0, held_ns = 0;
+      int64_t n = 0, paced_from_ns = 0, held_ns = 0, due_ns = 0;
+      double t0 = -1;  // the first frame's timestamp, for pacing by timestamps
       while (!stopping() && (cfg_.max_frames < 0 || n < cfg_.max_frames)) {
-        if (cfg_.pace_fps > 0) {
-          if (n == 0) paced_from_ns = now_ns();
-          const auto due = paced_from_ns + static_cast<int64_t>(static_cast<double>(n) * 1e9 / cfg_.pace_fps);
-          if (!wait_until(due, &held_ns)) break;
-        }
         FramePtr f;
-        const int64_t read_ns = now_ns();
+        int64_t read_ns = now_ns();
         {
           NvtxRange range("read", n);
           if (src_.provides_frames()) {
@@ -897,6 +893,20 @@ class PipelineRun {
             f = in_pool_->acquire();
             if (!src_.read(*f)) break;
           }
+        }
+        if (cfg_.pace_fps > 0) {
+          // Read, then held until due, as ffmpeg's -re: frame n is due at its timestamp
+          // after the first frame's (a variable frame rate plays as recorded), else at
+          // n / fps; never before the frame before it.
+          const int64_t took = now_ns() - read_ns;
+          if (n == 0) paced_from_ns = read_ns + took;
+          const double t = src_.time_of(n);
+          if (n == 0) t0 = t;
+          const int64_t at = t >= 0 && t0 >= 0 ? static_cast<int64_t>((t - t0) * 1e9)
+                                               : static_cast<int64_t>(static_cast<double>(n) * 1e9 / cfg_.pace_fps);
+          due_ns = std::max(due_ns, at);
+          if (!wait_until(paced_from_ns + due_ns, &held_ns)) break;
+          read_ns = std::max(read_ns, now_ns() - took);  // the read counts from when it was due
         }
         InItem item{std::move(f), n++, read_ns, now_ns()};
         if (!src_.provides_frames()) {  // pool frames are ours alone: stamp them

@@ -41,8 +41,9 @@ struct EngineConfig {
   int queue = 4;  // capacity of each inter-thread queue
   Completion completion = Completion::Event;
   int64_t max_frames = -1;  // stop after this many source frames (-1: until the end)
-  // > 0: frame n is read no earlier than n / pace_fps seconds after the first, as ffmpeg's
-  // -re (a file played at its own rate, for the display or a latency measurement).
+  // > 0: frame n is passed on no earlier than its timestamp after the first frame's
+  // (Source::time_of), or n / pace_fps seconds where the source has none, as ffmpeg's -re
+  // (a file played at its own rate, for the display or a latency measurement).
   double pace_fps = 0;
   int warmup = 0;               // frames left out of the summary statistics
   size_t max_records = 100000;  // per-frame timing records kept (the newest); 0 = all

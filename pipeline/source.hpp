@@ -30,6 +30,12 @@ class Source {
   // A source that decodes on the GPU of the run (NVDEC) can leave frames there: read() then
   // fills HostFrame::device, when the engine gave one, instead of the host data.
   virtual bool can_fill_device() const { return false; }
+  // Frame `index`'s presentation time in seconds (any origin), once read; < 0 where the
+  // source has none. A paced run plays frames by it (a variable frame rate too).
+  virtual double time_of(int64_t index) const {
+    (void)index;
+    return -1;
+  }
   // Whether the source applied SourceOptions' start and duration itself (by its timestamps);
   // otherwise open_source() counts frames at the source's rate.
   virtual bool handles_time_window() const { return false; }

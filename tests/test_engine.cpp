@@ -166,6 +166,27 @@ TEST(Engine, PacedSourceReadsAtTheGivenRate) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
 }
 
+// A source with timestamps (a variable frame rate: 100 frames/s for 5 frames, then 25) is
+// played by them, not by its nominal rate.
+TEST(Engine, PacedSourceFollowsTheFramesTimestamps) {
+  class StampedSource : public TestSource {
+   public:
+    StampedSource() : TestSource(kSpec, 10) {}
+    double time_of(int64_t i) const override { return 7.0 + (i < 5 ? 0.01 * i : 0.05 + 0.04 * (i - 5)); }
+  } src;
+  CaptureSink sink(0, false);
+  EngineConfig cfg;
+  cfg.policy = Policy::Live;
+  cfg.pace_fps = 100;
+  RunResult r = run(src, sink, "null", cfg);
+  ASSERT_FALSE(r.error);
+  ASSERT_EQ(r.report.frames.size(), 10u);
+  const auto& f = r.report.frames;
+  for (size_t n = 5; n < f.size(); ++n)
+    EXPECT_GE(f[n].capture_ns - f[0].capture_ns, static_cast<int64_t>((0.05 + 0.04 * (n - 5)) * 1e9) - 100'000) << n;
+  EXPECT_LT(f[4].capture_ns - f[0].capture_ns, 120'000'000);  // the first five at 100 frames/s (not 25)
+}
+
 // A sink paused like the display (it holds the source while it waits in write): under the
 // live policy a paced file waits for it, its clock stopped, and loses nothing; a sink that
 // does not hold drops the frames that come meanwhile.
