@@ -861,6 +861,13 @@ class LibavSource final : public Source {
   std::string describe_;
 };
 
+// Whether the run keeps the input's streams of `type` (-an, -sn, -dn leave them out).
+bool kept(const VideoOptions& opt, AVMediaType type) {
+  return type == AVMEDIA_TYPE_AUDIO ? opt.audio : type == AVMEDIA_TYPE_SUBTITLE ? opt.subtitles
+                                              : type == AVMEDIA_TYPE_DATA       ? opt.data
+                                                                                : true;
+}
+
 // The input's other streams (audio, subtitles, data, attachments; -map's choice), copied
 // packet by packet from the source's demuxer, in step with the video; audio re-encoded
 // where -c:a asks for it or the container cannot hold it as it is.
@@ -883,7 +890,7 @@ class StreamCopier {
       type = type ? type : "unknown";
       const char* name = avcodec_get_name(s.par->codec_id);
       const bool audio = s.type == AVMEDIA_TYPE_AUDIO;
-      if (audio && !opt.audio) continue;
+      if (!kept(opt, s.type)) continue;
       if (s.type == AVMEDIA_TYPE_VIDEO && !in_->mapped) {
         log::warn(
             "video stream #%d (%s) left out: vfpipe filters one video stream (-map 0 copies a cover picture, "
@@ -906,7 +913,7 @@ class StreamCopier {
         }
         if (enc && !fits)
           log::info(
-              "audio stream #%d (%s) cannot go into a %s file as it is: re-encoded as %s (-c:a copy leaves it "
+              "audio stream #%d (%s) cannot go into the %s output as it is: re-encoded as %s (-c:a copy leaves it "
               "out)",
               s.index, name, of->name, avcodec_get_name(enc->id));
       }
@@ -918,9 +925,13 @@ class StreamCopier {
       }
       if (!fits && !enc) {
         const std::string what =
-            log::format("%s stream #%d (%s) cannot go into a %s file", type, s.index, name, of->name);
+            log::format("%s stream #%d (%s) cannot go into the %s output", type, s.index, name, of->name);
         if (in_->mapped) throw Error(ErrorKind::Usage, "-map: " + what + " (use .mkv, or map it out)");
-        log::warn("%s: left out (use .mkv, or -an to drop audio)", what.c_str());
+        const char* drop = audio                                ? "-an to drop audio"
+                           : s.type == AVMEDIA_TYPE_SUBTITLE ? "-sn to drop subtitles"
+                           : s.type == AVMEDIA_TYPE_DATA     ? "-dn to drop data streams"
+                                                             : "-map to choose streams";
+        log::warn("%s: left out (use .mkv, or %s)", what.c_str(), drop);
         continue;
       }
       chosen_.push_back(s.index);
@@ -1048,6 +1059,11 @@ class LibavSink final : public Sink {
       throw Error(ErrorKind::Usage, "unknown output type '" + path_ +
                                         "' (no container for this extension: use .mp4, .mkv, .mov, .webm, .avi, .y4m, "
                                         "an image pattern such as frames/%06d.png, '-' for Y4M on stdout, or null)");
+    if (opt_.codec == "copy")
+      throw Error(ErrorKind::Usage,
+                  "-c:v copy: vfpipe encodes the frames it filters; copying the input's video would skip the "
+                  "filters (ffmpeg -c:v copy does that). Name an encoder (libx264, libx265, libsvtav1, ffv1) or "
+                  "leave -c:v out");
     if (!opt_.codec.empty()) {
       enc_ = avcodec_find_encoder_by_name(opt_.codec.c_str());
       if (!enc_ || enc_->type != AVMEDIA_TYPE_VIDEO)
@@ -1414,10 +1430,10 @@ std::shared_ptr<LibavInput> libav_input_of(const Source& src) {
   return s ? s->input() : nullptr;
 }
 
-std::vector<std::string> libav_other_streams(const LibavInput& in, bool audio, bool* mapped) {
+std::vector<std::string> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped) {
   std::vector<std::string> v;
   for (const LibavInput::Stream& s : in.others) {
-    if (s.type == AVMEDIA_TYPE_AUDIO && !audio) continue;
+    if (!kept(keep, s.type)) continue;
     const char* type = av_get_media_type_string(s.type);
     v.push_back(log::format("%s stream #%d (%s)", type ? type : "unknown", s.index, avcodec_get_name(s.par->codec_id)));
   }

@@ -50,9 +50,6 @@ std::unique_ptr<Source> open_libav_source(const std::string& url, const LibavInp
 bool prepare_nvdec(int gpu, std::string* why);
 // The input a source reads, or null when it is not a libav source.
 std::shared_ptr<LibavInput> libav_input_of(const Source& src);
-// The input's streams besides the filtered video, as "audio stream #1 (aac)" (audio left
-// out when `audio` is false, -an), and whether -map chose them (else: every other stream).
-std::vector<std::string> libav_other_streams(const LibavInput& in, bool audio, bool* mapped);
 // Keep up to `max_idle` NVDEC decoders per GPU and stream format when a file ends, for the
 // next file of the same format (0: off, the default; what is kept is freed). Making a
 // decoder is serialised by the driver across all GPUs (about 85 ms on an H200): for vfpipe
@@ -73,6 +70,8 @@ struct VideoOptions {
   int gop = -1;                       // -g
   std::string codec_params;           // -x264-params / -x265-params / -svtav1-params: key=value:...
   bool audio = true;                  // carry the input's audio over (-an: false)
+  bool subtitles = true;              // its subtitles (-sn: false)
+  bool data = true;                   // its data streams (-dn: false)
   std::string audio_codec;            // -c:a: "" (copied where the container holds it, else re-encoded
                                       // to its own audio codec), "copy", or an encoder (aac, libopus, ...)
   int64_t audio_bitrate = 0;          // -b:a, bits per second (0: 64 kb/s a channel, lossy encoders)
@@ -84,6 +83,9 @@ struct VideoOptions {
   std::string movflags;               // -movflags for MP4/MOV (default: fragmented, a fragment a second)
   std::shared_ptr<LibavInput> input;  // streams, timestamps, colour and metadata to carry over
 };
+// The input's streams besides the filtered video that `keep` keeps (not audio with -an,
+// ...), as "audio stream #1 (aac)", and whether -map chose them (else: every other stream).
+std::vector<std::string> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped);
 
 struct LibavOutputOptions : VideoOptions {
   std::string codec;      // -c:v: an encoder name (libx264, libx265, libsvtav1, ffv1, ...); "" = by container

@@ -129,6 +129,19 @@ std::unique_ptr<Source> open_source(const std::string& spec, const SourceOptions
 }
 
 namespace {
+// --size and --fps ask a camera for a mode (--fps also times an image sequence); given
+// for an input that keeps its own size and rate, they would be dropped without a word.
+void check_capture_options(const std::string& spec, const SourceOptions& opt, bool camera, bool sequence) {
+  if (opt.width > 0 && !camera)
+    throw Error(ErrorKind::Usage, "--size asks a camera for a capture size; '" + spec +
+                                      "' is not a camera (vfpipe does not scale frames; the synthetic source "
+                                      "takes size=WxH)");
+  if (opt.fps > 0 && !camera && !sequence)
+    throw Error(ErrorKind::Usage, "--fps sets an image sequence's rate or asks a camera for one; '" + spec +
+                                      "' has its own rate (-r N sets the output's rate; the synthetic source "
+                                      "takes rate=N)");
+}
+
 std::unique_ptr<Source> open_untimed(const std::string& spec, const SourceOptions& opt) {
   if (spec.empty()) throw Error(ErrorKind::Usage, "no input given (-i)");
   const auto y4m = [&](const std::string& path) {
@@ -136,12 +149,6 @@ std::unique_ptr<Source> open_untimed(const std::string& spec, const SourceOption
     s->set_ignore_errors(opt.ignore_input_errors);
     return s;
   };
-  if (spec == "-") return y4m("-");
-  if (starts_with(spec, "synthetic") && (spec.size() == 9 || spec[9] == '=')) {
-    SyntheticParams p = parse_synthetic(spec);
-    p.pinned = opt.pinned;
-    return std::make_unique<SyntheticSource>(p);
-  }
   std::string cam;
   if (starts_with(spec, "camera=") || starts_with(spec, "webcam="))
     cam = spec.substr(7);
@@ -149,6 +156,13 @@ std::unique_ptr<Source> open_untimed(const std::string& spec, const SourceOption
     cam = "0";
   else if (starts_with(spec, "/dev/video"))
     cam = spec;
+  check_capture_options(spec, opt, !cam.empty(), is_pattern(spec));
+  if (spec == "-") return y4m("-");
+  if (starts_with(spec, "synthetic") && (spec.size() == 9 || spec[9] == '=')) {
+    SyntheticParams p = parse_synthetic(spec);
+    p.pinned = opt.pinned;
+    return std::make_unique<SyntheticSource>(p);
+  }
   if (!cam.empty()) {
 #if VFPIPE_HAVE_OPENCV
     return open_camera_source(cam, opt.width, opt.height, opt.fps);
@@ -305,14 +319,14 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
 }
 }  // namespace
 
-void report_streams_left_out(const Source& src, const std::string& spec, bool audio) {
+void report_streams_left_out(const Source& src, const std::string& spec, const VideoOptions& keep) {
 #if VFPIPE_HAVE_LIBAV
   const std::string ext = lower_ext(spec);
   if (spec.empty() || spec == "null" || spec == "none" || (ext != ".mmp" && is_video_file(spec))) return;
   const std::shared_ptr<LibavInput> in = libav_input_of(src);
   if (!in) return;
   bool mapped = false;
-  const std::vector<std::string> streams = libav_other_streams(*in, audio, &mapped);
+  const std::vector<std::string> streams = libav_other_streams(*in, keep, &mapped);
   if (streams.empty()) return;
   const std::string what = spec == "-"                           ? "Y4M on stdout"
                            : ext == ".mmp"                       ? "an .mmp file"
@@ -320,15 +334,21 @@ void report_streams_left_out(const Source& src, const std::string& spec, bool au
                            : ext == ".png"                       ? "a PNG image"
                            : ext == ".gz"                        ? "a .y4m.gz file"
                                                                  : "a Y4M file";
-  // `mmp encode` has neither -an nor another container to offer.
-  const char* hint = ext == ".mmp" ? "" : " (write .mkv or .mp4 to keep it, or -an to drop audio)";
   for (const std::string& s : streams) {
     const std::string line = s + " left out: " + what + " holds video only";
     if (mapped) throw Error(ErrorKind::Usage, "-map: " + line + " (write .mkv, or map it out)");
-    log::warn("%s%s", line.c_str(), hint);
+    // `mmp encode` has neither -an nor another container to offer.
+    const char* drop = starts_with(s, "audio")      ? "-an to drop audio"
+                       : starts_with(s, "subtitle") ? "-sn to drop subtitles"
+                       : starts_with(s, "data")     ? "-dn to drop data streams"
+                                                    : "-map to choose streams";
+    if (ext == ".mmp")
+      log::warn("%s", line.c_str());
+    else
+      log::warn("%s (write .mkv or .mp4 to keep it, or %s)", line.c_str(), drop);
   }
 #else
-  (void)src, (void)spec, (void)audio;
+  (void)src, (void)spec, (void)keep;
 #endif
 }
 

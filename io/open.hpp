@@ -62,8 +62,8 @@ bool same_file(const std::string& a, const std::string& b);
 // The input's streams besides its video (audio, subtitles, data) that the output `spec`
 // cannot hold (vfpipe's own outputs, Y4M, PNG and .mmp, hold video only; video files copy
 // what their container can and say what they leave out): one warning a stream, or, when
-// -map chose them, an error (Usage). Nothing for null outputs. `audio`: false with -an.
-void report_streams_left_out(const Source& src, const std::string& spec, bool audio);
+// -map chose them, an error (Usage). Nothing for null outputs. `keep`: -an, -sn and -dn.
+void report_streams_left_out(const Source& src, const std::string& spec, const VideoOptions& keep);
 
 class NullSink final : public Sink {
  public:

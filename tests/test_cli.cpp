@@ -323,6 +323,28 @@ TEST(Cli, FfmpegHabitsWithoutMeaningAreAccepted) {
   EXPECT_EQ(run_cmd(kBin + " -hide_banner info").rc, 0);
 }
 
+// ffmpeg options whose meaning vfpipe lacks are refused in one plain line (not as CLI11's
+// reading of -vn as -v -n), and camera options are not dropped silently on other inputs.
+TEST(Cli, FfmpegOptionsWithoutAMeaningHereAreRefusedPlainly) {
+  const std::string in = " -i synthetic=size=32x16:frames=3";
+  const struct {
+    const char* args;
+    const char* says;
+  } cases[] = {{" -vn -o null", "-vn: vfpipe writes the video it filters"},
+               {" -s 16x8 -o null", "-s: vfpipe does not scale frames"},
+               {" --size 16x8 -o null", "--size asks a camera for a capture size"},
+               {" --fps 10 -o null", "--fps sets an image sequence's rate or asks a camera for one"}};
+  for (const auto& c : cases) {
+    const CmdResult r = run_cmd(kBin + " run" + in + c.args);
+    EXPECT_EQ(r.rc, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("not expected"), std::string::npos) << r.out;
+  }
+  const CmdResult r = run_cmd(kBin + " run -i synthetic=size=32x16:frames=30 -vframes 4 -o null");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("4 frames in"), std::string::npos) << r.out;
+}
+
 // Rough edges a new user met: each gives one clear line and the right status.
 TEST(Cli, RoughEdgesGiveClearErrors) {
   CmdResult r = run_cmd(kBin + " compress " + ::testing::TempDir());

@@ -117,7 +117,7 @@ TEST(Libav, AudioIsReencodedWhereAskedOrNeeded) {
   };
   CmdResult r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 50 -f median -o " + webm);
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("audio stream #1 (aac) cannot go into a webm file as it is: re-encoded as opus"),
+  EXPECT_NE(r.out.find("audio stream #1 (aac) cannot go into the webm output as it is: re-encoded as opus"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("audio aac re-encoded as opus (48000 Hz mono, 64 kb/s)"), std::string::npos) << r.out;
@@ -154,7 +154,7 @@ TEST(Libav, AudioIsReencodedWhereAskedOrNeeded) {
   // -c:a copy: the old rule, a warning and no audio.
   r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 10 -c:a copy -o " + webm);
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("audio stream #1 (aac) cannot go into a webm file: left out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("audio stream #1 (aac) cannot go into the webm output: left out"), std::string::npos) << r.out;
   EXPECT_EQ(probe(webm, "-show_entries stream=codec_type"), "video\n");
   // -an wins over -c:a.
   r = run_cmd(kBin + " run --no-progress -y -i " + in + " -n 10 -an -c:a libopus -o " + mkv);
@@ -540,6 +540,39 @@ TEST(Libav, MapChoosesTheStreams) {
   EXPECT_EQ(probe(out, "-show_entries stream=codec_type,codec_name"),
             "h264,video\nopus,audio\nopus,audio\nass,subtitle\n");
   for (const auto& p : {in, out, srt, with_subs}) std::remove(p.c_str());
+}
+
+// -sn and -dn leave subtitles and data streams out, as -an does audio; an output that holds
+// video only names the option that drops each stream it leaves out.
+TEST(Libav, SubtitlesAndDataLeftOutOnRequest) {
+  REQUIRE_LIBAV();
+  const std::string in = make("sn_in.mkv",
+                              "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1 -f lavfi -i sine=duration=1 "
+                              "-c:v libx264 -c:a aac");
+  const std::string srt = tmp_path("sn.srt"), subs = tmp_path("sn_subs.mkv"), out = tmp_path("sn_out.mkv");
+  { std::ofstream(srt) << "1\n00:00:00,000 --> 00:00:01,000\nhello\n"; }
+  ASSERT_EQ(run_cmd("ffmpeg -v error -y -i " + in + " -i " + srt + " -map 0 -map 1 -c copy " + subs).rc, 0);
+  ASSERT_EQ(run_cmd(kBin + " run -q -i " + subs + " -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\naudio\nsubtitle\n");
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + subs + " -sn -o " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-show_entries stream=codec_type"), "video\naudio\n");
+  CmdResult r = run_cmd(kBin + " run -y -i " + subs + " -o " + tmp_path("sn_out.y4m"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("subtitle stream #2 (subrip) left out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-sn to drop subtitles"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-an to drop audio"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run -y -i " + subs + " -sn -an -o " + tmp_path("sn_out.y4m"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("left out"), std::string::npos) << r.out;
+  // A QuickTime timecode track is a data stream.
+  const std::string tc = make("dn_in.mov", "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1 -c:v libx264 "
+                                           "-timecode 01:00:00:00");
+  r = run_cmd(kBin + " run -y -i " + tc + " -o " + tmp_path("sn_out.y4m"));
+  EXPECT_NE(r.out.find("-dn to drop data streams"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run -y -i " + tc + " -dn -o " + tmp_path("sn_out.y4m"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("left out"), std::string::npos) << r.out;
+  for (const auto& p : {in, srt, subs, out, tc, tmp_path("sn_out.y4m")}) std::remove(p.c_str());
 }
 
 // The copied streams come from the source's own demuxer: a pipe and an HTTP stream keep

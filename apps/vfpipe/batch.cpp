@@ -151,6 +151,10 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       a.rate = text();
     else if (k == "an" || k == "no_audio")
       a.no_audio = flag();
+    else if (k == "sn" || k == "no_subtitles")
+      a.no_subtitles = flag();
+    else if (k == "dn" || k == "no_data")
+      a.no_data = flag();
     else if (k == "c:a" || k == "audio_codec")
       a.audio_codec = text();
     else if (k == "b:a" || k == "audio_bitrate")

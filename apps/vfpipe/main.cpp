@@ -73,6 +73,9 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-ac", "--audio-channels"},
                                                               {"-ss", "--start"},
                                                               {"-frames:v", "--frames"},
+                                                              {"-vframes", "--frames"},
+                                                              {"-sn", "--no-subtitles"},
+                                                              {"-dn", "--no-data"},
                                                               {"-pix_fmt", "--pix-fmt"},
                                                               {"-to", "--to"},
                                                               {"-loglevel", "--loglevel"},
@@ -96,6 +99,14 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)
       if (args[i] == from) args[i] = to;
+    // ffmpeg options whose meaning vfpipe does not have: said plainly, not as CLI11's reading
+    // of them as short options (-vn as -v -n, -s as nothing).
+    if (args[i] == "-vn")
+      throw Error(ErrorKind::Usage, "-vn: vfpipe writes the video it filters; for the other streams alone use ffmpeg -vn");
+    if (args[i] == "-s" || args[i] == "-video_size")
+      throw Error(ErrorKind::Usage, args[i] +
+                                        ": vfpipe does not scale frames; --size WxH asks a camera for a capture "
+                                        "size, and the synthetic source takes size=WxH");
     static const char* levels[] = {"quiet", "panic", "fatal", "error", "warning", "info", "verbose", "debug", "trace"};
     if (args[i] == "-v" && i + 1 < args.size())  // ffmpeg's -v LEVEL; vfpipe's -v alone: verbose
       for (const char* l : levels)

@@ -109,7 +109,7 @@ int mmp_encode_command(const MmpArgs& a) {
   const std::string out = a.output.empty() ? a.input + ".mmp" : a.output;
   check_output_is_not_input(a.input, out);
   check_overwrite(out, a.overwrite_rule());
-  report_streams_left_out(*src, out, true);
+  report_streams_left_out(*src, out, VideoOptions{});
   p.search = leaf_search(a.device, a.gpu_search);
   // --gpus: a search on each; frames in flight go to them in turn (frames are independent
   // without --carry, so each GPU keeps its own dictionary mirrors).

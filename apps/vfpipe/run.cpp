@@ -126,6 +126,8 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "duplicated or dropped by their timestamps");
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
   c->add_flag("--no-audio", a.no_audio, "(-an) leave the input's audio out of a video output (kept by default)");
+  c->add_flag("--no-subtitles", a.no_subtitles, "(-sn) leave the input's subtitles out of a video output");
+  c->add_flag("--no-data", a.no_data, "(-dn) leave the input's data streams (timecode, GPS, ...) out of a video output");
   c->add_option("--audio-codec", a.audio_codec,
                 "(-c:a) the audio of a video output: copy, or an encoder (aac, libopus, libvorbis, libmp3lame, flac, "
                 "...); default: copied where the container holds it, else re-encoded to its own audio codec");
@@ -355,6 +357,8 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.gop = a.gop;
   ko.video.codec_params = a.codec_params;
   ko.video.audio = !a.no_audio;
+  ko.video.subtitles = !a.no_subtitles;
+  ko.video.data = !a.no_data;
   ko.video.audio_codec = a.audio_codec;
   ko.video.audio_bitrate = parse_bitrate(a.audio_bitrate, "-b:a");
   ko.video.audio_rate = a.audio_rate;
@@ -367,7 +371,7 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
 #if VFPIPE_HAVE_LIBAV
   ko.video.input = libav_input_of(src);
 #endif
-  report_streams_left_out(src, a.output, !a.no_audio);
+  report_streams_left_out(src, a.output, ko.video);
   std::unique_ptr<Sink> sink = open_sink(a.output, ko);
   // A single image: the run must stop in time (-n, or an input known to be short enough).
   if (const int64_t max = sink->max_frames(); max > 0) {
