@@ -17,7 +17,7 @@
 #include "core/log.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/convert_ops.hpp"
-#include "io/audio.hpp"
+#include "io/transcode.hpp"
 #include "io/rate.hpp"
 #include "io/stream_map.hpp"
 #if VFPIPE_HAVE_CUDA
@@ -923,6 +923,17 @@ class StreamCopier {
         log::warn("%s: left out (use .mkv, or -an to drop audio)", what.c_str());
         continue;
       }
+      if (!fits && s.type == AVMEDIA_TYPE_SUBTITLE) {
+        // As ffmpeg: text subtitles become the container's own text format (SubRip in MP4:
+        // mov_text); bitmap subtitles cannot be converted.
+        if (const AVCodec* sub = find_subtitle_converter(s.par->codec_id, of)) {
+          log::info("subtitle stream #%d (%s) cannot go into the %s output as it is: converted to %s", s.index, name,
+                    of->name, sub->name);
+          chosen_.push_back(s.index);
+          transcoders_[s.index] = std::make_unique<SubtitleConverter>(s.par, s.time_base, sub);
+          continue;
+        }
+      }
       if (!fits && !enc) {
         const std::string what =
             log::format("%s stream #%d (%s) cannot go into the %s output", type, s.index, name, of->name);
@@ -942,12 +953,13 @@ class StreamCopier {
     }
     in_->claim(chosen_);
   }
-  // "audio aac copied", "audio aac re-encoded as opus (48000 Hz stereo, 128 kb/s)", in order.
+  // "audio aac copied", "audio aac re-encoded as opus (48000 Hz stereo, 128 kb/s)",
+  // "subtitle subrip converted to mov_text", in order.
   std::vector<std::string> carried() const {
     std::vector<std::string> c;
     for (int i : chosen_) {
       const auto t = transcoders_.find(i);
-      c.push_back(t != transcoders_.end() ? "audio " + t->second->describe() : copied_.at(i));
+      c.push_back(t != transcoders_.end() ? t->second->describe() : copied_.at(i));
     }
     return c;
   }
@@ -969,6 +981,12 @@ class StreamCopier {
       av_dict_copy(&o->metadata, s->metadata, 0);
       map_[i] = o->index;
     }
+  }
+
+  // Whether the output gets a subtitle stream (copied or converted).
+  bool has_subtitles() const {
+    return std::any_of(chosen_.begin(), chosen_.end(),
+                       [&](int i) { return in_->stream(i)->type == AVMEDIA_TYPE_SUBTITLE; });
   }
 
   // The re-encoded streams' last samples, once every packet is in (before the trailer).
@@ -1011,7 +1029,7 @@ class StreamCopier {
   std::vector<int> chosen_;                                      // input stream indices
   std::map<int, int> map_;                                       // input stream -> output stream
   std::map<int, std::string> copied_;                            // input stream -> "audio aac copied"
-  std::map<int, std::unique_ptr<AudioTranscoder>> transcoders_;  // input stream -> its encoder
+  std::map<int, std::unique_ptr<StreamTranscoder>> transcoders_;  // input stream -> its encoder
 };
 
 const AVCodec* default_encoder(const AVOutputFormat* of, bool lossless) {
@@ -1306,6 +1324,14 @@ class LibavSink final : public Sink {
         throw Error(ErrorKind::Usage, "-movflags applies to .mp4 and .mov outputs, not to '" + path_ + "'");
       av_dict_set(&o, "movflags", opt_.movflags.c_str(), 0);
       fragmented_ = opt_.movflags.find("frag_") != std::string::npos;
+    } else if (fragmented_ && copier_ && copier_->has_subtitles()) {
+      // libavformat writes a fragmented MP4's subtitle samples without their durations
+      // (ffmpeg's own fragmented output shows every cue for no time), so a file with
+      // subtitles is written classic.
+      log::info("%s: written as a classic MP4 (index at the end), as its subtitles lose their timing in a "
+                "fragmented one; a run cut short leaves it unplayable",
+                path_.c_str());
+      fragmented_ = false;
     } else if (fragmented_) {
       av_dict_set(&o, "movflags", "+frag_keyframe+delay_moov+default_base_moof", 0);
       av_dict_set(&o, "frag_duration", "1000000", 0);

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "cpu/convert.hpp"
@@ -573,6 +576,71 @@ TEST(Libav, SubtitlesAndDataLeftOutOnRequest) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out.find("left out"), std::string::npos) << r.out;
   for (const auto& p : {in, srt, subs, out, tc, tmp_path("sn_out.y4m")}) std::remove(p.c_str());
+}
+
+// Text subtitles that a container cannot hold as they are are converted to a text format
+// it holds (SubRip: mov_text in MP4, WebVTT in WebM), with their text and timing; MP4s with
+// subtitles are written classic (fragmented ones lose the cues' durations).
+TEST(Libav, TextSubtitlesConvertedForTheContainer) {
+  REQUIRE_LIBAV();
+  const std::string in = make("subconv_in.mkv",
+                              "-f lavfi -i testsrc2=size=160x120:rate=25:duration=3 -f lavfi -i sine=duration=3 "
+                              "-c:v libx264 -c:a aac");
+  const std::string srt = tmp_path("subconv.srt"), subs = tmp_path("subconv_subs.mkv");
+  const std::string cues = "1\n00:00:00,500 --> 00:00:01,250\nhello\n\n2\n00:00:02,000 --> 00:00:02,800\nworld\n";
+  { std::ofstream(srt) << cues; }
+  ASSERT_EQ(run_cmd("ffmpeg -v error -y -i " + in + " -i " + srt + " -map 0 -map 1 -c copy " + subs).rc, 0);
+  auto cues_of = [](const std::string& f) { return run_cmd("ffmpeg -v error -i " + f + " -map 0:s -f srt -").out; };
+  const std::string want = cues_of(subs);
+  ASSERT_NE(want.find("00:00:02,000 --> 00:00:02,800"), std::string::npos) << want;
+  // The same text, and times within 30 ms: a WebM output starts all its streams at the
+  // Opus audio's priming (about -7 ms, as ffmpeg's own WebM does), which moves the cues
+  // as it moves the video.
+  auto same_cues = [](const std::string& got, const std::string& want) {
+    auto split = [](const std::string& text, std::vector<int>* ms) {
+      std::string words;
+      std::istringstream in(text);
+      for (std::string line; std::getline(in, line);) {
+        int h1, m1, s1, f1, h2, m2, s2, f2;
+        if (std::sscanf(line.c_str(), "%d:%d:%d,%d --> %d:%d:%d,%d", &h1, &m1, &s1, &f1, &h2, &m2, &s2, &f2) == 8) {
+          ms->push_back(((h1 * 60 + m1) * 60 + s1) * 1000 + f1);
+          ms->push_back(((h2 * 60 + m2) * 60 + s2) * 1000 + f2);
+        } else {
+          words += line + "\n";
+        }
+      }
+      return words;
+    };
+    std::vector<int> a, b;
+    if (split(got, &a) != split(want, &b) || a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::abs(a[i] - b[i]) > 30 || (i % 2 == 1 && a[i] - a[i - 1] != b[i] - b[i - 1])) return false;
+    return true;
+  };
+  const struct {
+    const char* ext;
+    const char* codec;
+  } outs[] = {{".mp4", "mov_text"}, {".webm", "webvtt"}, {".mov", "mov_text"}};
+  for (const auto& o : outs) {
+    const std::string out = tmp_path(std::string("subconv_out") + o.ext);
+    const CmdResult r = run_cmd(kBin + " run -y -i " + subs + " -f median -o " + out);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find(std::string("subtitle subrip converted to ") + o.codec), std::string::npos) << r.out;
+    EXPECT_EQ(probe(out, "-select_streams s -show_entries stream=codec_name"), std::string(o.codec) + "\n");
+    EXPECT_TRUE(same_cues(cues_of(out), want)) << o.ext << ": " << cues_of(out);
+    // Copied from the converted file: still the same cues.
+    const std::string again = tmp_path(std::string("subconv_again") + o.ext);
+    ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + out + " -o " + again).rc, 0);
+    EXPECT_TRUE(same_cues(cues_of(again), want)) << o.ext << ": " << cues_of(again);
+    std::remove(out.c_str());
+    std::remove(again.c_str());
+  }
+  // AVI holds no subtitles: left out, said so.
+  const CmdResult r = run_cmd(kBin + " run -y -i " + subs + " -c:v mpeg4 -o " + tmp_path("subconv.avi"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("subtitle stream #2 (subrip) cannot go into the avi output: left out"), std::string::npos)
+      << r.out;
+  for (const auto& p : {in, srt, subs, tmp_path("subconv.avi")}) std::remove(p.c_str());
 }
 
 // The copied streams come from the source's own demuxer: a pipe and an HTTP stream keep

@@ -1,6 +1,8 @@
-#include "io/audio.hpp"
+#include "io/transcode.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -298,11 +300,126 @@ void AudioTranscoder::finish() {
 }
 
 std::string AudioTranscoder::describe() const {
-  std::string d = std::string(avcodec_get_name(par_->codec_id)) + " re-encoded as " + avcodec_get_name(enc_->id);
+  std::string d = std::string("audio ") + avcodec_get_name(par_->codec_id) + " re-encoded as " + avcodec_get_name(enc_->id);
   if (!ctx_) return d;
   d += log::format(" (%d Hz %s", ctx_->sample_rate, layout_name(ctx_->ch_layout).c_str());
   if (ctx_->bit_rate > 0) d += log::format(", %lld kb/s", static_cast<long long>(ctx_->bit_rate / 1000));
   return d + ")";
+}
+
+namespace {
+bool text_subtitles(AVCodecID id) {
+  const AVCodecDescriptor* d = avcodec_descriptor_get(id);
+  return d && d->type == AVMEDIA_TYPE_SUBTITLE && (d->props & AV_CODEC_PROP_TEXT_SUB);
+}
+}  // namespace
+
+const AVCodec* find_subtitle_converter(AVCodecID in, const AVOutputFormat* of) {
+  if (!text_subtitles(in) || !avcodec_find_decoder(in)) return nullptr;
+  // The container's default where it names one (WebM: WebVTT), else the text format it
+  // holds (MP4 and MOV name none; they hold mov_text).
+  for (const AVCodecID want :
+       {of->subtitle_codec, AV_CODEC_ID_MOV_TEXT, AV_CODEC_ID_WEBVTT, AV_CODEC_ID_SUBRIP, AV_CODEC_ID_ASS}) {
+    if (want == AV_CODEC_ID_NONE || !text_subtitles(want)) continue;
+    const AVCodec* enc = avcodec_find_encoder(want);
+    if (enc && avformat_query_codec(of, want, FF_COMPLIANCE_NORMAL) == 1) return enc;
+  }
+  return nullptr;
+}
+
+SubtitleConverter::SubtitleConverter(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc)
+    : par_(avcodec_parameters_alloc()), in_tb_(in_tb), enc_(enc), pkt_(av_packet_alloc()) {
+  if (!par_ || !pkt_ || avcodec_parameters_copy(par_, in) < 0) {
+    avcodec_parameters_free(&par_);
+    av_packet_free(&pkt_);
+    throw Error(ErrorKind::OutOfMemory, "a subtitle converter");
+  }
+}
+
+SubtitleConverter::~SubtitleConverter() {
+  avcodec_free_context(&dec_);
+  avcodec_free_context(&ctx_);
+  av_packet_free(&pkt_);
+  avcodec_parameters_free(&par_);
+}
+
+void SubtitleConverter::open(AVFormatContext* out, AVStream* st) {
+  out_ = out;
+  st_ = st;
+  const char* in_name = avcodec_get_name(par_->codec_id);
+  const AVCodec* dec = avcodec_find_decoder(par_->codec_id);
+  if (!dec) throw Error(ErrorKind::Input, std::string("no decoder for the input's ") + in_name + " subtitles (use -sn)");
+  dec_ = avcodec_alloc_context3(dec);
+  if (!dec_ || avcodec_parameters_to_context(dec_, par_) < 0) throw Error(ErrorKind::OutOfMemory, "a subtitle decoder");
+  dec_->pkt_timebase = in_tb_;
+  if (int e = avcodec_open2(dec_, dec, nullptr); e < 0)
+    throw Error(ErrorKind::Input, std::string("cannot decode the input's ") + in_name + " subtitles: " + averr(e));
+  ctx_ = avcodec_alloc_context3(enc_);
+  if (!ctx_) throw Error(ErrorKind::OutOfMemory, "a subtitle encoder");
+  ctx_->time_base = {1, 1000};  // events are timed in milliseconds
+  // The styles of the decoded events (an ASS header), which the encoder needs to read them.
+  if (dec_->subtitle_header_size > 0) {
+    ctx_->subtitle_header = static_cast<uint8_t*>(av_mallocz(dec_->subtitle_header_size + 1));
+    if (!ctx_->subtitle_header) throw Error(ErrorKind::OutOfMemory, "a subtitle header");
+    std::memcpy(ctx_->subtitle_header, dec_->subtitle_header, dec_->subtitle_header_size);
+    ctx_->subtitle_header_size = dec_->subtitle_header_size;
+  }
+  if (out->oformat->flags & AVFMT_GLOBALHEADER) ctx_->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  if (int e = avcodec_open2(ctx_, enc_, nullptr); e < 0)
+    throw Error(ErrorKind::Output, std::string("the ") + enc_->name + " subtitle encoder refused the " + in_name +
+                                       " subtitles: " + averr(e));
+  if (avcodec_parameters_from_context(st->codecpar, ctx_) < 0) throw Error(ErrorKind::OutOfMemory, "a subtitle stream");
+  st->time_base = ctx_->time_base;
+}
+
+void SubtitleConverter::send(const AVPacket* p) {
+  AVSubtitle sub{};
+  int got = 0;
+  // The decoder does not keep the packet (the API's pointer is not const).
+  const int e = avcodec_decode_subtitle2(dec_, &sub, &got, const_cast<AVPacket*>(p));
+  if (e < 0 || !got) {
+    if (e < 0 && errors_++ == 0)
+      log::warn("subtitle stream #%d: a damaged %s event left out (%s)", st_->index, avcodec_get_name(par_->codec_id),
+                averr(e).c_str());
+    return;
+  }
+  struct Freed {
+    AVSubtitle* s;
+    ~Freed() { avsubtitle_free(s); }
+  } freed{&sub};
+  if (sub.num_rects == 0 || p->pts == AV_NOPTS_VALUE) return;  // nothing shown, or no time to show it at
+  // The event's span: the decoder's, else the packet's duration.
+  int64_t shown_ms = sub.end_display_time > sub.start_display_time && sub.end_display_time != UINT32_MAX
+                         ? sub.end_display_time - sub.start_display_time
+                         : av_rescale_q(p->duration, in_tb_, {1, 1000});
+  const int64_t start_ms = av_rescale_q(p->pts, in_tb_, {1, 1000}) + sub.start_display_time;
+  sub.end_display_time = static_cast<uint32_t>(std::max<int64_t>(shown_ms, 0));
+  sub.start_display_time = 0;
+  std::vector<uint8_t> buf(1 << 16);
+  const int n = avcodec_encode_subtitle(ctx_, buf.data(), static_cast<int>(buf.size()), &sub);
+  if (n <= 0) {
+    if (errors_++ == 0)
+      log::warn("subtitle stream #%d: an event the %s encoder cannot take left out", st_->index, enc_->name);
+    return;
+  }
+  av_packet_unref(pkt_);
+  if (av_new_packet(pkt_, n) < 0) throw Error(ErrorKind::OutOfMemory, "a subtitle packet");
+  std::memcpy(pkt_->data, buf.data(), n);
+  pkt_->pts = pkt_->dts = av_rescale_q(start_ms, {1, 1000}, st_->time_base);
+  pkt_->duration = av_rescale_q(sub.end_display_time, {1, 1000}, st_->time_base);
+  pkt_->stream_index = st_->index;
+  if (int w = av_interleaved_write_frame(out_, pkt_); w < 0)
+    throw Error(ErrorKind::Output, std::string("cannot write a subtitle packet: ") + averr(w));
+}
+
+void SubtitleConverter::finish() {
+  if (errors_ > 1)
+    log::warn("subtitle stream #%d: %lld damaged or unconvertible events left out", st_ ? st_->index : -1,
+              static_cast<long long>(errors_));
+}
+
+std::string SubtitleConverter::describe() const {
+  return std::string("subtitle ") + avcodec_get_name(par_->codec_id) + " converted to " + avcodec_get_name(enc_->id);
 }
 
 }  // namespace vfp
