@@ -321,6 +321,14 @@ TEST(Cli, FfmpegHabitsWithoutMeaningAreAccepted) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("median(3x3)"), std::string::npos) << r.out;
   EXPECT_EQ(run_cmd(kBin + " -hide_banner info").rc, 0);
+  // -i names the input of every command, as in ffmpeg, besides the positional input.
+  const std::string mmp = tmp_path("habits.mmp");
+  const CmdResult e = run_cmd(kBin + " mmp encode -y -i synthetic=size=16x16:frames=1 -o " + mmp);
+  ASSERT_EQ(e.rc, 0) << e.out;
+  EXPECT_EQ(run_cmd(kBin + " mmp info -i " + mmp).rc, 0);
+  EXPECT_EQ(run_cmd(kBin + " mmp decode -y -i " + mmp + " -o " + mmp + ".y4m").rc, 0);
+  EXPECT_EQ(run_cmd(kBin + " compress -y -i " + mmp + ".y4m").rc, 0);
+  for (const std::string& f : {mmp, mmp + ".y4m", mmp + ".y4m.gz"}) std::remove(f.c_str());
 }
 
 // ffmpeg options whose meaning vfpipe lacks are refused in one plain line (not as CLI11's

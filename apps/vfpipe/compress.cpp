@@ -106,7 +106,7 @@ void add_compress_command(CLI::App& app, Subcommands& out) {
   auto args = std::make_shared<CompressArgs>();
   CompressArgs& comp_args = *args;
   auto* compress = app.add_subcommand("compress", "compress a file with vfpipe's DEFLATE encoder (gzip, zlib or raw)");
-  compress->add_option("input", comp_args.input, "file to compress")->required();
+  compress->add_option("input,-i,--input", comp_args.input, "file to compress")->required();
   compress->add_option("-o,--output", comp_args.output, "output file (default: INPUT.gz / .zz / .deflate)");
   compress->add_option("--format", comp_args.format, "container: gzip (RFC 1952), zlib (RFC 1950), raw (RFC 1951)")
       ->check(CLI::IsMember({"gzip", "zlib", "raw"}))

@@ -284,7 +284,7 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   auto* mmp_cmd =
       app.add_subcommand("mmp", "MMP intra codec (docs/mmp.md): encode, decode, info")->require_subcommand(1);
   auto* mmp_enc = mmp_cmd->add_subcommand("encode", "encode any vfpipe input into an .mmp file");
-  mmp_enc->add_option("input", mmp_args.input, "input (file, image pattern, Y4M, synthetic=...)")->required();
+  mmp_enc->add_option("input,-i,--input", mmp_args.input, "input (file, image pattern, Y4M, synthetic=...)")->required();
   mmp_enc->add_option("-o,--output", mmp_args.output, "output .mmp (default INPUT.mmp)");
   mmp_enc->add_option("--lambda", mmp_args.lambda, "Lagrangian multiplier: larger = fewer bits, lower quality")
       ->check(CLI::Range(0.0, 1e9))
@@ -373,12 +373,12 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
       ->check(CLI::IsMember({"raster", "wavefront"}))
       ->capture_default_str();
   auto* mmp_dec = mmp_cmd->add_subcommand("decode", "decode an .mmp file to Y4M, images or one PNG");
-  mmp_dec->add_option("input", mmp_args.input, ".mmp file")->required();
+  mmp_dec->add_option("input,-i,--input", mmp_args.input, ".mmp file")->required();
   mmp_dec->add_option("-o,--output", mmp_args.output,
                       "out.png (first frame), out.y4m, frames/%06d.png, a video file, '-' (Y4M stdout)");
   add_overwrite_flags(mmp_dec, &mmp_args.overwrite, &mmp_args.no_overwrite, "output file");
   auto* mmp_info = mmp_cmd->add_subcommand("info", "show an .mmp file's header and frame sizes");
-  mmp_info->add_option("input", mmp_args.input, ".mmp file")->required();
+  mmp_info->add_option("input,-i,--input", mmp_args.input, ".mmp file")->required();
   mmp_cmd->footer(
       "\nExample: vfpipe mmp encode photo.y4m -o photo.mmp --lambda 40 && vfpipe mmp decode photo.mmp -o back.png\n");
   out.push_back({mmp_enc, [args] { return mmp_encode_command(*args); }});
