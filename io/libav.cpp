@@ -445,6 +445,13 @@ class LibavSource final : public Source {
         throw Error(ErrorKind::Input, "'" + url + "': cannot seek to " + std::to_string(opt.start) + " s: " + averr(e));
     }
     if (st_->nb_frames > 0 && opt.start <= 0 && opt.duration < 0) frames_ = expected_ = st_->nb_frames;
+    // A still image file (libav's image2 or one of its *_pipe demuxers: PNG, JPEG, TIFF,
+    // ...) is one frame, which a one-image output needs to know before the run.
+    const std::string demuxer = in_.f->iformat->name;
+    const bool file = url.find("://") == std::string::npos && url.rfind("pipe:", 0) != 0 && url.rfind("fd:", 0) != 0;
+    if (frames_ < 0 && file && opt.start <= 0 &&
+        (demuxer == "image2" || (demuxer.size() > 5 && demuxer.compare(demuxer.size() - 5, 5, "_pipe") == 0)))
+      frames_ = 1;
     // Where the video stream ends by the container (its duration, or Matroska's per-track
     // DURATION tag): with no frame count to compare, a truncated file shows as an early end.
     if (opt.start <= 0 && opt.duration < 0) {

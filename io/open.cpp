@@ -241,12 +241,18 @@ void check_output_is_not_input(const std::string& input, const std::string& outp
 }
 
 namespace {
+// Still-image outputs other than PNG (vfpipe's own encoder), written by OpenCV.
+bool is_still_image(const std::string& ext) {
+  static const char* exts[] = {".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pnm", ".webp"};
+  return std::any_of(std::begin(exts), std::end(exts), [&](const char* e) { return ext == e; });
+}
+
 // Outputs the libav sink writes: files that are none of vfpipe's own formats.
 bool is_video_file(const std::string& spec) {
   if (spec.empty() || spec == "null" || spec == "none" || spec == "-" || spec.find('%') != std::string::npos)
     return false;
   const std::string ext = lower_ext(spec);
-  return ext != ".y4m" && ext != ".gz" && ext != ".png";
+  return ext != ".y4m" && ext != ".gz" && ext != ".png" && !is_still_image(ext);
 }
 
 // The sink for an output's type, before -r.
@@ -276,6 +282,17 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
     if (!valid_int_pattern(spec))
       throw Error(ErrorKind::Usage, "bad image pattern '" + spec + "' (use one %d or %0Nd, e.g. frames/%06d.png)");
     return std::make_unique<PngSequenceSink>(spec, lo);
+  }
+  // One still image of another kind, as ffmpeg writes `-frames:v 1 out.jpg`: OpenCV.
+  if (!pattern && is_still_image(ext)) {
+    if (opt.lossless && ext != ".bmp" && ext != ".tif" && ext != ".tiff" && ext != ".ppm" && ext != ".pgm" &&
+        ext != ".pnm")
+      throw Error(ErrorKind::Usage, "--lossless: '" + spec + "' would be lossy; use .png, .tif or .bmp");
+#if VFPIPE_HAVE_OPENCV
+    return open_image_sink(spec);
+#else
+    throw Error(ErrorKind::Output, "output '" + spec + "' needs OpenCV, and this build has none; write a .png");
+#endif
   }
   if (opt.lossless && !(ext == ".mkv" && (opt.codec.empty() || opt.codec == "FFV1" || opt.codec == "ffv1")))
     throw Error(ErrorKind::Usage,
@@ -331,7 +348,7 @@ void report_streams_left_out(const Source& src, const std::string& spec, const V
   const std::string what = spec == "-"                           ? "Y4M on stdout"
                            : ext == ".mmp"                       ? "an .mmp file"
                            : spec.find('%') != std::string::npos ? "an image sequence"
-                           : ext == ".png"                       ? "a PNG image"
+                           : ext == ".png" || is_still_image(ext) ? "an image"
                            : ext == ".gz"                        ? "a .y4m.gz file"
                                                                  : "a Y4M file";
   for (const std::string& s : streams) {

@@ -221,9 +221,11 @@ class VideoSink final : public Sink {
   int64_t frames_ = 0;
 };
 
+// An image sequence, or with `single` one image at the path itself.
 class ImageSeqSink final : public Sink {
  public:
-  explicit ImageSeqSink(std::string pattern) : pattern_(std::move(pattern)) {}
+  explicit ImageSeqSink(std::string pattern, bool single = false) : pattern_(std::move(pattern)), single_(single) {}
+  int64_t max_frames() const override { return single_ ? 1 : -1; }
   std::vector<PixelFormat> accepted_formats() const override {
     // PNG, TIFF and PGM hold 16-bit gray: a gray16le chain output is written as it is.
     std::string ext = std::filesystem::path(pattern_).extension().string();
@@ -256,8 +258,9 @@ class ImageSeqSink final : public Sink {
   std::string describe() const override { return pattern_; }
 
  private:
-  std::string name(int64_t i) const { return sequence_file_name(pattern_, i); }
+  std::string name(int64_t i) const { return single_ ? pattern_ : sequence_file_name(pattern_, i); }
   std::string pattern_;
+  bool single_;
   int64_t n_ = 0;
 };
 
@@ -334,5 +337,7 @@ std::unique_ptr<Sink> open_image_sequence_sink(const std::string& pattern) {
     throw Error(ErrorKind::Usage, "bad image pattern '" + pattern + "' (use one %d or %0Nd, e.g. frames/%06d.png)");
   return std::make_unique<ImageSeqSink>(pattern);
 }
+
+std::unique_ptr<Sink> open_image_sink(const std::string& path) { return std::make_unique<ImageSeqSink>(path, true); }
 
 }  // namespace vfp

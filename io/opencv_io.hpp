@@ -17,5 +17,7 @@ std::unique_ptr<Source> open_image_sequence_source(const std::string& pattern, d
 
 std::unique_ptr<Sink> open_video_sink(const std::string& path, const std::string& fourcc);
 std::unique_ptr<Sink> open_image_sequence_sink(const std::string& pattern);
+// One still image (.jpg, .bmp, .tif, ...; ffmpeg's -frames:v 1 out.jpg): at most one frame.
+std::unique_ptr<Sink> open_image_sink(const std::string& path);
 
 }  // namespace vfp

@@ -207,6 +207,37 @@ TEST(Libav, VideoOnlyOutputsNameTheStreamsTheyLeaveOut) {
   for (const auto& p : {in, y4m, mmp}) std::remove(p.c_str());
 }
 
+// A photo in, a photo out, as ffmpeg does `-i photo.jpg out.jpg`: a still image input is one
+// frame (a one-image output takes it without -n 1), and JPEG, TIFF and BMP outputs are one
+// image each (OpenCV), which a longer input must be cut for.
+TEST(Libav, StillImagesInAndOut) {
+  REQUIRE_LIBAV();
+  if (!VFPIPE_HAVE_OPENCV) GTEST_SKIP() << "JPEG, TIFF and BMP outputs are written by OpenCV";
+  const std::string png = make("still.png", "-f lavfi -i testsrc2=size=96x64 -frames:v 1");
+  const std::string jpg = make("still.jpg", "-f lavfi -i testsrc2=size=96x64 -frames:v 1");
+  for (const auto& [in, out] : {std::pair{png, tmp_path("still_out.png")}, std::pair{jpg, tmp_path("still_out.jpg")},
+                                std::pair{png, tmp_path("still_out.tif")}, std::pair{jpg, tmp_path("still_out.bmp")}}) {
+    std::remove(out.c_str());
+    const CmdResult r = run_cmd(kBin + " run -i " + in + " -f median -o " + out);
+    ASSERT_EQ(r.rc, 0) << out << ": " << r.out;
+    EXPECT_NE(r.out.find("1 frame in"), std::string::npos) << r.out;
+    EXPECT_EQ(probe(out, "-show_entries stream=width,height"), "96,64\n") << out;
+    std::remove(out.c_str());
+  }
+  // A clip into one image: refused up front unless cut to one frame.
+  const std::string clip = av_clip(), one = tmp_path("still_clip.jpg");
+  CmdResult r = run_cmd(kBin + " run -i " + clip + " -o " + one);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("holds 1 image"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run -i " + clip + " -frames:v 1 -o " + one);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(one));
+  r = run_cmd(kBin + " run -y -i " + png + " --lossless -o " + one);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("would be lossy"), std::string::npos) << r.out;
+  for (const auto& p : {png, jpg, clip, one}) std::remove(p.c_str());
+}
+
 // The stream's colour tags become the frames' colour description, which picks the RGB
 // conversion (BT.709 here, where an untagged frame of this size would get BT.601), and a
 // Y4M output keeps the range.
