@@ -17,9 +17,9 @@
 #include "core/log.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/convert_ops.hpp"
-#include "io/transcode.hpp"
 #include "io/rate.hpp"
 #include "io/stream_map.hpp"
+#include "io/transcode.hpp"
 #if VFPIPE_HAVE_CUDA
 #include "core/gpu.hpp"
 #include "cuda/kernels.hpp"
@@ -202,10 +202,14 @@ struct LibavInput {
   }
 
   // Timestamps of the frames handed to the pipeline, by frame index (video time base).
+  // Outputs that take none (null, the display) would let them pile up over a long stream:
+  // those far behind any frame the pipeline can still hold are forgotten.
   void record(int64_t index, int64_t pts) {
     std::lock_guard<std::mutex> lk(mu);
     pts_of[index] = pts;
+    pts_of.erase(pts_of.begin(), pts_of.lower_bound(index - kTimestampsKept));
   }
+  static constexpr int64_t kTimestampsKept = 4096;  // frames; the engine holds at most ~100
   // The timestamp of frame `index`, kept for the output.
   bool peek(int64_t index, int64_t* pts) {
     std::lock_guard<std::mutex> lk(mu);
@@ -870,9 +874,10 @@ class LibavSource final : public Source {
 
 // Whether the run keeps the input's streams of `type` (-an, -sn, -dn leave them out).
 bool kept(const VideoOptions& opt, AVMediaType type) {
-  return type == AVMEDIA_TYPE_AUDIO ? opt.audio : type == AVMEDIA_TYPE_SUBTITLE ? opt.subtitles
-                                              : type == AVMEDIA_TYPE_DATA       ? opt.data
-                                                                                : true;
+  return type == AVMEDIA_TYPE_AUDIO      ? opt.audio
+         : type == AVMEDIA_TYPE_SUBTITLE ? opt.subtitles
+         : type == AVMEDIA_TYPE_DATA     ? opt.data
+                                         : true;
 }
 
 // The input's other streams (audio, subtitles, data, attachments; -map's choice), copied
@@ -945,7 +950,7 @@ class StreamCopier {
         const std::string what =
             log::format("%s stream #%d (%s) cannot go into the %s output", type, s.index, name, of->name);
         if (in_->mapped) throw Error(ErrorKind::Usage, "-map: " + what + " (use .mkv, or map it out)");
-        const char* drop = audio                                ? "-an to drop audio"
+        const char* drop = audio                             ? "-an to drop audio"
                            : s.type == AVMEDIA_TYPE_SUBTITLE ? "-sn to drop subtitles"
                            : s.type == AVMEDIA_TYPE_DATA     ? "-dn to drop data streams"
                                                              : "-map to choose streams";
@@ -1033,9 +1038,9 @@ class StreamCopier {
 
  private:
   std::shared_ptr<LibavInput> in_;
-  std::vector<int> chosen_;                                      // input stream indices
-  std::map<int, int> map_;                                       // input stream -> output stream
-  std::map<int, std::string> copied_;                            // input stream -> "audio aac copied"
+  std::vector<int> chosen_;                                       // input stream indices
+  std::map<int, int> map_;                                        // input stream -> output stream
+  std::map<int, std::string> copied_;                             // input stream -> "audio aac copied"
   std::map<int, std::unique_ptr<StreamTranscoder>> transcoders_;  // input stream -> its encoder
 };
 
@@ -1335,9 +1340,10 @@ class LibavSink final : public Sink {
       // libavformat writes a fragmented MP4's subtitle samples without their durations
       // (ffmpeg's own fragmented output shows every cue for no time), so a file with
       // subtitles is written classic.
-      log::info("%s: written as a classic MP4 (index at the end), as its subtitles lose their timing in a "
-                "fragmented one; a run cut short leaves it unplayable",
-                path_.c_str());
+      log::info(
+          "%s: written as a classic MP4 (index at the end), as its subtitles lose their timing in a "
+          "fragmented one; a run cut short leaves it unplayable",
+          path_.c_str());
       fragmented_ = false;
     } else if (fragmented_) {
       av_dict_set(&o, "movflags", "+frag_keyframe+delay_moov+default_base_moof", 0);

@@ -345,12 +345,12 @@ void report_streams_left_out(const Source& src, const std::string& spec, const V
   bool mapped = false;
   const std::vector<std::string> streams = libav_other_streams(*in, keep, &mapped);
   if (streams.empty()) return;
-  const std::string what = spec == "-"                           ? "Y4M on stdout"
-                           : ext == ".mmp"                       ? "an .mmp file"
-                           : spec.find('%') != std::string::npos ? "an image sequence"
+  const std::string what = spec == "-"                            ? "Y4M on stdout"
+                           : ext == ".mmp"                        ? "an .mmp file"
+                           : spec.find('%') != std::string::npos  ? "an image sequence"
                            : ext == ".png" || is_still_image(ext) ? "an image"
-                           : ext == ".gz"                        ? "a .y4m.gz file"
-                                                                 : "a Y4M file";
+                           : ext == ".gz"                         ? "a .y4m.gz file"
+                                                                  : "a Y4M file";
   for (const std::string& s : streams) {
     const std::string line = s + " left out: " + what + " holds video only";
     if (mapped) throw Error(ErrorKind::Usage, "-map: " + line + " (write .mkv, or map it out)");

@@ -300,7 +300,8 @@ void AudioTranscoder::finish() {
 }
 
 std::string AudioTranscoder::describe() const {
-  std::string d = std::string("audio ") + avcodec_get_name(par_->codec_id) + " re-encoded as " + avcodec_get_name(enc_->id);
+  std::string d =
+      std::string("audio ") + avcodec_get_name(par_->codec_id) + " re-encoded as " + avcodec_get_name(enc_->id);
   if (!ctx_) return d;
   d += log::format(" (%d Hz %s", ctx_->sample_rate, layout_name(ctx_->ch_layout).c_str());
   if (ctx_->bit_rate > 0) d += log::format(", %lld kb/s", static_cast<long long>(ctx_->bit_rate / 1000));
@@ -348,7 +349,8 @@ void SubtitleConverter::open(AVFormatContext* out, AVStream* st) {
   st_ = st;
   const char* in_name = avcodec_get_name(par_->codec_id);
   const AVCodec* dec = avcodec_find_decoder(par_->codec_id);
-  if (!dec) throw Error(ErrorKind::Input, std::string("no decoder for the input's ") + in_name + " subtitles (use -sn)");
+  if (!dec)
+    throw Error(ErrorKind::Input, std::string("no decoder for the input's ") + in_name + " subtitles (use -sn)");
   dec_ = avcodec_alloc_context3(dec);
   if (!dec_ || avcodec_parameters_to_context(dec_, par_) < 0) throw Error(ErrorKind::OutOfMemory, "a subtitle decoder");
   dec_->pkt_timebase = in_tb_;

@@ -599,8 +599,9 @@ TEST(Libav, SubtitlesAndDataLeftOutOnRequest) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out.find("left out"), std::string::npos) << r.out;
   // A QuickTime timecode track is a data stream.
-  const std::string tc = make("dn_in.mov", "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1 -c:v libx264 "
-                                           "-timecode 01:00:00:00");
+  const std::string tc = make("dn_in.mov",
+                              "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1 -c:v libx264 "
+                              "-timecode 01:00:00:00");
   r = run_cmd(kBin + " run -y -i " + tc + " -o " + tmp_path("sn_out.y4m"));
   EXPECT_NE(r.out.find("-dn to drop data streams"), std::string::npos) << r.out;
   r = run_cmd(kBin + " run -y -i " + tc + " -dn -o " + tmp_path("sn_out.y4m"));

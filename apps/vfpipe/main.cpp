@@ -102,7 +102,8 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
     // ffmpeg options whose meaning vfpipe does not have: said plainly, not as CLI11's reading
     // of them as short options (-vn as -v -n, -s as nothing).
     if (args[i] == "-vn")
-      throw Error(ErrorKind::Usage, "-vn: vfpipe writes the video it filters; for the other streams alone use ffmpeg -vn");
+      throw Error(ErrorKind::Usage,
+                  "-vn: vfpipe writes the video it filters; for the other streams alone use ffmpeg -vn");
     if (args[i] == "-s" || args[i] == "-video_size")
       throw Error(ErrorKind::Usage, args[i] +
                                         ": vfpipe does not scale frames; --size WxH asks a camera for a capture "

@@ -284,7 +284,8 @@ void add_mmp_commands(CLI::App& app, Subcommands& out) {
   auto* mmp_cmd =
       app.add_subcommand("mmp", "MMP intra codec (docs/mmp.md): encode, decode, info")->require_subcommand(1);
   auto* mmp_enc = mmp_cmd->add_subcommand("encode", "encode any vfpipe input into an .mmp file");
-  mmp_enc->add_option("input,-i,--input", mmp_args.input, "input (file, image pattern, Y4M, synthetic=...)")->required();
+  mmp_enc->add_option("input,-i,--input", mmp_args.input, "input (file, image pattern, Y4M, synthetic=...)")
+      ->required();
   mmp_enc->add_option("-o,--output", mmp_args.output, "output .mmp (default INPUT.mmp)");
   mmp_enc->add_option("--lambda", mmp_args.lambda, "Lagrangian multiplier: larger = fewer bits, lower quality")
       ->check(CLI::Range(0.0, 1e9))

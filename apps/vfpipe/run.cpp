@@ -127,7 +127,8 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
   c->add_flag("--no-audio", a.no_audio, "(-an) leave the input's audio out of a video output (kept by default)");
   c->add_flag("--no-subtitles", a.no_subtitles, "(-sn) leave the input's subtitles out of a video output");
-  c->add_flag("--no-data", a.no_data, "(-dn) leave the input's data streams (timecode, GPS, ...) out of a video output");
+  c->add_flag("--no-data", a.no_data,
+              "(-dn) leave the input's data streams (timecode, GPS, ...) out of a video output");
   c->add_option("--audio-codec", a.audio_codec,
                 "(-c:a) the audio of a video output: copy, or an encoder (aac, libopus, libvorbis, libmp3lame, flac, "
                 "...); default: copied where the container holds it, else re-encoded to its own audio codec");

@@ -42,7 +42,8 @@ struct RunArgs {
   std::string preset, bitrate, codec_params;
   std::string audio_codec, audio_bitrate;  // -c:a, -b:a
   int audio_rate = 0, audio_channels = 0;  // -ar, -ac
-  bool no_audio = false, no_subtitles = false, no_data = false, overwrite = false, no_overwrite = false, ignore_input_errors = false;
+  bool no_audio = false, no_subtitles = false, no_data = false, overwrite = false, no_overwrite = false,
+       ignore_input_errors = false;
   double start = 0, duration = -1, to = -1;
   std::string loglevel, progress_file;
   std::string hwaccel = "auto";         // -hwaccel: NVDEC for video files
