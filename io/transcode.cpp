@@ -16,6 +16,25 @@ namespace vfp {
 
 namespace {
 
+// A decoder for the input stream `par` (time base `tb`), opened; `what` names the stream's
+// kind ("audio"), `drop` the option that leaves it out ("-an").
+AVCodecContext* open_decoder(const AVCodecParameters* par, AVRational tb, const char* what, const char* drop) {
+  const char* name = avcodec_get_name(par->codec_id);
+  const AVCodec* dec = avcodec_find_decoder(par->codec_id);
+  if (!dec) throw Error(ErrorKind::Input, log::format("no decoder for the input's %s %s (use %s)", name, what, drop));
+  AVCodecContext* c = avcodec_alloc_context3(dec);
+  if (!c || avcodec_parameters_to_context(c, par) < 0) {
+    avcodec_free_context(&c);
+    throw Error(ErrorKind::OutOfMemory, log::format("a %s decoder", what));
+  }
+  c->pkt_timebase = tb;
+  if (int e = avcodec_open2(c, dec, nullptr); e < 0) {
+    avcodec_free_context(&c);
+    throw Error(ErrorKind::Input, log::format("cannot decode the input's %s %s: %s", name, what, averr(e).c_str()));
+  }
+  return c;
+}
+
 std::string layout_name(const AVChannelLayout& l) {
   char buf[64] = {0};
   if (av_channel_layout_describe(&l, buf, sizeof buf) < 0) return log::format("%d channels", l.nb_channels);
@@ -96,44 +115,54 @@ const AVCodec* find_audio_encoder(const std::string& name, const AVOutputFormat*
   return enc;
 }
 
+StreamTranscoder::StreamTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc)
+    : par_(avcodec_parameters_alloc()), in_tb_(in_tb), enc_(enc), pkt_(av_packet_alloc()) {
+  if (!par_ || !pkt_ || avcodec_parameters_copy(par_, in) < 0) {
+    avcodec_parameters_free(&par_);
+    av_packet_free(&pkt_);
+    throw Error(ErrorKind::OutOfMemory, "a stream's converter");
+  }
+}
+
+StreamTranscoder::~StreamTranscoder() {
+  avcodec_free_context(&dec_);
+  avcodec_free_context(&ctx_);
+  av_packet_free(&pkt_);
+  avcodec_parameters_free(&par_);
+}
+
+void StreamTranscoder::start(AVFormatContext* out, AVStream* st, const char* what, const char* drop) {
+  out_ = out;
+  st_ = st;
+  dec_ = open_decoder(par_, in_tb_, what, drop);
+  ctx_ = avcodec_alloc_context3(enc_);
+  if (!ctx_) throw Error(ErrorKind::OutOfMemory, log::format("a %s encoder", what));
+}
+
 AudioTranscoder::AudioTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc, AudioTarget target)
-    : in_tb_(in_tb), enc_(enc), target_(target) {
-  par_ = avcodec_parameters_alloc();
+    : StreamTranscoder(in, in_tb, enc), target_(target) {
   frame_ = av_frame_alloc();
   converted_ = av_frame_alloc();
   chunk_ = av_frame_alloc();
-  pkt_ = av_packet_alloc();
-  if (!par_ || !frame_ || !converted_ || !chunk_ || !pkt_ || avcodec_parameters_copy(par_, in) < 0)
+  if (!frame_ || !converted_ || !chunk_) {
+    av_frame_free(&frame_);
+    av_frame_free(&converted_);
+    av_frame_free(&chunk_);
     throw Error(ErrorKind::OutOfMemory, "an audio encoder");
+  }
 }
 
 AudioTranscoder::~AudioTranscoder() {
-  avcodec_parameters_free(&par_);
-  avcodec_free_context(&dec_);
-  avcodec_free_context(&ctx_);
   swr_free(&swr_);
   if (fifo_) av_audio_fifo_free(fifo_);
   av_frame_free(&frame_);
   av_frame_free(&converted_);
   av_frame_free(&chunk_);
-  av_packet_free(&pkt_);
   av_channel_layout_uninit(&swr_layout_);
 }
 
 void AudioTranscoder::open(AVFormatContext* out, AVStream* st) {
-  out_ = out;
-  st_ = st;
-  const char* in_name = avcodec_get_name(par_->codec_id);
-  const AVCodec* dec = avcodec_find_decoder(par_->codec_id);
-  if (!dec) throw Error(ErrorKind::Input, std::string("no decoder for the input's ") + in_name + " audio (use -an)");
-  dec_ = avcodec_alloc_context3(dec);
-  if (!dec_ || avcodec_parameters_to_context(dec_, par_) < 0) throw Error(ErrorKind::OutOfMemory, "an audio decoder");
-  dec_->pkt_timebase = in_tb_;
-  if (int e = avcodec_open2(dec_, dec, nullptr); e < 0)
-    throw Error(ErrorKind::Input, std::string("cannot decode the input's ") + in_name + " audio: " + averr(e));
-
-  ctx_ = avcodec_alloc_context3(enc_);
-  if (!ctx_) throw Error(ErrorKind::OutOfMemory, "an audio encoder");
+  start(out, st, "audio", "-an");
   AVChannelLayout want{};
   if (target_.channels > 0)
     av_channel_layout_default(&want, target_.channels);
@@ -328,36 +357,8 @@ const AVCodec* find_subtitle_converter(AVCodecID in, const AVOutputFormat* of) {
   return nullptr;
 }
 
-SubtitleConverter::SubtitleConverter(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc)
-    : par_(avcodec_parameters_alloc()), in_tb_(in_tb), enc_(enc), pkt_(av_packet_alloc()) {
-  if (!par_ || !pkt_ || avcodec_parameters_copy(par_, in) < 0) {
-    avcodec_parameters_free(&par_);
-    av_packet_free(&pkt_);
-    throw Error(ErrorKind::OutOfMemory, "a subtitle converter");
-  }
-}
-
-SubtitleConverter::~SubtitleConverter() {
-  avcodec_free_context(&dec_);
-  avcodec_free_context(&ctx_);
-  av_packet_free(&pkt_);
-  avcodec_parameters_free(&par_);
-}
-
 void SubtitleConverter::open(AVFormatContext* out, AVStream* st) {
-  out_ = out;
-  st_ = st;
-  const char* in_name = avcodec_get_name(par_->codec_id);
-  const AVCodec* dec = avcodec_find_decoder(par_->codec_id);
-  if (!dec)
-    throw Error(ErrorKind::Input, std::string("no decoder for the input's ") + in_name + " subtitles (use -sn)");
-  dec_ = avcodec_alloc_context3(dec);
-  if (!dec_ || avcodec_parameters_to_context(dec_, par_) < 0) throw Error(ErrorKind::OutOfMemory, "a subtitle decoder");
-  dec_->pkt_timebase = in_tb_;
-  if (int e = avcodec_open2(dec_, dec, nullptr); e < 0)
-    throw Error(ErrorKind::Input, std::string("cannot decode the input's ") + in_name + " subtitles: " + averr(e));
-  ctx_ = avcodec_alloc_context3(enc_);
-  if (!ctx_) throw Error(ErrorKind::OutOfMemory, "a subtitle encoder");
+  start(out, st, "subtitles", "-sn");
   ctx_->time_base = {1, 1000};  // events are timed in milliseconds
   // The styles of the decoded events (an ASS header), which the encoder needs to read them.
   if (dec_->subtitle_header_size > 0) {
@@ -368,8 +369,8 @@ void SubtitleConverter::open(AVFormatContext* out, AVStream* st) {
   }
   if (out->oformat->flags & AVFMT_GLOBALHEADER) ctx_->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   if (int e = avcodec_open2(ctx_, enc_, nullptr); e < 0)
-    throw Error(ErrorKind::Output, std::string("the ") + enc_->name + " subtitle encoder refused the " + in_name +
-                                       " subtitles: " + averr(e));
+    throw Error(ErrorKind::Output, std::string("the ") + enc_->name + " subtitle encoder refused the " +
+                                       avcodec_get_name(par_->codec_id) + " subtitles: " + averr(e));
   if (avcodec_parameters_from_context(st->codecpar, ctx_) < 0) throw Error(ErrorKind::OutOfMemory, "a subtitle stream");
   st->time_base = ctx_->time_base;
 }

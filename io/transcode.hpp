@@ -41,7 +41,9 @@ struct AudioTarget {
 // re-encoded, text subtitles in the container's own format).
 class StreamTranscoder {
  public:
-  virtual ~StreamTranscoder() = default;
+  virtual ~StreamTranscoder();
+  StreamTranscoder(const StreamTranscoder&) = delete;
+  StreamTranscoder& operator=(const StreamTranscoder&) = delete;
   // Opens the decoder and encoder and describes the stream `st` of `out` (before the header
   // is written).
   virtual void open(AVFormatContext* out, AVStream* st) = 0;
@@ -52,15 +54,28 @@ class StreamTranscoder {
   virtual void finish() = 0;
   // "audio aac re-encoded as opus (...)", "subtitle subrip converted to mov_text".
   virtual std::string describe() const = 0;
+
+ protected:
+  // `in`/`in_tb`: the input stream's parameters and time base (copied); `enc` the encoder.
+  StreamTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc);
+  // For open(): keeps `out` and `st`, opens the decoder (dec_) and makes the encoder's
+  // context (ctx_). `what` names the stream's kind ("audio"), `drop` its -an/-sn option.
+  void start(AVFormatContext* out, AVStream* st, const char* what, const char* drop);
+
+  AVCodecParameters* par_ = nullptr;
+  AVRational in_tb_;
+  const AVCodec* enc_;
+  AVCodecContext* dec_ = nullptr;
+  AVCodecContext* ctx_ = nullptr;  // the encoder
+  AVPacket* pkt_ = nullptr;        // what the encoder gives
+  AVFormatContext* out_ = nullptr;
+  AVStream* st_ = nullptr;
 };
 
 class AudioTranscoder final : public StreamTranscoder {
  public:
-  // `in`/`in_tb`: the input stream's parameters and time base (copied).
   AudioTranscoder(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc, AudioTarget target);
-  ~AudioTranscoder();
-  AudioTranscoder(const AudioTranscoder&) = delete;
-  AudioTranscoder& operator=(const AudioTranscoder&) = delete;
+  ~AudioTranscoder() override;
 
   void open(AVFormatContext* out, AVStream* st) override;  // and the resampler
   void send(const AVPacket* p) override;
@@ -77,20 +92,12 @@ class AudioTranscoder final : public StreamTranscoder {
   void resample(const AVFrame* in);
   void drain_fifo(bool all);
 
-  AVCodecParameters* par_ = nullptr;
-  AVRational in_tb_;
-  const AVCodec* enc_;
   AudioTarget target_;
-  AVCodecContext* dec_ = nullptr;
-  AVCodecContext* ctx_ = nullptr;  // the encoder
   SwrContext* swr_ = nullptr;
   AVAudioFifo* fifo_ = nullptr;
   AVFrame* frame_ = nullptr;      // decoded
   AVFrame* converted_ = nullptr;  // resampled
   AVFrame* chunk_ = nullptr;      // one encoder frame
-  AVPacket* pkt_ = nullptr;
-  AVFormatContext* out_ = nullptr;
-  AVStream* st_ = nullptr;
   // The resampler's input as configured: a decoder may change it mid-stream.
   int swr_rate_ = 0;
   int swr_format_ = -1;
@@ -110,10 +117,8 @@ const AVCodec* find_subtitle_converter(AVCodecID in, const AVOutputFormat* of);
 // packet an event, at the event's time.
 class SubtitleConverter final : public StreamTranscoder {
  public:
-  SubtitleConverter(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc);
-  ~SubtitleConverter() override;
-  SubtitleConverter(const SubtitleConverter&) = delete;
-  SubtitleConverter& operator=(const SubtitleConverter&) = delete;
+  SubtitleConverter(const AVCodecParameters* in, AVRational in_tb, const AVCodec* enc)
+      : StreamTranscoder(in, in_tb, enc) {}
 
   void open(AVFormatContext* out, AVStream* st) override;
   void send(const AVPacket* p) override;
@@ -121,14 +126,6 @@ class SubtitleConverter final : public StreamTranscoder {
   std::string describe() const override;
 
  private:
-  AVCodecParameters* par_ = nullptr;
-  AVRational in_tb_;
-  const AVCodec* enc_;
-  AVCodecContext* dec_ = nullptr;
-  AVCodecContext* ctx_ = nullptr;
-  AVPacket* pkt_ = nullptr;
-  AVFormatContext* out_ = nullptr;
-  AVStream* st_ = nullptr;
   int64_t errors_ = 0;
 };
 
