@@ -1144,6 +1144,8 @@ class LibavSink final : public Sink {
     vs_->time_base = enc_ctx_.c->time_base;
     vs_->avg_frame_rate = enc_ctx_.c->framerate;
     if (opt_.input) carry_over();
+    for (const auto& [key, value] : opt_.metadata)
+      av_dict_set(&oc_->metadata, key.c_str(), value.empty() ? nullptr : value.c_str(), 0);
     if (!(oc_->oformat->flags & AVFMT_NOFILE))
       if (int e = avio_open(&oc_->pb, path_.c_str(), AVIO_FLAG_WRITE); e < 0)
         throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + averr(e));
@@ -1310,6 +1312,7 @@ class LibavSink final : public Sink {
         throw Error(ErrorKind::Usage, "the " + name + " encoder takes no parameter string (-x264-params style)");
       av_dict_set(&o, key.c_str(), opt_.codec_params.c_str(), 0);
     }
+    for (const auto& [key, value] : opt_.encoder_options) av_dict_set(&o, key.c_str(), value.c_str(), 0);
     const int e = avcodec_open2(c, enc_, &o);
     std::string unused;
     for (AVDictionaryEntry* t = nullptr; (t = av_dict_get(o, "", t, AV_DICT_IGNORE_SUFFIX));)
@@ -1317,7 +1320,7 @@ class LibavSink final : public Sink {
     av_dict_free(&o);
     if (e < 0)
       throw Error(ErrorKind::Usage, std::string("cannot open the ") + enc_->name + " encoder: " + averr(e) +
-                                        " (check -crf, -preset, -b:v and the codec parameters)");
+                                        " (check -crf, -preset, -b:v, -tune, -profile:v and the codec parameters)");
     if (!unused.empty())
       throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " encoder has no option " + unused);
   }

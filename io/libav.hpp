@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/stream_map.hpp"
@@ -64,11 +65,15 @@ double frame_seconds(LibavInput* in, int64_t index, Rational fps);
 
 // The encoder's quality settings and what to carry over from the input (the run's -o options).
 struct VideoOptions {
-  int crf = -1;                       // -crf (codecs that have it)
-  std::string preset;                 // -preset
-  int64_t bitrate = 0;                // -b:v, bits per second
-  int gop = -1;                       // -g
-  std::string codec_params;           // -x264-params / -x265-params / -svtav1-params: key=value:...
+  int crf = -1;              // -crf (codecs that have it)
+  std::string preset;        // -preset
+  int64_t bitrate = 0;       // -b:v, bits per second
+  int gop = -1;              // -g
+  std::string codec_params;  // -x264-params / -x265-params / -svtav1-params: key=value:...
+  // Options of the video encoder by name (-tune, -profile:v, -level, -maxrate, -bufsize, -bf).
+  std::vector<std::pair<std::string, std::string>> encoder_options;
+  // -metadata: the output file's tags, over the input's (an empty value removes one).
+  std::vector<std::pair<std::string, std::string>> metadata;
   bool audio = true;                  // carry the input's audio over (-an: false)
   bool subtitles = true;              // its subtitles (-sn: false)
   bool data = true;                   // its data streams (-dn: false)

@@ -382,11 +382,21 @@ TEST(Libav, EncoderOptions) {
   EXPECT_GE(std::count(keys.begin(), keys.end(), '\n'), 10) << keys;
   ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -c:v mpeg4 -b:v 300k -g 25 -o " + out).rc, 0);
   EXPECT_EQ(probe(out, "-select_streams v -show_entries stream=codec_name"), "mpeg4\n");
+  // ffmpeg's options of the encoder (CLI11 alone read -tune as -t une) and -metadata.
+  CmdResult r = run_cmd(kBin + " run -q -y -i " + in +
+                        " -tune film -profile:v main -level 3.1 -maxrate 1M -bufsize 2M -bf 0 -metadata title=Filtered "
+                        "-o " +
+                        out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(probe(out, "-select_streams v -show_entries stream=profile,level,has_b_frames"), "Main,0,31\n");
+  EXPECT_EQ(probe(out, "-show_entries format_tags=title"), "Filtered\n");
   const std::pair<const char*, const char*> bad[] = {
       {"-c:v nosuchcodec", "no such video encoder"},
       {"-c:v ffv1 -crf 20", "has no crf"},
       {"-preset nosuchpreset", "cannot open the libx264 encoder"},
       {"-b:v fast", "bit rate"},
+      {"-c:v ffv1 -tune film", "the ffv1 encoder has no option tune"},
+      {"-metadata title", "expected KEY=VALUE"},
   };
   const std::string mkv = tmp_path("enc.mkv");
   for (auto [args, want] : bad) {

@@ -87,7 +87,21 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-hwaccel", "--hwaccel"},
                                                               {"-hwaccel_output_format", "--hwaccel-output-format"},
                                                               {"-map", "--map"},
-                                                              {"-movflags", "--movflags"}};
+                                                              {"-movflags", "--movflags"},
+                                                              {"-metadata", "--metadata"}};
+  // ffmpeg's options of the video encoder: --encoder-opt KEY=VALUE (CLI11 alone would read
+  // -tune as -t une).
+  static const std::pair<const char*, const char*> encoder_options[] = {{"-tune", "tune"},
+                                                                        {"-tune:v", "tune"},
+                                                                        {"-profile:v", "profile"},
+                                                                        {"-vprofile", "profile"},
+                                                                        {"-level", "level"},
+                                                                        {"-level:v", "level"},
+                                                                        {"-maxrate", "maxrate"},
+                                                                        {"-maxrate:v", "maxrate"},
+                                                                        {"-bufsize", "bufsize"},
+                                                                        {"-bufsize:v", "bufsize"},
+                                                                        {"-bf", "bf"}};
   std::vector<std::string> args(argv, argv + argc);
   // Habits with nothing to do here (vfpipe prints no banner, reads no keys from stdin and
   // shows its progress anyway);
@@ -99,6 +113,11 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)
       if (args[i] == from) args[i] = to;
+    for (const auto& [from, key] : encoder_options)
+      if (args[i] == from && i + 1 < args.size()) {
+        args[i] = "--encoder-opt";
+        args[i + 1] = std::string(key) + "=" + args[i + 1];
+      }
     // ffmpeg options whose meaning vfpipe does not have: said plainly, not as CLI11's reading
     // of them as short options (-vn as -v -n, -s as nothing).
     if (args[i] == "-vn")

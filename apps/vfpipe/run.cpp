@@ -125,6 +125,12 @@ void add_common_options(CLI::App* c, RunArgs& a) {
                 "(-r) constant output frame rate of a video file (30, 29.97, 60000/1001): frames are "
                 "duplicated or dropped by their timestamps");
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
+  c->add_option("--encoder-opt", a.encoder_opts,
+                "KEY=VALUE: an option of the video encoder, as ffmpeg's -tune, -profile:v, -level, -maxrate, "
+                "-bufsize and -bf give it (repeatable)");
+  c->add_option("--metadata", a.metadata,
+                "(-metadata) KEY=VALUE: the output file's metadata (title, comment, ...; an empty value removes "
+                "the input's; repeatable)");
   c->add_flag("--no-audio", a.no_audio, "(-an) leave the input's audio out of a video output (kept by default)");
   c->add_flag("--no-subtitles", a.no_subtitles, "(-sn) leave the input's subtitles out of a video output");
   c->add_flag("--no-data", a.no_data,
@@ -357,6 +363,18 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.bitrate = parse_bitrate(a.bitrate, "-b:v");
   ko.video.gop = a.gop;
   ko.video.codec_params = a.codec_params;
+  const auto pairs = [](const std::vector<std::string>& v, const char* option) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const std::string& kv : v) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw Error(ErrorKind::Usage, std::string(option) + ": expected KEY=VALUE, got '" + kv + "'");
+      out.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    }
+    return out;
+  };
+  ko.video.encoder_options = pairs(a.encoder_opts, "--encoder-opt");
+  ko.video.metadata = pairs(a.metadata, "-metadata");
   ko.video.audio = !a.no_audio;
   ko.video.subtitles = !a.no_subtitles;
   ko.video.data = !a.no_data;

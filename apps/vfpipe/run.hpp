@@ -40,6 +40,8 @@ struct RunArgs {
   int crf = -1, gop = -1;
   std::string rate;  // -r
   std::string preset, bitrate, codec_params;
+  std::vector<std::string> encoder_opts;   // --encoder-opt KEY=VALUE (-tune, -profile:v, -maxrate, ...)
+  std::vector<std::string> metadata;       // -metadata KEY=VALUE
   std::string audio_codec, audio_bitrate;  // -c:a, -b:a
   int audio_rate = 0, audio_channels = 0;  // -ar, -ac
   bool no_audio = false, no_subtitles = false, no_data = false, overwrite = false, no_overwrite = false,
