@@ -369,7 +369,38 @@ void report_streams_left_out(const Source& src, const std::string& spec, const V
 #endif
 }
 
+namespace {
+// Options of a video file's encoder and muxer given for an output that has neither (Y4M,
+// images, null): said, as ffmpeg warns of options no stream used, not dropped silently.
+void warn_unused_video_options(const std::string& spec, const SinkOptions& opt) {
+  if (is_video_file(spec)) return;
+  const VideoOptions& v = opt.video;
+  std::string unused;
+  int count = 0;
+  const auto add = [&](bool given, const char* name) {
+    if (given) unused += std::string(count++ ? ", " : "") + name;
+  };
+  add(!opt.codec.empty(), "-c:v");
+  add(v.crf >= 0, "-crf");
+  add(!v.preset.empty(), "-preset");
+  add(v.bitrate > 0, "-b:v");
+  add(v.gop >= 0, "-g");
+  add(!v.codec_params.empty(), "the codec parameters");
+  add(!v.encoder_options.empty(), "the encoder's options (-tune, -profile:v, ...)");
+  add(!v.metadata.empty(), "-metadata");
+  add(!v.audio_codec.empty(), "-c:a");
+  add(v.audio_bitrate > 0, "-b:a");
+  add(v.audio_rate > 0, "-ar");
+  add(v.audio_channels > 0, "-ac");
+  if (unused.empty()) return;
+  const std::string what = spec.empty() || spec == "null" || spec == "none" ? "the null output" : "'" + spec + "'";
+  log::warn("%s: %s writes no encoded video and ignores %s (%s to video files such as .mp4 and .mkv)", unused.c_str(),
+            what.c_str(), count > 1 ? "them" : "it", count > 1 ? "they apply" : "it applies");
+}
+}  // namespace
+
 std::unique_ptr<Sink> open_sink(const std::string& spec, const SinkOptions& opt) {
+  warn_unused_video_options(spec, opt);
   std::unique_ptr<Sink> sink = open_sink_of_type(spec, opt);
   // -r: video files place frames by their timestamps themselves; the other outputs are
   // given the frames of a constant rate.

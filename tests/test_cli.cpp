@@ -353,6 +353,23 @@ TEST(Cli, FfmpegOptionsWithoutAMeaningHereAreRefusedPlainly) {
   EXPECT_NE(r.out.find("4 frames in"), std::string::npos) << r.out;
 }
 
+// A video file's encoder options given for an output without an encoder (Y4M, null) are
+// said to be ignored, as ffmpeg warns of options no stream used.
+TEST(Cli, VideoFileOptionsOnOtherOutputsAreSaid) {
+  const std::string y4m = tmp_path("unused.y4m");
+  CmdResult r = run_cmd(kBin + " run -y -i synthetic=size=16x16:frames=1 -crf 20 -preset fast -o " + y4m);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("-crf, -preset: '" + y4m + "' writes no encoded video and ignores them"), std::string::npos)
+      << r.out;
+  r = run_cmd(kBin + " run -i synthetic=size=16x16:frames=1 -tune film");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("the null output writes no encoded video and ignores it"), std::string::npos) << r.out;
+  r = run_cmd(kBin + " run -y -i synthetic=size=16x16:frames=1 -o " + y4m);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("ignores"), std::string::npos) << r.out;
+  std::remove(y4m.c_str());
+}
+
 // Rough edges a new user met: each gives one clear line and the right status.
 TEST(Cli, RoughEdgesGiveClearErrors) {
   CmdResult r = run_cmd(kBin + " compress " + ::testing::TempDir());
