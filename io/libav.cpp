@@ -872,6 +872,14 @@ class LibavSource final : public Source {
   std::string describe_;
 };
 
+// The option that leaves the input's streams of `type` out, for the warnings.
+const char* drop_hint(AVMediaType type) {
+  return type == AVMEDIA_TYPE_AUDIO      ? "-an to drop audio"
+         : type == AVMEDIA_TYPE_SUBTITLE ? "-sn to drop subtitles"
+         : type == AVMEDIA_TYPE_DATA     ? "-dn to drop data streams"
+                                         : "-map to choose streams";
+}
+
 // Whether the run keeps the input's streams of `type` (-an, -sn, -dn leave them out).
 bool kept(const VideoOptions& opt, AVMediaType type) {
   return type == AVMEDIA_TYPE_AUDIO      ? opt.audio
@@ -950,11 +958,7 @@ class StreamCopier {
         const std::string what =
             log::format("%s stream #%d (%s) cannot go into the %s output", type, s.index, name, of->name);
         if (in_->mapped) throw Error(ErrorKind::Usage, "-map: " + what + " (use .mkv, or map it out)");
-        const char* drop = audio                             ? "-an to drop audio"
-                           : s.type == AVMEDIA_TYPE_SUBTITLE ? "-sn to drop subtitles"
-                           : s.type == AVMEDIA_TYPE_DATA     ? "-dn to drop data streams"
-                                                             : "-map to choose streams";
-        log::warn("%s: left out (use .mkv, or %s)", what.c_str(), drop);
+        log::warn("%s: left out (use .mkv, or %s)", what.c_str(), drop_hint(s.type));
         continue;
       }
       chosen_.push_back(s.index);
@@ -1472,12 +1476,13 @@ std::shared_ptr<LibavInput> libav_input_of(const Source& src) {
   return s ? s->input() : nullptr;
 }
 
-std::vector<std::string> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped) {
-  std::vector<std::string> v;
+std::vector<OtherStream> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped) {
+  std::vector<OtherStream> v;
   for (const LibavInput::Stream& s : in.others) {
     if (!kept(keep, s.type)) continue;
     const char* type = av_get_media_type_string(s.type);
-    v.push_back(log::format("%s stream #%d (%s)", type ? type : "unknown", s.index, avcodec_get_name(s.par->codec_id)));
+    v.push_back({log::format("%s stream #%d (%s)", type ? type : "unknown", s.index, avcodec_get_name(s.par->codec_id)),
+                 drop_hint(s.type)});
   }
   if (mapped) *mapped = in.mapped;
   return v;

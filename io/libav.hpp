@@ -88,9 +88,14 @@ struct VideoOptions {
   std::string movflags;               // -movflags for MP4/MOV (default: fragmented, a fragment a second)
   std::shared_ptr<LibavInput> input;  // streams, timestamps, colour and metadata to carry over
 };
-// The input's streams besides the filtered video that `keep` keeps (not audio with -an,
-// ...), as "audio stream #1 (aac)", and whether -map chose them (else: every other stream).
-std::vector<std::string> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped);
+// One of the input's streams besides the filtered video: "audio stream #1 (aac)", and the
+// option that leaves it out ("-an to drop audio").
+struct OtherStream {
+  std::string name, drop;
+};
+// Those `keep` keeps (not audio with -an, ...), and whether -map chose them (else: every
+// other stream).
+std::vector<OtherStream> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped);
 
 struct LibavOutputOptions : VideoOptions {
   std::string codec;      // -c:v: an encoder name (libx264, libx265, libsvtav1, ffv1, ...); "" = by container

@@ -241,10 +241,18 @@ void check_output_is_not_input(const std::string& input, const std::string& outp
 }
 
 namespace {
-// Still-image outputs other than PNG (vfpipe's own encoder), written by OpenCV.
-bool is_still_image(const std::string& ext) {
-  static const char* exts[] = {".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pnm", ".webp"};
-  return std::any_of(std::begin(exts), std::end(exts), [&](const char* e) { return ext == e; });
+// Still-image outputs other than PNG (vfpipe's own encoder), written by OpenCV; `lossless`
+// set where the format keeps every sample (for --lossless).
+bool is_still_image(const std::string& ext, bool* lossless = nullptr) {
+  static const std::pair<const char*, bool> exts[] = {{".jpg", false}, {".jpeg", false}, {".bmp", true},
+                                                      {".tif", true},  {".tiff", true},  {".ppm", true},
+                                                      {".pgm", true},  {".pnm", true},   {".webp", false}};
+  for (const auto& [e, keeps] : exts)
+    if (ext == e) {
+      if (lossless) *lossless = keeps;
+      return true;
+    }
+  return false;
 }
 
 // Outputs the libav sink writes: files that are none of vfpipe's own formats.
@@ -284,9 +292,8 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
     return std::make_unique<PngSequenceSink>(spec, lo);
   }
   // One still image of another kind, as ffmpeg writes `-frames:v 1 out.jpg`: OpenCV.
-  if (!pattern && is_still_image(ext)) {
-    if (opt.lossless && ext != ".bmp" && ext != ".tif" && ext != ".tiff" && ext != ".ppm" && ext != ".pgm" &&
-        ext != ".pnm")
+  if (bool keeps = false; !pattern && is_still_image(ext, &keeps)) {
+    if (opt.lossless && !keeps)
       throw Error(ErrorKind::Usage, "--lossless: '" + spec + "' would be lossy; use .png, .tif or .bmp");
 #if VFPIPE_HAVE_OPENCV
     return open_image_sink(spec);
@@ -343,7 +350,7 @@ void report_streams_left_out(const Source& src, const std::string& spec, const V
   const std::shared_ptr<LibavInput> in = libav_input_of(src);
   if (!in) return;
   bool mapped = false;
-  const std::vector<std::string> streams = libav_other_streams(*in, keep, &mapped);
+  const std::vector<OtherStream> streams = libav_other_streams(*in, keep, &mapped);
   if (streams.empty()) return;
   const std::string what = spec == "-"                            ? "Y4M on stdout"
                            : ext == ".mmp"                        ? "an .mmp file"
@@ -351,18 +358,14 @@ void report_streams_left_out(const Source& src, const std::string& spec, const V
                            : ext == ".png" || is_still_image(ext) ? "an image"
                            : ext == ".gz"                         ? "a .y4m.gz file"
                                                                   : "a Y4M file";
-  for (const std::string& s : streams) {
-    const std::string line = s + " left out: " + what + " holds video only";
+  for (const OtherStream& s : streams) {
+    const std::string line = s.name + " left out: " + what + " holds video only";
     if (mapped) throw Error(ErrorKind::Usage, "-map: " + line + " (write .mkv, or map it out)");
     // `mmp encode` has neither -an nor another container to offer.
-    const char* drop = starts_with(s, "audio")      ? "-an to drop audio"
-                       : starts_with(s, "subtitle") ? "-sn to drop subtitles"
-                       : starts_with(s, "data")     ? "-dn to drop data streams"
-                                                    : "-map to choose streams";
     if (ext == ".mmp")
       log::warn("%s", line.c_str());
     else
-      log::warn("%s (write .mkv or .mp4 to keep it, or %s)", line.c_str(), drop);
+      log::warn("%s (write .mkv or .mp4 to keep it, or %s)", line.c_str(), s.drop.c_str());
   }
 #else
   (void)src, (void)spec, (void)keep;
