@@ -904,6 +904,9 @@ class StreamCopier {
       throw Error(ErrorKind::Usage, "-ar / -ac: copied audio (-c:a copy) keeps its rate and channels");
     const AVCodec* asked = nullptr;  // -c:a's encoder, for every audio stream
     if (opt.audio && !copy_only && !opt.audio_codec.empty()) asked = find_audio_encoder(opt.audio_codec, of);
+    const std::string& scodec = opt.subtitle_codec;  // -c:s
+    const AVCodec* sub_asked = nullptr;
+    if (opt.subtitles && !scodec.empty() && scodec != "copy") sub_asked = find_subtitle_encoder(scodec, of);
     const AudioTarget target{opt.audio_bitrate, opt.audio_rate, opt.audio_channels};
     for (const LibavInput::Stream& s : in_->others) {
       const char* type = av_get_media_type_string(s.type);
@@ -943,7 +946,20 @@ class StreamCopier {
         log::warn("%s: left out (use .mkv, or -an to drop audio)", what.c_str());
         continue;
       }
-      if (!fits && s.type == AVMEDIA_TYPE_SUBTITLE) {
+      if (sub_asked && s.type == AVMEDIA_TYPE_SUBTITLE && sub_asked->id != s.par->codec_id) {
+        // -c:s names the format: text subtitles converted into it, bitmaps refused (a
+        // bitmap has no text to convert).
+        if (!text_subtitles(s.par->codec_id) || !text_subtitles(sub_asked->id) ||
+            !avcodec_find_decoder(s.par->codec_id))
+          throw Error(ErrorKind::Usage,
+                      log::format("-c:s %s: subtitle stream #%d (%s) cannot be converted to it: only text subtitles "
+                                  "convert into text ones (-c:s copy into .mkv keeps it, -sn drops it)",
+                                  scodec.c_str(), s.index, name));
+        chosen_.push_back(s.index);
+        transcoders_[s.index] = std::make_unique<SubtitleConverter>(s.par, s.time_base, sub_asked);
+        continue;
+      }
+      if (!fits && s.type == AVMEDIA_TYPE_SUBTITLE && scodec.empty()) {
         // As ffmpeg: text subtitles become the container's own text format (SubRip in MP4:
         // mov_text); bitmap subtitles cannot be converted.
         if (const AVCodec* sub = find_subtitle_converter(s.par->codec_id, of)) {
@@ -958,7 +974,10 @@ class StreamCopier {
         const std::string what =
             log::format("%s stream #%d (%s) cannot go into the %s output", type, s.index, name, of->name);
         if (in_->mapped) throw Error(ErrorKind::Usage, "-map: " + what + " (use .mkv, or map it out)");
-        log::warn("%s: left out (use .mkv, or %s)", what.c_str(), drop_hint(s.type));
+        if (s.type == AVMEDIA_TYPE_SUBTITLE && scodec == "copy")
+          log::warn("%s as it is: left out (-c:s copy; without it text subtitles are converted)", what.c_str());
+        else
+          log::warn("%s: left out (use .mkv, or %s)", what.c_str(), drop_hint(s.type));
         continue;
       }
       chosen_.push_back(s.index);

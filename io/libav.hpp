@@ -79,6 +79,8 @@ struct VideoOptions {
   bool data = true;                   // its data streams (-dn: false)
   std::string audio_codec;            // -c:a: "" (copied where the container holds it, else re-encoded
                                       // to its own audio codec), "copy", or an encoder (aac, libopus, ...)
+  std::string subtitle_codec;         // -c:s: "" (copied where the container holds them, else text
+                                      // converted to its own text format), "copy", or an encoder
   int64_t audio_bitrate = 0;          // -b:a, bits per second (0: 64 kb/s a channel, lossy encoders)
   int audio_rate = 0;                 // -ar, samples per second (0: the input's); re-encodes
   int audio_channels = 0;             // -ac (0: the input's); re-encodes

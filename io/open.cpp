@@ -392,6 +392,7 @@ void warn_unused_video_options(const std::string& spec, const SinkOptions& opt) 
   add(!v.encoder_options.empty(), "the encoder's options (-tune, -profile:v, ...)");
   add(!v.metadata.empty(), "-metadata");
   add(!v.audio_codec.empty(), "-c:a");
+  add(!v.subtitle_codec.empty(), "-c:s");
   add(v.audio_bitrate > 0, "-b:a");
   add(v.audio_rate > 0, "-ar");
   add(v.audio_channels > 0, "-ac");

@@ -337,12 +337,29 @@ std::string AudioTranscoder::describe() const {
   return d + ")";
 }
 
-namespace {
 bool text_subtitles(AVCodecID id) {
   const AVCodecDescriptor* d = avcodec_descriptor_get(id);
   return d && d->type == AVMEDIA_TYPE_SUBTITLE && (d->props & AV_CODEC_PROP_TEXT_SUB);
 }
-}  // namespace
+
+const AVCodec* find_subtitle_encoder(const std::string& name, const AVOutputFormat* of) {
+  const AVCodec* enc = avcodec_find_encoder_by_name(name.c_str());
+  if (!enc || enc->type != AVMEDIA_TYPE_SUBTITLE)
+    throw Error(ErrorKind::Usage, "-c:s " + name +
+                                      ": no such subtitle encoder in this libavcodec (try mov_text, webvtt, srt, "
+                                      "ass, or copy)");
+  if (avformat_query_codec(of, enc->id, FF_COMPLIANCE_NORMAL) != 1) {
+    std::string holds;
+    for (const char* n : {"mov_text", "webvtt", "srt", "ass"}) {
+      const AVCodec* c = avcodec_find_encoder_by_name(n);
+      if (c && avformat_query_codec(of, c->id, FF_COMPLIANCE_NORMAL) == 1) holds += std::string(holds.empty() ? "" : ", ") + n;
+    }
+    throw Error(ErrorKind::Usage, "-c:s " + name + ": the " + of->name + " output cannot hold " + name + " subtitles" +
+                                      (holds.empty() ? " (it holds no text subtitles; use .mkv, or -sn)"
+                                                     : " (it holds " + holds + ")"));
+  }
+  return enc;
+}
 
 const AVCodec* find_subtitle_converter(AVCodecID in, const AVOutputFormat* of) {
   if (!text_subtitles(in) || !avcodec_find_decoder(in)) return nullptr;

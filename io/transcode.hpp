@@ -113,6 +113,14 @@ class AudioTranscoder final : public StreamTranscoder {
 // (AVI) or the input is not text (bitmap subtitles).
 const AVCodec* find_subtitle_converter(AVCodecID in, const AVOutputFormat* of);
 
+// The subtitle encoder -c:s names (mov_text, webvtt, srt, ass, ...). Throws vfp::Error
+// (Usage) for an unknown or non-subtitle encoder, or one the container cannot hold.
+const AVCodec* find_subtitle_encoder(const std::string& name, const AVOutputFormat* of);
+
+// Whether subtitles of codec `id` are text (SubRip, ASS, WebVTT, mov_text, ...), which can
+// be converted into one another, rather than bitmaps.
+bool text_subtitles(AVCodecID id);
+
 // Text subtitles decoded to their events and encoded again in the output's codec, one
 // packet an event, at the event's time.
 class SubtitleConverter final : public StreamTranscoder {

@@ -341,16 +341,22 @@ TEST(Cli, FfmpegOptionsWithoutAMeaningHereAreRefusedPlainly) {
   } cases[] = {{" -vn -o null", "-vn: vfpipe writes the video it filters"},
                {" -s 16x8 -o null", "-s: vfpipe does not scale frames"},
                {" --size 16x8 -o null", "--size asks a camera for a capture size"},
-               {" --fps 10 -o null", "--fps sets an image sequence's rate or asks a camera for one"}};
+               {" --fps 10 -o null", "--fps sets an image sequence's rate or asks a camera for one"},
+               {" -c copy -o null", "-c copy: vfpipe encodes the video it filters"},
+               {" -codec copy -o null", "-codec copy: vfpipe encodes the video it filters"}};
   for (const auto& c : cases) {
     const CmdResult r = run_cmd(kBin + " run" + in + c.args);
     EXPECT_EQ(r.rc, 2) << c.args << ": " << r.out;
     EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("not expected"), std::string::npos) << r.out;
   }
-  const CmdResult r = run_cmd(kBin + " run -i synthetic=size=32x16:frames=30 -vframes 4 -o null");
+  CmdResult r = run_cmd(kBin + " run -i synthetic=size=32x16:frames=30 -vframes 4 -o null");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("4 frames in"), std::string::npos) << r.out;
+  // -c NAME is the video's encoder (the only stream vfpipe encodes); -c:s too is said unused.
+  r = run_cmd(kBin + " run -i synthetic=size=32x16:frames=1 -c ffv1 -c:s mov_text -o null");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("-c:v, -c:s: the null output writes no encoded video"), std::string::npos) << r.out;
 }
 
 // A video file's encoder options given for an output without an encoder (Y4M, null) are

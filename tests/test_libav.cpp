@@ -407,6 +407,40 @@ TEST(Libav, EncoderOptions) {
   for (const auto& p : {in, out}) std::remove(p.c_str());
 }
 
+// A batch list's per-item keys set the encoder's options and the tags over the command
+// line's, key by key; the other items keep the command line's.
+TEST(Libav, BatchItemsTakeEncoderOptionsAndMetadata) {
+  REQUIRE_LIBAV();
+  const std::string a = make("bi_a.mkv", "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1 -c:v ffv1");
+  const std::string b = make("bi_b.mkv", "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1 -c:v ffv1");
+  const std::string list = tmp_path("bi.jsonl"), outdir = tmp_path("bi_out");
+  std::filesystem::remove_all(outdir);
+  {
+    std::ofstream(list) << "{\"input\": \"" << a
+                        << "\", \"profile:v\": \"main\", \"encoder_opt:bf\": 0, \"metadata:title\": \"Item A\", "
+                           "\"metadata:comment\": \"per item\"}\n"
+                        << "{\"input\": \"" << b << "\"}\n";
+  }
+  const CmdResult r = run_cmd(kBin + " batch --list " + list + " -o '" + outdir +
+                              "/{stem}.mp4' --device cpu --progress none -c:v libx264 -profile:v high -bf 2 "
+                              "-metadata title=Command -metadata artist=vfpipe");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  namespace fs = std::filesystem;
+  const std::string oa = outdir + "/" + fs::path(a).stem().string() + ".mp4",
+                    ob = outdir + "/" + fs::path(b).stem().string() + ".mp4";
+  EXPECT_EQ(probe(oa, "-select_streams v -show_entries stream=profile,has_b_frames"), "Main,0\n");
+  EXPECT_EQ(probe(ob, "-select_streams v -show_entries stream=profile,has_b_frames"), "High,2\n");
+  EXPECT_EQ(probe(oa, "-show_entries format_tags=title,artist,comment"), "Item A,vfpipe,per item\n");
+  EXPECT_EQ(probe(ob, "-show_entries format_tags=title,artist"), "Command,vfpipe\n");
+  // A key prefix without a name is a usage error naming the line.
+  { std::ofstream(list) << "{\"input\": \"" << a << "\", \"metadata:\": \"x\"}\n"; }
+  const CmdResult bad = run_cmd(kBin + " batch --list " + list + " -o '" + outdir + "/{stem}.mkv' --device cpu");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("bi.jsonl:1: 'metadata:' names no key (e.g. metadata:title)"), std::string::npos) << bad.out;
+  std::filesystem::remove_all(outdir);
+  for (const auto& p : {a, b, list}) std::remove(p.c_str());
+}
+
 TEST(Libav, TruncatedInputKeepsItsFramesAndFails) {
   REQUIRE_LIBAV();
   // The index in front (faststart), the second half of the data gone.
@@ -678,11 +712,39 @@ TEST(Libav, TextSubtitlesConvertedForTheContainer) {
     std::remove(again.c_str());
   }
   // AVI holds no subtitles: left out, said so.
-  const CmdResult r = run_cmd(kBin + " run -y -i " + subs + " -c:v mpeg4 -o " + tmp_path("subconv.avi"));
+  CmdResult r = run_cmd(kBin + " run -y -i " + subs + " -c:v mpeg4 -o " + tmp_path("subconv.avi"));
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("subtitle stream #2 (subrip) cannot go into the avi output: left out"), std::string::npos)
       << r.out;
-  for (const auto& p : {in, srt, subs, tmp_path("subconv.avi")}) std::remove(p.c_str());
+  // -c:s names the format: SubRip into ASS in Matroska (which holds SubRip as it is), the
+  // same cues; -c:s copy never converts.
+  const std::string ass = tmp_path("subconv_ass.mkv"), copied = tmp_path("subconv_copy.mp4");
+  r = run_cmd(kBin + " run -y -i " + subs + " -c:s ass -o " + ass);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("subtitle subrip converted to ass"), std::string::npos) << r.out;
+  EXPECT_EQ(probe(ass, "-select_streams s -show_entries stream=codec_name"), "ass\n");
+  EXPECT_TRUE(same_cues(cues_of(ass), want)) << cues_of(ass);
+  r = run_cmd(kBin + " run -y -i " + subs + " -c:s copy -o " + copied);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("cannot go into the mp4 output as it is: left out (-c:s copy"), std::string::npos) << r.out;
+  EXPECT_EQ(probe(copied, "-show_entries stream=codec_type"), "video\naudio\n");
+  // An encoder that is no subtitle encoder, or one the container cannot hold: usage errors
+  // before anything is written.
+  const struct {
+    const char *args, *ext, *says;
+  } bad[] = {
+      {"-c:s h264", ".mkv", "-c:s h264: no such subtitle encoder"},
+      {"-c:s webvtt", ".mp4", "-c:s webvtt: the mp4 output cannot hold webvtt subtitles (it holds mov_text)"},
+      {"-scodec srt", ".avi", "-c:s srt: the avi output cannot hold srt subtitles (it holds no text subtitles"},
+  };
+  for (const auto& b : bad) {
+    const std::string out = tmp_path(std::string("subconv_bad") + b.ext);
+    r = run_cmd(kBin + " run -y -i " + subs + " " + b.args + " -o " + out);
+    EXPECT_EQ(r.rc, 2) << b.args << ": " << r.out;
+    EXPECT_NE(r.out.find(b.says), std::string::npos) << b.args << ": " << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out)) << b.args;
+  }
+  for (const auto& p : {in, srt, subs, tmp_path("subconv.avi"), ass, copied}) std::remove(p.c_str());
 }
 
 // The copied streams come from the source's own demuxer: a pipe and an HTTP stream keep

@@ -3,12 +3,14 @@
 // clusters. The bookkeeping lives in batch/; this file turns options into pipelines.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -95,8 +97,21 @@ void refuse_stage_files(const std::vector<std::unique_ptr<Stage>>& stages, const
                                         "(vfpipe mmp encode codes one file to one .mmp)");
 }
 
+// `key`=`value` in a list of KEY=VALUE options, in place of the command line's value of the
+// same key.
+void set_pair(std::vector<std::string>& pairs, const std::string& key, const std::string& value) {
+  pairs.erase(std::remove_if(pairs.begin(), pairs.end(),
+                             [&](const std::string& p) { return p.compare(0, key.size() + 1, key + "=") == 0; }),
+              pairs.end());
+  pairs.push_back(key + "=" + value);
+}
+
 // Per-item options of a list file, applied over the command line's.
 void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& where) {
+  // ffmpeg's options of the video encoder, as `vfpipe run` maps them to --encoder-opt.
+  static const std::pair<const char*, const char*> encoder_keys[] = {
+      {"tune", "tune"}, {"profile:v", "profile"}, {"profile", "profile"}, {"level", "level"},
+      {"maxrate", "maxrate"}, {"bufsize", "bufsize"}, {"bf", "bf"}};
   for (const auto& [k, v] : o.items()) {
     const auto text = [&, key = k, val = v]() -> std::string {
       if (val.is_string()) return val.get<std::string>();
@@ -125,7 +140,21 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       return d;
     };
     if (k == "output") continue;  // batch::assign_outputs
-    if (k == "filters" || k == "f" || k == "vf")
+    const auto encoder_key = std::find_if(std::begin(encoder_keys), std::end(encoder_keys),
+                                          [&, key = k](const auto& e) { return key == e.first; });
+    const auto suffix = [&, key = k](const std::string& prefix) {
+      if (key.compare(0, prefix.size(), prefix) != 0) return std::string();
+      if (key.size() == prefix.size())
+        throw Error(ErrorKind::Usage, where + ": '" + key + "' names no key (e.g. " + prefix + "title)");
+      return key.substr(prefix.size());
+    };
+    if (encoder_key != std::end(encoder_keys))
+      set_pair(a.encoder_opts, encoder_key->second, text());
+    else if (const std::string opt = suffix("encoder_opt:"); !opt.empty())
+      set_pair(a.encoder_opts, opt, text());
+    else if (const std::string tag = suffix("metadata:"); !tag.empty())
+      set_pair(a.metadata, tag, text());
+    else if (k == "filters" || k == "f" || k == "vf")
       a.filters = text();
     else if (k == "codec" || k == "c:v")
       a.codec = text();
@@ -157,6 +186,8 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       a.no_data = flag();
     else if (k == "c:a" || k == "audio_codec")
       a.audio_codec = text();
+    else if (k == "c:s" || k == "subtitle_codec")
+      a.subtitle_codec = text();
     else if (k == "b:a" || k == "audio_bitrate")
       a.audio_bitrate = text();
     else if (k == "ar" || k == "audio_rate")
@@ -167,8 +198,9 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       a.codec_params = text();
     else
       throw Error(ErrorKind::Usage, where + ": unknown per-item option '" + k +
-                                        "' (known: filters, codec, crf, preset, b:v, g, pix_fmt, ss, t, to, frames, r, "
-                                        "an, c:a, b:a, ar, ac, codec_params, output)");
+                                        "' (known: filters, codec, crf, preset, b:v, g, codec_params, tune, profile:v, "
+                                        "level, maxrate, bufsize, bf, encoder_opt:KEY, metadata:KEY, pix_fmt, ss, t, "
+                                        "to, frames, r, an, sn, dn, c:a, b:a, ar, ac, c:s, output)");
   }
 }
 

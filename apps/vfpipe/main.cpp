@@ -69,6 +69,9 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-acodec", "--audio-codec"},
                                                               {"-codec:a", "--audio-codec"},
                                                               {"-b:a", "--audio-bitrate"},
+                                                              {"-c:s", "--subtitle-codec"},
+                                                              {"-scodec", "--subtitle-codec"},
+                                                              {"-codec:s", "--subtitle-codec"},
                                                               {"-ar", "--audio-rate"},
                                                               {"-ac", "--audio-channels"},
                                                               {"-ss", "--start"},
@@ -120,6 +123,16 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
       }
     // ffmpeg options whose meaning vfpipe does not have: said plainly, not as CLI11's reading
     // of them as short options (-vn as -v -n, -s as nothing).
+    // ffmpeg's -c applies to every stream; here only the video is encoded, so it is -c:v,
+    // and -c copy (every stream copied) has no meaning.
+    if ((args[i] == "-c" || args[i] == "-codec") && i + 1 < args.size()) {
+      if (args[i + 1] == "copy")
+        throw Error(ErrorKind::Usage, args[i] +
+                                          " copy: vfpipe encodes the video it filters, and copies the other streams "
+                                          "by default (-c:a copy and -c:s copy insist on it); to copy every stream "
+                                          "use ffmpeg -c copy");
+      args[i] = "--codec";
+    }
     if (args[i] == "-vn")
       throw Error(ErrorKind::Usage,
                   "-vn: vfpipe writes the video it filters; for the other streams alone use ffmpeg -vn");

@@ -138,6 +138,10 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--audio-codec", a.audio_codec,
                 "(-c:a) the audio of a video output: copy, or an encoder (aac, libopus, libvorbis, libmp3lame, flac, "
                 "...); default: copied where the container holds it, else re-encoded to its own audio codec");
+  c->add_option("--subtitle-codec", a.subtitle_codec,
+                "(-c:s) the subtitles of a video output: copy, or a text format (mov_text, webvtt, srt, ass) that "
+                "text subtitles are converted into; default: copied where the container holds them, else text "
+                "converted to its own text format");
   c->add_option("--audio-bitrate", a.audio_bitrate,
                 "(-b:a) bit rate of re-encoded audio, e.g. 128k (default: 64k a channel)");
   c->add_option("--audio-rate", a.audio_rate, "(-ar) sample rate of the audio, e.g. 48000 (re-encodes it)")
@@ -379,6 +383,7 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.subtitles = !a.no_subtitles;
   ko.video.data = !a.no_data;
   ko.video.audio_codec = a.audio_codec;
+  ko.video.subtitle_codec = a.subtitle_codec;
   ko.video.audio_bitrate = parse_bitrate(a.audio_bitrate, "-b:a");
   ko.video.audio_rate = a.audio_rate;
   ko.video.audio_channels = a.audio_channels;

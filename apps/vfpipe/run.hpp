@@ -43,6 +43,7 @@ struct RunArgs {
   std::vector<std::string> encoder_opts;   // --encoder-opt KEY=VALUE (-tune, -profile:v, -maxrate, ...)
   std::vector<std::string> metadata;       // -metadata KEY=VALUE
   std::string audio_codec, audio_bitrate;  // -c:a, -b:a
+  std::string subtitle_codec;              // -c:s
   int audio_rate = 0, audio_channels = 0;  // -ar, -ac
   bool no_audio = false, no_subtitles = false, no_data = false, overwrite = false, no_overwrite = false,
        ignore_input_errors = false;
