@@ -443,6 +443,10 @@ class LibavSource final : public Source {
     info_->origin = start + std::max(0.0, opt.start);
     info_->seeked = opt.start > 0;
     if (opt.duration >= 0) info_->end = info_->origin + opt.duration;
+    if (opt.start > 0 && in_.f->duration != AV_NOPTS_VALUE && in_.f->duration > 0 &&
+        opt.start >= in_.f->duration / double(AV_TIME_BASE))
+      throw Error(ErrorKind::Usage, log::format("-ss %g: '%s' lasts %.2f s, so nothing is left to filter", opt.start,
+                                                url.c_str(), in_.f->duration / double(AV_TIME_BASE)));
     if (opt.start > 0) {
       const int64_t ts = static_cast<int64_t>(info_->origin * AV_TIME_BASE);
       if (int e = av_seek_frame(in_.f, -1, ts, AVSEEK_FLAG_BACKWARD); e < 0)

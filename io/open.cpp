@@ -78,6 +78,10 @@ class TimeWindowSource final : public Source {
     const auto frame_at = [&](double t) { return static_cast<int64_t>(std::ceil(t * fps - 1e-6)); };
     first_ = frame_at(start);
     end_ = duration >= 0 ? frame_at(start + duration) : INT64_MAX;
+    if (const int64_t n = in_->frame_count(); n >= 0 && first_ >= n)
+      throw Error(ErrorKind::Usage,
+                  log::format("-ss %g: the input has %lld frames (%.2f s at %.6g fps), so nothing is left to filter",
+                              start, static_cast<long long>(n), static_cast<double>(n) / fps, fps));
   }
   FrameSpec spec() const override { return in_->spec(); }
   std::string describe() const override { return in_->describe(); }

@@ -343,6 +343,8 @@ TEST(Cli, FfmpegOptionsWithoutAMeaningHereAreRefusedPlainly) {
                {" --size 16x8 -o null", "--size asks a camera for a capture size"},
                {" --fps 10 -o null", "--fps sets an image sequence's rate or asks a camera for one"},
                {" -c copy -o null", "-c copy: vfpipe encodes the video it filters"},
+               {" -ss 1 -o null", "-ss 1: the input has 3 frames (0.12 s at 25 fps), so nothing is left"},
+               {" -t 0 -o null", "-t 0: an empty time window"},
                {" -codec copy -o null", "-codec copy: vfpipe encodes the video it filters"}};
   for (const auto& c : cases) {
     const CmdResult r = run_cmd(kBin + " run" + in + c.args);

@@ -367,6 +367,19 @@ TEST(Libav, SeekDurationAndOverwriteAsInFfmpeg) {
   EXPECT_EQ(run_cmd("md5sum < " + out).out, before);
   EXPECT_EQ(run_cmd(kBin + " run -q -i " + in + " -n 5 -y -o " + out).rc, 0);  // -n N: frames
   EXPECT_EQ(probe(out, "-select_streams v -count_frames -show_entries stream=nb_read_frames"), "5\n");
+  // An empty window (past the 4 s clip's end, -t 0, -to before -ss) would write a file
+  // without a frame: a usage error before the output is touched.
+  const std::pair<const char*, const char*> empty[] = {{"-ss 4.5", "-ss 4.5: '" },
+                                                       {"-t 0", "-t 0: an empty time window"},
+                                                       {"-ss 2 -to 1.5", "-to 1.5: not after the start (-ss 2)"}};
+  for (const auto& [args, says] : empty) {
+    r = run_cmd(kBin + " run -q -y -i " + in + " " + args + " -o " + out);
+    EXPECT_EQ(r.rc, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << args << ": " << r.out;
+    EXPECT_EQ(probe(out, "-select_streams v -count_frames -show_entries stream=nb_read_frames"), "5\n") << args;
+  }
+  r = run_cmd(kBin + " run -q -y -i " + in + " -ss 4.5 -o " + out);
+  EXPECT_NE(r.out.find("lasts 4.0"), std::string::npos) << r.out;
   for (const auto& p : {in, out}) std::remove(p.c_str());
 }
 

@@ -33,7 +33,7 @@ void add_overwrite_flags(CLI::App* cmd, bool* overwrite, bool* no_overwrite, con
 // them), in seconds of the input; `duration` and `to` stay -1 when not given.
 void add_time_window_options(CLI::App* cmd, double* start, double* duration, double* to);
 // The seconds after `start` that -t (which wins) or -to leave, or -1 for the rest of the
-// input: SourceOptions::duration.
+// input: SourceOptions::duration. Throws vfp::Error (Usage) for an empty window.
 double window_duration(double start, double duration, double to);
 
 }  // namespace vfp

@@ -37,7 +37,13 @@ void add_time_window_options(CLI::App* cmd, double* start, double* duration, dou
 }
 
 double window_duration(double start, double duration, double to) {
-  return duration >= 0 ? duration : to >= 0 ? std::max(0.0, to - start) : -1;
+  // An empty window would write an output without a frame (an MP4 even without its video
+  // track): refused, as the user surely meant something else.
+  if (duration == 0) throw Error(ErrorKind::Usage, "-t 0: an empty time window leaves nothing to filter");
+  if (duration < 0 && to >= 0 && to <= start)
+    throw Error(ErrorKind::Usage, log::format("-to %g: not after the start (-ss %g), so nothing is left to filter", to,
+                                              start));
+  return duration >= 0 ? duration : to >= 0 ? to - start : -1;
 }
 
 void write_file(const std::string& path, const std::string& text, const char* what) {
