@@ -104,6 +104,7 @@ std::string FrameSpec::describe() const {
     else
       r += log::format(" @ %.3f fps", fps.value());
   }
+  if (sar.num > 0 && sar.den > 0 && sar.num != sar.den) r += log::format(" SAR %d:%d", sar.num, sar.den);
   return r;
 }
 

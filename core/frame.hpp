@@ -88,6 +88,9 @@ struct FrameSpec {
   int width = 0, height = 0;
   Rational fps{25, 1};
   ColorDesc color;  // of the YUV samples (as tagged by the source; see ColorDesc::resolved)
+  // The sample (pixel) aspect ratio the source gave, e.g. 32:27 for anamorphic 720x480;
+  // 0:1 unknown (players assume square). Outputs write it on.
+  Rational sar{0, 1};
   bool operator==(const FrameSpec& o) const { return format == o.format && width == o.width && height == o.height; }
   bool operator!=(const FrameSpec& o) const { return !(*this == o); }
   std::string describe() const;  // "1920x1080 yuv420p @ 30 fps"

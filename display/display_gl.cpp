@@ -754,10 +754,12 @@ class GlDisplay final : public Display {
   }
 #endif
 
-  // Letterbox: the picture (twice as wide side by side) keeps its aspect ratio.
+  // Letterbox: the picture (twice as wide side by side) keeps its aspect ratio, with
+  // non-square pixels (anamorphic video) drawn at their shape.
   void compute_rect(int w, int h) {
     const FrameSpec& s = filtered_->spec();
-    const double pic_w = s.width * (view_ == DisplayView::SideBySide ? 2.0 : 1.0), pic_h = s.height;
+    const double sar = s.sar.num > 0 && s.sar.den > 0 ? s.sar.value() : 1.0;
+    const double pic_w = s.width * sar * (view_ == DisplayView::SideBySide ? 2.0 : 1.0), pic_h = s.height;
     const double k = std::min(w / pic_w, h / pic_h);
     const double pw = pic_w * k, ph = pic_h * k;
     rect_[0] = static_cast<float>(-pw / w);

@@ -435,6 +435,9 @@ class LibavSource final : public Source {
                             : ColorRange::Unspecified;
     spec_.width = cp->width;
     spec_.height = cp->height;
+    // The pixels' aspect (the container's, else the codec's): anamorphic video keeps its shape.
+    if (const AVRational sar = av_guess_sample_aspect_ratio(in_.f, st_, nullptr); sar.num > 0 && sar.den > 0)
+      spec_.sar = {sar.num, sar.den};
     AVRational r = st_->avg_frame_rate.num > 0 ? st_->avg_frame_rate : st_->r_frame_rate;
     if (r.num <= 0 || r.den <= 0) r = {25, 1};
     spec_.fps = {r.num, r.den};
@@ -1170,6 +1173,7 @@ class LibavSink final : public Sink {
       throw Error(ErrorKind::OutOfMemory, "the output's video stream");
     vs_->time_base = enc_ctx_.c->time_base;
     vs_->avg_frame_rate = enc_ctx_.c->framerate;
+    vs_->sample_aspect_ratio = enc_ctx_.c->sample_aspect_ratio;
     if (opt_.input) carry_over();
     for (const auto& [key, value] : opt_.metadata)
       av_dict_set(&oc_->metadata, key.c_str(), value.empty() ? nullptr : value.c_str(), 0);
@@ -1278,6 +1282,13 @@ class LibavSink final : public Sink {
     out_bits_ = find_map(c->pix_fmt)->bits;
     c->framerate = {spec_.fps.num, spec_.fps.den};
     if (opt_.rate.num > 0) c->framerate = {opt_.rate.num, opt_.rate.den};
+    // The pixels' aspect: the frames' own, or the one that gives -aspect's display ratio.
+    if (opt_.aspect.num > 0)
+      av_reduce(&c->sample_aspect_ratio.num, &c->sample_aspect_ratio.den,
+                static_cast<int64_t>(opt_.aspect.num) * spec_.height, static_cast<int64_t>(opt_.aspect.den) * spec_.width,
+                1 << 16);
+    else if (spec_.sar.num > 0 && spec_.sar.den > 0)
+      c->sample_aspect_ratio = {spec_.sar.num, spec_.sar.den};
     // Timestamps: the input's time base and the frames' own timestamps (variable rate kept);
     // without an input file, one tick per frame.
     c->time_base = opt_.input ? opt_.input->time_base : AVRational{spec_.fps.den, spec_.fps.num};

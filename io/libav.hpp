@@ -84,6 +84,7 @@ struct VideoOptions {
   int64_t audio_bitrate = 0;          // -b:a, bits per second (0: 64 kb/s a channel, lossy encoders)
   int audio_rate = 0;                 // -ar, samples per second (0: the input's); re-encodes
   int audio_channels = 0;             // -ac (0: the input's); re-encodes
+  Rational aspect{0, 1};              // -aspect: the display aspect ratio (0: the frames' own)
   Rational rate{0, 1};                // -r: constant output rate, frames duplicated or dropped by
                                       // their timestamps (0: the input's own timing)
   int threads = 0;                    // the encoder's threads (0: libavcodec picks, by the cores)

@@ -392,6 +392,7 @@ void warn_unused_video_options(const std::string& spec, const SinkOptions& opt) 
   add(!v.preset.empty(), "-preset");
   add(v.bitrate > 0, "-b:v");
   add(v.gop >= 0, "-g");
+  add(v.aspect.num > 0, "-aspect");
   add(!v.codec_params.empty(), "the codec parameters");
   add(!v.encoder_options.empty(), "the encoder's options (-tune, -profile:v, ...)");
   add(!v.metadata.empty(), "-metadata");

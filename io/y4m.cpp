@@ -73,8 +73,14 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
         if (val == "COLORRANGE=FULL") h.spec.color.range = ColorRange::Full;
         if (val == "COLORRANGE=LIMITED") h.spec.color.range = ColorRange::Limited;
         break;
-      case 'A':
-        break;  // aspect ratio: not needed
+      case 'A': {  // the sample aspect ratio; 0:0 (unknown) or a malformed one is left unknown
+        const size_t c = val.find(':');
+        int n = 0, d = 0;
+        if (c != std::string::npos && parse_int(val.substr(0, c), &n) && parse_int(val.substr(c + 1), &d) && n > 0 &&
+            d > 0)
+          h.spec.sar = {n, d};
+        break;
+      }
       default:
         bad("unknown header field '" + tok + "'");
     }
@@ -248,7 +254,10 @@ std::string y4m_header(const FrameSpec& s) {
                       : s.color.range == ColorRange::Full                               ? " XCOLORRANGE=FULL"
                       : s.color.range == ColorRange::Limited                            ? " XCOLORRANGE=LIMITED"
                                                                                         : "";
-  return log::format("YUV4MPEG2 W%d H%d F%d:%d Ip A1:1 %s%s\n", s.width, s.height, s.fps.num, s.fps.den, cs, range);
+  // The sample aspect ratio when known, else square as players assume.
+  const Rational a = s.sar.num > 0 && s.sar.den > 0 ? s.sar : Rational{1, 1};
+  return log::format("YUV4MPEG2 W%d H%d F%d:%d Ip A%d:%d %s%s\n", s.width, s.height, s.fps.num, s.fps.den, a.num, a.den,
+                     cs, range);
 }
 
 Y4mSink::Y4mSink(const std::string& path) : path_(path) {}

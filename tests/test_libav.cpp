@@ -71,6 +71,41 @@ TEST(Libav, DecodingEqualsFfmpegsForEachFormat) {
   }
 }
 
+// Anamorphic video keeps its pixels' aspect through every kind of output; -aspect sets the
+// display ratio.
+TEST(Libav, SampleAspectRatioCarriesOver) {
+  REQUIRE_LIBAV();
+  const std::string in =
+      make("sar_in.mp4", "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1,setsar=32/27 -c:v libx264");
+  ASSERT_EQ(probe(in, "-show_entries stream=sample_aspect_ratio"), "32:27\n");
+  // WebM keeps the display size in whole pixels (190x120 here), as ffmpeg's own WebM does.
+  const std::pair<const char*, const char*> outs[] = {
+      {".mp4", "32:27,128:81\n"}, {".mkv", "32:27,128:81\n"}, {".mov", "32:27,128:81\n"}, {".webm", "19:16,19:12\n"}};
+  for (const auto& [ext, want] : outs) {
+    const std::string out = tmp_path(std::string("sar_out") + ext);
+    const CmdResult r = run_cmd(kBin + " run -y -i " + in + " -f median -o " + out);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("160x120 yuv420p @ 25 fps SAR 32:27"), std::string::npos) << r.out;
+    EXPECT_EQ(probe(out, "-show_entries stream=sample_aspect_ratio,display_aspect_ratio"), want) << ext;
+    std::remove(out.c_str());
+  }
+  // Through a Y4M file and back.
+  const std::string y4m = tmp_path("sar.y4m"), back = tmp_path("sar_back.mkv");
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -o " + y4m).rc, 0);
+  EXPECT_NE(run_cmd("head -c 80 " + y4m).out.find(" A32:27 "), std::string::npos);
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + y4m + " -o " + back).rc, 0);
+  EXPECT_EQ(probe(back, "-show_entries stream=sample_aspect_ratio"), "32:27\n");
+  // -aspect: the display ratio, the pixels' aspect derived from the frame size.
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -aspect 16:9 -o " + back).rc, 0);
+  EXPECT_EQ(probe(back, "-show_entries stream=sample_aspect_ratio,display_aspect_ratio"), "4:3,16:9\n");
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -aspect 2.39 -o " + back).rc, 0);
+  EXPECT_EQ(probe(back, "-show_entries stream=display_aspect_ratio"), "239:100\n");
+  const CmdResult bad = run_cmd(kBin + " run -q -y -i " + in + " -aspect wide -o " + back);
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("-aspect: expected a display aspect ratio"), std::string::npos) << bad.out;
+  for (const auto& p : {in, y4m, back}) std::remove(p.c_str());
+}
+
 TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   REQUIRE_LIBAV();
   const std::string in = av_clip(), out = tmp_path("carry.mp4");

@@ -144,8 +144,37 @@ TEST(Y4m, WritesWhatFfmpegWrites) {
   std::string a = read_file(in), b = read_file(out);
   std::string payload_a = a.substr(a.find('\n') + 1), payload_b = b.substr(b.find('\n') + 1);
   EXPECT_EQ(payload_a, payload_b);
-  EXPECT_EQ(b.rfind("YUV4MPEG2 W67 H45 F25:1 Ip A1:1 C420jpeg", 0), 0u);
+  EXPECT_EQ(b.rfind("YUV4MPEG2 W67 H45 F25:1 Ip A60:67 C420jpeg", 0), 0u);  // its pixels' aspect too
   std::remove(out.c_str());
+}
+
+// The header's A field (the pixels' aspect) is read and written on; unknown (A0:0) or
+// malformed values are left unknown and written as square, as players take them.
+TEST(Y4m, SampleAspectRatioCarriesOver) {
+  const std::string frame = "FRAME\n" + std::string(4 * 2 * 3 / 2, '\x80');
+  const struct {
+    const char* field;
+    Rational want;
+    const char* written;
+  } cases[] = {{"A32:27", {32, 27}, "A32:27"}, {"A0:0", {0, 1}, "A1:1"}, {"A1:1", {1, 1}, "A1:1"},
+               {"Ax:3", {0, 1}, "A1:1"},       {"A4:-3", {0, 1}, "A1:1"}};
+  for (const auto& c : cases) {
+    const std::string in = tmp_path("sar_in.y4m"), out = tmp_path("sar_out.y4m");
+    write_file(in, std::string("YUV4MPEG2 W4 H2 F25:1 Ip ") + c.field + " C420jpeg\n" + frame);
+    {
+      Y4mSource src(in);
+      EXPECT_EQ(src.spec().sar.num, c.want.num) << c.field;
+      EXPECT_EQ(src.spec().sar.den, c.want.den) << c.field;
+      Y4mSink sink(out);
+      sink.open(src.spec());
+      HostFrame f(src.spec(), false);
+      while (src.read(f)) sink.write(f);
+      sink.close();
+    }
+    EXPECT_NE(read_file(out).find(std::string(" ") + c.written + " "), std::string::npos) << c.field;
+    std::remove(in.c_str());
+    std::remove(out.c_str());
+  }
 }
 
 TEST(Y4m, HeaderErrors) {

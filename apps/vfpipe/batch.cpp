@@ -166,6 +166,8 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       a.bitrate = text();
     else if (k == "g" || k == "gop")
       a.gop = static_cast<int>(number());
+    else if (k == "aspect")
+      a.aspect = text();
     else if (k == "pix_fmt")
       a.pix_fmt = text();
     else if (k == "ss" || k == "start")
@@ -199,7 +201,7 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
     else
       throw Error(ErrorKind::Usage, where + ": unknown per-item option '" + k +
                                         "' (known: filters, codec, crf, preset, b:v, g, codec_params, tune, profile:v, "
-                                        "level, maxrate, bufsize, bf, encoder_opt:KEY, metadata:KEY, pix_fmt, ss, t, "
+                                        "level, maxrate, bufsize, bf, encoder_opt:KEY, metadata:KEY, aspect, pix_fmt, ss, t, "
                                         "to, frames, r, an, sn, dn, c:a, b:a, ar, ac, c:s, output)");
   }
 }

@@ -97,6 +97,7 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-hwaccel_output_format", "--hwaccel-output-format"},
                                                               {"-map", "--map"},
                                                               {"-movflags", "--movflags"},
+                                                              {"-aspect", "--aspect"},
                                                               {"-metadata", "--metadata"}};
   // ffmpeg's options of the video encoder: --encoder-opt KEY=VALUE (CLI11 alone would read
   // -tune as -t une).

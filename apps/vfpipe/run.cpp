@@ -124,6 +124,9 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--rate", a.rate,
                 "(-r) constant output frame rate of a video file (30, 29.97, 60000/1001): frames are "
                 "duplicated or dropped by their timestamps");
+  c->add_option("--aspect", a.aspect,
+                "(-aspect) display aspect ratio of a video file output, e.g. 16:9, 4:3 or 2.39 (tags the pixels' "
+                "aspect; default: the input's)");
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
   c->add_option("--encoder-opt", a.encoder_opts,
                 "KEY=VALUE: an option of the video encoder, as ffmpeg's -tune, -profile:v, -level, -maxrate, "
@@ -389,6 +392,13 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.audio_channels = a.audio_channels;
   ko.video.threads = a.codec_threads;
   ko.video.movflags = a.movflags;
+  if (!a.aspect.empty()) {
+    std::string ratio = a.aspect;
+    std::replace(ratio.begin(), ratio.end(), ':', '/');
+    if (!parse_frame_rate(ratio, &ko.video.aspect))
+      throw Error(ErrorKind::Usage, "-aspect: expected a display aspect ratio such as 16:9, 4:3 or 2.39, got '" +
+                                        a.aspect + "'");
+  }
   if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))
     throw Error(ErrorKind::Usage, "-r: expected a frame rate such as 30, 29.97 or 60000/1001, got '" + a.rate + "'");
   ko.overwrite = overwrite_rule(a.overwrite, a.no_overwrite);

@@ -38,7 +38,8 @@ struct RunArgs {
   double stats_every = 0;
   // Video files (FFmpeg's options).
   int crf = -1, gop = -1;
-  std::string rate;  // -r
+  std::string rate;    // -r
+  std::string aspect;  // -aspect
   std::string preset, bitrate, codec_params;
   std::vector<std::string> encoder_opts;   // --encoder-opt KEY=VALUE (-tune, -profile:v, -maxrate, ...)
   std::vector<std::string> metadata;       // -metadata KEY=VALUE
