@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "io/open.hpp"
 #include "io/y4m.hpp"
 #include "test_util.hpp"
@@ -345,6 +346,9 @@ TEST(Cli, FfmpegOptionsWithoutAMeaningHereAreRefusedPlainly) {
                {" -c copy -o null", "-c copy: vfpipe encodes the video it filters"},
                {" -ss 1 -o null", "-ss 1: the input has 3 frames (0.12 s at 25 fps), so nothing is left"},
                {" -t 0 -o null", "-t 0: an empty time window"},
+               {" -i synthetic -o null", "-i given 2 times: vfpipe run filters one input"},
+               {" -loop 1 -o null", "-loop: vfpipe reads its input once"},
+               {" -o null out.y4m", "two outputs, -o null and out.y4m"},
                {" -codec copy -o null", "-codec copy: vfpipe encodes the video it filters"}};
   for (const auto& c : cases) {
     const CmdResult r = run_cmd(kBin + " run" + in + c.args);
@@ -359,6 +363,14 @@ TEST(Cli, FfmpegOptionsWithoutAMeaningHereAreRefusedPlainly) {
   r = run_cmd(kBin + " run -i synthetic=size=32x16:frames=1 -c ffv1 -c:s mov_text -o null");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("-c:v, -c:s: the null output writes no encoded video"), std::string::npos) << r.out;
+  // The output last, without -o, as ffmpeg takes it; -framerate is an image sequence's rate.
+  const std::string seq = tmp_path("habit_%03d.png"), y4m = tmp_path("habit.y4m");
+  ASSERT_EQ(run_cmd(kBin + " run -q -i synthetic=size=32x16:frames=3 " + seq).rc, 0);
+  r = run_cmd(kBin + " run -q -framerate 12 -i " + seq + " -f median " + y4m);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(read_file(y4m).rfind("YUV4MPEG2 W32 H16 F12:1 ", 0), 0u);
+  for (int i = 0; i < 3; ++i) std::remove(log::format(seq.c_str(), i).c_str());
+  std::remove(y4m.c_str());
 }
 
 // A video file's encoder options given for an output without an encoder (Y4M, null) are

@@ -98,6 +98,9 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-map", "--map"},
                                                               {"-movflags", "--movflags"},
                                                               {"-aspect", "--aspect"},
+                                                              {"-framerate", "--fps"},
+                                                              {"-filter_complex", "--vf"},
+                                                              {"-lavfi", "--vf"},
                                                               {"-metadata", "--metadata"}};
   // ffmpeg's options of the video encoder: --encoder-opt KEY=VALUE (CLI11 alone would read
   // -tune as -t une).
@@ -128,8 +131,6 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
         args[i] = "--encoder-opt";
         args[i + 1] = std::string(key) + "=" + args[i + 1];
       }
-    // ffmpeg options whose meaning vfpipe does not have: said plainly, not as CLI11's reading
-    // of them as short options (-vn as -v -n, -s as nothing).
     // ffmpeg's -c applies to every stream; here only the video is encoded, so it is -c:v,
     // and -c copy (every stream copied) has no meaning.
     if ((args[i] == "-c" || args[i] == "-codec") && i + 1 < args.size()) {
@@ -140,6 +141,12 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                           "use ffmpeg -c copy");
       args[i] = "--codec";
     }
+    // ffmpeg options whose meaning vfpipe does not have: said plainly, not as CLI11's reading
+    // of them as short options (-vn as -v -n, -s as nothing).
+    if (args[i] == "-loop")
+      throw Error(ErrorKind::Usage,
+                  "-loop: vfpipe reads its input once; for a still image as a video, ffmpeg -loop 1 -i IMAGE -t "
+                  "SECONDS -f yuv4mpegpipe - | vfpipe run -i - ...");
     if (args[i] == "-vn")
       throw Error(ErrorKind::Usage,
                   "-vn: vfpipe writes the video it filters; for the other streams alone use ffmpeg -vn");
@@ -156,6 +163,16 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                          args[i + 1].find_first_not_of("0123456789") == std::string::npos;
       if (!count) args[i] = "--no-overwrite";
     }
+  }
+  // One input a run: a second -i is said plainly (CLI11's "At Most 1 required").
+  if (args.size() > 1 && (args[1] == "run" || args[1] == "live" || args[1] == "profile")) {
+    const auto inputs = std::count_if(args.begin() + 2, args.end(), [](const std::string& a) {
+      return a == "-i" || a == "--input" || a.rfind("--input=", 0) == 0;
+    });
+    if (inputs > 1)
+      throw Error(ErrorKind::Usage, log::format("-i given %d times: vfpipe %s filters one input (vfpipe batch takes many "
+                                                "files, each to its own output)",
+                                                static_cast<int>(inputs), args[1].c_str()));
   }
   return args;
 }

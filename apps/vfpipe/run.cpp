@@ -130,10 +130,12 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
   c->add_option("--encoder-opt", a.encoder_opts,
                 "KEY=VALUE: an option of the video encoder, as ffmpeg's -tune, -profile:v, -level, -maxrate, "
-                "-bufsize and -bf give it (repeatable)");
+                "-bufsize and -bf give it (repeatable)")
+      ->allow_extra_args(false);  // one value a use: a positional output after it stays the output
   c->add_option("--metadata", a.metadata,
                 "(-metadata) KEY=VALUE: the output file's metadata (title, comment, ...; an empty value removes "
-                "the input's; repeatable)");
+                "the input's; repeatable)")
+      ->allow_extra_args(false);
   c->add_flag("--no-audio", a.no_audio, "(-an) leave the input's audio out of a video output (kept by default)");
   c->add_flag("--no-subtitles", a.no_subtitles, "(-sn) leave the input's subtitles out of a video output");
   c->add_flag("--no-data", a.no_data,
@@ -252,6 +254,7 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->required(input_required);
   c->add_option("-o,--output", a.output, "output: file.y4m, '-' (Y4M stdout), video file, image pattern, null")
       ->capture_default_str();
+  c->add_option("OUTPUT", a.positional_output, "the output without -o, as ffmpeg takes it (vfpipe run -i in.mp4 out.mp4)");
   c->add_option("-f,--filters,--vf", a.filters, "filter chain, e.g. \"format=gray,null\"");
   add_common_options(c, a);
   c->add_option("--policy", a.policy, "batch: never drop (back-pressure); live: keep the newest frame")
@@ -695,6 +698,17 @@ int run_command(RunArgs& a, bool live) {
 
 const char* run_examples() { return kExamples; }
 
+namespace {
+// The output given as ffmpeg takes it (the last argument, without -o) in place of -o's.
+void take_positional_output(RunArgs& a, const CLI::App* c) {
+  if (a.positional_output.empty()) return;
+  if (c->count("--output") > 0)
+    throw Error(ErrorKind::Usage, "two outputs, -o " + a.output + " and " + a.positional_output + ": vfpipe " +
+                                      c->get_name() + " writes one");
+  a.output = a.positional_output;
+}
+}  // namespace
+
 void add_run_commands(CLI::App& app, Subcommands& out) {
   auto run_args = std::make_shared<RunArgs>(), live_args = std::make_shared<RunArgs>();
   auto* run = app.add_subcommand("run", "process a file, pipe or generated stream (batch: nothing is dropped)");
@@ -716,13 +730,18 @@ void add_run_commands(CLI::App& app, Subcommands& out) {
   profile->add_option("--fail-above", *threshold, "with --compare: exit 1 if a p50 of B is more than PCT% above A")
       ->capture_default_str();
   profile->footer(kProfileHelp);
-  out.push_back({run, [run_args] { return run_command(*run_args, false); }});
-  out.push_back({live, [live_args] {
+  out.push_back({run, [run_args, run] {
+                   take_positional_output(*run_args, run);
+                   return run_command(*run_args, false);
+                 }});
+  out.push_back({live, [live_args, live] {
+                   take_positional_output(*live_args, live);
                    if (live_args->input.empty()) live_args->input = "camera=0";
                    return run_command(*live_args, true);
                  }});
-  out.push_back({profile, [prof_args, compare, threshold] {
+  out.push_back({profile, [prof_args, compare, threshold, profile] {
                    if (!compare->empty()) return compare_command(*compare, *threshold);
+                   take_positional_output(*prof_args, profile);
                    if (prof_args->input.empty())
                      throw Error(ErrorKind::Usage, "profile: --input is required (or --compare A B)");
                    return run_command(*prof_args, false);

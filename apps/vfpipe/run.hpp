@@ -17,6 +17,7 @@
 namespace vfp {
 
 struct RunArgs {
+  std::string positional_output;  // the output as ffmpeg takes it: last, without -o
   std::string input, output = "null", filters, device = "auto", pix_fmt, report, codec, policy, sendcmd;
   std::string size, profile, display, view = "split", screenshot;
   std::string vsync = "on";
