@@ -135,9 +135,17 @@ std::vector<FilterSpec> parse_filter_string(const std::string& text) {
     f.name = trim(raw, &lead);
     f.name_pos = start + lead;
     if (f.name.empty()) throw ParseError("invalid filter string: expected a filter name", text, start);
-    if (!valid_name(f.name))
+    if (!valid_name(f.name)) {
+      // ffmpeg's filtergraph labels ([0:v]median[out]): a linear chain needs none.
+      const size_t label = f.name.find('[');
+      if (label != std::string::npos)
+        throw ParseError(
+            "invalid filter string: '[' starts a stream label, which vfpipe's chain does not take (it "
+            "is one linear chain from the input's video to the output: write median,conv=gauss)",
+            text, f.name_pos + label, 1);
       throw ParseError("invalid filter string: '" + f.name + "' is not a valid filter name", text, f.name_pos,
                        f.name.size());
+    }
     if (lx.peek() == '=') {
       lx.advance();
       bool seen_named = false;

@@ -1285,8 +1285,8 @@ class LibavSink final : public Sink {
     // The pixels' aspect: the frames' own, or the one that gives -aspect's display ratio.
     if (opt_.aspect.num > 0)
       av_reduce(&c->sample_aspect_ratio.num, &c->sample_aspect_ratio.den,
-                static_cast<int64_t>(opt_.aspect.num) * spec_.height, static_cast<int64_t>(opt_.aspect.den) * spec_.width,
-                1 << 16);
+                static_cast<int64_t>(opt_.aspect.num) * spec_.height,
+                static_cast<int64_t>(opt_.aspect.den) * spec_.width, 1 << 16);
     else if (spec_.sar.num > 0 && spec_.sar.den > 0)
       c->sample_aspect_ratio = {spec_.sar.num, spec_.sar.den};
     // Timestamps: the input's time base and the frames' own timestamps (variable rate kept);

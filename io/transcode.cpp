@@ -352,11 +352,12 @@ const AVCodec* find_subtitle_encoder(const std::string& name, const AVOutputForm
     std::string holds;
     for (const char* n : {"mov_text", "webvtt", "srt", "ass"}) {
       const AVCodec* c = avcodec_find_encoder_by_name(n);
-      if (c && avformat_query_codec(of, c->id, FF_COMPLIANCE_NORMAL) == 1) holds += std::string(holds.empty() ? "" : ", ") + n;
+      if (c && avformat_query_codec(of, c->id, FF_COMPLIANCE_NORMAL) == 1)
+        holds += std::string(holds.empty() ? "" : ", ") + n;
     }
-    throw Error(ErrorKind::Usage, "-c:s " + name + ": the " + of->name + " output cannot hold " + name + " subtitles" +
-                                      (holds.empty() ? " (it holds no text subtitles; use .mkv, or -sn)"
-                                                     : " (it holds " + holds + ")"));
+    throw Error(ErrorKind::Usage,
+                "-c:s " + name + ": the " + of->name + " output cannot hold " + name + " subtitles" +
+                    (holds.empty() ? " (it holds no text subtitles; use .mkv, or -sn)" : " (it holds " + holds + ")"));
   }
   return enc;
 }

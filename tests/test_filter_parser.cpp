@@ -82,6 +82,10 @@ TEST(FilterParser, SyntaxErrorsPointAtTheCharacter) {
   std::string msg;
   EXPECT_EQ(error_pos("null,f@o", &msg), 5u);
   EXPECT_NE(msg.find("not a valid filter name"), std::string::npos);
+  // ffmpeg's filtergraph labels: pointed at, and said to be needless.
+  EXPECT_EQ(error_pos("[0:v]median[out]", &msg), 0u);
+  EXPECT_NE(msg.find("'[' starts a stream label"), std::string::npos) << msg;
+  EXPECT_EQ(error_pos("median[a],conv", &msg), 6u);
 }
 
 TEST(FilterParser, UnknownFilterAndOptionArePointedAt) {

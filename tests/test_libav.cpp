@@ -404,7 +404,7 @@ TEST(Libav, SeekDurationAndOverwriteAsInFfmpeg) {
   EXPECT_EQ(probe(out, "-select_streams v -count_frames -show_entries stream=nb_read_frames"), "5\n");
   // An empty window (past the 4 s clip's end, -t 0, -to before -ss) would write a file
   // without a frame: a usage error before the output is touched.
-  const std::pair<const char*, const char*> empty[] = {{"-ss 4.5", "-ss 4.5: '" },
+  const std::pair<const char*, const char*> empty[] = {{"-ss 4.5", "-ss 4.5: '"},
                                                        {"-t 0", "-t 0: an empty time window"},
                                                        {"-ss 2 -to 1.5", "-to 1.5: not after the start (-ss 2)"}};
   for (const auto& [args, says] : empty) {

@@ -156,8 +156,11 @@ TEST(Y4m, SampleAspectRatioCarriesOver) {
     const char* field;
     Rational want;
     const char* written;
-  } cases[] = {{"A32:27", {32, 27}, "A32:27"}, {"A0:0", {0, 1}, "A1:1"}, {"A1:1", {1, 1}, "A1:1"},
-               {"Ax:3", {0, 1}, "A1:1"},       {"A4:-3", {0, 1}, "A1:1"}};
+  } cases[] = {{"A32:27", {32, 27}, "A32:27"},
+               {"A0:0", {0, 1}, "A1:1"},
+               {"A1:1", {1, 1}, "A1:1"},
+               {"Ax:3", {0, 1}, "A1:1"},
+               {"A4:-3", {0, 1}, "A1:1"}};
   for (const auto& c : cases) {
     const std::string in = tmp_path("sar_in.y4m"), out = tmp_path("sar_out.y4m");
     write_file(in, std::string("YUV4MPEG2 W4 H2 F25:1 Ip ") + c.field + " C420jpeg\n" + frame);

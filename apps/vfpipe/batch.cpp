@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <thread>
@@ -110,8 +110,9 @@ void set_pair(std::vector<std::string>& pairs, const std::string& key, const std
 void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& where) {
   // ffmpeg's options of the video encoder, as `vfpipe run` maps them to --encoder-opt.
   static const std::pair<const char*, const char*> encoder_keys[] = {
-      {"tune", "tune"}, {"profile:v", "profile"}, {"profile", "profile"}, {"level", "level"},
-      {"maxrate", "maxrate"}, {"bufsize", "bufsize"}, {"bf", "bf"}};
+      {"tune", "tune"},   {"profile:v", "profile"}, {"profile", "profile"},
+      {"level", "level"}, {"maxrate", "maxrate"},   {"bufsize", "bufsize"},
+      {"bf", "bf"}};
   for (const auto& [k, v] : o.items()) {
     const auto text = [&, key = k, val = v]() -> std::string {
       if (val.is_string()) return val.get<std::string>();
@@ -199,10 +200,11 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
     else if (k == "codec_params")
       a.codec_params = text();
     else
-      throw Error(ErrorKind::Usage, where + ": unknown per-item option '" + k +
-                                        "' (known: filters, codec, crf, preset, b:v, g, codec_params, tune, profile:v, "
-                                        "level, maxrate, bufsize, bf, encoder_opt:KEY, metadata:KEY, aspect, pix_fmt, ss, t, "
-                                        "to, frames, r, an, sn, dn, c:a, b:a, ar, ac, c:s, output)");
+      throw Error(ErrorKind::Usage,
+                  where + ": unknown per-item option '" + k +
+                      "' (known: filters, codec, crf, preset, b:v, g, codec_params, tune, profile:v, "
+                      "level, maxrate, bufsize, bf, encoder_opt:KEY, metadata:KEY, aspect, pix_fmt, ss, t, "
+                      "to, frames, r, an, sn, dn, c:a, b:a, ar, ac, c:s, output)");
   }
 }
 

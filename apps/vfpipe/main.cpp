@@ -41,8 +41,8 @@ double window_duration(double start, double duration, double to) {
   // track): refused, as the user surely meant something else.
   if (duration == 0) throw Error(ErrorKind::Usage, "-t 0: an empty time window leaves nothing to filter");
   if (duration < 0 && to >= 0 && to <= start)
-    throw Error(ErrorKind::Usage, log::format("-to %g: not after the start (-ss %g), so nothing is left to filter", to,
-                                              start));
+    throw Error(ErrorKind::Usage,
+                log::format("-to %g: not after the start (-ss %g), so nothing is left to filter", to, start));
   return duration >= 0 ? duration : to >= 0 ? to - start : -1;
 }
 
@@ -170,9 +170,10 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
       return a == "-i" || a == "--input" || a.rfind("--input=", 0) == 0;
     });
     if (inputs > 1)
-      throw Error(ErrorKind::Usage, log::format("-i given %d times: vfpipe %s filters one input (vfpipe batch takes many "
-                                                "files, each to its own output)",
-                                                static_cast<int>(inputs), args[1].c_str()));
+      throw Error(ErrorKind::Usage,
+                  log::format("-i given %d times: vfpipe %s filters one input (vfpipe batch takes many "
+                              "files, each to its own output)",
+                              static_cast<int>(inputs), args[1].c_str()));
   }
   return args;
 }

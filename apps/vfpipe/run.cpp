@@ -254,7 +254,8 @@ void add_run_options(CLI::App* c, RunArgs& a, bool input_required, bool profile_
       ->required(input_required);
   c->add_option("-o,--output", a.output, "output: file.y4m, '-' (Y4M stdout), video file, image pattern, null")
       ->capture_default_str();
-  c->add_option("OUTPUT", a.positional_output, "the output without -o, as ffmpeg takes it (vfpipe run -i in.mp4 out.mp4)");
+  c->add_option("OUTPUT", a.positional_output,
+                "the output without -o, as ffmpeg takes it (vfpipe run -i in.mp4 out.mp4)");
   c->add_option("-f,--filters,--vf", a.filters, "filter chain, e.g. \"format=gray,null\"");
   add_common_options(c, a);
   c->add_option("--policy", a.policy, "batch: never drop (back-pressure); live: keep the newest frame")
@@ -399,8 +400,8 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
     std::string ratio = a.aspect;
     std::replace(ratio.begin(), ratio.end(), ':', '/');
     if (!parse_frame_rate(ratio, &ko.video.aspect))
-      throw Error(ErrorKind::Usage, "-aspect: expected a display aspect ratio such as 16:9, 4:3 or 2.39, got '" +
-                                        a.aspect + "'");
+      throw Error(ErrorKind::Usage,
+                  "-aspect: expected a display aspect ratio such as 16:9, 4:3 or 2.39, got '" + a.aspect + "'");
   }
   if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))
     throw Error(ErrorKind::Usage, "-r: expected a frame rate such as 30, 29.97 or 60000/1001, got '" + a.rate + "'");
