@@ -1,5 +1,7 @@
 #include "io/open.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -270,7 +272,15 @@ bool is_video_file(const std::string& spec) {
 // The sink for an output's type, before -r.
 std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptions& opt) {
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
-  if (spec == "-") return std::make_unique<Y4mSink>("-");
+  if (spec == "-") {
+    // Frames on a terminal are noise that can leave it unusable: said, not written (ffmpeg's
+    // benchmark habit -f null - lands here, as -f is vfpipe's chain).
+    if (isatty(STDOUT_FILENO))
+      throw Error(ErrorKind::Usage,
+                  "-o -: Y4M on stdout, which is a terminal here; pipe it (... -o - | ffplay -) or name a file "
+                  "(ffmpeg's -f null - is -o null here)");
+    return std::make_unique<Y4mSink>("-");
+  }
   const bool pattern = spec.find('%') != std::string::npos;
   // Every single-file output, before it is created (an image sequence's files are its own).
   if (!pattern) check_overwrite(spec, opt.overwrite);

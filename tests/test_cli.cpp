@@ -371,6 +371,15 @@ TEST(Cli, FfmpegOptionsWithoutAMeaningHereAreRefusedPlainly) {
   EXPECT_EQ(read_file(y4m).rfind("YUV4MPEG2 W32 H16 F12:1 ", 0), 0u);
   for (int i = 0; i < 3; ++i) std::remove(log::format(seq.c_str(), i).c_str());
   std::remove(y4m.c_str());
+  // ffmpeg's -f null - is vfpipe's null filter and Y4M on stdout: on a terminal (script(1)
+  // gives the run one) that is refused, not written; through a pipe it is the frames.
+  if (run_cmd("script --version").rc == 0) {
+    r = run_cmd("script -qec '" + kBin + " run -i synthetic=size=16x16:frames=1 -f null -' /dev/null");
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("Y4M on stdout, which is a terminal here"), std::string::npos) << r.out;
+  }
+  r = run_cmd(kBin + " run -q -i synthetic=size=16x16:frames=1 -f null - | head -c 9");
+  EXPECT_EQ(r.out, "YUV4MPEG2");
 }
 
 // A video file's encoder options given for an output without an encoder (Y4M, null) are
