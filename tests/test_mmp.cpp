@@ -1104,6 +1104,55 @@ TEST(Mmp, HeaderClaimingMoreThanTheDataHoldsIsRejected) {
   for (const auto& p : {ok, big}) std::remove(p.c_str());
 }
 
+// Non-square pixels are recorded (flag bit 6 and 8 bytes after the header, tiled too) and
+// come back from the reader; square and unknown ones leave the file as it was; a bad
+// ratio is rejected.
+TEST(Mmp, PixelAspectIsRecordedOnlyWhenNotSquare) {
+  const std::string path = test::tmp_path("aspect.mmp");
+  const auto write = [&](Rational sar, bool tiled) {
+    FrameSpec s{PixelFormat::YUV420P, 48, 32, {25, 1}};
+    s.sar = sar;
+    HostFrame f(s, false);
+    test::fill_random(f, 9);
+    mmp::Params p;
+    p.lambda = 40;
+    if (tiled) p.tile_w = p.tile_h = 32;
+    mmp::Writer w(path, s, p);
+    w.write(f.view());
+    w.close();
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  for (bool tiled : {false, true}) {
+    const std::string square = write({1, 1}, tiled), unknown = write({0, 1}, tiled), wide = write({32, 27}, tiled);
+    EXPECT_EQ(square, unknown);
+    EXPECT_EQ(square[34] & 64, 0);
+    ASSERT_EQ(wide.size(), square.size() + 8);
+    EXPECT_EQ(wide[34] & 64, 64);
+    {
+      mmp::Reader r(path);
+      EXPECT_EQ(r.spec().sar.num, 32);
+      EXPECT_EQ(r.spec().sar.den, 27);
+      HostFrame f(r.spec(), false);
+      EXPECT_TRUE(r.read(f));
+    }
+    // The ratio's terms: 0 or above 65535 is a corrupt header.
+    const size_t at = tiled ? 44 : 35;  // right after the header
+    for (const std::string& bad : {std::string("\0\0\0\0", 4), std::string("\0\0\1\0", 4)}) {
+      std::string d = wide;
+      d.replace(at, 4, bad);
+      std::ofstream(path, std::ios::binary) << d;
+      try {
+        mmp::Reader r(path);
+        FAIL() << "a bad pixel aspect was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("bad pixel aspect ratio"), std::string::npos) << e.what();
+      }
+    }
+  }
+  std::remove(path.c_str());
+}
+
 // Tiles (docs/mmp.md, "Tiles"): every mode decodes to the encoder's reconstruction at odd
 // sizes, every block size, with and without the post-filter; tiles smaller than the plane
 // cut it into the expected grid.

@@ -31,6 +31,15 @@ uint32_t get_u32(const uint8_t* p) {
 constexpr size_t kHeaderBytes = 4 + 1 + 1 + 4 * 4 + 8 + 4 + 1;
 // Version 3: tile width, height (luma), and a byte of the tile mode (bits 0-1) and scan (bit 2).
 constexpr size_t kTileHeaderBytes = 4 + 4 + 1;
+// Flag bit 6: the pixels' aspect ratio (u32 numerator, u32 denominator) follows the header.
+constexpr uint8_t kAspectFlag = 64;
+constexpr size_t kAspectBytes = 4 + 4;
+constexpr uint32_t kMaxAspectTerm = 65535;
+// Whether `spec` has non-square pixels worth recording (unknown and 1:1 are not written).
+bool records_aspect(const FrameSpec& spec) {
+  return spec.sar.num > 0 && spec.sar.den > 0 && spec.sar.num != spec.sar.den &&
+         static_cast<uint32_t>(spec.sar.num) <= kMaxAspectTerm && static_cast<uint32_t>(spec.sar.den) <= kMaxAspectTerm;
+}
 // The block size in the flags byte, bits 3-4: 0 = 16x16 (what files before the option
 // hold), 1 = 8x8, 2 = 32x32.
 int block_code(int block_log) { return block_log == 4 ? 0 : block_log == 3 ? 1 : 2; }
@@ -111,12 +120,18 @@ Writer::Writer(const std::string& path, const FrameSpec& spec, const Params& p) 
   std::memcpy(&lb, &p.lambda, 8);
   for (int i = 0; i < 8; ++i) h.push_back(static_cast<uint8_t>(lb >> (8 * i)));
   put_u32(h, static_cast<uint32_t>(p.max_dict));
+  const bool aspect = records_aspect(spec);
   h.push_back(static_cast<uint8_t>((p.carry ? 1 : 0) | (p.shared_chroma ? 2 : 0) | (p.post_filter ? 4 : 0) |
-                                   block_code(p.block_log) << 3 | (p.replace_least_used ? 32 : 0)));
+                                   block_code(p.block_log) << 3 | (p.replace_least_used ? 32 : 0) |
+                                   (aspect ? kAspectFlag : 0)));
   if (p.tiled()) {
     put_u32(h, static_cast<uint32_t>(p.tile_w));
     put_u32(h, static_cast<uint32_t>(p.tile_h));
     h.push_back(static_cast<uint8_t>(static_cast<int>(p.tile_mode) | static_cast<int>(p.tile_scan) << 2));
+  }
+  if (aspect) {
+    put_u32(h, static_cast<uint32_t>(spec.sar.num));
+    put_u32(h, static_cast<uint32_t>(spec.sar.den));
   }
   put(h.data(), h.size());
 }
@@ -247,7 +262,7 @@ Reader::Reader(const std::string& path) : path_(path) {
   const uint32_t md = get_u32(h + 30);
   if (md < 64 || md > 4096) throw Error(ErrorKind::Input, path + ": bad dictionary size " + std::to_string(md));
   params_.max_dict = static_cast<int>(md);
-  if ((h[34] & 0x18) == 0x18 || h[34] >= 0x40)
+  if ((h[34] & 0x18) == 0x18 || h[34] >= 0x80)
     throw Error(ErrorKind::Input, path + ": unknown flags " + std::to_string(h[34]));
   params_.block_log = block_log_of((h[34] >> 3) & 3);
   params_.replace_least_used = (h[34] & 32) != 0;
@@ -271,6 +286,17 @@ Reader::Reader(const std::string& path) : path_(path) {
       throw Error(ErrorKind::Input, path + ": bad tile grid (" + e.what() + ")");
     }
     header += kTileHeaderBytes;
+  }
+  if (h[34] & kAspectFlag) {
+    uint8_t a[kAspectBytes];
+    if (std::fread(a, 1, kAspectBytes, file_.f) != kAspectBytes)
+      throw Error(ErrorKind::Input, path + ": truncated .mmp header");
+    const uint32_t num = get_u32(a), den = get_u32(a + 4);
+    if (num == 0 || den == 0 || num > kMaxAspectTerm || den > kMaxAspectTerm)
+      throw Error(ErrorKind::Input,
+                  path + ": bad pixel aspect ratio " + std::to_string(num) + ":" + std::to_string(den));
+    spec_.sar = {static_cast<int>(num), static_cast<int>(den)};
+    header += kAspectBytes;
   }
   // The data must be able to hold the frame the header claims (before the caller allocates it).
   const FrameLayout lay = FrameLayout::of(spec_);

@@ -4,9 +4,11 @@
 //           flags (u8; bit 0: dictionaries and models carried across frames; bit 1: the
 //           second chroma plane continues the first's dictionaries and models; bit 2: each
 //           plane's stream ends with a post-filter the decoder applies; bits 3-4: block
-//           size; bit 5: full dictionary scales replace their least used element);
+//           size; bit 5: full dictionary scales replace their least used element; bit 6:
+//           the pixels' aspect ratio follows the header);
 //           version 3 (tiled) adds the tile width and height (u32, luma samples) and a byte
-//           of the tile mode (bits 0-1) and the round order (bit 2: wavefront)
+//           of the tile mode (bits 0-1) and the round order (bit 2: wavefront);
+//           then, with flag bit 6, the pixels' aspect ratio (u32 numerator, denominator)
 //   frame   for each plane: payload length (u32) and the plane's range-coded payload
 // Frames are independent (each plane starts from fresh dictionaries and models) unless the
 // carry flag is set.
