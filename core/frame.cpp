@@ -105,6 +105,8 @@ std::string FrameSpec::describe() const {
       r += log::format(" @ %.3f fps", fps.value());
   }
   if (sar.num > 0 && sar.den > 0 && sar.num != sar.den) r += log::format(" SAR %d:%d", sar.num, sar.den);
+  if (fields != FieldOrder::Progressive)
+    r += fields == FieldOrder::TopFirst ? " interlaced (top field first)" : " interlaced (bottom field first)";
   return r;
 }
 

@@ -64,6 +64,10 @@ struct Rational {
   double value() const { return den ? static_cast<double>(num) / den : 0.0; }
 };
 
+// Whether a frame is two interlaced fields, and which is displayed first (unknown:
+// progressive).
+enum class FieldOrder : uint8_t { Progressive, TopFirst, BottomFirst };
+
 // The YUV <-> RGB matrix and the range of YUV samples (docs/formats.md#colour). Frames
 // carry what their source said; Unspecified is resolved as players do: BT.709 for HD
 // (wider than 1024 or taller than 576), BT.601 below, limited range.
@@ -91,6 +95,9 @@ struct FrameSpec {
   // The sample (pixel) aspect ratio the source gave, e.g. 32:27 for anamorphic 720x480;
   // 0:1 unknown (players assume square). Outputs write it on.
   Rational sar{0, 1};
+  // Interlaced frames (two woven fields) and the field shown first; the filters see whole
+  // frames, the outputs tag the field order on.
+  FieldOrder fields = FieldOrder::Progressive;
   bool operator==(const FrameSpec& o) const { return format == o.format && width == o.width && height == o.height; }
   bool operator!=(const FrameSpec& o) const { return !(*this == o); }
   std::string describe() const;  // "1920x1080 yuv420p @ 30 fps"

@@ -438,6 +438,11 @@ class LibavSource final : public Source {
     // The pixels' aspect (the container's, else the codec's): anamorphic video keeps its shape.
     if (const AVRational sar = av_guess_sample_aspect_ratio(in_.f, st_, nullptr); sar.num > 0 && sar.den > 0)
       spec_.sar = {sar.num, sar.den};
+    // Interlaced video: the field displayed first (TT and BT show the top one first).
+    const AVFieldOrder fo = cp->field_order;
+    spec_.fields = fo == AV_FIELD_TT || fo == AV_FIELD_BT   ? FieldOrder::TopFirst
+                   : fo == AV_FIELD_BB || fo == AV_FIELD_TB ? FieldOrder::BottomFirst
+                                                            : FieldOrder::Progressive;
     AVRational r = st_->avg_frame_rate.num > 0 ? st_->avg_frame_rate : st_->r_frame_rate;
     if (r.num <= 0 || r.den <= 0) r = {25, 1};
     spec_.fps = {r.num, r.den};
@@ -1218,6 +1223,15 @@ class LibavSink final : public Sink {
       frame_.f->format = enc_ctx_.c->pix_fmt;
       frame_.f->width = spec_.width;
       frame_.f->height = spec_.height;
+      if (spec_.fields != FieldOrder::Progressive) {
+#if LIBAVUTIL_VERSION_INT >= AV_VERSION_INT(58, 7, 100)
+        frame_.f->flags |= AV_FRAME_FLAG_INTERLACED;
+        if (spec_.fields == FieldOrder::TopFirst) frame_.f->flags |= AV_FRAME_FLAG_TOP_FIELD_FIRST;
+#else
+        frame_.f->interlaced_frame = 1;
+        frame_.f->top_field_first = spec_.fields == FieldOrder::TopFirst;
+#endif
+      }
       if (av_frame_get_buffer(frame_.f, 0) < 0) throw Error(ErrorKind::OutOfMemory, "an output frame");
     }
     if (av_frame_make_writable(frame_.f) < 0) throw Error(ErrorKind::OutOfMemory, "an output frame");
@@ -1289,6 +1303,10 @@ class LibavSink final : public Sink {
                 static_cast<int64_t>(opt_.aspect.den) * spec_.width, 1 << 16);
     else if (spec_.sar.num > 0 && spec_.sar.den > 0)
       c->sample_aspect_ratio = {spec_.sar.num, spec_.sar.den};
+    // Interlaced frames keep their field order, as ffmpeg tags them (the encoder codes them
+    // as fields only when asked: --encoder-opt flags=+ilme+ildct for libx264).
+    if (spec_.fields != FieldOrder::Progressive)
+      c->field_order = spec_.fields == FieldOrder::TopFirst ? AV_FIELD_TT : AV_FIELD_BB;
     // Timestamps: the input's time base and the frames' own timestamps (variable rate kept);
     // without an input file, one tick per frame.
     c->time_base = opt_.input ? opt_.input->time_base : AVRational{spec_.fps.den, spec_.fps.num};

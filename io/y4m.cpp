@@ -105,8 +105,10 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
                                       "' (supported: C420jpeg, C420paldv, C420mpeg2, C420, C444, Cmono, and 16-bit "
                                       "C420p16, C444p16, Cmono16). Convert with ffmpeg, e.g. -pix_fmt yuv420p");
   validate_spec(h.spec, name.c_str());
-  if (h.interlace != 'p' && h.interlace != '?')
-    log::warn("%s: interlaced Y4M (I%c) is processed as progressive frames", name.c_str(), h.interlace);
+  if (h.interlace == 't') h.spec.fields = FieldOrder::TopFirst;
+  if (h.interlace == 'b') h.spec.fields = FieldOrder::BottomFirst;
+  if (h.interlace == 'm')  // a field order per frame, which vfpipe does not read
+    log::warn("%s: mixed-mode interlaced Y4M (Im) is processed and written as progressive frames", name.c_str());
   return h;
 }
 
@@ -256,8 +258,9 @@ std::string y4m_header(const FrameSpec& s) {
                                                                                         : "";
   // The sample aspect ratio when known, else square as players assume.
   const Rational a = s.sar.num > 0 && s.sar.den > 0 ? s.sar : Rational{1, 1};
-  return log::format("YUV4MPEG2 W%d H%d F%d:%d Ip A%d:%d %s%s\n", s.width, s.height, s.fps.num, s.fps.den, a.num, a.den,
-                     cs, range);
+  const char interlace = s.fields == FieldOrder::TopFirst ? 't' : s.fields == FieldOrder::BottomFirst ? 'b' : 'p';
+  return log::format("YUV4MPEG2 W%d H%d F%d:%d I%c A%d:%d %s%s\n", s.width, s.height, s.fps.num, s.fps.den, interlace,
+                     a.num, a.den, cs, range);
 }
 
 Y4mSink::Y4mSink(const std::string& path) : path_(path) {}

@@ -106,6 +106,26 @@ TEST(Libav, SampleAspectRatioCarriesOver) {
   for (const auto& p : {in, y4m, back}) std::remove(p.c_str());
 }
 
+// Interlaced video keeps its field order through video files and Y4M, as ffmpeg tags it;
+// the encoder codes fields when asked (libx264: flags=+ildct).
+TEST(Libav, FieldOrderCarriesOver) {
+  REQUIRE_LIBAV();
+  const std::string in = make("fields_in.mkv",
+                              "-f lavfi -i testsrc2=size=160x120:rate=25:duration=1 -c:v libx264 -flags +ilme+ildct "
+                              "-top 1");
+  ASSERT_EQ(probe(in, "-show_entries stream=field_order"), "tt\n");
+  const std::string mkv = tmp_path("fields_out.mkv"), y4m = tmp_path("fields.y4m"), mp4 = tmp_path("fields.mp4");
+  CmdResult r = run_cmd(kBin + " run -y -i " + in + " -f median -o " + mkv);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("@ 25 fps interlaced (top field first)"), std::string::npos) << r.out;
+  EXPECT_EQ(probe(mkv, "-show_entries stream=field_order"), "tt\n");
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -o " + y4m).rc, 0);
+  EXPECT_NE(run_cmd("head -c 40 " + y4m).out.find(" It "), std::string::npos);
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + y4m + " --encoder-opt flags=+ilme+ildct -o " + mp4).rc, 0);
+  EXPECT_EQ(probe(mp4, "-show_entries stream=field_order"), "tt\n");
+  for (const auto& p : {in, mkv, y4m, mp4}) std::remove(p.c_str());
+}
+
 TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   REQUIRE_LIBAV();
   const std::string in = av_clip(), out = tmp_path("carry.mp4");

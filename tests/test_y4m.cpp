@@ -180,6 +180,37 @@ TEST(Y4m, SampleAspectRatioCarriesOver) {
   }
 }
 
+// The header's I field: top- or bottom-field-first frames are read and written so; mixed
+// mode (a field order per frame) is progressive, with a warning.
+TEST(Y4m, FieldOrderCarriesOver) {
+  const std::string frame = "FRAME\n" + std::string(4 * 2 * 3 / 2, '\x80');
+  const struct {
+    const char* field;
+    FieldOrder want;
+    const char* written;
+  } cases[] = {{"It", FieldOrder::TopFirst, "It"},
+               {"Ib", FieldOrder::BottomFirst, "Ib"},
+               {"Ip", FieldOrder::Progressive, "Ip"},
+               {"I?", FieldOrder::Progressive, "Ip"},
+               {"Im", FieldOrder::Progressive, "Ip"}};
+  for (const auto& c : cases) {
+    const std::string in = tmp_path("fields_in.y4m"), out = tmp_path("fields_out.y4m");
+    write_file(in, std::string("YUV4MPEG2 W4 H2 F25:1 ") + c.field + " A1:1 C420jpeg\n" + frame);
+    {
+      Y4mSource src(in);
+      EXPECT_EQ(src.spec().fields, c.want) << c.field;
+      Y4mSink sink(out);
+      sink.open(src.spec());
+      HostFrame f(src.spec(), false);
+      while (src.read(f)) sink.write(f);
+      sink.close();
+    }
+    EXPECT_NE(read_file(out).find(std::string(" ") + c.written + " "), std::string::npos) << c.field;
+    std::remove(in.c_str());
+    std::remove(out.c_str());
+  }
+}
+
 TEST(Y4m, HeaderErrors) {
   auto msg = [](const std::string& h) {
     try {
