@@ -98,13 +98,13 @@ int sample_bytes(PixelFormat f) { return is_packed_rgb(f) ? 3 : is_16bit(f) ? 2 
 
 std::string FrameSpec::describe() const {
   std::string r = log::format("%dx%d %s", width, height, pix_fmt_name(format));
-  if (fps.den > 0 && fps.num > 0) {
+  if (fps.known()) {
     if (fps.den == 1)
       r += log::format(" @ %d fps", fps.num);
     else
       r += log::format(" @ %.3f fps", fps.value());
   }
-  if (sar.num > 0 && sar.den > 0 && sar.num != sar.den) r += log::format(" SAR %d:%d", sar.num, sar.den);
+  if (non_square_pixels()) r += log::format(" SAR %d:%d", sar.num, sar.den);
   if (fields != FieldOrder::Progressive)
     r += fields == FieldOrder::TopFirst ? " interlaced (top field first)" : " interlaced (bottom field first)";
   return r;

@@ -62,6 +62,7 @@ VFP_HD int to8(int v16) { return (v16 + kScale16 / 2) / kScale16; }
 struct Rational {
   int num = 25, den = 1;
   double value() const { return den ? static_cast<double>(num) / den : 0.0; }
+  bool known() const { return num > 0 && den > 0; }  // 0:1 and the like say "not given"
 };
 
 // Whether a frame is two interlaced fields, and which is displayed first (unknown:
@@ -98,6 +99,7 @@ struct FrameSpec {
   // Interlaced frames (two woven fields) and the field shown first; the filters see whole
   // frames, the outputs tag the field order on.
   FieldOrder fields = FieldOrder::Progressive;
+  bool non_square_pixels() const { return sar.known() && sar.num != sar.den; }
   bool operator==(const FrameSpec& o) const { return format == o.format && width == o.width && height == o.height; }
   bool operator!=(const FrameSpec& o) const { return !(*this == o); }
   std::string describe() const;  // "1920x1080 yuv420p @ 30 fps"

@@ -758,7 +758,7 @@ class GlDisplay final : public Display {
   // non-square pixels (anamorphic video) drawn at their shape.
   void compute_rect(int w, int h) {
     const FrameSpec& s = filtered_->spec();
-    const double sar = s.sar.num > 0 && s.sar.den > 0 ? s.sar.value() : 1.0;
+    const double sar = s.sar.known() ? s.sar.value() : 1.0;
     const double pic_w = s.width * sar * (view_ == DisplayView::SideBySide ? 2.0 : 1.0), pic_h = s.height;
     const double k = std::min(w / pic_w, h / pic_h);
     const double pw = pic_w * k, ph = pic_h * k;

@@ -1301,7 +1301,7 @@ class LibavSink final : public Sink {
       av_reduce(&c->sample_aspect_ratio.num, &c->sample_aspect_ratio.den,
                 static_cast<int64_t>(opt_.aspect.num) * spec_.height,
                 static_cast<int64_t>(opt_.aspect.den) * spec_.width, 1 << 16);
-    else if (spec_.sar.num > 0 && spec_.sar.den > 0)
+    else if (spec_.sar.known())
       c->sample_aspect_ratio = {spec_.sar.num, spec_.sar.den};
     // Interlaced frames keep their field order, as ffmpeg tags them (the encoder codes them
     // as fields only when asked: --encoder-opt flags=+ilme+ildct for libx264).

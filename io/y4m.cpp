@@ -28,6 +28,15 @@ bool parse_int(const std::string& s, int* out) {
   *out = std::atoi(s.c_str());
   return true;
 }
+// "N:D" with both terms positive (a frame rate, a pixel aspect).
+bool parse_ratio(const std::string& s, Rational* out) {
+  const size_t c = s.find(':');
+  int n = 0, d = 0;
+  if (c == std::string::npos || !parse_int(s.substr(0, c), &n) || !parse_int(s.substr(c + 1), &d) || n <= 0 || d <= 0)
+    return false;
+  *out = {n, d};
+  return true;
+}
 }  // namespace
 
 Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
@@ -53,15 +62,9 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
       case 'H':
         if (!parse_int(val, &h.spec.height)) bad("bad height '" + val + "'");
         break;
-      case 'F': {
-        size_t c = val.find(':');
-        int n = 0, d = 0;
-        if (c == std::string::npos || !parse_int(val.substr(0, c), &n) || !parse_int(val.substr(c + 1), &d) || n <= 0 ||
-            d <= 0)
-          bad("bad frame rate '" + val + "'");
-        h.spec.fps = {n, d};
+      case 'F':
+        if (!parse_ratio(val, &h.spec.fps)) bad("bad frame rate '" + val + "'");
         break;
-      }
       case 'I':
         if (val.empty()) bad("empty interlace field");
         h.interlace = val[0];
@@ -73,14 +76,9 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
         if (val == "COLORRANGE=FULL") h.spec.color.range = ColorRange::Full;
         if (val == "COLORRANGE=LIMITED") h.spec.color.range = ColorRange::Limited;
         break;
-      case 'A': {  // the sample aspect ratio; 0:0 (unknown) or a malformed one is left unknown
-        const size_t c = val.find(':');
-        int n = 0, d = 0;
-        if (c != std::string::npos && parse_int(val.substr(0, c), &n) && parse_int(val.substr(c + 1), &d) && n > 0 &&
-            d > 0)
-          h.spec.sar = {n, d};
+      case 'A':  // the sample aspect ratio; 0:0 (unknown) or a malformed one is left unknown
+        parse_ratio(val, &h.spec.sar);
         break;
-      }
       default:
         bad("unknown header field '" + tok + "'");
     }
@@ -257,7 +255,7 @@ std::string y4m_header(const FrameSpec& s) {
                       : s.color.range == ColorRange::Limited                            ? " XCOLORRANGE=LIMITED"
                                                                                         : "";
   // The sample aspect ratio when known, else square as players assume.
-  const Rational a = s.sar.num > 0 && s.sar.den > 0 ? s.sar : Rational{1, 1};
+  const Rational a = s.sar.known() ? s.sar : Rational{1, 1};
   const char interlace = s.fields == FieldOrder::TopFirst ? 't' : s.fields == FieldOrder::BottomFirst ? 'b' : 'p';
   return log::format("YUV4MPEG2 W%d H%d F%d:%d I%c A%d:%d %s%s\n", s.width, s.height, s.fps.num, s.fps.den, interlace,
                      a.num, a.den, cs, range);

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <future>
 #include <iostream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <thread>
@@ -108,11 +107,6 @@ void set_pair(std::vector<std::string>& pairs, const std::string& key, const std
 
 // Per-item options of a list file, applied over the command line's.
 void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& where) {
-  // ffmpeg's options of the video encoder, as `vfpipe run` maps them to --encoder-opt.
-  static const std::pair<const char*, const char*> encoder_keys[] = {
-      {"tune", "tune"},   {"profile:v", "profile"}, {"profile", "profile"},
-      {"level", "level"}, {"maxrate", "maxrate"},   {"bufsize", "bufsize"},
-      {"bf", "bf"}};
   for (const auto& [k, v] : o.items()) {
     const auto text = [&, key = k, val = v]() -> std::string {
       if (val.is_string()) return val.get<std::string>();
@@ -141,16 +135,16 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       return d;
     };
     if (k == "output") continue;  // batch::assign_outputs
-    const auto encoder_key = std::find_if(std::begin(encoder_keys), std::end(encoder_keys),
-                                          [&, key = k](const auto& e) { return key == e.first; });
+    // ffmpeg's options of the video encoder, as `vfpipe run` maps them to --encoder-opt.
+    const char* encoder_key = k == "profile" ? "profile" : ffmpeg_encoder_option(k);
     const auto suffix = [&, key = k](const std::string& prefix) {
       if (key.compare(0, prefix.size(), prefix) != 0) return std::string();
       if (key.size() == prefix.size())
         throw Error(ErrorKind::Usage, where + ": '" + key + "' names no key (e.g. " + prefix + "title)");
       return key.substr(prefix.size());
     };
-    if (encoder_key != std::end(encoder_keys))
-      set_pair(a.encoder_opts, encoder_key->second, text());
+    if (encoder_key)
+      set_pair(a.encoder_opts, encoder_key, text());
     else if (const std::string opt = suffix("encoder_opt:"); !opt.empty())
       set_pair(a.encoder_opts, opt, text());
     else if (const std::string tag = suffix("metadata:"); !tag.empty())

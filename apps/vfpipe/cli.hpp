@@ -32,6 +32,9 @@ void add_overwrite_flags(CLI::App* cmd, bool* overwrite, bool* no_overwrite, con
 // FFmpeg's -ss, -t and -to on `cmd` (-ss and -to arrive as --start and --to: main.cpp maps
 // them), in seconds of the input; `duration` and `to` stay -1 when not given.
 void add_time_window_options(CLI::App* cmd, double* start, double* duration, double* to);
+// The video encoder's option (libavcodec's name) that ffmpeg's option `name`, without its
+// dash, sets: "tune" for tune and tune:v, "profile" for profile:v, ...; null for others.
+const char* ffmpeg_encoder_option(const std::string& name);
 // The seconds after `start` that -t (which wins) or -to leave, or -1 for the rest of the
 // input: SourceOptions::duration. Throws vfp::Error (Usage) for an empty window.
 double window_duration(double start, double duration, double to);

@@ -36,6 +36,23 @@ void add_time_window_options(CLI::App* cmd, double* start, double* duration, dou
       ->check(CLI::Range(0.0, 1e9));
 }
 
+const char* ffmpeg_encoder_option(const std::string& name) {
+  static const std::pair<const char*, const char*> options[] = {{"tune", "tune"},
+                                                                {"tune:v", "tune"},
+                                                                {"profile:v", "profile"},
+                                                                {"vprofile", "profile"},
+                                                                {"level", "level"},
+                                                                {"level:v", "level"},
+                                                                {"maxrate", "maxrate"},
+                                                                {"maxrate:v", "maxrate"},
+                                                                {"bufsize", "bufsize"},
+                                                                {"bufsize:v", "bufsize"},
+                                                                {"bf", "bf"}};
+  for (const auto& [ffmpeg, key] : options)
+    if (name == ffmpeg) return key;
+  return nullptr;
+}
+
 double window_duration(double start, double duration, double to) {
   // An empty window would write an output without a frame (an MP4 even without its video
   // track): refused, as the user surely meant something else.
@@ -102,19 +119,6 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
                                                               {"-filter_complex", "--vf"},
                                                               {"-lavfi", "--vf"},
                                                               {"-metadata", "--metadata"}};
-  // ffmpeg's options of the video encoder: --encoder-opt KEY=VALUE (CLI11 alone would read
-  // -tune as -t une).
-  static const std::pair<const char*, const char*> encoder_options[] = {{"-tune", "tune"},
-                                                                        {"-tune:v", "tune"},
-                                                                        {"-profile:v", "profile"},
-                                                                        {"-vprofile", "profile"},
-                                                                        {"-level", "level"},
-                                                                        {"-level:v", "level"},
-                                                                        {"-maxrate", "maxrate"},
-                                                                        {"-maxrate:v", "maxrate"},
-                                                                        {"-bufsize", "bufsize"},
-                                                                        {"-bufsize:v", "bufsize"},
-                                                                        {"-bf", "bf"}};
   std::vector<std::string> args(argv, argv + argc);
   // Habits with nothing to do here (vfpipe prints no banner, reads no keys from stdin and
   // shows its progress anyway);
@@ -126,11 +130,13 @@ std::vector<std::string> ffmpeg_spellings(int argc, char** argv) {
   for (size_t i = 1; i < args.size(); ++i) {
     for (const auto& [from, to] : names)
       if (args[i] == from) args[i] = to;
-    for (const auto& [from, key] : encoder_options)
-      if (args[i] == from && i + 1 < args.size()) {
-        args[i] = "--encoder-opt";
-        args[i + 1] = std::string(key) + "=" + args[i + 1];
-      }
+    // ffmpeg's options of the video encoder: --encoder-opt KEY=VALUE (CLI11 alone would read
+    // -tune as -t une).
+    if (const char* key = args[i].size() > 1 && args[i][0] == '-' ? ffmpeg_encoder_option(args[i].substr(1)) : nullptr;
+        key && i + 1 < args.size()) {
+      args[i] = "--encoder-opt";
+      args[i + 1] = std::string(key) + "=" + args[i + 1];
+    }
     // ffmpeg's -c applies to every stream; here only the video is encoded, so it is -c:v,
     // and -c copy (every stream copied) has no meaning.
     if ((args[i] == "-c" || args[i] == "-codec") && i + 1 < args.size()) {

@@ -37,8 +37,8 @@ constexpr size_t kAspectBytes = 4 + 4;
 constexpr uint32_t kMaxAspectTerm = 65535;
 // Whether `spec` has non-square pixels worth recording (unknown and 1:1 are not written).
 bool records_aspect(const FrameSpec& spec) {
-  return spec.sar.num > 0 && spec.sar.den > 0 && spec.sar.num != spec.sar.den &&
-         static_cast<uint32_t>(spec.sar.num) <= kMaxAspectTerm && static_cast<uint32_t>(spec.sar.den) <= kMaxAspectTerm;
+  return spec.non_square_pixels() && static_cast<uint32_t>(spec.sar.num) <= kMaxAspectTerm &&
+         static_cast<uint32_t>(spec.sar.den) <= kMaxAspectTerm;
 }
 // The block size in the flags byte, bits 3-4: 0 = 16x16 (what files before the option
 // hold), 1 = 8x8, 2 = 32x32.
