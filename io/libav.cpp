@@ -31,6 +31,7 @@ extern "C" {
 #include <libavutil/display.h>
 #include <libavutil/hwcontext.h>
 #include <libavutil/imgutils.h>
+#include <libavutil/mastering_display_metadata.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
@@ -273,8 +274,28 @@ struct LibavInput {
     return nullptr;
   }
 
+  // HDR: the mastering display's colour volume and the content's light levels, as
+  // AVMasteringDisplayMetadata and AVContentLightMetadata bytes; empty where unknown.
+  struct Hdr {
+    std::vector<uint8_t> mastering_display, light_level;
+  };
+  // From the container (stream side data), or else from the first decoded frame (HEVC's
+  // and AV1's own metadata, which only the decoder sees). Whatever is known first stays.
+  void keep_hdr(const uint8_t* mastering, size_t mastering_size, const uint8_t* light, size_t light_size) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (mastering && hdr_.mastering_display.empty() && mastering_size >= sizeof(AVMasteringDisplayMetadata))
+      hdr_.mastering_display.assign(mastering, mastering + sizeof(AVMasteringDisplayMetadata));
+    if (light && hdr_.light_level.empty() && light_size >= sizeof(AVContentLightMetadata))
+      hdr_.light_level.assign(light, light + sizeof(AVContentLightMetadata));
+  }
+  Hdr hdr() {
+    std::lock_guard<std::mutex> lk(mu);
+    return hdr_;
+  }
+
  private:
   std::mutex mu;
+  Hdr hdr_;
   std::map<int64_t, int64_t> pts_of;
   std::vector<bool> claimed;  // by input stream index
   std::deque<AVPacket*> queue;
@@ -585,6 +606,10 @@ class LibavSource final : public Source {
     size_t n = 0;
     if (const uint8_t* m = av_stream_get_side_data(st_, AV_PKT_DATA_DISPLAYMATRIX, &n); m && n >= 9 * 4)
       info_->display_matrix.assign(m, m + n);
+    size_t ln = 0;
+    const uint8_t* mastering = av_stream_get_side_data(st_, AV_PKT_DATA_MASTERING_DISPLAY_METADATA, &n);
+    const uint8_t* light = av_stream_get_side_data(st_, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, &ln);
+    info_->keep_hdr(mastering, n, light, ln);
     for (int i : others) {
       const AVStream* s = in_.f->streams[i];
       LibavInput::Stream o;
@@ -652,6 +677,7 @@ class LibavSource final : public Source {
                                         "); vfpipe streams keep one size");
     dst.on_device = false;
     if (next_ == 0) {
+      keep_hdr_metadata(f);
       info_->decoder = f->format != AV_PIX_FMT_CUDA ? "cpu" : "nvdec (libavcodec)";
 #if VFPIPE_HAVE_NVDEC_DIRECT
       if (direct_) info_->decoder = direct_->reused_decoder() ? "nvdec (reused)" : "nvdec";
@@ -671,6 +697,14 @@ class LibavSource final : public Source {
     if (pts != AV_NOPTS_VALUE)
       last_end_ = seconds(pts, info_->time_base) + 1 / (spec_.fps.value() > 0 ? spec_.fps.value() : 25);
     info_->record(next_++, pts);
+  }
+
+  // The first frame's HDR metadata where the container had none: HEVC and AV1 carry it
+  // in the stream, where only the decoder sees it.
+  void keep_hdr_metadata(const AVFrame* f) {
+    const AVFrameSideData* m = av_frame_get_side_data(f, AV_FRAME_DATA_MASTERING_DISPLAY_METADATA);
+    const AVFrameSideData* l = av_frame_get_side_data(f, AV_FRAME_DATA_CONTENT_LIGHT_LEVEL);
+    info_->keep_hdr(m ? m->data : nullptr, m ? m->size : 0, l ? l->data : nullptr, l ? l->size : 0);
   }
 
   // NVDEC's picture into the engine's device memory for the frame, in the stream's format,
@@ -1185,13 +1219,16 @@ class LibavSink final : public Sink {
     if (!(oc_->oformat->flags & AVFMT_NOFILE))
       if (int e = avio_open(&oc_->pb, path_.c_str(), AVIO_FLAG_WRITE); e < 0)
         throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + averr(e));
+    // The muxer checks its streams now; the header itself waits for the first frame, when
+    // the input's decoder has shown what only the stream carries (HDR metadata).
     AVDictionary* o = muxer_options();
-    const int e = avformat_write_header(oc_, &o);
+    const int e = avformat_init_output(oc_, &o);
     av_dict_free(&o);
     if (e < 0) throw Error(ErrorKind::Output, "cannot write the header of '" + path_ + "': " + averr(e));
   }
 
   void write(const HostFrame& f) override {
+    write_header();
     if (!slots_) {
       fill(f);
       frame_.f->pts = pts_of(f.index);
@@ -1252,6 +1289,7 @@ class LibavSink final : public Sink {
   void close() override {
     if (closed_ || !oc_) return;
     closed_ = true;
+    write_header();
     if (slots_) {  // the last frame lasts its input frame's duration
       const int64_t from = slots_->next_slot();
       repeat(from, slots_->finish(static_cast<double>(spec_.fps.den) / spec_.fps.num));
@@ -1414,6 +1452,36 @@ class LibavSink final : public Sink {
     return o;
   }
 
+  void write_header() {
+    if (header_written_) return;
+    header_written_ = true;
+    if (opt_.input) carry_hdr_metadata();
+    if (int e = avformat_write_header(oc_, nullptr); e < 0)
+      throw Error(ErrorKind::Output, "cannot write the header of '" + path_ + "': " + averr(e));
+  }
+
+  // The input's HDR metadata, on the stream (the container's colour fields: Matroska's
+  // MasteringMetadata, MP4's mdcv and clli) and on the frames (encoders that write it into
+  // the codec's own stream take it from there).
+  void carry_hdr_metadata() {
+    const LibavInput::Hdr hdr = opt_.input->hdr();
+    const struct {
+      const std::vector<uint8_t>& bytes;
+      AVPacketSideDataType stream;
+      AVFrameSideDataType frame;
+    } kinds[] = {
+        {hdr.mastering_display, AV_PKT_DATA_MASTERING_DISPLAY_METADATA, AV_FRAME_DATA_MASTERING_DISPLAY_METADATA},
+        {hdr.light_level, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, AV_FRAME_DATA_CONTENT_LIGHT_LEVEL}};
+    for (const auto& k : kinds) {
+      if (k.bytes.empty()) continue;
+      uint8_t* d = av_stream_new_side_data(vs_, k.stream, k.bytes.size());
+      AVFrameSideData* fd = av_frame_new_side_data(frame_.f, k.frame, k.bytes.size());
+      if (!d || !fd) throw Error(ErrorKind::OutOfMemory, "the output's HDR metadata");
+      std::memcpy(d, k.bytes.data(), k.bytes.size());
+      std::memcpy(fd->data, k.bytes.data(), k.bytes.size());
+    }
+  }
+
   // Metadata, the video stream's tags and rotation, and the other streams of the input.
   void carry_over() {
     const LibavInput& in = *opt_.input;
@@ -1479,6 +1547,7 @@ class LibavSink final : public Sink {
   std::unique_ptr<StreamCopier> copier_;
   bool fragmented_ = false;  // written so that a run cut short leaves a playable file
   bool closed_ = false;
+  bool header_written_ = false;
 };
 
 // libav's own messages go through vfpipe's log (so -q silences them), errors as warnings:
@@ -1526,6 +1595,10 @@ std::string libav_decoder_of(const Source& src) {
 std::shared_ptr<LibavInput> libav_input_of(const Source& src) {
   const auto* s = dynamic_cast<const LibavSource*>(&src);
   return s ? s->input() : nullptr;
+}
+
+std::string libav_hdr_transfer(const LibavInput& in) {
+  return in.transfer == AVCOL_TRC_SMPTE2084 ? "PQ" : in.transfer == AVCOL_TRC_ARIB_STD_B67 ? "HLG" : "";
 }
 
 std::vector<OtherStream> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped) {

@@ -99,6 +99,8 @@ struct OtherStream {
 // Those `keep` keeps (not audio with -an, ...), and whether -map chose them (else: every
 // other stream).
 std::vector<OtherStream> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped);
+// "PQ" or "HLG" where the input's video has an HDR transfer, else "".
+std::string libav_hdr_transfer(const LibavInput& in);
 
 struct LibavOutputOptions : VideoOptions {
   std::string codec;      // -c:v: an encoder name (libx264, libx265, libsvtav1, ffv1, ...); "" = by container

@@ -365,13 +365,21 @@ void report_streams_left_out(const Source& src, const std::string& spec, const V
   if (!in) return;
   bool mapped = false;
   const std::vector<OtherStream> streams = libav_other_streams(*in, keep, &mapped);
-  if (streams.empty()) return;
+  const std::string hdr = libav_hdr_transfer(*in);
+  if (streams.empty() && hdr.empty()) return;
   const std::string what = spec == "-"                            ? "Y4M on stdout"
                            : ext == ".mmp"                        ? "an .mmp file"
                            : spec.find('%') != std::string::npos  ? "an image sequence"
                            : ext == ".png" || is_still_image(ext) ? "an image"
                            : ext == ".gz"                         ? "a .y4m.gz file"
                                                                   : "a Y4M file";
+  // The samples stay as they are, but nothing says how to show them: a player takes them
+  // for SDR video.
+  if (!hdr.empty())
+    log::warn(
+        "the input is HDR video (%s transfer): %s records neither the transfer nor the HDR metadata, so "
+        "players show it as SDR%s",
+        hdr.c_str(), what.c_str(), ext == ".mmp" ? "" : " (write .mkv or .mp4 to keep them)");
   for (const OtherStream& s : streams) {
     const std::string line = s.name + " left out: " + what + " holds video only";
     if (mapped) throw Error(ErrorKind::Usage, "-map: " + line + " (write .mkv, or map it out)");

@@ -63,6 +63,7 @@ bool same_file(const std::string& a, const std::string& b);
 // cannot hold (vfpipe's own outputs, Y4M, PNG and .mmp, hold video only; video files copy
 // what their container can and say what they leave out): one warning a stream, or, when
 // -map chose them, an error (Usage). Nothing for null outputs. `keep`: -an, -sn and -dn.
+// An HDR input (PQ or HLG) into such an output is warned of too: its transfer is lost.
 void report_streams_left_out(const Source& src, const std::string& spec, const VideoOptions& keep);
 
 class NullSink final : public Sink {

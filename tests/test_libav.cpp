@@ -126,6 +126,43 @@ TEST(Libav, FieldOrderCarriesOver) {
   for (const auto& p : {in, mkv, y4m, mp4}) std::remove(p.c_str());
 }
 
+// HDR10's metadata (the mastering display, the light levels) reaches the output's container
+// whether the input had it in HEVC's own stream (x265's SEI, seen only by the decoder) or in
+// its container; an output that cannot hold HDR says so.
+TEST(Libav, HdrMetadataCarriesOver) {
+  REQUIRE_LIBAV();
+  if (run_cmd("ffmpeg -hide_banner -encoders").out.find("libx265") == std::string::npos)
+    GTEST_SKIP() << "this ffmpeg has no libx265 to make an HDR10 input";
+  const std::string in = make("hdr_in.mkv",
+                              "-f lavfi -i testsrc2=size=160x120:rate=10:duration=0.5 -c:v libx265 -x265-params "
+                              "'log-level=error:hdr10=1:master-display=G(13250,34500)B(7500,3000)R(34000,16000)"
+                              "WP(15635,16450)L(10000000,1):max-cll=1000,400' -pix_fmt yuv420p10le "
+                              "-color_primaries bt2020 -color_trc smpte2084 -colorspace bt2020nc");
+  const std::string fields = "-select_streams v -show_entries stream_side_data=red_x,max_luminance,max_content";
+  ASSERT_EQ(probe(in, fields), "\n");  // only in the HEVC stream
+  const std::string mkv = tmp_path("hdr_out.mkv"), mp4 = tmp_path("hdr_out.mp4"), y4m = tmp_path("hdr_out.y4m");
+  const CmdResult m = run_cmd(kBin + " run -y --no-progress -i " + in + " -f median -o " + mkv);
+  ASSERT_EQ(m.rc, 0) << m.out;
+  EXPECT_NE(m.out.find("'median' works on 8-bit samples: the yuv420p16le frames are rounded to 8 bits"),
+            std::string::npos)
+      << m.out;
+  const std::string from_mkv = probe(mkv, fields);  // Matroska stores floats: 34000/50000 reads 17/25
+  EXPECT_NE(from_mkv.find("17/25,1000/1"), std::string::npos) << from_mkv;
+  EXPECT_NE(from_mkv.find("1000"), std::string::npos) << from_mkv;
+  EXPECT_EQ(
+      probe(mkv, "-select_streams v -show_entries stream=color_transfer,color_primaries").rfind("smpte2084,bt2020", 0),
+      0u);
+  // From the container this time (the H.264 stream has none of its own).
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + mkv + " -o " + mp4).rc, 0);
+  const std::string from_mp4 = probe(mp4, fields);
+  EXPECT_NE(from_mp4.find("34000/50000,10000000/10000"), std::string::npos) << from_mp4;
+  EXPECT_NE(from_mp4.find("1000\n"), std::string::npos) << from_mp4;
+  const CmdResult r = run_cmd(kBin + " run -y -i " + in + " -o " + y4m);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("the input is HDR video (PQ transfer): a Y4M file records neither"), std::string::npos) << r.out;
+  for (const auto& p : {in, mkv, mp4, y4m}) std::remove(p.c_str());
+}
+
 TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   REQUIRE_LIBAV();
   const std::string in = av_clip(), out = tmp_path("carry.mp4");
