@@ -33,9 +33,14 @@ struct MedianParams {
   }
 };
 
-// One plane. `naive` sorts every window (the literal definition, slow, for tests);
-// the default slides a 256-bin histogram down each column (same result, O(radius)).
+// One plane (pitches in bytes). `naive` sorts every window (the literal definition, slow,
+// for tests); the default slides a histogram down each column (same result, O(radius)):
+// 256 bins for 8-bit samples, 65536 searched through three coarser levels for 16-bit ones.
+// With 16-bit samples `value` is on their scale (the stage gives the 8-bit value x 257).
 void median_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p);
+void median_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const MedianParams& p);
 void median_plane_naive(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p);
+void median_plane_naive(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h,
+                        const MedianParams& p);
 
 }  // namespace vfp

@@ -18,9 +18,52 @@ __device__ __forceinline__ void cswap(__half2& a, __half2& b) {
   a = lo;
 }
 
+// 16-bit samples do not fit fp16 exactly: two of them packed in a 32-bit word, with the
+// 16x2 integer min/max.
+__device__ __forceinline__ void cswap(unsigned& a, unsigned& b) {
+  const unsigned lo = __vminu2(a, b);
+  b = __vmaxu2(a, b);
+  a = lo;
+}
+
+// How each sample type sits in the tile and in a thread's pairs.
+template <typename T>
+struct SelSamples;
+template <>
+struct SelSamples<uint8_t> {
+  using Tile = __half;
+  using Pair = __half2;
+  static __device__ __forceinline__ Tile tile(int v) { return __ushort2half_rn(static_cast<unsigned short>(v)); }
+  static __device__ __forceinline__ Pair pair(Tile a, Tile b) { return __halves2half2(a, b); }
+  static __device__ __forceinline__ uint8_t low(Pair p) {
+    return static_cast<uint8_t>(__half2ushort_rn(__low2half(p)));
+  }
+  static __device__ __forceinline__ uint8_t high(Pair p) {
+    return static_cast<uint8_t>(__half2ushort_rn(__high2half(p)));
+  }
+};
+template <>
+struct SelSamples<uint16_t> {
+  using Tile = uint16_t;
+  using Pair = unsigned;
+  static __device__ __forceinline__ Tile tile(int v) { return static_cast<uint16_t>(v); }
+  static __device__ __forceinline__ Pair pair(Tile a, Tile b) { return a | (static_cast<unsigned>(b) << 16); }
+  static __device__ __forceinline__ uint16_t low(Pair p) { return static_cast<uint16_t>(p & 0xFFFFu); }
+  static __device__ __forceinline__ uint16_t high(Pair p) { return static_cast<uint16_t>(p >> 16); }
+};
+
+template <typename T>
+__device__ __forceinline__ const T* row_at(const T* p, size_t pitch_bytes, int y) {
+  return reinterpret_cast<const T*>(reinterpret_cast<const uint8_t*>(p) + static_cast<size_t>(y) * pitch_bytes);
+}
+template <typename T>
+__device__ __forceinline__ T* row_at(T* p, size_t pitch_bytes, int y) {
+  return reinterpret_cast<T*>(reinterpret_cast<uint8_t*>(p) + static_cast<size_t>(y) * pitch_bytes);
+}
+
 // Min to a[0], max to a[size-1] (2*size-3 compare-exchanges).
-template <int SIZE>
-__device__ __forceinline__ void minmax_to_ends(__half2* a) {
+template <int SIZE, typename P>
+__device__ __forceinline__ void minmax_to_ends(P* a) {
 #pragma unroll
   for (int i = 1; i < SIZE; ++i) cswap(a[0], a[i]);
 #pragma unroll
@@ -31,12 +74,12 @@ __device__ __forceinline__ void minmax_to_ends(__half2* a) {
 // and leaves the K = S - 2D middle ones in out[]. The working set starts with D + K + 1
 // elements, so whenever its min (max) is dropped, fewer unseen elements remain than
 // smaller (larger) ones still to drop: the dropped element cannot be in the middle.
-template <int S, int D, typename Load>
-__device__ __forceinline__ void trim(Load load, __half2* out) {
+template <int S, int D, typename P, typename Load>
+__device__ __forceinline__ void trim(Load load, P* out) {
   constexpr int K = S - 2 * D;
   constexpr int M = D + K + 1;
   static_assert(D >= 1 && M <= S, "trim needs something to drop");
-  __half2 a[M];
+  P a[M];
 #pragma unroll
   for (int e = 0; e < M; ++e) a[e] = load(e);
 #pragma unroll
@@ -54,9 +97,9 @@ __device__ __forceinline__ void trim(Load load, __half2* out) {
 }
 
 // Median of an odd number N of elements: trim to the middle one.
-template <int N, typename Load>
-__device__ __forceinline__ __half2 median_of(Load load) {
-  __half2 m[1];
+template <int N, typename P, typename Load>
+__device__ __forceinline__ P median_of(Load load) {
+  P m[1];
   trim<N, (N - 1) / 2>(load, m);
   return m[0];
 }
@@ -69,10 +112,12 @@ constexpr int kSelRows = 4;
 // rows (S samples); only the ranks C-WX..C of that shared part can still be either
 // pixel's median (C = (N-1)/2), so it is trimmed once to those WX+1 values, and each
 // pixel finishes with a median of 2*WX+1 (the WX+1 values and its own extra row).
-template <int RX, int RY>
+template <typename T, int RX, int RY>
 __global__ void __launch_bounds__(kSelBX* kSelBY)
-    median_select_kernel(const uint8_t* __restrict__ src, int spitch, uint8_t* __restrict__ dst, int dpitch, int w,
-                         int h, Border border, int value) {
+    median_select_kernel(const T* __restrict__ src, int spitch, T* __restrict__ dst, int dpitch, int w, int h,
+                         Border border, int value) {
+  using Sam = SelSamples<T>;
+  using Pair = typename Sam::Pair;
   constexpr int WX = 2 * RX + 1, WY = 2 * RY + 1, N = WX * WY;
   constexpr int C = (N - 1) / 2;
   constexpr int S = WX * (WY - 1);  // shared by the two pixels of a pair
@@ -80,7 +125,7 @@ __global__ void __launch_bounds__(kSelBX* kSelBY)
   constexpr int K = WX + 1;         // kept
   constexpr int OY = kSelRows * kSelBY;
   constexpr int TW = kSelBX + 2 * RX, TH = OY + 2 * RY;
-  __shared__ __half tile[TH][TW + 2];  // fp16 copies of the 8-bit samples
+  __shared__ typename Sam::Tile tile[TH][TW + 2];
 
   const int x0 = blockIdx.x * kSelBX - RX, y0 = blockIdx.y * OY - RY;
   const bool interior = x0 >= 0 && y0 >= 0 && x0 + TW <= w && y0 + TH <= h;
@@ -88,12 +133,12 @@ __global__ void __launch_bounds__(kSelBX* kSelBY)
     const int ty = i / TW, tx = i - ty * TW;
     int v;
     if (interior) {
-      v = __ldg(src + static_cast<size_t>(y0 + ty) * spitch + x0 + tx);
+      v = __ldg(row_at(src, spitch, y0 + ty) + x0 + tx);
     } else {
       const int gy = border_index(y0 + ty, h, border), gx = border_index(x0 + tx, w, border);
-      v = (gy < 0 || gx < 0) ? value : __ldg(src + static_cast<size_t>(gy) * spitch + gx);
+      v = (gy < 0 || gx < 0) ? value : __ldg(row_at(src, spitch, gy) + gx);
     }
-    tile[ty][tx] = __ushort2half_rn(static_cast<unsigned short>(v));
+    tile[ty][tx] = Sam::tile(v);
   }
   __syncthreads();
   const int ox = blockIdx.x * kSelBX + threadIdx.x, oy = blockIdx.y * OY + kSelRows * threadIdx.y;
@@ -101,35 +146,29 @@ __global__ void __launch_bounds__(kSelBX* kSelBY)
   const int tx = threadIdx.x, ty = kSelRows * threadIdx.y;  // tile row of P0's top window row
 
   // Shared element e: pair (P0,P1) uses tile rows ty+1.., pair (P2,P3) rows ty+3..
-  __half2 mid[K];
+  Pair mid[K];
   trim<S, D>(
       [&](int e) {
         const int r = e / WX, dx = e - r * WX;
-        return __halves2half2(tile[ty + 1 + r][tx + dx], tile[ty + 3 + r][tx + dx]);
+        return Sam::pair(tile[ty + 1 + r][tx + dx], tile[ty + 3 + r][tx + dx]);
       },
       mid);
   // Top pixels (P0, P2): extra row above the shared part; bottom (P1, P3): row below.
-  const __half2 top = median_of<2 * WX + 1>(
-      [&](int e) { return e < K ? mid[e] : __halves2half2(tile[ty][tx + e - K], tile[ty + 2][tx + e - K]); });
-  const __half2 bottom = median_of<2 * WX + 1>(
-      [&](int e) { return e < K ? mid[e] : __halves2half2(tile[ty + WY][tx + e - K], tile[ty + 2 + WY][tx + e - K]); });
-  const uint8_t p0 = static_cast<uint8_t>(__half2ushort_rn(__low2half(top)));
-  const uint8_t p2 = static_cast<uint8_t>(__half2ushort_rn(__high2half(top)));
-  const uint8_t p1 = static_cast<uint8_t>(__half2ushort_rn(__low2half(bottom)));
-  const uint8_t p3 = static_cast<uint8_t>(__half2ushort_rn(__high2half(bottom)));
-  uint8_t* d = dst + static_cast<size_t>(oy) * dpitch + ox;
-  d[0] = p0;
-  if (oy + 1 < h) d[dpitch] = p1;
-  if (oy + 2 < h) d[2 * static_cast<size_t>(dpitch)] = p2;
-  if (oy + 3 < h) d[3 * static_cast<size_t>(dpitch)] = p3;
+  const Pair top = median_of<2 * WX + 1, Pair>(
+      [&](int e) { return e < K ? mid[e] : Sam::pair(tile[ty][tx + e - K], tile[ty + 2][tx + e - K]); });
+  const Pair bottom = median_of<2 * WX + 1, Pair>(
+      [&](int e) { return e < K ? mid[e] : Sam::pair(tile[ty + WY][tx + e - K], tile[ty + 2 + WY][tx + e - K]); });
+  row_at(dst, dpitch, oy)[ox] = Sam::low(top);
+  if (oy + 1 < h) row_at(dst, dpitch, oy + 1)[ox] = Sam::low(bottom);
+  if (oy + 2 < h) row_at(dst, dpitch, oy + 2)[ox] = Sam::high(top);
+  if (oy + 3 < h) row_at(dst, dpitch, oy + 3)[ox] = Sam::high(bottom);
 }
 
-template <int RX, int RY>
-void launch_select(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
-                   StreamHandle s) {
+template <int RX, int RY, typename T>
+void launch_select(const T* src, int spitch, T* dst, int dpitch, int w, int h, const MedianParams& p, StreamHandle s) {
   dim3 block(kSelBX, kSelBY);
   dim3 grid((w + kSelBX - 1) / kSelBX, (h + kSelRows * kSelBY - 1) / (kSelRows * kSelBY));
-  median_select_kernel<RX, RY><<<grid, block, 0, s>>>(src, spitch, dst, dpitch, w, h, p.border, p.value);
+  median_select_kernel<T, RX, RY><<<grid, block, 0, s>>>(src, spitch, dst, dpitch, w, h, p.border, p.value);
   VFP_CUDA_LAUNCHED("median_select_kernel");
 }
 
@@ -185,15 +224,100 @@ __global__ void __launch_bounds__(kHistT)
   }
 }
 
-void launch_hist(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
-                 StreamHandle s) {
-  // Rows per thread: long enough to amortise the initial window (n adds) against the
-  // per-row cost (2 * window width), short enough to keep every SM busy.
-  const int ry = p.ry();
+// 16-bit samples: 65536 bins a thread do not fit, so each thread slides a histogram of the
+// upper bytes (256 bins, 16 coarse) that finds the upper byte H of the answer and its rank r
+// among the window's samples of upper byte H; two scans of the window then find the lower
+// byte's two nibbles among those samples (16 bins each). O(radius) plus two window scans a
+// pixel: the selection kernel stays the choice wherever it applies.
+__global__ void __launch_bounds__(kHistT)
+    median_hist16_kernel(const uint16_t* __restrict__ src, int spitch, uint16_t* __restrict__ dst, int dpitch, int w,
+                         int h, int rx, int ry, int rank, Border border, int value, int rows_per_thread) {
+  extern __shared__ uint16_t hist[];
+  uint16_t* upper = hist;                   // 256 bins: the sample's upper byte
+  uint16_t* coarse = hist + 256 * kHistT;   // 16 bins: its upper nibble
+  uint16_t* nibble = coarse + 16 * kHistT;  // 16 bins: one nibble of the lower byte
+  const int t = threadIdx.x;
+  const int x = blockIdx.x * kHistT + t;
+  const int y0 = blockIdx.y * rows_per_thread;
+  if (x >= w || y0 >= h) return;
+  for (int b = 0; b < 256; ++b) upper[b * kHistT + t] = 0;
+  for (int b = 0; b < 16; ++b) coarse[b * kHistT + t] = 0;
+  const bool inside_x = x - rx >= 0 && x + rx < w;
+
+  // fn(v) for each sample of window row y.
+  auto for_row = [&](int y, auto&& fn) {
+    const int gy = border_index(y, h, border);
+    const uint16_t* row = row_at(src, spitch, gy < 0 ? 0 : gy);
+    if (gy >= 0 && inside_x) {
+      for (int i = x - rx; i <= x + rx; ++i) fn(static_cast<int>(__ldg(row + i)));
+    } else {
+      for (int i = x - rx; i <= x + rx; ++i) {
+        const int gx = border_index(i, w, border);
+        fn((gy < 0 || gx < 0) ? value : static_cast<int>(__ldg(row + gx)));
+      }
+    }
+  };
+  auto add_row = [&](int y, int delta) {
+    for_row(y, [&](int v) {
+      upper[(v >> 8) * kHistT + t] += delta;
+      coarse[(v >> 12) * kHistT + t] += delta;
+    });
+  };
+  // The nibble (at `shift`) of rank r among the window's samples whose bits above it equal
+  // `prefix`; r becomes the rank within that nibble's bin.
+  auto select_nibble = [&](int y, int prefix, int shift, int& r) {
+    for (int b = 0; b < 16; ++b) nibble[b * kHistT + t] = 0;
+    for (int wy = y - ry; wy <= y + ry; ++wy)
+      for_row(wy, [&](int v) {
+        if ((v >> (shift + 4)) == prefix) ++nibble[((v >> shift) & 15) * kHistT + t];
+      });
+    int b = 0;
+    while (r >= nibble[b * kHistT + t]) r -= nibble[(b++) * kHistT + t];
+    return b;
+  };
+
+  for (int y = y0 - ry; y <= y0 + ry; ++y) add_row(y, 1);
+  const int y1 = min(h, y0 + rows_per_thread);
+  for (int y = y0; y < y1; ++y) {
+    if (y > y0) {
+      add_row(y - ry - 1, -1);
+      add_row(y + ry, 1);
+    }
+    int acc = 0, c = 0;
+    while (acc + coarse[c * kHistT + t] <= rank) acc += coarse[(c++) * kHistT + t];
+    int hi = c * 16;
+    while (acc + upper[hi * kHistT + t] <= rank) acc += upper[(hi++) * kHistT + t];
+    int r = rank - acc;
+    const int n1 = select_nibble(y, hi, 4, r);
+    const int n0 = select_nibble(y, (hi << 4) | n1, 0, r);
+    row_at(dst, dpitch, y)[x] = static_cast<uint16_t>((hi << 8) | (n1 << 4) | n0);
+  }
+}
+
+// Rows a thread: long enough to amortise the initial window (n adds) against the per-row
+// cost (2 * window width), short enough to keep every SM busy.
+int hist_rows(int w, int h, int ry) {
   int rows = 8 * (2 * ry + 1);
   rows = rows < 32 ? 32 : (rows > 128 ? 128 : rows);
   const long long threads = static_cast<long long>((w + kHistT - 1) / kHistT) * kHistT * ((h + rows - 1) / rows);
   while (rows > 16 && threads * 128 / rows < 60000) rows /= 2;  // small frames: more strips
+  return rows;
+}
+
+void launch_hist(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                 StreamHandle s) {
+  const int rows = hist_rows(w, h, p.ry());
+  dim3 grid((w + kHistT - 1) / kHistT, (h + rows - 1) / rows);
+  const size_t shmem = (256 + 16 + 16) * kHistT * sizeof(uint16_t);
+  median_hist16_kernel<<<grid, kHistT, shmem, s>>>(src, spitch, dst, dpitch, w, h, p.rx(), p.ry(), p.rank(), p.border,
+                                                   p.value, rows);
+  VFP_CUDA_LAUNCHED("median_hist16_kernel");
+}
+
+void launch_hist(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                 StreamHandle s) {
+  const int ry = p.ry();
+  const int rows = hist_rows(w, h, ry);
   dim3 grid((w + kHistT - 1) / kHistT, (h + rows - 1) / rows);
   const size_t shmem = (256 + 16) * kHistT * sizeof(uint16_t);
   median_hist_kernel<<<grid, kHistT, shmem, s>>>(src, spitch, dst, dpitch, w, h, p.rx(), ry, p.rank(), p.border,
@@ -213,8 +337,10 @@ MedianAlgo median_auto_algo(const MedianParams& p) {
   return median_select_supported(p) ? MedianAlgo::Select : MedianAlgo::Histogram;
 }
 
-void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
-                        MedianAlgo algo, StreamHandle s) {
+namespace {
+template <typename T>
+void median_plane(const T* src, int spitch, T* dst, int dpitch, int w, int h, const MedianParams& p, MedianAlgo algo,
+                  StreamHandle s) {
   if (algo == MedianAlgo::Auto) algo = median_auto_algo(p);
   if (algo == MedianAlgo::Select && !median_select_supported(p)) algo = MedianAlgo::Histogram;
   if (algo == MedianAlgo::Histogram) return launch_hist(src, spitch, dst, dpitch, w, h, p, s);
@@ -228,6 +354,16 @@ void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch
 #undef VFP_SEL
   throw Error(ErrorKind::Internal, "median: no selection kernel for this window");
   // clang-format on
+}
+}  // namespace
+
+void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                        MedianAlgo algo, StreamHandle s) {
+  median_plane(src, spitch, dst, dpitch, w, h, p, algo, s);
+}
+void median_plane_async(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                        MedianAlgo algo, StreamHandle s) {
+  median_plane(src, spitch, dst, dpitch, w, h, p, algo, s);
 }
 
 }  // namespace vfp::cuda

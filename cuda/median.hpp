@@ -1,4 +1,4 @@
-// CUDA median/percentile filter of one 8-bit plane (see cpu/median.hpp for the
+// CUDA median/percentile filter of one 8-bit or 16-bit plane (see cpu/median.hpp for the
 // definition). Two algorithms, chosen by window size (docs/median.md has the measured
 // crossover):
 //   Select:    forgetful selection in registers on packed fp16 pairs, four vertically
@@ -23,7 +23,12 @@ enum class MedianAlgo { Auto, Select, Histogram };
 MedianAlgo median_auto_algo(const MedianParams& p);
 bool median_select_supported(const MedianParams& p);
 
+// One plane, pitches in bytes. 16-bit samples: the same selection on packed 16-bit integer
+// pairs; the histogram slides over the upper byte and finds the lower one in two scans of
+// the window.
 void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
+                        MedianAlgo algo, StreamHandle s);
+void median_plane_async(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const MedianParams& p,
                         MedianAlgo algo, StreamHandle s);
 
 }  // namespace vfp::cuda

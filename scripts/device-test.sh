@@ -164,6 +164,8 @@ fi
 if want median; then
   log "median benchmark (vs NPP)"
   build-device/vfpipe-bench-median --json "$OUT/bench_median.json" 2>&1 | tee "$OUT/bench_median.txt"
+  build-device/vfpipe-bench-median --depth 16 --windows 3,5,7,9,11,21,51 --json "$OUT/bench_median16.json" 2>&1 |
+    tee "$OUT/bench_median16.txt"
 fi
 if want conv; then
   log "convolution benchmark (vs NPP)"

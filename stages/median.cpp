@@ -45,11 +45,15 @@ class MedianStage final : public Stage {
  public:
   explicit MedianStage(MedianSettings s) : s_(std::move(s)) {}
 
-  FrameSpec configure(const FrameSpec& in) override { return check_planar_input("median", in, s_.planes); }
+  FrameSpec configure(const FrameSpec& in) override {
+    return check_planar_input("median", in, s_.planes, /*high_depth=*/true);
+  }
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
+    const bool deep = is_16bit(in.format);
+    const MedianParams p = on_scale(deep);
     for_each_plane_cpu(in, out, s_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h, int) {
-      median_plane_cpu(s, sp, d, dp, w, h, s_);
+      with_samples(deep, s, d, [&](auto src, auto dst) { median_plane_cpu(src, sp, dst, dp, w, h, p); });
     });
   }
 #if VFPIPE_HAVE_CUDA
@@ -57,9 +61,13 @@ class MedianStage final : public Stage {
     cuda::MedianAlgo algo = s_.algo == "select"      ? cuda::MedianAlgo::Select
                             : s_.algo == "histogram" ? cuda::MedianAlgo::Histogram
                                                      : cuda::MedianAlgo::Auto;
+    const bool deep = is_16bit(in.format);
+    const MedianParams p = on_scale(deep);
     for_each_plane_cuda(in, out, s_.planes, ctx.stream,
                         [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
-                          cuda::median_plane_async(s, sp, d, dp, w, h, s_, algo, ctx.stream);
+                          with_samples(deep, s, d, [&](auto src, auto dst) {
+                            cuda::median_plane_async(src, sp, dst, dp, w, h, p, algo, ctx.stream);
+                          });
                         });
   }
 #endif
@@ -75,6 +83,14 @@ class MedianStage final : public Stage {
   }
 
  private:
+  // The parameters for the frames' samples: the constant border's value is given on the
+  // 8-bit scale, which 16-bit samples hold times 257.
+  MedianParams on_scale(bool deep) const {
+    MedianParams p = s_;
+    if (deep) p.value *= 257;
+    return p;
+  }
+
   MedianSettings s_;
 };
 
@@ -89,9 +105,11 @@ void register_median_stage(Registry& reg) {
       "(2*radius+1)x(2*radiusV+1) window (n samples; the median by default). With "
       "border=replicate and percentile=0.5 the output equals FFmpeg's -vf median bit for bit. "
       "GPU: forgetful selection on packed pairs for windows up to 7x7, a sliding 256-bin "
-      "histogram per column strip above (docs/median.md).";
+      "histogram per column strip above (docs/median.md). 16-bit frames (10-bit video) are "
+      "filtered at 16 bits; the constant border's value stays on the 8-bit scale.";
   s.options = median_options().specs();
-  s.formats = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P};
+  s.formats = {PixelFormat::GRAY8,  PixelFormat::YUV420P,   PixelFormat::YUV444P,
+               PixelFormat::GRAY16, PixelFormat::YUV420P16, PixelFormat::YUV444P16};
   s.cuda = true;
   s.live.option = "radius";
   s.live.step = LiveParam::Step::Add;

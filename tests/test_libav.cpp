@@ -141,9 +141,9 @@ TEST(Libav, HdrMetadataCarriesOver) {
   const std::string fields = "-select_streams v -show_entries stream_side_data=red_x,max_luminance,max_content";
   ASSERT_EQ(probe(in, fields), "\n");  // only in the HEVC stream
   const std::string mkv = tmp_path("hdr_out.mkv"), mp4 = tmp_path("hdr_out.mp4"), y4m = tmp_path("hdr_out.y4m");
-  const CmdResult m = run_cmd(kBin + " run -y --no-progress -i " + in + " -f median -o " + mkv);
+  const CmdResult m = run_cmd(kBin + " run -y --no-progress -i " + in + " -f conv -o " + mkv);
   ASSERT_EQ(m.rc, 0) << m.out;
-  EXPECT_NE(m.out.find("'median' works on 8-bit samples: the yuv420p16le frames are rounded to 8 bits"),
+  EXPECT_NE(m.out.find("'conv' works on 8-bit samples: the yuv420p16le frames are rounded to 8 bits"),
             std::string::npos)
       << m.out;
   const std::string from_mkv = probe(mkv, fields);  // Matroska stores floats: 34000/50000 reads 17/25

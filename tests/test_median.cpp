@@ -70,6 +70,76 @@ TEST(Median, SlidingHistogramEqualsDefinition) {
           }
 }
 
+namespace {
+// 16-bit planes of four kinds: random over the whole range; 10-bit video's samples (an
+// 8-bit picture times 257 plus small noise); extremes; and ties in the upper byte that
+// differ in the lower one, which the search's lower levels must separate.
+std::vector<uint16_t> random_plane16(int w, int h, uint32_t seed, int kind) {
+  std::vector<uint16_t> v(static_cast<size_t>(w) * h);
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t r = rng();
+    v[i] = static_cast<uint16_t>(kind == 0   ? r
+                                 : kind == 1 ? (r & 255) * 257 + (r >> 8) % 64
+                                 : kind == 2 ? ((r & 1) ? 65535 : 0)
+                                             : 0x6400 + (r % 48) * 5);
+  }
+  return v;
+}
+}  // namespace
+
+TEST(Median, SixteenBitSlidingHistogramEqualsDefinition) {
+  const std::pair<int, int> sizes[] = {{1, 1}, {3, 7}, {37, 23}};
+  const std::pair<int, int> radii[] = {{1, 1}, {2, 2}, {1, 4}, {6, 6}, {20, 3}};
+  for (auto [w, h] : sizes)
+    for (auto [rx, ry] : radii)
+      for (Border b : {Border::Replicate, Border::Reflect101, Border::Reflect, Border::Constant})
+        for (double pc : {0.5, 0.0, 0.25, 1.0})
+          for (int kind = 0; kind < 4; ++kind) {
+            MedianParams p;
+            p.radius = rx;
+            p.radiusV = ry;
+            p.border = b;
+            p.percentile = pc;
+            p.value = 0x6419;
+            auto src = random_plane16(w, h, static_cast<uint32_t>(w * 100 + rx + kind), kind);
+            std::vector<uint16_t> a(src.size()), c(src.size());
+            median_plane_naive(src.data(), 2 * w, a.data(), 2 * w, w, h, p);
+            median_plane_cpu(src.data(), 2 * w, c.data(), 2 * w, w, h, p);
+            ASSERT_EQ(a, c) << w << "x" << h << " r=" << rx << "," << ry << " " << border_name(b) << " p=" << pc
+                            << " kind " << kind;
+          }
+}
+
+// The median commutes with x -> 257 x: a 16-bit frame holding an 8-bit one filters to the
+// 8-bit result times 257, the constant border's value included (given on the 8-bit scale).
+TEST(Median, StageOnSixteenBitFramesEqualsEightBitTimes257) {
+  for (auto [f8, f16] :
+       {std::pair{PixelFormat::GRAY8, PixelFormat::GRAY16}, std::pair{PixelFormat::YUV420P, PixelFormat::YUV420P16}}) {
+    const FrameSpec s8{f8, 41, 29, {25, 1}}, s16{f16, 41, 29, {25, 1}};
+    TestSource src(s8, 1);
+    HostFrame in8(s8, false), in16(s16, false), out8(s8, false), out16(s16, false);
+    ASSERT_TRUE(src.read(in8));
+    const ImageView a = in8.view(), b = in16.view();
+    for (int pl = 0; pl < plane_count(f8); ++pl)
+      for (int y = 0; y < a.ph[pl]; ++y)
+        for (int x = 0; x < a.pw[pl]; ++x)
+          reinterpret_cast<uint16_t*>(b.row(pl, y))[x] = static_cast<uint16_t>(a.row(pl, y)[x] * 257);
+    for (const char* f : {"median=radius=2:border=constant:value=200", "median=radius=3:radiusV=1:percentile=0.3"}) {
+      Chain c8 = Chain::build(build_stages(f), s8, {}), c16 = Chain::build(build_stages(f), s16, {});
+      ASSERT_EQ(c16.size(), 1u) << "no conversion: the stage takes 16-bit frames";
+      c8.step(0).stage->run_cpu(in8.view(), out8.view(), StageContext{});
+      c16.step(0).stage->run_cpu(in16.view(), out16.view(), StageContext{});
+      const ImageView o8 = out8.view(), o16 = out16.view();
+      for (int pl = 0; pl < plane_count(f8); ++pl)
+        for (int y = 0; y < o8.ph[pl]; ++y)
+          for (int x = 0; x < o8.pw[pl]; ++x)
+            ASSERT_EQ(reinterpret_cast<const uint16_t*>(o16.row(pl, y))[x], o8.row(pl, y)[x] * 257)
+                << f << " plane " << pl << " (" << x << "," << y << ")";
+    }
+  }
+}
+
 TEST(Median, KnownValues) {
   // 3x3 with a salt pixel: the median removes it; min and max filters bound it.
   std::vector<uint8_t> src = {10, 10, 10, 10, 255, 10, 10, 10, 10};
@@ -140,15 +210,16 @@ TEST(Median, StageFiltersSelectedPlanesAndCopiesOthers) {
 TEST(Median, BitExactWithFfmpeg) {
   if (run_cmd("ffmpeg -version").rc != 0) GTEST_SKIP() << "ffmpeg not installed";
   const std::string in = tmp_path("median_in.y4m"), ff = tmp_path("median_ff.y4m");
-  for (const char* fmt : {"gray", "yuv420p"}) {
+  for (const char* fmt : {"gray", "yuv420p", "gray16le", "yuv420p16le"}) {
     // A noisy odd-sized clip made by ffmpeg itself.
     CmdResult g = run_cmd(std::string("ffmpeg -v error -y -f lavfi -i testsrc2=size=161x91:rate=25 "
-                                      "-vf noise=alls=40:allf=t -frames:v 3 -pix_fmt ") +
+                                      "-vf noise=alls=40:allf=t -frames:v 3 -strict -1 -pix_fmt ") +
                           fmt + " " + in);
     ASSERT_EQ(g.rc, 0) << g.out;
     for (const char* args :
          {"radius=1", "radius=2", "radius=3:radiusV=1", "radius=1:radiusV=4", "radius=7", "radius=20:radiusV=10"}) {
-      CmdResult f = run_cmd("ffmpeg -v error -y -i " + in + " -vf median=" + args + " -f yuv4mpegpipe " + ff);
+      CmdResult f =
+          run_cmd("ffmpeg -v error -y -i " + in + " -vf median=" + args + " -strict -1 -f yuv4mpegpipe " + ff);
       ASSERT_EQ(f.rc, 0) << f.out;
       Y4mSource a(in), b(ff);
       MedianParams p;
