@@ -135,6 +135,7 @@ void PngSequenceSink::open(const FrameSpec& spec) {
     throw Error(ErrorKind::Output, pattern_ + ": PNG holds gray or RGB, not " + pix_fmt_name(spec.format));
   enc_ = std::make_unique<LosslessEncoder>(opt_.level, opt_.gpu, opt_.reference);
   if (opt_.gpu && !enc_->on_gpu()) log::warn("%s: no usable GPU, PNGs are encoded on the CPU", pattern_.c_str());
+  if (spec.non_square_pixels()) sar_ = spec.sar;
 }
 
 void PngSequenceSink::write(const HostFrame& f) {
@@ -145,8 +146,9 @@ void PngSequenceSink::write(const HostFrame& f) {
                     "(ffmpeg: -frames:v 1), or write every frame with a pattern such as frames/%06d.png");
   const ImageView v = f.view();
   const int ch = f.spec().format == PixelFormat::GRAY8 ? 1 : 3;
-  const std::vector<uint8_t> png = enc_->png(v.data[0], static_cast<size_t>(v.pitch[0]), v.pw[0], v.ph[0], ch,
-                                             f.spec().format == PixelFormat::BGR24);
+  std::vector<uint8_t> png = enc_->png(v.data[0], static_cast<size_t>(v.pitch[0]), v.pw[0], v.ph[0], ch,
+                                       f.spec().format == PixelFormat::BGR24);
+  if (sar_.known()) png_add_pixel_aspect(png, sar_.num, sar_.den);
   write_file_atomically(name(n_), png);
   ++n_;
 }

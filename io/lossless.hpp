@@ -75,6 +75,7 @@ class PngSequenceSink final : public Sink {
   std::string pattern_;
   LosslessOptions opt_;
   std::unique_ptr<LosslessEncoder> enc_;
+  Rational sar_{0, 1};  // the pixels' aspect, recorded where not square
   int64_t n_ = 0;
 };
 

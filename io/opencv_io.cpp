@@ -234,7 +234,12 @@ class ImageSeqSink final : public Sink {
       return {PixelFormat::BGR24, PixelFormat::GRAY8, PixelFormat::GRAY16};
     return {PixelFormat::BGR24, PixelFormat::GRAY8};
   }
-  void open(const FrameSpec&) override {
+  void open(const FrameSpec& s) override {
+    if (s.non_square_pixels())
+      log::warn(
+          "%s: these images do not record the pixels' aspect (SAR %d:%d), so viewers show them square "
+          "(--lossless writes PNGs that record it)",
+          pattern_.c_str(), s.sar.num, s.sar.den);
     std::filesystem::path dir = std::filesystem::path(name(0)).parent_path();
     std::error_code ec;
     if (!dir.empty()) std::filesystem::create_directories(dir, ec);

@@ -5,6 +5,8 @@
 // earlier frames intact and valid, no partial file left.
 #include <gtest/gtest.h>
 
+#include <csetjmp>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -355,6 +357,63 @@ TEST(Compress, LargeInputsBecomeGzipMembersInBoundedMemory) {
 
 // `-o still.png` (no pattern) writes one image, as ffmpeg's -frames:v 1 does; an input
 // with more frames is refused before the run unless -n 1 says which.
+#if VFPIPE_HAVE_PNG
+// libpng's reading of a PNG's pixel aspect (width / height of a pixel; 0 without pHYs).
+float libpng_pixel_aspect(const std::vector<uint8_t>& png) {
+  struct Src {
+    const std::vector<uint8_t>* bytes;
+    size_t at;
+  } src{&png, 0};
+  png_structp p = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(p);
+  float aspect = -1;
+  if (setjmp(png_jmpbuf(p)) == 0) {
+    png_set_read_fn(p, &src, [](png_structp pp, png_bytep out, size_t n) {
+      auto* s = static_cast<Src*>(png_get_io_ptr(pp));
+      if (s->at + n > s->bytes->size()) png_error(pp, "truncated");
+      std::memcpy(out, s->bytes->data() + s->at, n);
+      s->at += n;
+    });
+    png_read_info(p, info);
+    aspect = png_get_valid(p, info, PNG_INFO_pHYs) ? png_get_pixel_aspect_ratio(p, info) : 0;
+  }
+  png_destroy_read_struct(&p, &info, nullptr);
+  return aspect;
+}
+#endif
+
+// Anamorphic frames (32:27 pixels, from a Y4M's A field) give PNGs whose pHYs chunk says so,
+// as libpng reads it; square ones get no pHYs.
+TEST(LosslessSinks, PngRecordsThePixelAspect) {
+#if !VFPIPE_HAVE_PNG
+  GTEST_SKIP() << "built without libpng";
+#else
+  const std::string bin = VFPIPE_BIN, dir = test::tmp_path("png_aspect");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* a : {"A32:27", "A1:1"}) {
+    {
+      std::ofstream y4m(dir + "/in.y4m", std::ios::binary);
+      y4m << "YUV4MPEG2 W16 H8 F25:1 Ip " << a << " C420jpeg\nFRAME\n" << std::string(16 * 8 * 3 / 2, '\x40');
+    }
+    for (const std::string out : {"one.png", "%03d.png"}) {
+      const auto r = test::run_cmd(bin + " run -q -y -n 1 -i " + dir + "/in.y4m --lossless -o " + dir + "/" + out);
+      ASSERT_EQ(r.rc, 0) << r.out;
+      const std::vector<uint8_t> png = read_file(dir + "/" + (out == "one.png" ? out : "001.png"));
+      int w = 0, h = 0, ch = 0;
+      EXPECT_EQ(libpng_decode(png, &w, &h, &ch).size(), 16u * 8 * 3) << a << " " << out;
+      if (std::string(a) == "A1:1") {
+        EXPECT_EQ(libpng_pixel_aspect(png), 0.0f) << out;
+        EXPECT_EQ(std::string(png.begin() + 37, png.begin() + 41), "IDAT") << out;
+      } else {
+        EXPECT_FLOAT_EQ(libpng_pixel_aspect(png), 32.0f / 27.0f) << out;
+      }
+    }
+  }
+  fs::remove_all(dir);
+#endif
+}
+
 TEST(LosslessSinks, SingleImageOutput) {
   const std::string bin = VFPIPE_BIN, dir = test::tmp_path("single_png");
   fs::remove_all(dir);

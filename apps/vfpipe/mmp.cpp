@@ -216,9 +216,10 @@ int mmp_decode_command(const MmpArgs& a) {
     HostFrame c(s, false);
     convert_frame(f, c);
     const ImageView v = c.view();
-    write_file_atomically(a.output,
-                          encode_png(v.data[0], static_cast<size_t>(v.pitch[0]), s.width, s.height,
-                                     s.format == PixelFormat::GRAY8 ? 1 : 3, s.format == PixelFormat::BGR24, 6));
+    std::vector<uint8_t> png = encode_png(v.data[0], static_cast<size_t>(v.pitch[0]), s.width, s.height,
+                                          s.format == PixelFormat::GRAY8 ? 1 : 3, s.format == PixelFormat::BGR24, 6);
+    if (s.non_square_pixels()) png_add_pixel_aspect(png, s.sar.num, s.sar.den);
+    write_file_atomically(a.output, png);
     std::fprintf(stderr, "%s: %s\n", a.output.c_str(), s.describe().c_str());
     return 0;
   }

@@ -41,6 +41,19 @@ std::vector<uint8_t> png_head(int width, int height, int channels) {
   return out;
 }
 
+void png_add_pixel_aspect(std::vector<uint8_t>& png, int num, int den) {
+  constexpr size_t kAfterIhdr = 8 + 12 + 13;  // signature, IHDR's length, type, data and CRC
+  if (num <= 0 || den <= 0 || png.size() < kAfterIhdr || std::memcmp(png.data() + 12, "IHDR", 4) != 0)
+    throw Error(ErrorKind::Internal, "PNG: no pixel aspect to record, or not a PNG from png_head()");
+  // Pixels a unit along x and along y: a pixel is (1/x) : (1/y) = y : x wide to tall.
+  std::vector<uint8_t> phys, c;
+  put32(phys, static_cast<uint32_t>(den));
+  put32(phys, static_cast<uint32_t>(num));
+  phys.push_back(0);  // unit unknown: the ratio alone
+  chunk(c, "pHYs", phys.data(), phys.size());
+  png.insert(png.begin() + kAfterIhdr, c.begin(), c.end());
+}
+
 std::vector<uint8_t> png_filter_rows(const uint8_t* img, size_t pitch, int width, int height, int ch, bool swap_rb) {
   const size_t rowbytes = static_cast<size_t>(width) * ch;
   std::vector<uint8_t> out((rowbytes + 1) * height);

@@ -14,6 +14,10 @@ namespace vfp {
 // Signature and IHDR chunk (33 bytes) of a width x height image with 1, 3 or 4 channels.
 std::vector<uint8_t> png_head(int width, int height, int channels);
 
+// Records the pixels' aspect (width:height = num:den, not 1:1) in a pHYs chunk after `png`'s
+// IHDR, as an aspect ratio without a physical unit; `png` is a whole file from this header.
+void png_add_pixel_aspect(std::vector<uint8_t>& png, int num, int den);
+
 // Filtered rows: height x (1 + width * channels) bytes, each led by its filter type.
 // swap_rb: the pixels are BGR / BGRA (written as RGB / RGBA).
 std::vector<uint8_t> png_filter_rows(const uint8_t* img, size_t pitch, int width, int height, int channels,
