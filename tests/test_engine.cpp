@@ -259,17 +259,17 @@ TEST(Chain, InsertsConversionsForTheSink) {
   EXPECT_THROW(
       Chain::build(build_stages(""), {PixelFormat::BGR24, 9, 9, {25, 1}}, {PixelFormat::YUV420P}, PixelFormat::RGB24),
       Error);
-  // 16-bit frames: wavelet takes them as they are; median gets the same layout at 8 bits;
-  // an 8-bit-only sink gets 8 bits.
+  // 16-bit frames: wavelet and median take them as they are; conv gets the same layout at
+  // 8 bits; an 8-bit-only sink gets 8 bits.
   const FrameSpec s16{PixelFormat::YUV420P16, 9, 9, {25, 1}};
-  Chain w16 = Chain::build(build_stages("wavelet=haar:levels=1"), s16, {});
-  ASSERT_EQ(w16.size(), 1u);
+  Chain w16 = Chain::build(build_stages("wavelet=haar:levels=1,median"), s16, {});
+  ASSERT_EQ(w16.size(), 2u);
   EXPECT_EQ(w16.output().format, PixelFormat::YUV420P16);
-  Chain m16 = Chain::build(build_stages("median,wavelet=haar:levels=1"), s16, {PixelFormat::BGR24});
-  ASSERT_EQ(m16.size(), 4u);
-  EXPECT_EQ(m16.step(0).out.format, PixelFormat::YUV420P);
-  EXPECT_EQ(m16.step(2).in.format, PixelFormat::YUV420P);
-  EXPECT_EQ(m16.output().format, PixelFormat::BGR24);
+  Chain c16 = Chain::build(build_stages("conv,wavelet=haar:levels=1"), s16, {PixelFormat::BGR24});
+  ASSERT_EQ(c16.size(), 4u);
+  EXPECT_EQ(c16.step(0).out.format, PixelFormat::YUV420P);
+  EXPECT_EQ(c16.step(2).in.format, PixelFormat::YUV420P);
+  EXPECT_EQ(c16.output().format, PixelFormat::BGR24);
   // Before a stage: the accepted format that keeps the most (colour -> yuv444p, not gray).
   Chain med = Chain::build(build_stages("median"), {PixelFormat::BGR24, 9, 9, {25, 1}}, {});
   ASSERT_EQ(med.size(), 2u);
