@@ -292,36 +292,49 @@ ConvKernel conv_load_file(const std::string& path) {
 // ------------------------------------------------------------------ CPU reference
 namespace {
 
+template <typename T>
 struct PlaneRef {
-  const uint8_t* src;
-  int spitch, w, h;
+  const T* src;
+  int spitch, w, h;  // spitch in bytes
 };
 
 // Border-resolved row pointers (nullptr: constant) and column indices (-1: constant).
+template <typename T>
 struct BorderMaps {
-  std::vector<const uint8_t*> rows;  // index y + ay, for y in [-ay, h + ay)
-  std::vector<int> cols;             // index x + ax
+  std::vector<const T*> rows;  // index y + ay, for y in [-ay, h + ay)
+  std::vector<int> cols;       // index x + ax
 };
 
-BorderMaps make_maps(const PlaneRef& p, int ax, int ay, Border b) {
-  BorderMaps m;
+template <typename T>
+BorderMaps<T> make_maps(const PlaneRef<T>& p, int ax, int ay, Border b) {
+  BorderMaps<T> m;
   for (int y = -ay; y < p.h + ay; ++y) {
     const int gy = border_index(y, p.h, b);
-    m.rows.push_back(gy < 0 ? nullptr : p.src + static_cast<size_t>(gy) * p.spitch);
+    m.rows.push_back(gy < 0 ? nullptr
+                            : reinterpret_cast<const T*>(reinterpret_cast<const uint8_t*>(p.src) +
+                                                         static_cast<size_t>(gy) * p.spitch));
   }
   for (int x = -ax; x < p.w + ax; ++x) m.cols.push_back(border_index(x, p.w, b));
   return m;
 }
 
-// Round half up with one rounding: floor(fmaf(acc, rdiv, bias + 0.5)), where bias + 0.5 is
-// rounded to float first; clamped to 0..255, NaN (overflowing taps) to 0.
-inline uint8_t finish(float acc, const ConvParams& p) {
-  const float v = std::floor(__builtin_fmaf(acc, p.rdiv, p.rounding_bias()));
-  return static_cast<uint8_t>(v >= 0.f ? (v > 255.f ? 255.f : v) : 0.f);
+template <typename T>
+T* out_row(T* dst, int dpitch, int y) {
+  return reinterpret_cast<T*>(reinterpret_cast<uint8_t*>(dst) + static_cast<size_t>(y) * dpitch);
 }
 
-inline float px(const BorderMaps& m, int row, int col, int value) {
-  const uint8_t* r = m.rows[static_cast<size_t>(row)];
+// Round half up with one rounding: floor(fmaf(acc, rdiv, bias + 0.5)), where bias + 0.5 is
+// rounded to float first; clamped to the samples' range, NaN (overflowing taps) to 0.
+template <typename T>
+inline T finish(float acc, const ConvParams& p) {
+  constexpr float kMax = sizeof(T) == 1 ? 255.f : 65535.f;
+  const float v = std::floor(__builtin_fmaf(acc, p.rdiv, p.rounding_bias()));
+  return static_cast<T>(v >= 0.f ? (v > kMax ? kMax : v) : 0.f);
+}
+
+template <typename T>
+inline float px(const BorderMaps<T>& m, int row, int col, int value) {
+  const T* r = m.rows[static_cast<size_t>(row)];
   const int c = m.cols[static_cast<size_t>(col)];
   return (r && c >= 0) ? static_cast<float>(r[c]) : static_cast<float>(value);
 }
@@ -330,7 +343,8 @@ inline float px(const BorderMaps& m, int row, int col, int value) {
 // instructions) — __builtin_fmaf is a correctly rounded fused multiply-add either way. Every
 // output row depends only on the input, so stripes of rows run in parallel on the CPU pool
 // and give the same bytes as one loop.
-inline __attribute__((always_inline)) void conv2d_rows(const BorderMaps& m, const PlaneRef& pl, uint8_t* dst,
+template <typename T>
+inline __attribute__((always_inline)) void conv2d_rows(const BorderMaps<T>& m, const PlaneRef<T>& pl, T* dst,
                                                        int dpitch, const ConvParams& p, int y0, int y1) {
   const ConvKernel& k = p.kernel;
   for (int y = y0; y < y1; ++y)
@@ -339,13 +353,14 @@ inline __attribute__((always_inline)) void conv2d_rows(const BorderMaps& m, cons
       for (int ky = 0; ky < k.h; ++ky)
         for (int kx = 0; kx < k.w; ++kx)
           acc = __builtin_fmaf(k.taps[static_cast<size_t>(ky) * k.w + kx], px(m, y + ky, x + kx, p.value), acc);
-      dst[static_cast<size_t>(y) * dpitch + x] = finish(acc, p);
+      out_row(dst, dpitch, y)[x] = finish<T>(acc, p);
     }
 }
 
 // Separable, horizontal pass: rows [r0, r1) of the (border-resolved) rows the vertical pass
 // reads into t.
-inline __attribute__((always_inline)) void sep_rows_h(const BorderMaps& m, const PlaneRef& pl, float* t,
+template <typename T>
+inline __attribute__((always_inline)) void sep_rows_h(const BorderMaps<T>& m, const PlaneRef<T>& pl, float* t,
                                                       const ConvParams& p, int r0, int r1) {
   const ConvKernel& k = p.kernel;
   for (int r = r0; r < r1; ++r)
@@ -358,27 +373,35 @@ inline __attribute__((always_inline)) void sep_rows_h(const BorderMaps& m, const
 }
 
 // Separable, vertical pass: output rows [y0, y1) from t.
-inline __attribute__((always_inline)) void sep_rows_v(const float* t, int w, uint8_t* dst, int dpitch,
-                                                      const ConvParams& p, int y0, int y1) {
+template <typename T>
+inline __attribute__((always_inline)) void sep_rows_v(const float* t, int w, T* dst, int dpitch, const ConvParams& p,
+                                                      int y0, int y1) {
   const ConvKernel& k = p.kernel;
   for (int y = y0; y < y1; ++y)
     for (int x = 0; x < w; ++x) {
       float acc = 0.f;
       for (int ky = 0; ky < k.h; ++ky)
         acc = __builtin_fmaf(k.col[static_cast<size_t>(ky)], t[static_cast<size_t>(y + ky) * w + x], acc);
-      dst[static_cast<size_t>(y) * dpitch + x] = finish(acc, p);
+      out_row(dst, dpitch, y)[x] = finish<T>(acc, p);
     }
 }
 
-#define VFP_CONV_VARIANTS(name, params, args)                          \
-  __attribute__((target("fma"))) void name##_fma params { name args; } \
-  void name##_plain params { name args; }
+#define VFP_CONV_VARIANTS(name, params, args)             \
+  template <typename T>                                   \
+  __attribute__((target("fma"))) void name##_fma params { \
+    name args;                                            \
+  }                                                       \
+  template <typename T>                                   \
+  void name##_plain params {                              \
+    name args;                                            \
+  }
 VFP_CONV_VARIANTS(conv2d_rows,
-                  (const BorderMaps& m, const PlaneRef& pl, uint8_t* d, int dp, const ConvParams& p, int y0, int y1),
+                  (const BorderMaps<T>& m, const PlaneRef<T>& pl, T* d, int dp, const ConvParams& p, int y0, int y1),
                   (m, pl, d, dp, p, y0, y1))
-VFP_CONV_VARIANTS(sep_rows_h, (const BorderMaps& m, const PlaneRef& pl, float* t, const ConvParams& p, int r0, int r1),
+VFP_CONV_VARIANTS(sep_rows_h,
+                  (const BorderMaps<T>& m, const PlaneRef<T>& pl, float* t, const ConvParams& p, int r0, int r1),
                   (m, pl, t, p, r0, r1))
-VFP_CONV_VARIANTS(sep_rows_v, (const float* t, int w, uint8_t* d, int dp, const ConvParams& p, int y0, int y1),
+VFP_CONV_VARIANTS(sep_rows_v, (const float* t, int w, T* d, int dp, const ConvParams& p, int y0, int y1),
                   (t, w, d, dp, p, y0, y1))
 #undef VFP_CONV_VARIANTS
 
@@ -389,11 +412,10 @@ bool cpu_has_fma() {
 
 constexpr int kConvStripeRows = 8;
 
-}  // namespace
-
-void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const ConvParams& p) {
-  const PlaneRef pl{src, spitch, w, h};
-  const BorderMaps m = make_maps(pl, p.kernel.w / 2, p.kernel.h / 2, p.border);
+template <typename T>
+void conv_plane(const T* src, int spitch, T* dst, int dpitch, int w, int h, const ConvParams& p) {
+  const PlaneRef<T> pl{src, spitch, w, h};
+  const BorderMaps<T> m = make_maps(pl, p.kernel.w / 2, p.kernel.h / 2, p.border);
   const bool fma = cpu_has_fma();
   parallel_rows(h, kConvStripeRows, [&](int y0, int y1) {
     if (fma)
@@ -403,12 +425,13 @@ void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, in
   });
 }
 
-void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
-                              const ConvParams& p, std::vector<float>* scratch) {
+template <typename T>
+void conv_plane_separable(const T* src, int spitch, T* dst, int dpitch, int w, int h, const ConvParams& p,
+                          std::vector<float>* scratch) {
   if (!p.kernel.separable) throw Error(ErrorKind::Internal, "conv: kernel is not separable");
-  const PlaneRef pl{src, spitch, w, h};
+  const PlaneRef<T> pl{src, spitch, w, h};
   const int ay = p.kernel.h / 2;
-  const BorderMaps m = make_maps(pl, p.kernel.w / 2, ay, p.border);
+  const BorderMaps<T> m = make_maps(pl, p.kernel.w / 2, ay, p.border);
   const bool fma = cpu_has_fma();
   // The intermediate rows: in the caller's scratch (kept across frames: a fresh, zeroed
   // plane-sized buffer per frame is serial work) or a local one.
@@ -428,6 +451,23 @@ void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int 
     else
       sep_rows_v_plain(t.data(), w, dst, dpitch, p, y0, y1);
   });
+}
+
+}  // namespace
+
+void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const ConvParams& p) {
+  conv_plane(src, spitch, dst, dpitch, w, h, p);
+}
+void conv_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const ConvParams& p) {
+  conv_plane(src, spitch, dst, dpitch, w, h, p);
+}
+void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                              const ConvParams& p, std::vector<float>* scratch) {
+  conv_plane_separable(src, spitch, dst, dpitch, w, h, p, scratch);
+}
+void conv_plane_separable_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h,
+                              const ConvParams& p, std::vector<float>* scratch) {
+  conv_plane_separable(src, spitch, dst, dpitch, w, h, p, scratch);
 }
 
 }  // namespace vfp

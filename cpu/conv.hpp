@@ -4,6 +4,7 @@
 // Arithmetic (the CPU reference defines it; float32, fused multiply-add, fixed order):
 //   acc = 0; for ky in 0..H-1: for kx in 0..W-1: acc = fmaf(k[ky][kx], s(x+kx-W/2, y+ky-H/2), acc)
 //   out = clamp(floor(fmaf(acc, rdiv, bias + 0.5)), 0, 255)   (round half up, one rounding;
+//         0..65535 for 16-bit samples;
 //         bias + 0.5 is rounded to float first; NaN gives 0)
 // Separable kernels (k = col * row, found by rank-1 factorisation or built that way) run
 // as two passes with a float intermediate, each in the same fixed order:
@@ -41,6 +42,14 @@ struct ConvParams {
   // bias + 0.5 rounded to float: the addend of the reference's one-rounding finish,
   // floor(fmaf(acc, rdiv, rounding_bias())), on the CPU and in the CUDA kernels alike.
   float rounding_bias() const { return bias + 0.5f; }
+  // For 16-bit samples (the 8-bit scale x 257): `bias` and the constant border's `value`
+  // are given on the 8-bit scale, so they are scaled; the taps and rdiv are ratios.
+  ConvParams at_16_bits() const {
+    ConvParams q = *this;
+    q.bias = bias * 257.f;
+    q.value = value * 257;
+    return q;
+  }
 };
 
 // The preset table: one row per named kernel. `make` builds it for the arguments; sizes
@@ -68,10 +77,14 @@ void conv_check_size(int w, int h, const char* option);
 // Sets `separable`, `row`, `col` when the taps are rank 1 (exactly, up to float rounding).
 void conv_detect_separable(ConvKernel& k);
 
-// One plane, the 2-D definition above / the two-pass separable path.
+// One plane (pitches in bytes), the 2-D definition above / the two-pass separable path.
+// 16-bit samples: the same arithmetic, clamped to 0..65535; give them p.at_16_bits().
 void conv_plane_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const ConvParams& p);
+void conv_plane_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const ConvParams& p);
 // `scratch`: the intermediate rows' buffer, reused across calls when given.
 void conv_plane_separable_cpu(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h,
+                              const ConvParams& p, std::vector<float>* scratch = nullptr);
+void conv_plane_separable_cpu(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h,
                               const ConvParams& p, std::vector<float>* scratch = nullptr);
 
 }  // namespace vfp

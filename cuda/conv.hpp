@@ -1,4 +1,4 @@
-// CUDA convolution of 8-bit planes, bit-identical to the CPU reference (cpu/conv.hpp).
+// CUDA convolution of 8-bit and 16-bit planes, bit-identical to the CPU reference (cpu/conv.hpp).
 //
 // Taps live in __constant__ memory: 16 banks of 1024 floats. Each conv stage reserves one
 // bank per frame in flight (slot), and uploads a slot's taps with cudaMemcpyToSymbolAsync
@@ -26,8 +26,11 @@ class ConvTaps {
 
   // Makes `slot`'s bank hold these taps (stream-ordered upload if `version` is new to it).
   void use(const ConvParams& p, bool separable, uint64_t version, int slot, StreamHandle s);
-  // Filters one plane with the taps last given to use() for this slot.
+  // Filters one plane (pitches in bytes) with the taps last given to use() for this slot.
+  // 16-bit samples: the same arithmetic at ConvParams::at_16_bits(), in plainer kernels (a
+  // thread an output, no word loads), equal to the CPU's 16-bit reference.
   void run(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, int slot, StreamHandle s) const;
+  void run(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, int slot, StreamHandle s) const;
   int bank(int slot) const { return banks_[static_cast<size_t>(slot) % banks_.size()]; }
 
  private:
@@ -46,6 +49,8 @@ void conv_set_programmatic_launch(bool on);
 
 // Without the stage machinery (benchmarks, tests): upload to bank 0 and run.
 void conv_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const ConvParams& p,
+                      bool separable, StreamHandle s);
+void conv_plane_async(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const ConvParams& p,
                       bool separable, StreamHandle s);
 
 }  // namespace vfp::cuda

@@ -70,8 +70,8 @@ Chain Chain::build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& 
       // Said, not done silently: a 10-bit video loses its extra precision here for good.
       if (is_16bit(cur.format) && !is_16bit(to))
         log::warn(
-            "'%s' works on 8-bit samples: the %s frames are rounded to 8 bits before it (median, wavelet, "
-            "format and null keep 16 bits)",
+            "'%s' works on 8-bit samples: the %s frames are rounded to 8 bits before it (median, conv, "
+            "wavelet, format and null keep 16 bits)",
             st->name().c_str(), pix_fmt_name(cur.format));
       add(make_format_stage(to), true);
     }

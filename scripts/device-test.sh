@@ -7,6 +7,7 @@
 #     scripts/fetch-device-deps.sh            # once: vendored headers into .deps/
 #     device run --carry .deps -- bash scripts/device-test.sh
 # BENCHES="engine latency cpu cpuframes median conv wavelet deflate" (the default) selects the benchmarks to run
+# ("deep": the 3-stage chain on 16-bit frames against 8-bit ones)
 # (BENCHES="" runs none);
 # also "batch", "mmp" (MMP_DEVICES, and mmp-bench.sh's variables: TILES, SKIP_UNTILED, ...);
 # "batch" adds scripts/batch-bench.sh (vfpipe batch throughput against one run at a time);
@@ -166,6 +167,14 @@ if want median; then
   build-device/vfpipe-bench-median --json "$OUT/bench_median.json" 2>&1 | tee "$OUT/bench_median.txt"
   build-device/vfpipe-bench-median --depth 16 --windows 3,5,7,9,11,21,51 --json "$OUT/bench_median16.json" 2>&1 |
     tee "$OUT/bench_median16.txt"
+fi
+if want deep; then
+  # The 3-stage chain on 10-bit video's frames (16-bit planes) against the same at 8 bits.
+  log "16-bit frames: the 3-stage chain at 16 and 8 bits (pre-rendered source, null sink)"
+  for fmt in yuv420p16le yuv420p; do
+    build-device/vfpipe-bench-engine --sizes 1920x1080,3840x2160 --format $fmt --filters "$CHAIN" --frames 600 \
+      --depth 3 --json "$OUT/bench_deep_$fmt.json" 2>&1 | tee -a "$OUT/bench_deep.txt"
+  done
 fi
 if want conv; then
   log "convolution benchmark (vs NPP)"

@@ -25,7 +25,9 @@ class ConvStage final : public Stage {
  public:
   ConvStage(ConvParams p, bool use_separable) : p_(std::move(p)), separable_(use_separable) {}
 
-  FrameSpec configure(const FrameSpec& in) override { return check_planar_input("conv", in, p_.planes); }
+  FrameSpec configure(const FrameSpec& in) override {
+    return check_planar_input("conv", in, p_.planes, /*high_depth=*/true);
+  }
   int constant_banks_per_slot() const override { return 1; }
 #if VFPIPE_HAVE_CUDA
   void prepare(Backend b, int slots) override {
@@ -35,20 +37,26 @@ class ConvStage final : public Stage {
 #endif
 
   void run_cpu(const ImageView& in, const ImageView& out, const StageContext&) override {
+    const bool deep = is_16bit(in.format);
+    const ConvParams p = deep ? p_.at_16_bits() : p_;
     for_each_plane_cpu(in, out, p_.planes, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h, int pl) {
-      if (separable_)
-        conv_plane_separable_cpu(s, sp, d, dp, w, h, p_, &scratch_[static_cast<size_t>(pl)]);
-      else
-        conv_plane_cpu(s, sp, d, dp, w, h, p_);
+      with_samples(deep, s, d, [&](auto src, auto dst) {
+        if (separable_)
+          conv_plane_separable_cpu(src, sp, dst, dp, w, h, p, &scratch_[static_cast<size_t>(pl)]);
+        else
+          conv_plane_cpu(src, sp, dst, dp, w, h, p);
+      });
     });
   }
 #if VFPIPE_HAVE_CUDA
   void run_cuda(const ImageView& in, const ImageView& out, const StageContext& ctx) override {
     gpu_->use(p_, separable_, version_, ctx.slot, ctx.stream);  // stream-ordered, per slot
-    for_each_plane_cuda(in, out, p_.planes, ctx.stream,
-                        [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
-                          gpu_->run(s, sp, d, dp, w, h, ctx.slot, ctx.stream);
-                        });
+    const bool deep = is_16bit(in.format);
+    for_each_plane_cuda(
+        in, out, p_.planes, ctx.stream, [&](const uint8_t* s, int sp, uint8_t* d, int dp, int w, int h) {
+          with_samples(deep, s, d,
+                       [&](auto src, auto dst) { gpu_->run(src, sp, dst, dp, w, h, ctx.slot, ctx.stream); });
+        });
   }
 #endif
   void update(const Options& o) override {
@@ -178,9 +186,11 @@ void register_conv_stage(Registry& reg) {
       "multiplies by rdiv, adds bias, rounds half up and clamps to 0..255. float32 fused "
       "multiply-add in a fixed order, identical on CPU and GPU; rank-1 kernels of 7x7 and up "
       "run as two 1-D passes (within 1 level of the 2-D result). Taps live in CUDA constant "
-      "memory, one bank per frame in flight (docs/conv.md).";
+      "memory, one bank per frame in flight (docs/conv.md). 16-bit frames (10-bit video) are "
+      "filtered at 16 bits and clamped to 0..65535; bias and value stay on the 8-bit scale.";
   s.options = conv_options();
-  s.formats = {PixelFormat::GRAY8, PixelFormat::YUV420P, PixelFormat::YUV444P};
+  s.formats = {PixelFormat::GRAY8,  PixelFormat::YUV420P,   PixelFormat::YUV444P,
+               PixelFormat::GRAY16, PixelFormat::YUV420P16, PixelFormat::YUV444P16};
   s.cuda = true;
   // The display's keys step through the preset table; the preset's own size, sigma, amount,
   // direction, file, rdiv, bias and separability go back to their defaults.

@@ -131,6 +131,50 @@ TEST(Conv, SeparablePathWithinOneLevelOfTheDefinition) {
     }
 }
 
+// 16-bit samples: the same definition at 16 bits (bias and value x 257, clamped to
+// 0..65535): against the double-precision sum within one 16-bit level, and a 16-bit frame
+// holding an 8-bit one (x 257) filters to within one 8-bit level of the 8-bit result x 257.
+TEST(Conv, SixteenBitSamples) {
+  for (const char* f : {"conv=gauss:size=7", "conv=sharpen:amount=2", "conv=sobel:bias=128",
+                        "conv=kernel=0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9:rdiv=0.5", "conv=gauss:size=15:sigma=3"})
+    for (const char* b : {"reflect101", "constant", "wrap"}) {
+      const ConvParams p8 = params_for(std::string(f) + ":border=" + b + ":value=99");
+      const ConvParams p16 = p8.at_16_bits();
+      const int w = 41, h = 23;
+      const auto src8 = rand_plane(w, h, 5);
+      std::vector<uint16_t> src(src8.size()), out(src8.size()), sep(src8.size());
+      std::mt19937 rng(7);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(rng());
+      conv_plane_cpu(src.data(), 2 * w, out.data(), 2 * w, w, h, p16);
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+          const ConvKernel& k = p16.kernel;
+          double acc = 0;
+          for (int ky = 0; ky < k.h; ++ky)
+            for (int kx = 0; kx < k.w; ++kx) {
+              const int gx = border_index(x + kx - k.w / 2, w, p16.border);
+              const int gy = border_index(y + ky - k.h / 2, h, p16.border);
+              acc += static_cast<double>(k.taps[static_cast<size_t>(ky) * k.w + kx]) *
+                     ((gx < 0 || gy < 0) ? p16.value : src[static_cast<size_t>(gy) * w + gx]);
+            }
+          const double want = std::clamp(std::floor(acc * p16.rdiv + p16.bias + 0.5), 0.0, 65535.0);
+          // Float partial sums of 16-bit samples: a relative error near 2^-24 of the sum.
+          ASSERT_LE(std::abs(out[static_cast<size_t>(y) * w + x] - want), 1 + std::abs(acc) * 1e-6)
+              << f << " " << b << " at " << x << "," << y;
+        }
+      if (p16.kernel.separable) {
+        conv_plane_separable_cpu(src.data(), 2 * w, sep.data(), 2 * w, w, h, p16);
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_LE(std::abs(out[i] - sep[i]), 2) << f << " separable";
+      }
+      // An 8-bit plane at 16 bits.
+      std::vector<uint8_t> out8(src8.size());
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(src8[i] * 257);
+      conv_plane_cpu(src8.data(), w, out8.data(), w, w, h, p8);
+      conv_plane_cpu(src.data(), 2 * w, out.data(), 2 * w, w, h, p16);
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_LE(std::abs(out[i] - out8[i] * 257), 257) << f << " " << b;
+    }
+}
+
 TEST(Conv, MatchesOpenCvFilter2DWithinOneLevel) {
 #if VFPIPE_HAVE_OPENCV
   const std::pair<const char*, int> borders[] = {{"reflect101", cv::BORDER_REFLECT_101},

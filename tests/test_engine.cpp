@@ -259,13 +259,13 @@ TEST(Chain, InsertsConversionsForTheSink) {
   EXPECT_THROW(
       Chain::build(build_stages(""), {PixelFormat::BGR24, 9, 9, {25, 1}}, {PixelFormat::YUV420P}, PixelFormat::RGB24),
       Error);
-  // 16-bit frames: wavelet and median take them as they are; conv gets the same layout at
-  // 8 bits; an 8-bit-only sink gets 8 bits.
+  // 16-bit frames: wavelet, median and conv take them as they are; mmp gets the same layout
+  // at 8 bits; an 8-bit-only sink gets 8 bits.
   const FrameSpec s16{PixelFormat::YUV420P16, 9, 9, {25, 1}};
-  Chain w16 = Chain::build(build_stages("wavelet=haar:levels=1,median"), s16, {});
-  ASSERT_EQ(w16.size(), 2u);
+  Chain w16 = Chain::build(build_stages("wavelet=haar:levels=1,median,conv"), s16, {});
+  ASSERT_EQ(w16.size(), 3u);
   EXPECT_EQ(w16.output().format, PixelFormat::YUV420P16);
-  Chain c16 = Chain::build(build_stages("conv,wavelet=haar:levels=1"), s16, {PixelFormat::BGR24});
+  Chain c16 = Chain::build(build_stages("mmp,wavelet=haar:levels=1"), s16, {PixelFormat::BGR24});
   ASSERT_EQ(c16.size(), 4u);
   EXPECT_EQ(c16.step(0).out.format, PixelFormat::YUV420P);
   EXPECT_EQ(c16.step(2).in.format, PixelFormat::YUV420P);

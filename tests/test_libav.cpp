@@ -141,11 +141,15 @@ TEST(Libav, HdrMetadataCarriesOver) {
   const std::string fields = "-select_streams v -show_entries stream_side_data=red_x,max_luminance,max_content";
   ASSERT_EQ(probe(in, fields), "\n");  // only in the HEVC stream
   const std::string mkv = tmp_path("hdr_out.mkv"), mp4 = tmp_path("hdr_out.mp4"), y4m = tmp_path("hdr_out.y4m");
-  const CmdResult m = run_cmd(kBin + " run -y --no-progress -i " + in + " -f conv -o " + mkv);
+  const CmdResult m = run_cmd(kBin + " run -y --no-progress -i " + in + " -f median -o " + mkv);
   ASSERT_EQ(m.rc, 0) << m.out;
-  EXPECT_NE(m.out.find("'conv' works on 8-bit samples: the yuv420p16le frames are rounded to 8 bits"),
+  EXPECT_EQ(m.out.find("works on 8-bit samples"), std::string::npos) << m.out;
+  EXPECT_EQ(probe(mkv, "-select_streams v -show_entries stream=pix_fmt").rfind("yuv420p10le", 0), 0u);
+  // A stage that takes 8 bits only says that it rounds the 10-bit frames.
+  const CmdResult r8 = run_cmd(kBin + " run -y -n 1 --no-progress -i " + in + " -f mmp=modes=1:min_unit=16 -o " + mp4);
+  EXPECT_NE(r8.out.find("'mmp' works on 8-bit samples: the yuv420p16le frames are rounded to 8 bits"),
             std::string::npos)
-      << m.out;
+      << r8.out;
   const std::string from_mkv = probe(mkv, fields);  // Matroska stores floats: 34000/50000 reads 17/25
   EXPECT_NE(from_mkv.find("17/25,1000/1"), std::string::npos) << from_mkv;
   EXPECT_NE(from_mkv.find("1000"), std::string::npos) << from_mkv;
