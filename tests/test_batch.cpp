@@ -781,6 +781,12 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   write(d / "bad_ar.csv", "input,ar\na.y4m,5\n");  // the per-item audio keys are range-checked
   usage_error(kBin + " batch --list " + d / "bad_ar.csv" + " -o '" + d / "u/{stem}.y4m'",
               "bad_ar.csv:2: 'ar' must be in 1000..768000");
+  write(d / "bad_aspect.csv", "input,aspect\na.y4m,16x9\n");  // checked before any item runs
+  usage_error(kBin + " batch --list " + d / "bad_aspect.csv" + " -o '" + d / "u/{stem}.y4m'",
+              "bad_aspect.csv:2: -aspect: expected a display aspect ratio such as 16:9");
+  write(d / "bad_r.csv", "input,r\na.y4m,fast\n");
+  usage_error(kBin + " batch --list " + d / "bad_r.csv" + " -o '" + d / "u/{stem}.y4m'",
+              "bad_r.csv:2: -r: expected a frame rate");
   write(d / "badf.csv", "input,filters\na.y4m,median=radius=x\n");
   usage_error(kBin + " batch --list " + d / "badf.csv" + " -o '" + d / "u/{stem}.y4m'", "badf.csv:2");
   // A stage's own file would be written by every item: refused, on the command line and per item.

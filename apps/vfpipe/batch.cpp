@@ -134,6 +134,15 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
         throw Error(ErrorKind::Usage, log::format("%s: '%s' must be in %g..%g", where.c_str(), key.c_str(), lo, hi));
       return d;
     };
+    // A value parsed now, so that a typo fails the list before anything runs, not its item.
+    const auto checked = [&](Rational (*parse)(const std::string&), const std::string& value) {
+      try {
+        parse(value);
+      } catch (const Error& e) {
+        throw Error(ErrorKind::Usage, where + ": " + e.what());
+      }
+      return value;
+    };
     if (k == "output") continue;  // batch::assign_outputs
     // ffmpeg's options of the video encoder, as `vfpipe run` maps them to --encoder-opt.
     const char* encoder_key = k == "profile" ? "profile" : ffmpeg_encoder_option(k);
@@ -162,7 +171,7 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
     else if (k == "g" || k == "gop")
       a.gop = static_cast<int>(number());
     else if (k == "aspect")
-      a.aspect = text();
+      a.aspect = checked(parse_display_aspect, text());
     else if (k == "pix_fmt")
       a.pix_fmt = text();
     else if (k == "ss" || k == "start")
@@ -174,7 +183,7 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
     else if (k == "frames" || k == "frames:v")
       a.frames = static_cast<int64_t>(number());
     else if (k == "r" || k == "rate")
-      a.rate = text();
+      a.rate = checked(parse_output_rate, text());
     else if (k == "an" || k == "no_audio")
       a.no_audio = flag();
     else if (k == "sn" || k == "no_subtitles")

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/frame.hpp"
+
 namespace vfp {
 
 // A subcommand and what runs when the user chose it.
@@ -35,6 +37,10 @@ void add_time_window_options(CLI::App* cmd, double* start, double* duration, dou
 // The video encoder's option (libavcodec's name) that ffmpeg's option `name`, without its
 // dash, sets: "tune" for tune and tune:v, "profile" for profile:v, ...; null for others.
 const char* ffmpeg_encoder_option(const std::string& name);
+// -aspect's display ratio ("16:9", "2.39") and -r's rate ("30", "60000/1001"); throw
+// vfp::Error (Usage) naming the option for anything else.
+Rational parse_display_aspect(const std::string& text);
+Rational parse_output_rate(const std::string& text);
 // The seconds after `start` that -t (which wins) or -to leave, or -1 for the rest of the
 // input: SourceOptions::duration. Throws vfp::Error (Usage) for an empty window.
 double window_duration(double start, double duration, double to);

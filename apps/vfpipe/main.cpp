@@ -53,6 +53,23 @@ const char* ffmpeg_encoder_option(const std::string& name) {
   return nullptr;
 }
 
+Rational parse_display_aspect(const std::string& text) {
+  std::string ratio = text;
+  std::replace(ratio.begin(), ratio.end(), ':', '/');
+  Rational r;
+  if (!parse_frame_rate(ratio, &r))
+    throw Error(ErrorKind::Usage,
+                "-aspect: expected a display aspect ratio such as 16:9, 4:3 or 2.39, got '" + text + "'");
+  return r;
+}
+
+Rational parse_output_rate(const std::string& text) {
+  Rational r;
+  if (!parse_frame_rate(text, &r))
+    throw Error(ErrorKind::Usage, "-r: expected a frame rate such as 30, 29.97 or 60000/1001, got '" + text + "'");
+  return r;
+}
+
 double window_duration(double start, double duration, double to) {
   // An empty window would write an output without a frame (an MP4 even without its video
   // track): refused, as the user surely meant something else.

@@ -396,15 +396,8 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.audio_channels = a.audio_channels;
   ko.video.threads = a.codec_threads;
   ko.video.movflags = a.movflags;
-  if (!a.aspect.empty()) {
-    std::string ratio = a.aspect;
-    std::replace(ratio.begin(), ratio.end(), ':', '/');
-    if (!parse_frame_rate(ratio, &ko.video.aspect))
-      throw Error(ErrorKind::Usage,
-                  "-aspect: expected a display aspect ratio such as 16:9, 4:3 or 2.39, got '" + a.aspect + "'");
-  }
-  if (!a.rate.empty() && !parse_frame_rate(a.rate, &ko.video.rate))
-    throw Error(ErrorKind::Usage, "-r: expected a frame rate such as 30, 29.97 or 60000/1001, got '" + a.rate + "'");
+  if (!a.aspect.empty()) ko.video.aspect = parse_display_aspect(a.aspect);
+  if (!a.rate.empty()) ko.video.rate = parse_output_rate(a.rate);
   ko.overwrite = overwrite_rule(a.overwrite, a.no_overwrite);
 #if VFPIPE_HAVE_LIBAV
   ko.video.input = libav_input_of(src);
