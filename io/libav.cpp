@@ -505,6 +505,9 @@ class LibavSource final : public Source {
     describe_ =
         url + " (" + std::string(dec->name) + (nvdec ? " on NVDEC" : "") + ", " +
         av_get_pix_fmt_name(dec_.c->sw_pix_fmt != AV_PIX_FMT_NONE && nvdec ? dec_.c->sw_pix_fmt : dec_.c->pix_fmt) +
+        (cp->color_trc == AVCOL_TRC_SMPTE2084      ? ", HDR PQ"
+         : cp->color_trc == AVCOL_TRC_ARIB_STD_B67 ? ", HDR HLG"
+                                                   : "") +
         ")";
   }
   ~LibavSource() override {
