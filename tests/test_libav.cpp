@@ -164,6 +164,7 @@ TEST(Libav, HdrMetadataCarriesOver) {
   const CmdResult r = run_cmd(kBin + " run -y -i " + in + " -o " + y4m);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("the input is HDR video (PQ transfer): a Y4M file records neither"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(hevc, yuv420p10le, HDR PQ)"), std::string::npos) << r.out;
   for (const auto& p : {in, mkv, mp4, y4m}) std::remove(p.c_str());
 }
 
