@@ -224,25 +224,32 @@ __global__ void __launch_bounds__(kHistT)
   }
 }
 
-// 16-bit samples: 65536 bins a thread do not fit, so each thread slides a histogram of the
-// upper bytes (256 bins, 16 coarse) that finds the upper byte H of the answer and its rank r
-// among the window's samples of upper byte H; two scans of the window then find the lower
-// byte's two nibbles among those samples (16 bins each). O(radius) plus two window scans a
-// pixel: the selection kernel stays the choice wherever it applies.
-__global__ void __launch_bounds__(kHistT)
+// 16-bit samples: 65536 bins a thread do not fit, so each thread keeps two 256-bin
+// histograms (each with 16 coarse bins): one of the window's upper bytes, which gives the
+// answer's upper byte H and its rank r among the window's samples of upper byte H; and one
+// of the lower bytes of just those samples, which gives the lower byte. Both slide down the
+// strip; the second is rebuilt from the window when H changes from one row to the next
+// (rarely in natural images; at every pixel of noise, where the cost is a scan of the
+// window). 32 threads a block keep the 34 KB of counters under the default shared memory.
+constexpr int kHist16T = 32;
+
+__global__ void __launch_bounds__(kHist16T)
     median_hist16_kernel(const uint16_t* __restrict__ src, int spitch, uint16_t* __restrict__ dst, int dpitch, int w,
                          int h, int rx, int ry, int rank, Border border, int value, int rows_per_thread) {
   extern __shared__ uint16_t hist[];
-  uint16_t* upper = hist;                   // 256 bins: the sample's upper byte
-  uint16_t* coarse = hist + 256 * kHistT;   // 16 bins: its upper nibble
-  uint16_t* nibble = coarse + 16 * kHistT;  // 16 bins: one nibble of the lower byte
+  constexpr int T = kHist16T;
+  uint16_t* upper = hist;               // 256 bins: the sample's upper byte
+  uint16_t* upper_c = upper + 256 * T;  // 16: its upper nibble
+  uint16_t* lower = upper_c + 16 * T;   // 256: the lower byte, of samples whose upper byte is `cur`
+  uint16_t* lower_c = lower + 256 * T;  // 16: its upper nibble
   const int t = threadIdx.x;
-  const int x = blockIdx.x * kHistT + t;
+  const int x = blockIdx.x * T + t;
   const int y0 = blockIdx.y * rows_per_thread;
   if (x >= w || y0 >= h) return;
-  for (int b = 0; b < 256; ++b) upper[b * kHistT + t] = 0;
-  for (int b = 0; b < 16; ++b) coarse[b * kHistT + t] = 0;
+  for (int b = 0; b < 256; ++b) upper[b * T + t] = 0;
+  for (int b = 0; b < 16; ++b) upper_c[b * T + t] = 0;
   const bool inside_x = x - rx >= 0 && x + rx < w;
+  int cur = -1;  // the upper byte the lower histogram counts
 
   // fn(v) for each sample of window row y.
   auto for_row = [&](int y, auto&& fn) {
@@ -257,23 +264,16 @@ __global__ void __launch_bounds__(kHistT)
       }
     }
   };
+  auto count_lower = [&](int v, int delta) {
+    lower[(v & 255) * T + t] += delta;
+    lower_c[((v >> 4) & 15) * T + t] += delta;
+  };
   auto add_row = [&](int y, int delta) {
     for_row(y, [&](int v) {
-      upper[(v >> 8) * kHistT + t] += delta;
-      coarse[(v >> 12) * kHistT + t] += delta;
+      upper[(v >> 8) * T + t] += delta;
+      upper_c[(v >> 12) * T + t] += delta;
+      if ((v >> 8) == cur) count_lower(v, delta);
     });
-  };
-  // The nibble (at `shift`) of rank r among the window's samples whose bits above it equal
-  // `prefix`; r becomes the rank within that nibble's bin.
-  auto select_nibble = [&](int y, int prefix, int shift, int& r) {
-    for (int b = 0; b < 16; ++b) nibble[b * kHistT + t] = 0;
-    for (int wy = y - ry; wy <= y + ry; ++wy)
-      for_row(wy, [&](int v) {
-        if ((v >> (shift + 4)) == prefix) ++nibble[((v >> shift) & 15) * kHistT + t];
-      });
-    int b = 0;
-    while (r >= nibble[b * kHistT + t]) r -= nibble[(b++) * kHistT + t];
-    return b;
   };
 
   for (int y = y0 - ry; y <= y0 + ry; ++y) add_row(y, 1);
@@ -284,13 +284,24 @@ __global__ void __launch_bounds__(kHistT)
       add_row(y + ry, 1);
     }
     int acc = 0, c = 0;
-    while (acc + coarse[c * kHistT + t] <= rank) acc += coarse[(c++) * kHistT + t];
+    while (acc + upper_c[c * T + t] <= rank) acc += upper_c[(c++) * T + t];
     int hi = c * 16;
-    while (acc + upper[hi * kHistT + t] <= rank) acc += upper[(hi++) * kHistT + t];
+    while (acc + upper[hi * T + t] <= rank) acc += upper[(hi++) * T + t];
+    if (hi != cur) {  // the lower histogram, rebuilt for this upper byte
+      cur = hi;
+      for (int b = 0; b < 256; ++b) lower[b * T + t] = 0;
+      for (int b = 0; b < 16; ++b) lower_c[b * T + t] = 0;
+      for (int wy = y - ry; wy <= y + ry; ++wy)
+        for_row(wy, [&](int v) {
+          if ((v >> 8) == cur) count_lower(v, 1);
+        });
+    }
     int r = rank - acc;
-    const int n1 = select_nibble(y, hi, 4, r);
-    const int n0 = select_nibble(y, (hi << 4) | n1, 0, r);
-    row_at(dst, dpitch, y)[x] = static_cast<uint16_t>((hi << 8) | (n1 << 4) | n0);
+    c = 0;
+    while (r >= lower_c[c * T + t]) r -= lower_c[(c++) * T + t];
+    int lo = c * 16;
+    while (r >= lower[lo * T + t]) r -= lower[(lo++) * T + t];
+    row_at(dst, dpitch, y)[x] = static_cast<uint16_t>((hi << 8) | lo);
   }
 }
 
@@ -307,10 +318,10 @@ int hist_rows(int w, int h, int ry) {
 void launch_hist(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const MedianParams& p,
                  StreamHandle s) {
   const int rows = hist_rows(w, h, p.ry());
-  dim3 grid((w + kHistT - 1) / kHistT, (h + rows - 1) / rows);
-  const size_t shmem = (256 + 16 + 16) * kHistT * sizeof(uint16_t);
-  median_hist16_kernel<<<grid, kHistT, shmem, s>>>(src, spitch, dst, dpitch, w, h, p.rx(), p.ry(), p.rank(), p.border,
-                                                   p.value, rows);
+  dim3 grid((w + kHist16T - 1) / kHist16T, (h + rows - 1) / rows);
+  const size_t shmem = 2 * (256 + 16) * kHist16T * sizeof(uint16_t);
+  median_hist16_kernel<<<grid, kHist16T, shmem, s>>>(src, spitch, dst, dpitch, w, h, p.rx(), p.ry(), p.rank(), p.border,
+                                                     p.value, rows);
   VFP_CUDA_LAUNCHED("median_hist16_kernel");
 }
 

@@ -24,8 +24,8 @@ MedianAlgo median_auto_algo(const MedianParams& p);
 bool median_select_supported(const MedianParams& p);
 
 // One plane, pitches in bytes. 16-bit samples: the same selection on packed 16-bit integer
-// pairs; the histogram slides over the upper byte and finds the lower one in two scans of
-// the window.
+// pairs; the histogram slides over the upper byte, and over the lower byte of the samples
+// whose upper byte is the answer's (rebuilt from the window when that changes).
 void median_plane_async(const uint8_t* src, int spitch, uint8_t* dst, int dpitch, int w, int h, const MedianParams& p,
                         MedianAlgo algo, StreamHandle s);
 void median_plane_async(const uint16_t* src, int spitch, uint16_t* dst, int dpitch, int w, int h, const MedianParams& p,
