@@ -165,8 +165,12 @@ fi
 if want median; then
   log "median benchmark (vs NPP)"
   build-device/vfpipe-bench-median --json "$OUT/bench_median.json" 2>&1 | tee "$OUT/bench_median.txt"
-  build-device/vfpipe-bench-median --depth 16 --windows 3,5,7,9,11,21,51 --json "$OUT/bench_median16.json" 2>&1 |
-    tee "$OUT/bench_median16.txt"
+  for content in random video; do
+    build-device/vfpipe-bench-median --depth 16 --content $content --windows 3,5,7,9,11,21,51 \
+      --json "$OUT/bench_median16_$content.json" 2>&1 | tee -a "$OUT/bench_median16.txt"
+  done
+  build-device/vfpipe-bench-median --content video --windows 3,5,7,9,11,21,51 --npp-max 0 2>&1 |
+    tee -a "$OUT/bench_median16.txt"
 fi
 if want deep; then
   # The 3-stage chain on 10-bit video's frames (16-bit planes) against the same at 8 bits.

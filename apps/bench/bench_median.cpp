@@ -8,6 +8,8 @@
 //   vfpipe-bench-median [--sizes 1920x1080,3840x2160] [--windows 3,5,7,...] [--iters 20]
 //                       [--npp-max 21] [--depth 8|16] [--json out.json]
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -58,7 +60,18 @@ struct Npp16 {
 struct Settings {
   std::string sizes, windows;
   int iters = 20, npp_max = 21;
+  std::string content = "random";
 };
+
+// A sample of the plane: "random" over the type's range, or "video": 10-bit video's
+// samples (smooth shading and small noise, as a camera gives) at the type's depth.
+template <typename T>
+T content_sample(const std::string& content, int x, int y, std::mt19937& rng) {
+  if (content == "random") return static_cast<T>(rng());
+  const double shade = 512 + 300 * std::sin(x / 37.0) * std::cos(y / 23.0) + static_cast<int>(rng() % 17) - 8;
+  const int v10 = std::clamp(static_cast<int>(shade), 0, 1023);
+  return static_cast<T>(sizeof(T) == 1 ? v10 >> 2 : v10 * 64 + v10 / 16);
+}
 
 // Every size and window for samples of type T; rows appended to `out`.
 template <typename T>
@@ -68,9 +81,11 @@ void bench_depth(const Settings& set, cuda::Stream& stream, nlohmann::json& out)
     int w = 0, h = 0;
     if (std::sscanf(sz.c_str(), "%dx%d", &w, &h) != 2) throw std::runtime_error("bad size " + sz);
     const int pitch = static_cast<int>(align_up(static_cast<size_t>(w) * sizeof(T), kPitchAlign));  // bytes
-    std::vector<T> host(static_cast<size_t>(pitch) / sizeof(T) * h);
+    const size_t row = static_cast<size_t>(pitch) / sizeof(T);
+    std::vector<T> host(row * h);
     std::mt19937 rng(1);
-    for (auto& v : host) v = static_cast<T>(rng());
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < static_cast<int>(row); ++x) host[y * row + x] = content_sample<T>(set.content, x, y, rng);
     const size_t bytes = host.size() * sizeof(T);
     cuda::DeviceBuffer d_in(bytes), d_out(bytes);
     cuda::memcpy_h2d_async(d_in.get(), host.data(), bytes, stream.get());
@@ -116,6 +131,7 @@ void bench_depth(const Settings& set, cuda::Stream& stream, nlohmann::json& out)
       std::fflush(stdout);
       out.push_back({{"size", sz},
                      {"depth", depth},
+                     {"content", set.content},
                      {"window", win},
                      {"select_ms", t_sel},
                      {"histogram_ms", t_hist},
@@ -140,14 +156,17 @@ int main(int argc, char** argv) {
   app.add_option("--iters", set.iters, "timed runs per case (median reported)")->capture_default_str();
   app.add_option("--npp-max", set.npp_max, "largest window to time NPP on (it is slow)")->capture_default_str();
   app.add_option("--depth", depth, "bits a sample: 8 or 16")->check(CLI::IsMember({8, 16}))->capture_default_str();
+  app.add_option("--content", set.content, "random, or video (10-bit video's smooth shading and noise)")
+      ->check(CLI::IsMember({"random", "video"}))
+      ->capture_default_str();
   app.add_option("--json", json_path, "write results as JSON");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!bench::require_gpu()) return 1;
     std::printf(
-        "vfpipe median benchmark on %s (%d-bit gray, random content; ms per call = median of %d batches of 10 "
+        "vfpipe median benchmark on %s (%d-bit gray, %s content; ms per call = median of %d batches of 10 "
         "back-to-back calls)\n",
-        cuda::probe().name.c_str(), depth, set.iters);
+        cuda::probe().name.c_str(), depth, set.content.c_str(), set.iters);
 #if VFPIPE_HAVE_NPP
     std::printf("NPP: nppiFilterMedian_%s_C1R_Ctx on the interior ROI\n", depth == 8 ? "8u" : "16u");
 #else
