@@ -70,6 +70,25 @@ bool parse_pix_fmt(const std::string& s, PixelFormat* out) {
   return false;
 }
 
+bool parse_pix_fmt(const std::string& s, PixelFormat* out, int* bits) {
+  if (parse_pix_fmt(s, out)) {
+    *bits = is_16bit(*out) ? 16 : 8;
+    return true;
+  }
+  static const std::pair<const char*, PixelFormat> layouts[] = {
+      {"gray", PixelFormat::GRAY16}, {"yuv420p", PixelFormat::YUV420P16}, {"yuv444p", PixelFormat::YUV444P16}};
+  for (const auto& [prefix, f] : layouts)
+    for (int b : {9, 10, 12, 14}) {
+      const std::string name = prefix + std::to_string(b);
+      if (s == name || s == name + "le") {
+        *out = f;
+        *bits = b;
+        return true;
+      }
+    }
+  return false;
+}
+
 const std::vector<PixelFormat>& all_pixel_formats() {
   static const std::vector<PixelFormat> all = [] {
     std::vector<PixelFormat> v;

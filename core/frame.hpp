@@ -26,7 +26,11 @@ constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 const char* pix_fmt_name(PixelFormat f);                     // ffmpeg spelling: "gray", "yuv420p", ...
 bool parse_pix_fmt(const std::string& s, PixelFormat* out);  // accepts ffmpeg names + aliases
-const std::vector<PixelFormat>& all_pixel_formats();         // every format, in enum order
+// Also ffmpeg's 9- to 14-bit planar names (yuv420p10le, yuv444p12le, gray10le, with or
+// without "le"): the 16-bit format that carries them, and their depth in `bits` (8 or 16
+// for the names above).
+bool parse_pix_fmt(const std::string& s, PixelFormat* out, int* bits);
+const std::vector<PixelFormat>& all_pixel_formats();  // every format, in enum order
 // "gray, yuv420p, ..., yuv444p16le"; depth 8 or 16: only the formats of that depth.
 std::string pix_fmt_list(int depth = 0);
 int plane_count(PixelFormat f);

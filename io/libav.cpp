@@ -1176,7 +1176,7 @@ class LibavSink final : public Sink {
     }
     if (avformat_query_codec(of, enc_->id, FF_COMPLIANCE_NORMAL) == 0)
       throw Error(ErrorKind::Usage, std::string("a ") + of->name + " file cannot hold " + enc_->name + " video");
-    const int bits = opt_.input ? opt_.input->bits : 8;
+    const int bits = wanted_bits();
     // The input's own format first: then no conversion is inserted before the encoder.
     std::vector<PixelFormat> order;
     if (opt_.input) order.push_back(opt_.input->ours);
@@ -1325,7 +1325,7 @@ class LibavSink final : public Sink {
     AVCodecContext* c = enc_ctx_.c;
     c->width = spec_.width;
     c->height = spec_.height;
-    const int bits = opt_.input ? opt_.input->bits : 8;
+    const int bits = wanted_bits();
     c->pix_fmt = encoder_format(enc_, spec_.format, bits);
     if (c->pix_fmt == AV_PIX_FMT_NONE && is_packed_rgb(spec_.format)) {
       c->pix_fmt = encoder_format(enc_, PixelFormat::YUV420P, 8);
@@ -1335,6 +1335,9 @@ class LibavSink final : public Sink {
       throw Error(ErrorKind::Usage,
                   std::string("the ") + enc_->name + " encoder cannot take " + pix_fmt_name(spec_.format) + " frames");
     out_bits_ = find_map(c->pix_fmt)->bits;
+    if (opt_.bits > 0 && out_bits_ != opt_.bits)
+      log::warn("%s: the %s encoder has no %d-bit %s format; writing %s", path_.c_str(), enc_->name, opt_.bits,
+                pix_fmt_name(with_depth(spec_.format, 8)), av_get_pix_fmt_name(c->pix_fmt));
     c->framerate = {spec_.fps.num, spec_.fps.den};
     if (opt_.rate.num > 0) c->framerate = {opt_.rate.num, opt_.rate.den};
     // The pixels' aspect: the frames' own, or the one that gives -aspect's display ratio.
@@ -1454,6 +1457,9 @@ class LibavSink final : public Sink {
     }
     return o;
   }
+
+  // The depth asked of the encoder: -pix_fmt's (yuv420p10le), else the input's.
+  int wanted_bits() const { return opt_.bits > 0 ? opt_.bits : opt_.input ? opt_.input->bits : 8; }
 
   void write_header() {
     if (header_written_) return;

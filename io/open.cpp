@@ -411,6 +411,7 @@ void warn_unused_video_options(const std::string& spec, const SinkOptions& opt) 
   add(v.bitrate > 0, "-b:v");
   add(v.gop >= 0, "-g");
   add(v.aspect.num > 0, "-aspect");
+  add(v.bits > 0, "-pix_fmt's bit depth (its 16-bit samples are written as they are)");
   add(!v.codec_params.empty(), "the codec parameters");
   add(!v.encoder_options.empty(), "the encoder's options (-tune, -profile:v, ...)");
   add(!v.metadata.empty(), "-metadata");

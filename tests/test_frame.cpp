@@ -63,4 +63,21 @@ TEST(Frame, PixelFormatNames) {
   EXPECT_EQ(f, PixelFormat::BGR24);
   EXPECT_FALSE(parse_pix_fmt("nv12", &f));
   EXPECT_STREQ(pix_fmt_name(PixelFormat::YUV444P), "yuv444p");
+  // ffmpeg's deep planar names: carried at 16 bits, their depth for the encoder.
+  int bits = 0;
+  EXPECT_TRUE(parse_pix_fmt("yuv420p10le", &f, &bits));
+  EXPECT_EQ(f, PixelFormat::YUV420P16);
+  EXPECT_EQ(bits, 10);
+  EXPECT_TRUE(parse_pix_fmt("yuv444p12", &f, &bits));
+  EXPECT_EQ(f, PixelFormat::YUV444P16);
+  EXPECT_EQ(bits, 12);
+  EXPECT_TRUE(parse_pix_fmt("gray10le", &f, &bits));
+  EXPECT_EQ(f, PixelFormat::GRAY16);
+  EXPECT_TRUE(parse_pix_fmt("yuv420p", &f, &bits));
+  EXPECT_EQ(bits, 8);
+  EXPECT_TRUE(parse_pix_fmt("gray16le", &f, &bits));
+  EXPECT_EQ(bits, 16);
+  EXPECT_FALSE(parse_pix_fmt("yuv420p11le", &f, &bits));
+  EXPECT_FALSE(parse_pix_fmt("yuv420p10be", &f, &bits));
+  EXPECT_FALSE(parse_pix_fmt("yuv420p10le", &f));  // not a format of vfpipe's frames
 }

@@ -438,7 +438,21 @@ TEST(Libav, TenBitStaysTenBitAndExact) {
   EXPECT_EQ(md5_of_raw(lossless, "yuv420p10le"), md5_of_raw(in, "yuv420p10le"));
   ASSERT_EQ(run_cmd(kBin + " run -q -i " + in + " -o " + h264).rc, 0);
   EXPECT_EQ(probe(h264, "-show_entries stream=codec_name,pix_fmt"), "h264,yuv420p10le\n");
-  for (const auto& p : {in, lossless, h264}) std::remove(p.c_str());
+  // ffmpeg's -pix_fmt yuv420p10le makes an 8-bit input's output 10-bit; a depth the encoder
+  // lacks is said (libx264 has no 12-bit), and another encoder has it (VP9's profile 2/3).
+  const std::string eight = av_clip(), webm = tmp_path("twelve.webm");
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + eight + " -t 0.2 -pix_fmt yuv420p10le -o " + h264).rc, 0);
+  EXPECT_EQ(probe(h264, "-select_streams v -show_entries stream=pix_fmt"), "yuv420p10le\n");
+  const CmdResult twelve =
+      run_cmd(kBin + " run -y --no-progress -i " + eight + " -t 0.2 -pix_fmt yuv444p12le -o " + h264);
+  ASSERT_EQ(twelve.rc, 0) << twelve.out;
+  EXPECT_NE(twelve.out.find("the libx264 encoder has no 12-bit yuv444p format; writing yuv444p10le"), std::string::npos)
+      << twelve.out;
+  if (run_cmd("ffmpeg -hide_banner -h encoder=libvpx-vp9").out.find("yuv420p12le") != std::string::npos) {
+    ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + eight + " -t 0.2 -an -pix_fmt yuv420p12le -o " + webm).rc, 0);
+    EXPECT_EQ(probe(webm, "-select_streams v -show_entries stream=pix_fmt"), "yuv420p12le\n");
+  }
+  for (const auto& p : {in, lossless, h264, eight, webm}) std::remove(p.c_str());
 }
 
 TEST(Libav, SeekDurationAndOverwriteAsInFfmpeg) {

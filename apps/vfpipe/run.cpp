@@ -98,7 +98,8 @@ void add_common_options(CLI::App* c, RunArgs& a) {
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
   c->add_option("--pix-fmt", a.pix_fmt,
-                "output pixel format (" + pix_fmt_list(8) + "; 16-bit: " + pix_fmt_list(16) + ")");
+                "output pixel format (" + pix_fmt_list(8) + "; 16-bit: " + pix_fmt_list(16) +
+                    "; a video file's encoder also at 9 to 14 bits: yuv420p10le, yuv444p12le, gray10le, ...)");
   c->add_option("-n,--frames", a.frames, "stop after N input frames");
   c->add_option("--depth", a.depth,
                 "frames in flight on the GPU (CUDA streams), 2..64 [default: 3; 8 for a file through the mmp stage "
@@ -373,6 +374,7 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.preset = a.preset;
   ko.video.bitrate = parse_bitrate(a.bitrate, "-b:v");
   ko.video.gop = a.gop;
+  ko.video.bits = forced_bits(a);
   ko.video.codec_params = a.codec_params;
   const auto pairs = [](const std::vector<std::string>& v, const char* option) {
     std::vector<std::pair<std::string, std::string>> out;
@@ -535,13 +537,28 @@ void apply_log_options(RunArgs& a) {
   }
 }
 
+namespace {
+PixelFormat parse_forced(const RunArgs& a, int* bits) {
+  PixelFormat f;
+  if (!parse_pix_fmt(a.pix_fmt, &f, bits))
+    throw Error(ErrorKind::Usage, "--pix-fmt: unsupported pixel format '" + a.pix_fmt +
+                                      "' (supported: " + pix_fmt_list() +
+                                      "; for a video file also yuv420p10le, yuv444p12le, gray10le, ...)");
+  return f;
+}
+}  // namespace
+
 std::optional<PixelFormat> forced_format(const RunArgs& a) {
   if (a.pix_fmt.empty()) return std::nullopt;
-  PixelFormat f;
-  if (!parse_pix_fmt(a.pix_fmt, &f))
-    throw Error(ErrorKind::Usage,
-                "--pix-fmt: unsupported pixel format '" + a.pix_fmt + "' (supported: " + pix_fmt_list() + ")");
-  return f;
+  int bits = 0;
+  return parse_forced(a, &bits);
+}
+
+int forced_bits(const RunArgs& a) {
+  if (a.pix_fmt.empty()) return 0;
+  int bits = 0;
+  parse_forced(a, &bits);
+  return bits == 8 || bits == 16 ? 0 : bits;
 }
 
 SourceOptions source_options(const RunArgs& a, Backend backend) {

@@ -65,6 +65,8 @@ void add_common_options(CLI::App* c, RunArgs& a);
 void apply_log_options(RunArgs& a);
 // --pix-fmt, checked.
 std::optional<PixelFormat> forced_format(const RunArgs& a);
+// The encoder's depth that --pix-fmt names (10 for yuv420p10le), or 0 (the input's).
+int forced_bits(const RunArgs& a);
 // CUDA when asked for or usable and every stage has it; CPU otherwise, with a warning.
 Backend choose_backend(const std::string& device, const std::vector<std::unique_ptr<Stage>>& stages);
 // The input's options; throws vfp::ParseError for a malformed -map.
