@@ -303,6 +303,11 @@ struct LibavInput {
 
 namespace {
 
+// "PQ" or "HLG" for the HDR transfers, else "".
+const char* hdr_transfer_name(AVColorTransferCharacteristic t) {
+  return t == AVCOL_TRC_SMPTE2084 ? "PQ" : t == AVCOL_TRC_ARIB_STD_B67 ? "HLG" : "";
+}
+
 // Opens `url` for reading; throws vfp::Error (Input) naming the problem.
 void open_input(FormatInput& in, const std::string& url) {
   if (int e = avformat_open_input(&in.f, url.c_str(), nullptr, nullptr); e < 0)
@@ -505,10 +510,7 @@ class LibavSource final : public Source {
     describe_ =
         url + " (" + std::string(dec->name) + (nvdec ? " on NVDEC" : "") + ", " +
         av_get_pix_fmt_name(dec_.c->sw_pix_fmt != AV_PIX_FMT_NONE && nvdec ? dec_.c->sw_pix_fmt : dec_.c->pix_fmt) +
-        (cp->color_trc == AVCOL_TRC_SMPTE2084      ? ", HDR PQ"
-         : cp->color_trc == AVCOL_TRC_ARIB_STD_B67 ? ", HDR HLG"
-                                                   : "") +
-        ")";
+        (hdr_transfer_name(cp->color_trc)[0] ? std::string(", HDR ") + hdr_transfer_name(cp->color_trc) : "") + ")";
   }
   ~LibavSource() override {
     av_frame_unref(frame_.f);  // a mapped picture goes back to its decoder first
@@ -1606,9 +1608,7 @@ std::shared_ptr<LibavInput> libav_input_of(const Source& src) {
   return s ? s->input() : nullptr;
 }
 
-std::string libav_hdr_transfer(const LibavInput& in) {
-  return in.transfer == AVCOL_TRC_SMPTE2084 ? "PQ" : in.transfer == AVCOL_TRC_ARIB_STD_B67 ? "HLG" : "";
-}
+std::string libav_hdr_transfer(const LibavInput& in) { return hdr_transfer_name(in.transfer); }
 
 std::vector<OtherStream> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped) {
   std::vector<OtherStream> v;
