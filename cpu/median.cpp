@@ -129,7 +129,8 @@ void median_rows(const T* src, int spitch, T* dst, int dpitch, int w, int h, con
       row_of(dst, dpitch, y)[x] = static_cast<T>(hist->select(k));
     }
     hist->empty([&] {
-      for (int y = y1 - 1 - ry; y <= y1 - 1 + ry; ++y) add_row(*hist, y, x, -1);
+      const int last = std::max(y0, y1 - 1);  // the window's centre row now
+      for (int y = last - ry; y <= last + ry; ++y) add_row(*hist, y, x, -1);
     });
   }
 }
