@@ -279,7 +279,7 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
       throw Error(ErrorKind::Usage,
                   "-o -: Y4M on stdout, which is a terminal here; pipe it (... -o - | ffplay -) or name a file "
                   "(ffmpeg's -f null - is -o null here)");
-    return std::make_unique<Y4mSink>("-");
+    return std::make_unique<Y4mSink>("-", opt.video.bits > 0 ? opt.video.bits : 16);
   }
   const bool pattern = spec.find('%') != std::string::npos;
   // Every single-file output, before it is created (an image sequence's files are its own).
@@ -289,7 +289,7 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
   lo.level = opt.compression_level;
   lo.gpu = opt.gpu;
   lo.reference = opt.deflate_reference;
-  if (ext == ".y4m") return std::make_unique<Y4mSink>(spec);
+  if (ext == ".y4m") return std::make_unique<Y4mSink>(spec, opt.video.bits > 0 ? opt.video.bits : 16);
   if (ext == ".gz") {
     if (spec.size() < 7 || lower(spec.substr(spec.size() - 7)) != ".y4m.gz")
       throw Error(ErrorKind::Usage, "output '" + spec + "': compressed streams are .y4m.gz");
@@ -411,7 +411,9 @@ void warn_unused_video_options(const std::string& spec, const SinkOptions& opt) 
   add(v.bitrate > 0, "-b:v");
   add(v.gop >= 0, "-g");
   add(v.aspect.num > 0, "-aspect");
-  add(v.bits > 0, "-pix_fmt's bit depth (its 16-bit samples are written as they are)");
+  // Y4M writes -pix_fmt's depth itself (C420p10, as ffmpeg).
+  add(v.bits > 0 && spec != "-" && lower_ext(spec) != ".y4m",
+      "-pix_fmt's bit depth (its 16-bit samples are written as they are)");
   add(!v.codec_params.empty(), "the codec parameters");
   add(!v.encoder_options.empty(), "the encoder's options (-tune, -profile:v, ...)");
   add(!v.metadata.empty(), "-metadata");

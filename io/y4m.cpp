@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/signals.hpp"
+#include "cpu/convert_ops.hpp"
 
 namespace vfp {
 
@@ -36,6 +38,22 @@ bool parse_ratio(const std::string& s, Rational* out) {
     return false;
   *out = {n, d};
   return true;
+}
+}  // namespace
+
+namespace {
+// ffmpeg's deeper colourspaces: 420pN, 444pN, monoN for N = 9, 10, 12, 14, 16.
+bool deep_colorspace(const std::string& c, PixelFormat* f, int* bits) {
+  static const std::pair<const char*, PixelFormat> layouts[] = {
+      {"420p", PixelFormat::YUV420P16}, {"444p", PixelFormat::YUV444P16}, {"mono", PixelFormat::GRAY16}};
+  for (const auto& [prefix, format] : layouts)
+    for (int b : {9, 10, 12, 14, 16})
+      if (c == prefix + std::to_string(b)) {
+        *f = format;
+        *bits = b;
+        return true;
+      }
+  return false;
 }
 }  // namespace
 
@@ -92,16 +110,11 @@ Y4mHeader parse_y4m_header(const std::string& line, const std::string& name) {
     h.spec.format = PixelFormat::YUV444P;
   else if (c == "mono")
     h.spec.format = PixelFormat::GRAY8;
-  else if (c == "420p16")
-    h.spec.format = PixelFormat::YUV420P16;
-  else if (c == "444p16")
-    h.spec.format = PixelFormat::YUV444P16;
-  else if (c == "mono16")
-    h.spec.format = PixelFormat::GRAY16;
-  else
+  else if (!deep_colorspace(c, &h.spec.format, &h.bits))
     throw Error(ErrorKind::Input, name + ": unsupported Y4M colorspace 'C" + c +
-                                      "' (supported: C420jpeg, C420paldv, C420mpeg2, C420, C444, Cmono, and 16-bit "
-                                      "C420p16, C444p16, Cmono16). Convert with ffmpeg, e.g. -pix_fmt yuv420p");
+                                      "' (supported: C420jpeg, C420paldv, C420mpeg2, C420, C444, Cmono, and at 9 to "
+                                      "16 bits C420p10, C444p12, Cmono16, ...). Convert with ffmpeg, e.g. -pix_fmt "
+                                      "yuv420p");
   validate_spec(h.spec, name.c_str());
   if (h.interlace == 't') h.spec.fields = FieldOrder::TopFirst;
   if (h.interlace == 'b') h.spec.fields = FieldOrder::BottomFirst;
@@ -236,11 +249,20 @@ bool Y4mSource::read(HostFrame& dst) {
                                static_cast<long long>(frames_), got, payload_.size()));
   }
   dst.load_packed(payload_.data());
+  if (hdr_.bits > 8 && hdr_.bits < 16) {  // to the 16-bit scale, as the libav input widens them
+    const ImageView v = dst.view();
+    const uint16_t max = static_cast<uint16_t>((1 << hdr_.bits) - 1);
+    for (int p = 0; p < plane_count(v.format); ++p)
+      for (int y = 0; y < v.ph[p]; ++y) {
+        auto* row = reinterpret_cast<uint16_t*>(v.row(p, y));
+        for (int x = 0; x < v.pw[p]; ++x) row[x] = conv::widen_to16(std::min(row[x], max), hdr_.bits);
+      }
+  }
   ++frames_;
   return true;
 }
 
-std::string y4m_header(const FrameSpec& s) {
+std::string y4m_header(const FrameSpec& s, int bits) {
   const char* cs = s.format == PixelFormat::YUV420P     ? "C420jpeg XYSCSS=420JPEG"
                    : s.format == PixelFormat::YUV444P   ? "C444 XYSCSS=444"
                    : s.format == PixelFormat::GRAY8     ? "Cmono XYSCSS=400"
@@ -249,6 +271,14 @@ std::string y4m_header(const FrameSpec& s) {
                    : s.format == PixelFormat::GRAY16    ? "Cmono16 XYSCSS=400"
                                                         : nullptr;
   if (!cs) throw Error(ErrorKind::Output, std::string("Y4M cannot hold ") + pix_fmt_name(s.format));
+  std::string deep;  // ffmpeg's spelling of a depth between 8 and 16 bits
+  if (is_16bit(s.format) && bits > 8 && bits < 16) {
+    const std::string n = std::to_string(bits);
+    deep = s.format == PixelFormat::YUV420P16   ? "C420p" + n + " XYSCSS=420P" + n
+           : s.format == PixelFormat::YUV444P16 ? "C444p" + n + " XYSCSS=444P" + n
+                                                : "Cmono" + n + " XYSCSS=400";
+    cs = deep.c_str();
+  }
   // The range when known, as ffmpeg writes it (gray is full range by definition there).
   const char* range = s.format == PixelFormat::GRAY8 || s.format == PixelFormat::GRAY16 ? ""
                       : s.color.range == ColorRange::Full                               ? " XCOLORRANGE=FULL"
@@ -261,7 +291,7 @@ std::string y4m_header(const FrameSpec& s) {
                      a.num, a.den, cs, range);
 }
 
-Y4mSink::Y4mSink(const std::string& path) : path_(path) {}
+Y4mSink::Y4mSink(const std::string& path, int bits) : path_(path), bits_(bits) {}
 Y4mSink::~Y4mSink() {
   try {
     close();
@@ -273,10 +303,11 @@ std::string Y4mSink::describe() const { return path_ == "-" ? "stdout (y4m)" : p
 
 void Y4mSink::open(const FrameSpec& s) {
   try {
-    y4m_header(s);
+    y4m_header(s, bits_);
   } catch (const Error& e) {
     throw Error(ErrorKind::Output, describe() + ": " + e.what());
   }
+  if (!is_16bit(s.format)) bits_ = 16;  // a depth for 16-bit frames only
   if (path_ == "-") {
     f_ = stdout;
   } else {
@@ -284,7 +315,7 @@ void Y4mSink::open(const FrameSpec& s) {
     if (!f_) throw Error(ErrorKind::Output, "cannot open output '" + path_ + "': " + std::strerror(errno));
     own_ = true;
   }
-  const std::string h = y4m_header(s);
+  const std::string h = y4m_header(s, bits_);
   put(h.data(), h.size());
   payload_.resize(FrameLayout::of(s).payload_bytes);
 }
@@ -299,6 +330,10 @@ void Y4mSink::write(const HostFrame& fr) {
   static const char kFrame[] = "FRAME\n";
   put(kFrame, 6);
   fr.store_packed(payload_.data());
+  if (bits_ > 8 && bits_ < 16) {  // from the 16-bit scale, rounded as the libav output narrows
+    auto* w = reinterpret_cast<uint16_t*>(payload_.data());
+    for (size_t i = 0; i < payload_.size() / 2; ++i) w[i] = conv::narrow_from16(w[i], bits_);
+  }
   put(payload_.data(), payload_.size());
 }
 

@@ -17,12 +17,16 @@ struct Y4mHeader {
   FrameSpec spec;
   std::string colorspace = "420jpeg";
   char interlace = 'p';
+  // The samples' depth: 8, 16, or 9 to 14 (ffmpeg's C420p10 and the like: 16-bit words
+  // holding 0..2^bits-1, which the frames carry widened to the 16-bit scale).
+  int bits = 8;
 };
 // Parses the header line (without the trailing '\n'). Throws vfp::Error(Input).
 Y4mHeader parse_y4m_header(const std::string& line, const std::string& name);
 // The stream header line (with its newline) for frames of `spec`; throws vfp::Error (Output)
-// for formats Y4M cannot hold.
-std::string y4m_header(const FrameSpec& spec);
+// for formats Y4M cannot hold. `bits` 9 to 14: the 16-bit formats as ffmpeg writes that
+// depth (C420p10, ...).
+std::string y4m_header(const FrameSpec& spec, int bits = 16);
 
 // Reads "-" (stdin), a .y4m file, or a gzip-compressed one (.y4m.gz, as vfpipe's Y4mGzSink
 // writes; builds with zlib), whose corrupt or truncated data is reported like a bad Y4M.
@@ -66,7 +70,9 @@ class Y4mSource final : public Source {
 
 class Y4mSink final : public Sink {
  public:
-  explicit Y4mSink(const std::string& path);  // "-" writes stdout
+  // "-" writes stdout. `bits` 9 to 14: 16-bit frames are written at that depth (ffmpeg's
+  // C420p10, ...; -pix_fmt yuv420p10le), else as they are.
+  explicit Y4mSink(const std::string& path, int bits = 16);
   ~Y4mSink() override;
   std::vector<PixelFormat> accepted_formats() const override {
     return {PixelFormat::YUV420P,   PixelFormat::YUV444P,   PixelFormat::GRAY8,
@@ -80,6 +86,7 @@ class Y4mSink final : public Sink {
  private:
   void put(const void* p, size_t n);
   std::string path_;
+  int bits_ = 16;
   FILE* f_ = nullptr;
   bool own_ = false;
   std::vector<uint8_t> payload_;

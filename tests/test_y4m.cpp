@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "core/error.hpp"
+#include "cpu/convert_ops.hpp"
 #include "io/y4m.hpp"
 #include "test_util.hpp"
 
@@ -149,6 +150,59 @@ TEST(Y4m, SixteenBitFilesAgreeWithFfmpeg) {
   }
 }
 
+// ffmpeg's 10- and 12-bit Y4M (C420p10, C444p12, Cmono10: 16-bit words holding 0..2^bits-1)
+// reads as 16-bit frames widened to the 16-bit scale, as a video file's 10-bit samples are;
+// written back at that depth (-pix_fmt yuv420p10le) it gives ffmpeg's payload and tag again.
+TEST(Y4m, TenAndTwelveBitFilesAsFfmpegWritesThem) {
+  struct Case {
+    const char* file;
+    PixelFormat fmt;
+    int bits;
+    const char* tag;
+  };
+  for (Case c : {Case{"testsrc2_66x45_yuv420p10le", PixelFormat::YUV420P16, 10, " C420p10 "},
+                 Case{"testsrc2_67x45_yuv444p12le", PixelFormat::YUV444P16, 12, " C444p12 "},
+                 Case{"testsrc2_67x45_gray10le", PixelFormat::GRAY16, 10, " Cmono10 "}}) {
+    const std::string base = std::string(VFPIPE_TEST_DATA) + "/" + c.file, out = tmp_path("deep.y4m");
+    const std::string raw = read_file(base + ".raw");
+    {
+      Y4mSource src(base + ".y4m");
+      ASSERT_EQ(src.spec().format, c.fmt) << c.file;
+      Y4mSink sink(out, c.bits);
+      sink.open(src.spec());
+      HostFrame f(src.spec(), false);
+      std::vector<uint8_t> packed(f.layout().payload_bytes);
+      ASSERT_EQ(raw.size(), 2 * packed.size()) << c.file;
+      for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(src.read(f)) << c.file;
+        f.store_packed(packed.data());
+        const auto* got = reinterpret_cast<const uint16_t*>(packed.data());
+        const auto* want = reinterpret_cast<const uint16_t*>(raw.data() + i * packed.size());
+        for (size_t k = 0; k < packed.size() / 2; ++k)
+          ASSERT_EQ(got[k], conv::widen_to16(want[k], c.bits)) << c.file << " sample " << k;
+        sink.write(f);
+      }
+      EXPECT_FALSE(src.read(f));
+      sink.close();
+    }
+    const std::string ours = read_file(out), header = ours.substr(0, ours.find('\n'));
+    EXPECT_NE(header.find(c.tag), std::string::npos) << header;
+    std::string payload;
+    for (size_t p = ours.find("FRAME\n"); p != std::string::npos; p = ours.find("FRAME\n", p + 6 + raw.size() / 2))
+      payload += ours.substr(p + 6, raw.size() / 2);
+    EXPECT_EQ(payload, raw) << c.file;
+    std::remove(out.c_str());
+  }
+  // Words beyond the depth (a malformed file) are taken as its largest value, not wrapped.
+  const std::string bad = tmp_path("over.y4m");
+  write_file(bad, std::string("YUV4MPEG2 W2 H2 F25:1 Cmono10\nFRAME\n") + std::string(8, '\xff'));
+  Y4mSource src(bad);
+  HostFrame f(src.spec(), false);
+  ASSERT_TRUE(src.read(f));
+  EXPECT_EQ(reinterpret_cast<const uint16_t*>(f.view().row(0, 1))[1], 65535);
+  std::remove(bad.c_str());
+}
+
 TEST(Y4m, WritesWhatFfmpegWrites) {
   // Our writer's frames for ffmpeg's own yuv420p file must equal that file's payload.
   std::string in = std::string(VFPIPE_TEST_DATA) + "/testsrc2_67x45_yuv420p.y4m";
@@ -220,7 +274,9 @@ TEST(Y4m, HeaderErrors) {
   EXPECT_NE(msg("YUV4MPEG2 W2").find("no W or H"), std::string::npos);
   EXPECT_NE(msg("YUV4MPEG2 W0 H2").find("invalid frame size"), std::string::npos);
   EXPECT_NE(msg("YUV4MPEG2 W2 H2 C422").find("unsupported Y4M colorspace 'C422'"), std::string::npos);
-  EXPECT_NE(msg("YUV4MPEG2 W2 H2 C420p10").find("unsupported"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W2 H2 C420p11").find("unsupported"), std::string::npos);
+  EXPECT_NE(msg("YUV4MPEG2 W2 H2 C422p10").find("unsupported"), std::string::npos);
+  EXPECT_EQ(msg("YUV4MPEG2 W2 H2 C420p10"), "");  // ffmpeg's 10-bit 4:2:0
   EXPECT_NE(msg("YUV4MPEG2 Wabc H2").find("bad width"), std::string::npos);
   EXPECT_NE(msg("YUV4MPEG2 W2 H2 F0:1").find("bad frame rate"), std::string::npos);
   EXPECT_NE(msg("YUV4MPEG2 W2 H2 Q5").find("unknown header field"), std::string::npos);
