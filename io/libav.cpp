@@ -523,6 +523,7 @@ class LibavSource final : public Source {
   int64_t frame_count() const override { return frames_; }
   bool can_fill_device() const override { return frames_on_gpu_; }
   bool handles_time_window() const override { return true; }  // -ss seeks, -t ends by timestamps
+  int sample_bits() const override { return info_->bits > 8 && info_->bits < 16 ? info_->bits : 0; }
   std::shared_ptr<LibavInput> input() const { return info_; }
 
   double time_of(int64_t index) const override {
@@ -1337,8 +1338,9 @@ class LibavSink final : public Sink {
       throw Error(ErrorKind::Usage,
                   std::string("the ") + enc_->name + " encoder cannot take " + pix_fmt_name(spec_.format) + " frames");
     out_bits_ = find_map(c->pix_fmt)->bits;
-    if (opt_.bits > 0 && out_bits_ != opt_.bits)
-      log::warn("%s: the %s encoder has no %d-bit %s format; writing %s", path_.c_str(), enc_->name, opt_.bits,
+    // A depth asked for (-pix_fmt), or the input's, that the encoder does not have: said.
+    if (is_16bit(spec_.format) && bits > 8 && out_bits_ != bits && (opt_.bits > 0 || out_bits_ < bits))
+      log::warn("%s: the %s encoder has no %d-bit %s format; writing %s", path_.c_str(), enc_->name, bits,
                 pix_fmt_name(with_depth(spec_.format, 8)), av_get_pix_fmt_name(c->pix_fmt));
     c->framerate = {spec_.fps.num, spec_.fps.den};
     if (opt_.rate.num > 0) c->framerate = {opt_.rate.num, opt_.rate.den};
@@ -1461,7 +1463,9 @@ class LibavSink final : public Sink {
   }
 
   // The depth asked of the encoder: -pix_fmt's (yuv420p10le), else the input's.
-  int wanted_bits() const { return opt_.bits > 0 ? opt_.bits : opt_.input ? opt_.input->bits : 8; }
+  int wanted_bits() const {
+    return opt_.bits > 0 ? opt_.bits : opt_.input_bits > 0 ? opt_.input_bits : opt_.input ? opt_.input->bits : 8;
+  }
 
   void write_header() {
     if (header_written_) return;

@@ -88,6 +88,7 @@ struct VideoOptions {
   Rational rate{0, 1};                // -r: constant output rate, frames duplicated or dropped by
                                       // their timestamps (0: the input's own timing)
   int bits = 0;                       // -pix_fmt yuv420p10le: the encoder's depth (0: the input's)
+  int input_bits = 0;                 // the input's depth where below 16 (Source::sample_bits())
   int threads = 0;                    // the encoder's threads (0: libavcodec picks, by the cores)
   std::string movflags;               // -movflags for MP4/MOV (default: fragmented, a fragment a second)
   std::shared_ptr<LibavInput> input;  // streams, timestamps, colour and metadata to carry over

@@ -92,6 +92,7 @@ class TimeWindowSource final : public Source {
     return n < 0 ? -1 : std::max<int64_t>(0, std::min(n, end_) - first_);
   }
   bool is_live() const override { return in_->is_live(); }
+  int sample_bits() const override { return in_->sample_bits(); }
   bool read(HostFrame& dst) override {
     while (at_ < end_ && in_->read(dst))
       if (at_++ >= first_) return true;
@@ -270,6 +271,12 @@ bool is_video_file(const std::string& spec) {
 }
 
 // The sink for an output's type, before -r.
+// A Y4M output's depth for 16-bit frames: -pix_fmt's, else the input's (C420p10 in, C420p10
+// out, as ffmpeg keeps a stream's format), else 16.
+int y4m_bits(const SinkOptions& opt) {
+  return opt.video.bits > 0 ? opt.video.bits : opt.video.input_bits > 0 ? opt.video.input_bits : 16;
+}
+
 std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptions& opt) {
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
   if (spec == "-") {
@@ -279,7 +286,7 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
       throw Error(ErrorKind::Usage,
                   "-o -: Y4M on stdout, which is a terminal here; pipe it (... -o - | ffplay -) or name a file "
                   "(ffmpeg's -f null - is -o null here)");
-    return std::make_unique<Y4mSink>("-", opt.video.bits > 0 ? opt.video.bits : 16);
+    return std::make_unique<Y4mSink>("-", y4m_bits(opt));
   }
   const bool pattern = spec.find('%') != std::string::npos;
   // Every single-file output, before it is created (an image sequence's files are its own).
@@ -289,7 +296,7 @@ std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptio
   lo.level = opt.compression_level;
   lo.gpu = opt.gpu;
   lo.reference = opt.deflate_reference;
-  if (ext == ".y4m") return std::make_unique<Y4mSink>(spec, opt.video.bits > 0 ? opt.video.bits : 16);
+  if (ext == ".y4m") return std::make_unique<Y4mSink>(spec, y4m_bits(opt));
   if (ext == ".gz") {
     if (spec.size() < 7 || lower(spec.substr(spec.size() - 7)) != ".y4m.gz")
       throw Error(ErrorKind::Usage, "output '" + spec + "': compressed streams are .y4m.gz");

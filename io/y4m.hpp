@@ -35,6 +35,7 @@ class Y4mSource final : public Source {
   explicit Y4mSource(const std::string& path);
   ~Y4mSource() override;
   FrameSpec spec() const override { return hdr_.spec; }
+  int sample_bits() const override { return hdr_.bits > 8 && hdr_.bits < 16 ? hdr_.bits : 0; }
   std::string describe() const override;
   bool read(HostFrame& dst) override;
   // A stream that breaks (truncated, corrupt frame header) ends with a warning instead of

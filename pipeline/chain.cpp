@@ -84,7 +84,11 @@ Chain Chain::build(std::vector<std::unique_ptr<Stage>> stages, const FrameSpec& 
     want = sink_formats.front();
   if (!sink_formats.empty() && !contains(sink_formats, want))
     throw Error(ErrorKind::Usage, log::format("the output cannot take pixel format '%s'", pix_fmt_name(want)));
-  if (want != cur.format) add(make_format_stage(want), true);
+  if (want != cur.format) {
+    if (is_16bit(cur.format) && !is_16bit(want) && !forced_out)
+      log::warn("the output takes 8-bit samples: the %s frames are rounded to 8 bits for it", pix_fmt_name(cur.format));
+    add(make_format_stage(want), true);
+  }
   c.output_ = cur;
   return c;
 }

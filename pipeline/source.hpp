@@ -39,6 +39,9 @@ class Source {
   // Whether the source applied SourceOptions' start and duration itself (by its timestamps);
   // otherwise open_source() counts frames at the source's rate.
   virtual bool handles_time_window() const { return false; }
+  // The depth of the samples 16-bit frames carry where it is less (9 to 14: a 10-bit Y4M
+  // or video); 0 where it is the format's own or unknown. Outputs keep it where they can.
+  virtual int sample_bits() const { return 0; }
 };
 
 struct FrameRecord;

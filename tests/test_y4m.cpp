@@ -193,6 +193,20 @@ TEST(Y4m, TenAndTwelveBitFilesAsFfmpegWritesThem) {
     EXPECT_EQ(payload, raw) << c.file;
     std::remove(out.c_str());
   }
+  // Through the command line: the output keeps the input's depth where it can (C420p10 in,
+  // C420p10 out, as ffmpeg keeps a stream's format), and says where it cannot (PNG).
+  const std::string in10 = std::string(VFPIPE_TEST_DATA) + "/testsrc2_66x45_yuv420p10le.y4m";
+  const std::string out10 = tmp_path("cli10.y4m"), png = tmp_path("cli10.png");
+  const CmdResult r = run_cmd(std::string(VFPIPE_BIN) + " run -q -y -i " + in10 + " -f median -o " + out10);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(read_file(out10).find(" C420p10 "), std::string::npos);
+  const CmdResult p8 = run_cmd(std::string(VFPIPE_BIN) + " run -y -n 1 --no-progress -i " + in10 + " -o " + png);
+  ASSERT_EQ(p8.rc, 0) << p8.out;
+  EXPECT_NE(p8.out.find("the output takes 8-bit samples: the yuv420p16le frames are rounded to 8 bits"),
+            std::string::npos)
+      << p8.out;
+  std::remove(out10.c_str());
+  std::remove(png.c_str());
   // Words beyond the depth (a malformed file) are taken as its largest value, not wrapped.
   const std::string bad = tmp_path("over.y4m");
   write_file(bad, std::string("YUV4MPEG2 W2 H2 F25:1 Cmono10\nFRAME\n") + std::string(8, '\xff'));

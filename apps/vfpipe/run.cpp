@@ -375,6 +375,7 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.bitrate = parse_bitrate(a.bitrate, "-b:v");
   ko.video.gop = a.gop;
   ko.video.bits = forced_bits(a);
+  ko.video.input_bits = src.sample_bits();
   ko.video.codec_params = a.codec_params;
   const auto pairs = [](const std::vector<std::string>& v, const char* option) {
     std::vector<std::pair<std::string, std::string>> out;
