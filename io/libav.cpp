@@ -1614,6 +1614,26 @@ std::shared_ptr<LibavInput> libav_input_of(const Source& src) {
 
 std::string libav_hdr_transfer(const LibavInput& in) { return hdr_transfer_name(in.transfer); }
 
+std::string libav_hdr_summary(LibavInput& in) {
+  const LibavInput::Hdr hdr = in.hdr();
+  std::string r;
+  if (!hdr.mastering_display.empty()) {
+    AVMasteringDisplayMetadata m;
+    std::memcpy(&m, hdr.mastering_display.data(), sizeof m);
+    r = "mastering display";
+    if (m.has_luminance) r += log::format(" %g-%g cd/m2", av_q2d(m.min_luminance), av_q2d(m.max_luminance));
+    if (m.has_primaries)
+      r += log::format(", white point %.4f,%.4f", av_q2d(m.white_point[0]), av_q2d(m.white_point[1]));
+  }
+  if (!hdr.light_level.empty()) {
+    AVContentLightMetadata l;
+    std::memcpy(&l, hdr.light_level.data(), sizeof l);
+    r +=
+        log::format("%scontent light max %u cd/m2, frame average %u cd/m2", r.empty() ? "" : "; ", l.MaxCLL, l.MaxFALL);
+  }
+  return r;
+}
+
 std::vector<OtherStream> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped) {
   std::vector<OtherStream> v;
   for (const LibavInput::Stream& s : in.others) {

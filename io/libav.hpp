@@ -103,6 +103,10 @@ struct OtherStream {
 std::vector<OtherStream> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped);
 // "PQ" or "HLG" where the input's video has an HDR transfer, else "".
 std::string libav_hdr_transfer(const LibavInput& in);
+// The input's HDR10 metadata in words ("mastering display 0.0001-1000 cd/m2, content light
+// max 1000 cd/m2, frame average 400 cd/m2"), or "" where it has none. The frames' own
+// metadata is known once the first frame is decoded.
+std::string libav_hdr_summary(LibavInput& in);
 
 struct LibavOutputOptions : VideoOptions {
   std::string codec;      // -c:v: an encoder name (libx264, libx265, libsvtav1, ffv1, ...); "" = by container

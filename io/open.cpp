@@ -401,6 +401,39 @@ void report_streams_left_out(const Source& src, const std::string& spec, const V
 #endif
 }
 
+std::vector<std::string> describe_input(Source& src) {
+  const FrameSpec s = src.spec();
+  HostFrame first(s, false);
+  const bool any = src.read(first);
+  std::vector<std::string> out;
+  out.push_back("input:   " + src.describe());
+  std::string frames = s.describe();
+  if (const int64_t n = src.frame_count(); n >= 0)
+    frames += log::format(", %lld frame%s", static_cast<long long>(n), n == 1 ? "" : "s") +
+              (s.fps.value() > 0 ? log::format(" (%.2f s)", static_cast<double>(n) / s.fps.value()) : "");
+  else if (!any)
+    frames += ", no frames";
+  out.push_back("frames:  " + frames);
+  const int bits = src.sample_bits() > 0 ? src.sample_bits() : is_16bit(s.format) ? 16 : 8;
+  out.push_back(log::format("samples: %d bits%s", bits, bits != 8 && bits != 16 ? " (carried at 16)" : ""));
+  if (!is_packed_rgb(s.format))
+    out.push_back(log::format("colour:  matrix %s, %s range", color_matrix_name(s.color.matrix),
+                              color_range_name(s.color.range)));
+#if VFPIPE_HAVE_LIBAV
+  if (const std::shared_ptr<LibavInput> in = libav_input_of(src)) {
+    const std::string transfer = libav_hdr_transfer(*in), hdr = libav_hdr_summary(*in);
+    if (!transfer.empty() || !hdr.empty())
+      out.push_back("HDR:     " + (transfer.empty() ? std::string() : transfer + " transfer") +
+                    (!transfer.empty() && !hdr.empty() ? "; " : "") + hdr);
+    if (any) out.push_back("decoder: " + libav_decoder_of(src));
+    bool mapped = false;
+    for (const OtherStream& o : libav_other_streams(*in, VideoOptions{}, &mapped))
+      out.push_back("also:    " + o.name + " (video files carry it; " + o.drop + ")");
+  }
+#endif
+  return out;
+}
+
 namespace {
 // Options of a video file's encoder and muxer given for an output that has neither (Y4M,
 // images, null): said, as ffmpeg warns of options no stream used, not dropped silently.

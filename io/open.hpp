@@ -65,6 +65,10 @@ bool same_file(const std::string& a, const std::string& b);
 // -map chose them, an error (Usage). Nothing for null outputs. `keep`: -an, -sn and -dn.
 // An HDR input (PQ or HLG) into such an output is warned of too: its transfer is lost.
 void report_streams_left_out(const Source& src, const std::string& spec, const VideoOptions& keep);
+// What vfpipe sees in an opened input, a line a fact (`vfpipe info INPUT`): its frames, their
+// depth and colour, HDR, length and the other streams. Reads the first frame (a decoder
+// shows some metadata only there).
+std::vector<std::string> describe_input(Source& src);
 
 class NullSink final : public Sink {
  public:

@@ -140,6 +140,12 @@ TEST(Libav, HdrMetadataCarriesOver) {
                               "-color_primaries bt2020 -color_trc smpte2084 -colorspace bt2020nc");
   const std::string fields = "-select_streams v -show_entries stream_side_data=red_x,max_luminance,max_content";
   ASSERT_EQ(probe(in, fields), "\n");  // only in the HEVC stream
+  // `vfpipe info` reads it from the first frame.
+  const CmdResult info = run_cmd(kBin + " info " + in);
+  ASSERT_EQ(info.rc, 0) << info.out;
+  EXPECT_NE(info.out.find("HDR:     PQ transfer; mastering display 0.0001-1000 cd/m2"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("content light max 1000 cd/m2, frame average 400 cd/m2"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("samples: 10 bits (carried at 16)"), std::string::npos) << info.out;
   const std::string mkv = tmp_path("hdr_out.mkv"), mp4 = tmp_path("hdr_out.mp4"), y4m = tmp_path("hdr_out.y4m");
   const CmdResult m = run_cmd(kBin + " run -y --no-progress -i " + in + " -f median -o " + mkv);
   ASSERT_EQ(m.rc, 0) << m.out;

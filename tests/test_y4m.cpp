@@ -205,6 +205,10 @@ TEST(Y4m, TenAndTwelveBitFilesAsFfmpegWritesThem) {
   EXPECT_NE(p8.out.find("the output takes 8-bit samples: the yuv420p16le frames are rounded to 8 bits"),
             std::string::npos)
       << p8.out;
+  const CmdResult info = run_cmd(std::string(VFPIPE_BIN) + " info -i " + in10);
+  ASSERT_EQ(info.rc, 0) << info.out;
+  EXPECT_NE(info.out.find("frames:  66x45 yuv420p16le @ 25 fps SAR 10:11"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("samples: 10 bits (carried at 16)"), std::string::npos) << info.out;
   std::remove(out10.c_str());
   std::remove(png.c_str());
   // Words beyond the depth (a malformed file) are taken as its largest value, not wrapped.

@@ -95,7 +95,15 @@ int filters_command(const std::string& name) {
   return 0;
 }
 
-int info_command() {
+// What vfpipe sees in `input`, as ffprobe shows a file.
+int input_info(const std::string& input) {
+  std::unique_ptr<Source> src = open_source(input, SourceOptions{});
+  for (const std::string& line : describe_input(*src)) std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+int info_command(const std::string& input) {
+  if (!input.empty()) return input_info(input);
   std::printf("vfpipe %s\n", VFPIPE_VERSION);
   std::printf("  OpenCV I/O: %s\n", have_opencv() ? "yes" : "no (Y4M and synthetic only)");
   std::printf("  GL libraries found at build time: %s\n", VFPIPE_HAVE_GL ? "yes" : "no");
@@ -122,7 +130,13 @@ void add_filters_commands(CLI::App& app, Subcommands& out) {
   auto* filters = app.add_subcommand("filters", "list the filters (stages) and their options");
   filters->add_option("name", *name, "show one filter in detail");
   out.push_back({filters, [name] { return filters_command(*name); }});
-  out.push_back({app.add_subcommand("info", "show build features and the GPU"), [] { return info_command(); }});
+  auto input = std::make_shared<std::string>();
+  auto* info = app.add_subcommand("info", "show build features and the GPU, or what vfpipe sees in an input");
+  info->add_option("input", *input,
+                   "an input (file, URL, Y4M, image pattern, synthetic=...): its frames, depth, "
+                   "colour, HDR, length and other streams");
+  info->add_option("-i", *input, "the same, as ffmpeg names an input");
+  out.push_back({info, [input] { return info_command(*input); }});
 }
 
 }  // namespace vfp
