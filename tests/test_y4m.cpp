@@ -109,90 +109,59 @@ TEST(Y4m, ReadsFilesWrittenByFfmpeg) {
   }
 }
 
+namespace {
+// ffmpeg's fixture `file` (.y4m and .raw, two frames of 16-bit words) read and written back
+// at `bits`: each frame's samples are the raw ones widened from `bits` to the 16-bit scale,
+// and the copy holds ffmpeg's payload under its colourspace `tag`.
+void expect_fixture_round_trip(const char* file, PixelFormat fmt, int bits, const char* tag) {
+  const std::string base = std::string(VFPIPE_TEST_DATA) + "/" + file, out = tmp_path("fixture.y4m");
+  const std::string raw = read_file(base + ".raw");
+  {
+    Y4mSource src(base + ".y4m");
+    ASSERT_EQ(src.spec().format, fmt) << file;
+    Y4mSink sink(out, bits);
+    sink.open(src.spec());
+    HostFrame f(src.spec(), false);
+    std::vector<uint8_t> packed(f.layout().payload_bytes);
+    ASSERT_EQ(raw.size(), 2 * packed.size()) << file;
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(src.read(f)) << file;
+      f.store_packed(packed.data());
+      const auto* got = reinterpret_cast<const uint16_t*>(packed.data());
+      const auto* want = reinterpret_cast<const uint16_t*>(raw.data() + i * packed.size());
+      for (size_t k = 0; k < packed.size() / 2; ++k)
+        ASSERT_EQ(got[k], conv::widen_to16(want[k], bits)) << file << " sample " << k;
+      sink.write(f);
+    }
+    EXPECT_FALSE(src.read(f));
+    sink.close();
+  }
+  const std::string ours = read_file(out), header = ours.substr(0, ours.find('\n'));
+  EXPECT_NE(header.find(tag), std::string::npos) << header;
+  std::string payload;
+  for (size_t p = ours.find("FRAME\n"); p != std::string::npos; p = ours.find("FRAME\n", p + 6 + raw.size() / 2))
+    payload += ours.substr(p + 6, raw.size() / 2);
+  EXPECT_EQ(payload, raw) << file;
+  std::remove(out.c_str());
+}
+}  // namespace
+
 TEST(Y4m, SixteenBitFilesAgreeWithFfmpeg) {
   // ffmpeg's Cmono16 / C420p16 / C444p16 files read as their raw payload, and our writer
   // gives the same payload and colourspace tag. (4:2:0 at an even width: ffmpeg 5.1's Y4M
   // muxer sizes odd-width 16-bit chroma rows wrongly.)
-  struct Case {
-    const char* file;
-    PixelFormat fmt;
-    const char* tag;
-  };
-  for (Case c : {Case{"testsrc2_67x45_gray16le", PixelFormat::GRAY16, " Cmono16"},
-                 Case{"testsrc2_66x45_yuv420p16le", PixelFormat::YUV420P16, " C420p16"},
-                 Case{"testsrc2_67x45_yuv444p16le", PixelFormat::YUV444P16, " C444p16"}}) {
-    const std::string base = std::string(VFPIPE_TEST_DATA) + "/" + c.file, out = tmp_path("copy16.y4m");
-    const std::string raw = read_file(base + ".raw");
-    {
-      Y4mSource src(base + ".y4m");
-      EXPECT_EQ(src.spec().format, c.fmt) << c.file;
-      Y4mSink sink(out);
-      sink.open(src.spec());
-      HostFrame f(src.spec(), false);
-      std::vector<uint8_t> packed(f.layout().payload_bytes);
-      ASSERT_EQ(raw.size(), 2 * packed.size()) << c.file;
-      for (int i = 0; i < 2; ++i) {
-        ASSERT_TRUE(src.read(f)) << c.file;
-        f.store_packed(packed.data());
-        EXPECT_EQ(0, std::memcmp(packed.data(), raw.data() + i * packed.size(), packed.size())) << c.file;
-        sink.write(f);
-      }
-      EXPECT_FALSE(src.read(f));
-      sink.close();
-    }
-    const std::string ours = read_file(out), header = ours.substr(0, ours.find('\n'));
-    EXPECT_NE(header.find(c.tag), std::string::npos) << header;
-    std::string payload;
-    for (size_t p = ours.find("FRAME\n"); p != std::string::npos; p = ours.find("FRAME\n", p + 6 + raw.size() / 2))
-      payload += ours.substr(p + 6, raw.size() / 2);
-    EXPECT_EQ(payload, raw) << c.file;
-    std::remove(out.c_str());
-  }
+  expect_fixture_round_trip("testsrc2_67x45_gray16le", PixelFormat::GRAY16, 16, " Cmono16 ");
+  expect_fixture_round_trip("testsrc2_66x45_yuv420p16le", PixelFormat::YUV420P16, 16, " C420p16 ");
+  expect_fixture_round_trip("testsrc2_67x45_yuv444p16le", PixelFormat::YUV444P16, 16, " C444p16 ");
 }
 
 // ffmpeg's 10- and 12-bit Y4M (C420p10, C444p12, Cmono10: 16-bit words holding 0..2^bits-1)
 // reads as 16-bit frames widened to the 16-bit scale, as a video file's 10-bit samples are;
 // written back at that depth (-pix_fmt yuv420p10le) it gives ffmpeg's payload and tag again.
 TEST(Y4m, TenAndTwelveBitFilesAsFfmpegWritesThem) {
-  struct Case {
-    const char* file;
-    PixelFormat fmt;
-    int bits;
-    const char* tag;
-  };
-  for (Case c : {Case{"testsrc2_66x45_yuv420p10le", PixelFormat::YUV420P16, 10, " C420p10 "},
-                 Case{"testsrc2_67x45_yuv444p12le", PixelFormat::YUV444P16, 12, " C444p12 "},
-                 Case{"testsrc2_67x45_gray10le", PixelFormat::GRAY16, 10, " Cmono10 "}}) {
-    const std::string base = std::string(VFPIPE_TEST_DATA) + "/" + c.file, out = tmp_path("deep.y4m");
-    const std::string raw = read_file(base + ".raw");
-    {
-      Y4mSource src(base + ".y4m");
-      ASSERT_EQ(src.spec().format, c.fmt) << c.file;
-      Y4mSink sink(out, c.bits);
-      sink.open(src.spec());
-      HostFrame f(src.spec(), false);
-      std::vector<uint8_t> packed(f.layout().payload_bytes);
-      ASSERT_EQ(raw.size(), 2 * packed.size()) << c.file;
-      for (int i = 0; i < 2; ++i) {
-        ASSERT_TRUE(src.read(f)) << c.file;
-        f.store_packed(packed.data());
-        const auto* got = reinterpret_cast<const uint16_t*>(packed.data());
-        const auto* want = reinterpret_cast<const uint16_t*>(raw.data() + i * packed.size());
-        for (size_t k = 0; k < packed.size() / 2; ++k)
-          ASSERT_EQ(got[k], conv::widen_to16(want[k], c.bits)) << c.file << " sample " << k;
-        sink.write(f);
-      }
-      EXPECT_FALSE(src.read(f));
-      sink.close();
-    }
-    const std::string ours = read_file(out), header = ours.substr(0, ours.find('\n'));
-    EXPECT_NE(header.find(c.tag), std::string::npos) << header;
-    std::string payload;
-    for (size_t p = ours.find("FRAME\n"); p != std::string::npos; p = ours.find("FRAME\n", p + 6 + raw.size() / 2))
-      payload += ours.substr(p + 6, raw.size() / 2);
-    EXPECT_EQ(payload, raw) << c.file;
-    std::remove(out.c_str());
-  }
+  expect_fixture_round_trip("testsrc2_66x45_yuv420p10le", PixelFormat::YUV420P16, 10, " C420p10 ");
+  expect_fixture_round_trip("testsrc2_67x45_yuv444p12le", PixelFormat::YUV444P16, 12, " C444p12 ");
+  expect_fixture_round_trip("testsrc2_67x45_gray10le", PixelFormat::GRAY16, 10, " Cmono10 ");
   // Through the command line: the output keeps the input's depth where it can (C420p10 in,
   // C420p10 out, as ffmpeg keeps a stream's format), and says where it cannot (PNG).
   const std::string in10 = std::string(VFPIPE_TEST_DATA) + "/testsrc2_66x45_yuv420p10le.y4m";
