@@ -1134,6 +1134,49 @@ const AVCodec* default_encoder(const AVOutputFormat* of, bool lossless) {
   return avcodec_find_encoder(of->video_codec);
 }
 
+// A colour tag by libavutil's name (as ffmpeg's -color_primaries bt2020 gives it), or -1 (and
+// `names` the valid ones). `name_of` is av_color_primaries_name and the like.
+template <typename Name>
+int colour_tag(const std::string& text, Name name_of, int count, std::string* names) {
+  for (int i = 0; i < count; ++i) {
+    const char* n = name_of(i);
+    if (!n || std::string(n) == "reserved" || std::string(n) == "reserved0") continue;
+    if (text == n) return i;
+    *names += (names->empty() ? "" : ", ") + std::string(n);
+  }
+  return -1;
+}
+
+// -color_primaries and the rest, checked: libavutil's names (and ffmpeg's range spellings).
+struct ColourTags {
+  int primaries = -1, trc = -1, space = -1, range = -1;  // -1: the input's
+  explicit ColourTags(const VideoOptions& o) {
+    const auto parse = [](const std::string& text, const char* option, auto name_of, int count) {
+      if (text.empty()) return -1;
+      std::string names;
+      const int v = colour_tag(text, name_of, count, &names);
+      if (v < 0) throw Error(ErrorKind::Usage, std::string(option) + " " + text + ": not a tag (" + names + ")");
+      return v;
+    };
+    primaries = parse(
+        o.color_primaries, "-color_primaries",
+        [](int i) { return av_color_primaries_name(static_cast<AVColorPrimaries>(i)); }, AVCOL_PRI_NB);
+    trc = parse(
+        o.color_trc, "-color_trc",
+        [](int i) { return av_color_transfer_name(static_cast<AVColorTransferCharacteristic>(i)); }, AVCOL_TRC_NB);
+    space = parse(
+        o.colorspace, "-colorspace", [](int i) { return av_color_space_name(static_cast<AVColorSpace>(i)); },
+        AVCOL_SPC_NB);
+    const std::string& r = o.color_range;
+    range = r == "limited" || r == "mpeg" ? AVCOL_RANGE_MPEG
+            : r == "full" || r == "jpeg"
+                ? AVCOL_RANGE_JPEG
+                : parse(
+                      r, "-color_range", [](int i) { return av_color_range_name(static_cast<AVColorRange>(i)); },
+                      AVCOL_RANGE_NB);
+  }
+};
+
 // The vfpipe format for an encoder's pixel format, and back: our format -> the encoder's.
 AVPixelFormat encoder_format(const AVCodec* c, PixelFormat ours, int want_bits) {
   AVPixelFormat best = AV_PIX_FMT_NONE;
@@ -1197,6 +1240,7 @@ class LibavSink final : public Sink {
       throw Error(ErrorKind::Usage, std::string("the ") + enc_->name + " encoder takes none of vfpipe's pixel formats");
     if (opt_.input) copier_ = std::make_unique<StreamCopier>(opt_.input, of, opt_);
     if (opt_.rate.num > 0) slots_ = std::make_unique<RateSlots>(opt_.rate);
+    (void)ColourTags(opt_);  // a bad name is a usage error before the output exists
   }
   ~LibavSink() override {
     sws_freeContext(sws_);
@@ -1366,6 +1410,12 @@ class LibavSink final : public Sink {
       c->color_trc = opt_.input->transfer;
       c->chroma_sample_location = opt_.input->chroma_location;
     }
+    // -color_primaries and the rest: the user's tags over the input's.
+    const ColourTags tags(opt_);
+    if (tags.primaries >= 0) c->color_primaries = static_cast<AVColorPrimaries>(tags.primaries);
+    if (tags.trc >= 0) c->color_trc = static_cast<AVColorTransferCharacteristic>(tags.trc);
+    if (tags.space >= 0) c->colorspace = static_cast<AVColorSpace>(tags.space);
+    if (tags.range >= 0) c->color_range = static_cast<AVColorRange>(tags.range);
     // Frames whose colour vfpipe knows (a Y4M input's range, say) are tagged with it.
     if (c->colorspace == AVCOL_SPC_UNSPECIFIED && !is_packed_rgb(spec_.format))
       c->colorspace = spec_.color.matrix == ColorMatrix::BT709    ? AVCOL_SPC_BT709
@@ -1613,6 +1663,8 @@ std::shared_ptr<LibavInput> libav_input_of(const Source& src) {
 }
 
 std::string libav_hdr_transfer(const LibavInput& in) { return hdr_transfer_name(in.transfer); }
+
+void libav_check_colour_tags(const VideoOptions& o) { (void)ColourTags(o); }
 
 std::string libav_hdr_summary(LibavInput& in) {
   const LibavInput::Hdr hdr = in.hdr();

@@ -74,17 +74,20 @@ struct VideoOptions {
   std::vector<std::pair<std::string, std::string>> encoder_options;
   // -metadata: the output file's tags, over the input's (an empty value removes one).
   std::vector<std::pair<std::string, std::string>> metadata;
-  bool audio = true;                  // carry the input's audio over (-an: false)
-  bool subtitles = true;              // its subtitles (-sn: false)
-  bool data = true;                   // its data streams (-dn: false)
-  std::string audio_codec;            // -c:a: "" (copied where the container holds it, else re-encoded
-                                      // to its own audio codec), "copy", or an encoder (aac, libopus, ...)
-  std::string subtitle_codec;         // -c:s: "" (copied where the container holds them, else text
-                                      // converted to its own text format), "copy", or an encoder
-  int64_t audio_bitrate = 0;          // -b:a, bits per second (0: 64 kb/s a channel, lossy encoders)
-  int audio_rate = 0;                 // -ar, samples per second (0: the input's); re-encodes
-  int audio_channels = 0;             // -ac (0: the input's); re-encodes
-  Rational aspect{0, 1};              // -aspect: the display aspect ratio (0: the frames' own)
+  bool audio = true;           // carry the input's audio over (-an: false)
+  bool subtitles = true;       // its subtitles (-sn: false)
+  bool data = true;            // its data streams (-dn: false)
+  std::string audio_codec;     // -c:a: "" (copied where the container holds it, else re-encoded
+                               // to its own audio codec), "copy", or an encoder (aac, libopus, ...)
+  std::string subtitle_codec;  // -c:s: "" (copied where the container holds them, else text
+                               // converted to its own text format), "copy", or an encoder
+  int64_t audio_bitrate = 0;   // -b:a, bits per second (0: 64 kb/s a channel, lossy encoders)
+  int audio_rate = 0;          // -ar, samples per second (0: the input's); re-encodes
+  int audio_channels = 0;      // -ac (0: the input's); re-encodes
+  Rational aspect{0, 1};       // -aspect: the display aspect ratio (0: the frames' own)
+  // -color_primaries, -color_trc, -colorspace, -color_range: tags in libavutil's names ("" =
+  // the input's); the samples are not converted.
+  std::string color_primaries, color_trc, colorspace, color_range;
   Rational rate{0, 1};                // -r: constant output rate, frames duplicated or dropped by
                                       // their timestamps (0: the input's own timing)
   int bits = 0;                       // -pix_fmt yuv420p10le: the encoder's depth (0: the input's)
@@ -101,6 +104,9 @@ struct OtherStream {
 // Those `keep` keeps (not audio with -an, ...), and whether -map chose them (else: every
 // other stream).
 std::vector<OtherStream> libav_other_streams(const LibavInput& in, const VideoOptions& keep, bool* mapped);
+// Throws vfp::Error (Usage) naming the valid tags when a colour tag of `o` (-colorspace and
+// the rest) is not one of libavutil's names.
+void libav_check_colour_tags(const VideoOptions& o);
 // "PQ" or "HLG" where the input's video has an HDR transfer, else "".
 std::string libav_hdr_transfer(const LibavInput& in);
 // The input's HDR10 metadata in words ("mastering display 0.0001-1000 cd/m2, content light

@@ -451,6 +451,10 @@ void warn_unused_video_options(const std::string& spec, const SinkOptions& opt) 
   add(v.bitrate > 0, "-b:v");
   add(v.gop >= 0, "-g");
   add(v.aspect.num > 0, "-aspect");
+  add(!v.color_primaries.empty(), "-color_primaries");
+  add(!v.color_trc.empty(), "-color_trc");
+  add(!v.colorspace.empty(), "-colorspace");
+  add(!v.color_range.empty(), "-color_range");
   // Y4M writes -pix_fmt's depth itself (C420p10, as ffmpeg).
   add(v.bits > 0 && spec != "-" && lower_ext(spec) != ".y4m",
       "-pix_fmt's bit depth (its 16-bit samples are written as they are)");

@@ -787,6 +787,11 @@ TEST(BatchCli, PerItemOptionsShardsAndUsageErrors) {
   write(d / "bad_r.csv", "input,r\na.y4m,fast\n");
   usage_error(kBin + " batch --list " + d / "bad_r.csv" + " -o '" + d / "u/{stem}.y4m'",
               "bad_r.csv:2: -r: expected a frame rate");
+  if (VFPIPE_HAVE_LIBAV) {
+    write(d / "bad_tag.csv", "input,colorspace\na.y4m,bt710\n");
+    usage_error(kBin + " batch --list " + d / "bad_tag.csv" + " -o '" + d / "u/{stem}.mkv'",
+                "bad_tag.csv:2: -colorspace bt710: not a tag");
+  }
   write(d / "badf.csv", "input,filters\na.y4m,median=radius=x\n");
   usage_error(kBin + " batch --list " + d / "badf.csv" + " -o '" + d / "u/{stem}.y4m'", "badf.csv:2");
   // A stage's own file would be written by every item: refused, on the command line and per item.

@@ -203,6 +203,28 @@ TEST(Libav, AudioColourMetadataAndFramesCarryOver) {
   for (const auto& p : {in, out}) std::remove(p.c_str());
 }
 
+// ffmpeg's -color_primaries, -color_trc, -colorspace and -color_range tag a video file
+// (over the input's tags) without touching its samples; a name libavutil does not know is a
+// usage error that lists the ones it does, before any output exists.
+TEST(Libav, ColourTagsAsFfmpegSetsThem) {
+  REQUIRE_LIBAV();
+  const std::string in = av_clip(), out = tmp_path("tags.mkv"), bad = tmp_path("tags_bad.mkv");
+  const CmdResult r = run_cmd(kBin + " run -q -y -i " + in + " -t 0.4 -an --lossless -color_primaries bt2020 " +
+                              "-color_trc smpte2084 -colorspace bt2020nc -color_range pc " + out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(probe(out, "-select_streams v -show_entries stream=color_range,color_space,color_transfer,color_primaries"),
+            "pc,bt2020nc,smpte2084,bt2020\n");
+  EXPECT_EQ(run_cmd("ffmpeg -v error -i " + out + " -f rawvideo -pix_fmt yuv420p - | md5sum").out,
+            run_cmd("ffmpeg -v error -i " + in + " -t 0.4 -f rawvideo -pix_fmt yuv420p - | md5sum").out);
+  ASSERT_EQ(run_cmd(kBin + " run -q -y -i " + in + " -t 0.4 -an -color_range limited " + out).rc, 0);
+  EXPECT_EQ(probe(out, "-select_streams v -show_entries stream=color_range"), "tv\n");
+  const CmdResult b = run_cmd(kBin + " run -q -i " + in + " -colorspace bt710 " + bad);
+  EXPECT_EQ(b.rc, 2) << b.out;
+  EXPECT_NE(b.out.find("-colorspace bt710: not a tag (gbr, bt709,"), std::string::npos) << b.out;
+  EXPECT_FALSE(std::filesystem::exists(bad));
+  for (const auto& p : {in, out}) std::remove(p.c_str());
+}
+
 // Audio re-encoded, as ffmpeg does it: where the container cannot hold the input's codec
 // (AAC in WebM: Opus), or every audio stream with -c:a. The samples are the input's (a lossless
 // encoder gives back ffmpeg's own decoding of the input), in step with the video, cut by -ss/-t

@@ -105,6 +105,27 @@ void set_pair(std::vector<std::string>& pairs, const std::string& key, const std
   pairs.push_back(key + "=" + value);
 }
 
+// A per-item colour tag (color_primaries, ...), checked now as a typo in aspect is.
+void set_colour_tag(RunArgs& a, const std::string& key, const std::string& value, const std::string& where) {
+  std::string& field = key == "color_primaries" ? a.color_primaries
+                       : key == "color_trc"     ? a.color_trc
+                       : key == "colorspace"    ? a.colorspace
+                                                : a.color_range;
+  field = value;
+#if VFPIPE_HAVE_LIBAV
+  VideoOptions v;
+  v.color_primaries = a.color_primaries;
+  v.color_trc = a.color_trc;
+  v.colorspace = a.colorspace;
+  v.color_range = a.color_range;
+  try {
+    libav_check_colour_tags(v);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::Usage, where + ": " + e.what());
+  }
+#endif
+}
+
 // Per-item options of a list file, applied over the command line's.
 void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& where) {
   for (const auto& [k, v] : o.items()) {
@@ -174,6 +195,8 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       a.aspect = checked(parse_display_aspect, text());
     else if (k == "pix_fmt")
       a.pix_fmt = text();
+    else if (k == "color_primaries" || k == "color_trc" || k == "colorspace" || k == "color_range")
+      set_colour_tag(a, k, text(), where);
     else if (k == "ss" || k == "start")
       a.start = number();
     else if (k == "t" || k == "duration")
@@ -206,7 +229,8 @@ void apply_item_options(RunArgs& a, const nlohmann::json& o, const std::string& 
       throw Error(ErrorKind::Usage,
                   where + ": unknown per-item option '" + k +
                       "' (known: filters, codec, crf, preset, b:v, g, codec_params, tune, profile:v, "
-                      "level, maxrate, bufsize, bf, encoder_opt:KEY, metadata:KEY, aspect, pix_fmt, ss, t, "
+                      "level, maxrate, bufsize, bf, encoder_opt:KEY, metadata:KEY, aspect, pix_fmt, color_primaries, "
+                      "color_trc, colorspace, color_range, ss, t, "
                       "to, frames, r, an, sn, dn, c:a, b:a, ar, ac, c:s, output)");
   }
 }

@@ -128,6 +128,12 @@ void add_common_options(CLI::App* c, RunArgs& a) {
   c->add_option("--aspect", a.aspect,
                 "(-aspect) display aspect ratio of a video file output, e.g. 16:9, 4:3 or 2.39 (tags the pixels' "
                 "aspect; default: the input's)");
+  c->add_option("--color-primaries", a.color_primaries,
+                "(-color_primaries) a video file's primaries tag (bt709, bt2020, smpte170m, ...; default: the "
+                "input's); tags only, the samples are not converted");
+  c->add_option("--color-trc", a.color_trc, "(-color_trc) its transfer tag (bt709, smpte2084, arib-std-b67, ...)");
+  c->add_option("--colorspace", a.colorspace, "(-colorspace) its matrix tag (bt709, bt470bg, bt2020nc, ...)");
+  c->add_option("--color-range", a.color_range, "(-color_range) its range tag (tv/limited, pc/full)");
   c->add_option("--codec-params", a.codec_params, "the encoder's own key=value:key=value parameters");
   c->add_option("--encoder-opt", a.encoder_opts,
                 "KEY=VALUE: an option of the video encoder, as ffmpeg's -tune, -profile:v, -level, -maxrate, "
@@ -400,6 +406,10 @@ std::unique_ptr<Sink> open_output(const RunArgs& a, Backend backend, const Sourc
   ko.video.threads = a.codec_threads;
   ko.video.movflags = a.movflags;
   if (!a.aspect.empty()) ko.video.aspect = parse_display_aspect(a.aspect);
+  ko.video.color_primaries = a.color_primaries;
+  ko.video.color_trc = a.color_trc;
+  ko.video.colorspace = a.colorspace;
+  ko.video.color_range = a.color_range;
   if (!a.rate.empty()) ko.video.rate = parse_output_rate(a.rate);
   ko.overwrite = overwrite_rule(a.overwrite, a.no_overwrite);
 #if VFPIPE_HAVE_LIBAV

@@ -41,6 +41,8 @@ struct RunArgs {
   int crf = -1, gop = -1;
   std::string rate;    // -r
   std::string aspect;  // -aspect
+  // -color_primaries, -color_trc, -colorspace, -color_range: a video file's colour tags.
+  std::string color_primaries, color_trc, colorspace, color_range;
   std::string preset, bitrate, codec_params;
   std::vector<std::string> encoder_opts;   // --encoder-opt KEY=VALUE (-tune, -profile:v, -maxrate, ...)
   std::vector<std::string> metadata;       // -metadata KEY=VALUE
