@@ -171,6 +171,10 @@ TEST(Libav, HdrMetadataCarriesOver) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("the input is HDR video (PQ transfer): a Y4M file records neither"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(hevc, yuv420p10le, HDR PQ)"), std::string::npos) << r.out;
+  // The window (headless where a display can open) says it shows the video as SDR.
+  const CmdResult shown = run_cmd(kBin + " run -n 2 --no-progress -i " + in + " --display headless -o null");
+  if (shown.rc == 0)
+    EXPECT_NE(shown.out.find("the window shows it as SDR, without tone mapping"), std::string::npos) << shown.out;
   for (const auto& p : {in, mkv, mp4, y4m}) std::remove(p.c_str());
 }
 

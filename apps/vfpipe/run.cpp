@@ -646,6 +646,13 @@ int run_command(RunArgs& a, bool live) {
     throw Error(ErrorKind::Usage, "--glass-to-glass needs --display (the screen shows the pattern the camera films)");
 #if VFPIPE_HAVE_GL
   DisplaySink* display_sink = add_display(a, live, backend, sink);
+#if VFPIPE_HAVE_LIBAV
+  // The window draws samples as SDR: PQ or HLG video looks washed out there, unlike in the
+  // files vfpipe writes (which keep its transfer).
+  if (const std::shared_ptr<LibavInput> in = libav_input_of(*src); display_sink && in)
+    if (const std::string t = libav_hdr_transfer(*in); !t.empty())
+      log::warn("the input is HDR video (%s transfer): the window shows it as SDR, without tone mapping", t.c_str());
+#endif
 #else
   if (a.glass_to_glass) throw Error(ErrorKind::Usage, "--glass-to-glass needs the display, which this build lacks");
   if (!a.display.empty())
