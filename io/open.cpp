@@ -270,13 +270,13 @@ bool is_video_file(const std::string& spec) {
   return ext != ".y4m" && ext != ".gz" && ext != ".png" && !is_still_image(ext);
 }
 
-// The sink for an output's type, before -r.
 // A Y4M output's depth for 16-bit frames: -pix_fmt's, else the input's (C420p10 in, C420p10
 // out, as ffmpeg keeps a stream's format), else 16.
 int y4m_bits(const SinkOptions& opt) {
   return opt.video.bits > 0 ? opt.video.bits : opt.video.input_bits > 0 ? opt.video.input_bits : 16;
 }
 
+// The sink for an output's type, before -r.
 std::unique_ptr<Sink> open_sink_of_type(const std::string& spec, const SinkOptions& opt) {
   if (spec.empty() || spec == "null" || spec == "none") return std::make_unique<NullSink>();
   if (spec == "-") {
