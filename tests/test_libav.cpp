@@ -172,9 +172,12 @@ TEST(Libav, HdrMetadataCarriesOver) {
   EXPECT_NE(r.out.find("the input is HDR video (PQ transfer): a Y4M file records neither"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(hevc, yuv420p10le, HDR PQ)"), std::string::npos) << r.out;
   // The window (headless where a display can open) says it shows the video as SDR.
-  const CmdResult shown = run_cmd(kBin + " run -n 2 --no-progress -i " + in + " --display headless -o null");
+  const std::string shot = tmp_path("hdr_window.png");  // a headless window's screenshot goes here, not into the cwd
+  const CmdResult shown =
+      run_cmd(kBin + " run -n 2 --no-progress -i " + in + " --display headless --screenshot " + shot + " -o null");
   if (shown.rc == 0)
     EXPECT_NE(shown.out.find("the window shows it as SDR, without tone mapping"), std::string::npos) << shown.out;
+  std::remove(shot.c_str());
   for (const auto& p : {in, mkv, mp4, y4m}) std::remove(p.c_str());
 }
 
